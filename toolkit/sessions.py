@@ -1,0 +1,109 @@
+"""Per-session state in one place: create on first use, touch on each call, reap when idle or on shutdown."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
+
+import anyio
+import structlog
+
+log = structlog.get_logger(__name__)
+
+
+class SessionState(Protocol):
+    async def aclose(self) -> None: ...
+
+
+S = TypeVar("S", bound=SessionState)
+
+
+class TooManySessions(Exception):
+    """The server holds its maximum number of sessions."""
+
+
+@dataclass
+class _Entry(Generic[S]):
+    state: S
+    last_used: float = field(default_factory=time.monotonic)
+    busy: int = 0
+
+
+class SessionRegistry(Generic[S]):
+    """Maps a session key to its state; creation is serialized per key so one key never gets two states."""
+
+    def __init__(self, factory: Callable[[str], Awaitable[S]], *, ttl_s: float, max_sessions: int) -> None:
+        self._factory = factory
+        self._ttl_s = ttl_s
+        self._max = max_sessions
+        self._entries: dict[str, _Entry[S]] = {}
+        self._locks: dict[str, anyio.Lock] = {}
+        self.on_change: Callable[[int], None] = lambda n: None
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._entries
+
+    async def acquire(self, key: str) -> S:
+        """Return the session's state, creating it on first use, and mark it busy until `release`."""
+        lock = self._locks.setdefault(key, anyio.Lock())
+        async with lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                if len(self._entries) >= self._max:
+                    raise TooManySessions(f"server holds its limit of {self._max} sessions")
+                entry = _Entry(await self._factory(key))
+                self._entries[key] = entry
+                self.on_change(len(self._entries))
+                log.info("session.created", session_id=key)
+            entry.busy += 1
+            entry.last_used = time.monotonic()
+            return entry.state
+
+    def release(self, key: str) -> None:
+        entry = self._entries.get(key)
+        if entry is not None:
+            entry.busy -= 1
+            entry.last_used = time.monotonic()
+
+    async def replace(self, key: str, state: S) -> None:
+        """Swap a session's state (after its sandbox died); the old state is closed."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return
+        old, entry.state = entry.state, state
+        with anyio.CancelScope(shield=True):
+            await old.aclose()
+
+    async def close(self, key: str) -> bool:
+        """Free the session; True when there was one."""
+        entry = self._entries.pop(key, None)
+        self._locks.pop(key, None)
+        if entry is None:
+            return False
+        self.on_change(len(self._entries))
+        with anyio.CancelScope(shield=True):
+            await entry.state.aclose()
+        log.info("session.closed", session_id=key)
+        return True
+
+    async def reap_idle(self) -> int:
+        now = time.monotonic()
+        idle = [k for k, e in self._entries.items() if e.busy <= 0 and now - e.last_used > self._ttl_s]
+        for key in idle:
+            log.info("session.reaped", session_id=key, idle_s=round(now - self._entries[key].last_used, 1))
+            await self.close(key)
+        return len(idle)
+
+    async def close_all(self) -> None:
+        for key in list(self._entries):
+            await self.close(key)
+
+    async def reap_forever(self, interval_s: float) -> None:
+        while True:
+            await anyio.sleep(interval_s)
+            await self.reap_idle()

@@ -1,0 +1,37 @@
+"""Settings shared by the tool servers: one name per setting, as a flag and as an environment variable."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Self
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ServiceSettings(BaseSettings):
+    """Base of every service's settings: `--port` is also `TOOLFLEET_<SERVICE>_PORT`."""
+
+    model_config = SettingsConfigDict(env_prefix="TOOLFLEET_", cli_kebab_case=True, extra="ignore")
+
+    host: str = Field("127.0.0.1", description="address to bind")
+    port: int = Field(0, description="port to bind")
+    log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
+
+    @classmethod
+    def from_args(cls, argv: Sequence[str] | None, prog: str) -> Self:
+        """Parse flags over environment variables over defaults."""
+        return cls(_cli_parse_args=list(argv or []), _cli_prog_name=prog)  # type: ignore[call-arg]
+
+
+class ToolServerSettings(ServiceSettings):
+    """What every MCP tool server built on the kit accepts."""
+
+    session_ttl_s: float = Field(1200.0, description="reap sessions idle longer than this")
+    reap_interval_s: float = Field(30.0, description="how often idle sessions are looked for")
+    max_sessions: int = Field(256, description="refuse new sessions beyond this many")
+    max_body_bytes: int = Field(4 * 1024 * 1024, description="largest accepted request body")
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Host headers accepted (DNS-rebinding guard); empty = loopback only when bound to loopback",
+    )
