@@ -11,7 +11,7 @@ import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Generic
+from typing import Generic
 
 import anyio
 import structlog
@@ -131,9 +131,7 @@ class ToolServer(Generic[S]):
             await anyio.sleep(self._progress_interval_s)
             ticks += 1
             with contextlib.suppress(Exception):
-                await ctx.report_progress(
-                    ticks, None, f"still running ({ticks * self._progress_interval_s:.0f} s)"
-                )
+                await ctx.report_progress(ticks, None, f"still running ({ticks * self._progress_interval_s:.0f} s)")
 
     def _security(self) -> TransportSecuritySettings | None:
         hosts = self.settings.allowed_hosts
@@ -156,9 +154,7 @@ class ToolServer(Generic[S]):
             return Response()
 
         # Called for its side effect: it creates the session manager whose ASGI app we mount below.
-        self.mcp.streamable_http_app(
-            max_request_body_size=limit, transport_security=security, host=self.settings.host
-        )
+        self.mcp.streamable_http_app(max_request_body_size=limit, transport_security=security, host=self.settings.host)
         manager = self.mcp.session_manager
 
         @contextlib.asynccontextmanager
