@@ -35,7 +35,7 @@ class SessionRegistry(Generic[S]):
     """Maps a session key to its state; creation is serialized per key so one key never gets two states."""
 
     def __init__(self, factory: Callable[[str], Awaitable[S]], *, ttl_s: float, max_sessions: int) -> None:
-        self._factory = factory
+        self.factory = factory
         self._ttl_s = ttl_s
         self._max = max_sessions
         self._entries: dict[str, _Entry[S]] = {}
@@ -56,7 +56,7 @@ class SessionRegistry(Generic[S]):
             if entry is None:
                 if len(self._entries) >= self._max:
                     raise TooManySessions(f"server holds its limit of {self._max} sessions")
-                entry = _Entry(await self._factory(key))
+                entry = _Entry(await self.factory(key))
                 self._entries[key] = entry
                 self.on_change(len(self._entries))
                 log.info("session.created", session_id=key)

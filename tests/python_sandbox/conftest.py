@@ -1,0 +1,84 @@
+"""Real python tool servers (subprocesses) on both backends: docker (real engine) and local (real bwrap)."""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Iterator
+
+import docker
+import pytest
+
+from tests.support.service import Service, running_service
+
+TIMEOUT_S = 3
+
+
+def docker_client() -> docker.DockerClient | None:
+    try:
+        client = docker.from_env()
+        client.ping()
+        client.images.get("toolfleet/python-sandbox:latest")
+        return client
+    except docker.errors.DockerException:
+        return None
+
+
+def server_args(backend: str, instance: str, *extra: str) -> list[str]:
+    return [
+        "-m",
+        "tools.python_sandbox",
+        "--backend",
+        backend,
+        "--timeout-s",
+        str(TIMEOUT_S),
+        "--instance",
+        instance,
+        "--pool-size",
+        "1",
+        "--memory-mb",
+        "512",
+        "--disk-mb",
+        "64",
+        "--max-output-chars",
+        "5000",
+        *extra,
+    ]
+
+
+def require_backend(backend: str) -> None:
+    if backend == "docker" and docker_client() is None:
+        pytest.skip("needs a Docker engine and toolfleet/python-sandbox:latest (deploy/build-images.sh)")
+    if backend == "local" and shutil.which("bwrap") is None:
+        pytest.skip("needs bubblewrap")
+
+
+@pytest.fixture(scope="module", params=["docker", "local"])
+def backend(request: pytest.FixtureRequest) -> str:
+    require_backend(request.param)
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def instance() -> str:
+    return f"pytest-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="module")
+def server(backend: str, instance: str) -> Iterator[Service]:
+    with running_service(server_args(backend, instance)) as svc:
+        yield svc
+    if backend == "docker":
+        assert containers_of(instance) == [], "the server left containers behind"
+
+
+def containers_of(instance: str) -> list[str]:
+    client = docker_client()
+    assert client is not None
+    found = client.containers.list(all=True, filters={"label": f"toolfleet.instance={instance}"})
+    return [c.id for c in found]
+
+
+@pytest.fixture
+def session_id() -> str:
+    return f"test-{uuid.uuid4().hex[:12]}"

@@ -1,0 +1,159 @@
+"""Local backend: each session's interpreter in a bubblewrap sandbox, for hosts without a Docker engine.
+
+No network (own net namespace), own pid namespace with the kernel as pid 1, the host's /usr
+read-only and nothing else of the host visible, size-capped tmpfs for /mnt/data and /tmp,
+no capabilities, rlimits for memory / file size / processes. When the server runs as root each
+session also gets its own unprivileged host uid, so process limits are per session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+
+import structlog
+
+from tools.python_sandbox.core import KERNEL_SOURCE, READER_LIMIT, KernelChannel, KernelDied, RunResult, SandboxError
+from tools.python_sandbox.settings import PythonSandboxSettings
+
+log = structlog.get_logger(__name__)
+
+_ENV = {
+    "PATH": "/usr/bin:/bin",
+    "HOME": "/mnt/data",
+    "LANG": "C.UTF-8",
+    "MPLBACKEND": "Agg",
+    "MPLCONFIGDIR": "/tmp/matplotlib",
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "PYTHONDONTWRITEBYTECODE": "1",
+}
+
+
+class LocalKernel:
+    def __init__(self, proc: asyncio.subprocess.Process, channel: KernelChannel, release_uid: object) -> None:
+        self._proc = proc
+        self._channel = channel
+        self._release_uid = release_uid
+
+    async def run(self, code: str, timeout_s: float) -> RunResult:
+        return RunResult.from_reply(await self._channel.request(code, timeout_s))
+
+    async def aclose(self) -> None:
+        self._channel.close()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        await self._proc.wait()
+        self._release_uid()  # type: ignore[operator]
+
+
+class LocalBackend:
+    name = "local"
+
+    def __init__(self, settings: PythonSandboxSettings) -> None:
+        self._settings = settings
+        self._limits = settings.limits()
+        self._bwrap = shutil.which("bwrap")
+        self._as_root = os.geteuid() == 0
+        self._free_uids = list(range(settings.local_uid_base + settings.max_sessions, settings.local_uid_base, -1))
+
+    async def start(self) -> None:
+        if self._bwrap is None:
+            raise SandboxError("the local python backend needs bubblewrap: apt-get install bubblewrap")
+        if not os.access(self._settings.local_python, os.X_OK):
+            raise SandboxError(f"local interpreter {self._settings.local_python} is not executable")
+        probe = await self.new_kernel("startup-probe")
+        await probe.aclose()
+        log.info("backend.ready", backend=self.name, per_session_uid=self._as_root)
+
+    def _argv(self, config: str) -> list[str]:
+        size = str(self._limits.disk_bytes)
+        argv = [
+            self._bwrap or "bwrap",
+            "--unshare-all",
+            "--die-with-parent",
+            "--new-session",
+            "--as-pid-1",
+            "--ro-bind",
+            "/usr",
+            "/usr",
+            "--symlink",
+            "usr/bin",
+            "/bin",
+            "--symlink",
+            "usr/lib",
+            "/lib",
+            "--symlink",
+            "usr/lib64",
+            "/lib64",
+            "--symlink",
+            "usr/sbin",
+            "/sbin",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--size",
+            size,
+            "--tmpfs",
+            "/tmp",
+            "--size",
+            size,
+            "--tmpfs",
+            "/mnt/data",
+            "--chdir",
+            "/mnt/data",
+            "--hostname",
+            "sandbox",
+            "--cap-drop",
+            "ALL",
+            "--clearenv",
+        ]
+        for key, value in _ENV.items():
+            argv += ["--setenv", key, value]
+        return [*argv, self._settings.local_python, "-u", "-c", KERNEL_SOURCE, config]
+
+    async def new_kernel(self, session_id: str) -> LocalKernel:
+        uid = self._take_uid()
+        config = self._limits.kernel_config(
+            workdir="/mnt/data", capture_path="/tmp/.toolfleet-output", processes=self._limits.pids if uid else None
+        )
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *self._argv(config),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+                limit=READER_LIMIT,
+                **({"user": uid, "group": uid, "extra_groups": []} if uid else {}),
+            )
+        except OSError as exc:
+            self._give_uid(uid)
+            raise SandboxError(f"could not start bubblewrap: {exc}") from exc
+        assert proc.stdin and proc.stdout and proc.stderr
+        kernel = LocalKernel(proc, KernelChannel(proc.stdout, proc.stdin), lambda: self._give_uid(uid))
+        try:
+            await kernel._channel.wait_ready(timeout_s=30)
+        except KernelDied as exc:
+            detail = (await proc.stderr.read(4000)).decode(errors="replace").strip() if proc.returncode else ""
+            await kernel.aclose()
+            raise SandboxError(f"{exc}{': ' + detail if detail else ''}") from exc
+        return kernel
+
+    def _take_uid(self) -> int | None:
+        if not self._as_root:
+            return None
+        if not self._free_uids:
+            raise SandboxError("no free sandbox uid (max_sessions reached)")
+        return self._free_uids.pop()
+
+    def _give_uid(self, uid: int | None) -> None:
+        if uid is not None:
+            self._free_uids.append(uid)
+
+    async def aclose(self) -> None:
+        """Kernels are closed by the session registry; nothing is shared to free here."""

@@ -1,0 +1,150 @@
+"""The python tool's core, protocol-free: a `Backend` makes `Kernel`s; a kernel runs code, keeping state.
+
+Backends (docker, local) differ only in how they start the sandboxed interpreter; both talk to
+it over the same JSON-lines channel (`KernelChannel`), so they share the whole call path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+KERNEL_SOURCE = (Path(__file__).with_name("kernel.py")).read_text()
+READER_LIMIT = 64 * 1024 * 1024
+"""Largest reply frame accepted from a kernel (capped text plus a few PNGs)."""
+
+
+class SandboxError(Exception):
+    """Our side broke (engine down, image missing): the call fails with an error result, the server lives on."""
+
+
+class KernelDied(Exception):
+    """The interpreter is gone (killed for memory, crashed, or hung past its deadline)."""
+
+
+@dataclass
+class Limits:
+    """What one session's sandbox may use."""
+
+    timeout_s: float = 30.0
+    memory_bytes: int = 1024 * 1024 * 1024
+    cpus: float = 1.0
+    pids: int = 128
+    disk_bytes: int = 256 * 1024 * 1024
+    max_output_chars: int = 20_000
+    max_images: int = 4
+
+    def kernel_config(self, *, workdir: str, capture_path: str, processes: int | None) -> str:
+        return json.dumps(
+            {
+                "timeout_s": self.timeout_s,
+                "max_output_chars": self.max_output_chars,
+                "max_images": self.max_images,
+                "memory_bytes": self.memory_bytes,
+                "file_bytes": self.disk_bytes,
+                "open_files": 256,
+                "processes": processes,
+                "workdir": workdir,
+                "capture_path": capture_path,
+            }
+        )
+
+
+@dataclass
+class RunResult:
+    output: str = ""
+    result: str | None = None
+    error: str | None = None
+    images: list[str] = field(default_factory=list)
+    timed_out: bool = False
+    truncated: int = 0
+    notice: str | None = None
+
+    @classmethod
+    def from_reply(cls, reply: dict[str, Any]) -> RunResult:
+        return cls(
+            output=reply.get("output") or "",
+            result=reply.get("result"),
+            error=reply.get("error"),
+            images=list(reply.get("images") or []),
+            timed_out=bool(reply.get("timed_out")),
+            truncated=int(reply.get("truncated") or 0),
+        )
+
+    def render(self, timeout_s: float) -> str:
+        """The text the model reads: output, trailing value, traceback, and any notice about limits."""
+        parts = [p for p in (self.output, self.result, self.error) if p]
+        if self.truncated:
+            parts.append(f"[output truncated: {self.truncated} more characters were cut]")
+        if self.timed_out:
+            parts.append(f"[execution interrupted: timed out after {timeout_s:g} s; variables defined so far are kept]")
+        if self.notice:
+            parts.append(self.notice)
+        text = "\n".join(p.rstrip("\n") for p in parts)
+        return text if text else "[no output]"
+
+
+class Kernel(Protocol):
+    """One session's resident interpreter."""
+
+    async def run(self, code: str, timeout_s: float) -> RunResult: ...
+    async def aclose(self) -> None: ...
+
+
+class Backend(Protocol):
+    """Makes kernels; `start`/`aclose` bracket the server's life (pool, leftovers)."""
+
+    name: str
+
+    async def start(self) -> None: ...
+    async def new_kernel(self, session_id: str) -> Kernel: ...
+    async def aclose(self) -> None: ...
+
+
+class KernelChannel:
+    """JSON lines to and from a kernel process, one request in flight at a time."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, grace_s: float = 5.0) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._grace_s = grace_s
+        self._lock = asyncio.Lock()
+        self._next_id = 0
+
+    async def wait_ready(self, timeout_s: float) -> None:
+        try:
+            line = await asyncio.wait_for(self._reader.readline(), timeout_s)
+        except TimeoutError as exc:
+            raise KernelDied(f"interpreter did not start within {timeout_s:g} s") from exc
+        if not line.startswith(b'{"ready"'):
+            raise KernelDied(f"interpreter failed to start: {line[:500].decode(errors='replace')!r}")
+
+    async def request(self, code: str, timeout_s: float) -> dict[str, Any]:
+        """Send code; wait for the reply up to the timeout plus a grace period, else the kernel is dead."""
+        async with self._lock:
+            self._next_id += 1
+            frame = {"id": self._next_id, "code": code, "timeout_s": timeout_s}
+            try:
+                self._writer.write(json.dumps(frame).encode() + b"\n")
+                await self._writer.drain()
+                line = await asyncio.wait_for(self._reader.readline(), timeout_s + self._grace_s)
+            except TimeoutError as exc:
+                raise KernelDied(f"interpreter did not stop within {self._grace_s:g} s of its timeout") from exc
+            except (ConnectionError, ValueError, asyncio.LimitOverrunError) as exc:
+                raise KernelDied(f"lost the interpreter: {exc}") from exc
+            if not line:
+                raise KernelDied("the interpreter exited (out of memory or killed)")
+            reply = json.loads(line)
+            if reply.get("id") != self._next_id:
+                raise KernelDied("the interpreter answered out of turn")
+            return reply
+
+    def close(self) -> None:
+        self._writer.close()
