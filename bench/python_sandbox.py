@@ -1,0 +1,201 @@
+"""Figures of the python tool through MCP, with the gpt-oss reference approach as baseline, in one run.
+
+Usage: python -m bench.python_sandbox [--n 200] [--sessions 20] [--out results.json] [--backend docker|local]
+
+Rows: a warm `print(1)` call (streamable HTTP, mcp 2.x client); the first call of a new session
+with and without the warm pool; 8 concurrent sessions' throughput; server RSS and one session's
+sandbox memory; and the baseline: a fresh container per call running the code (`docker run --rm`
+through the engine API), which is what gpt-oss's reference python tool does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import docker
+
+from tests.support.mcp2 import mcp_session
+from tests.support.service import Service, running_service
+
+IMAGE = "toolfleet/python-sandbox:latest"
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--n", type=int, default=200, help="warm calls measured")
+    p.add_argument("--sessions", type=int, default=20, help="new sessions measured, with and without the pool")
+    p.add_argument("--arrival-s", type=float, default=0.5, help="pause between new sessions (lets the pool refill)")
+    p.add_argument("--baseline-n", type=int, default=15, help="fresh-container baseline calls")
+    p.add_argument("--backend", default="docker", choices=["docker", "local"])
+    p.add_argument("--out", default=None, help="write the figures as JSON here")
+    return p.parse_args(argv)
+
+
+def pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def row(name: str, ms: list[float], **extra: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "n": len(ms),
+        "p50_ms": round(pct(ms, 50), 2),
+        "p99_ms": round(pct(ms, 99), 2),
+        "mean_ms": round(statistics.fmean(ms), 2),
+        **extra,
+    }
+
+
+async def timed_call(session: Any, code: str) -> float:
+    start = time.perf_counter()
+    result = await session.call_tool("python", {"code": code})
+    elapsed = (time.perf_counter() - start) * 1000
+    assert not result.is_error and result.content[0].text.strip() == "1", result.content
+    return elapsed
+
+
+async def warm_calls(url: str, n: int) -> list[float]:
+    async with mcp_session(url, "streamable-http", {"x-session-id": "bench-warm"}) as session:
+        for _ in range(20):
+            await timed_call(session, "print(1)")
+        samples = [await timed_call(session, "print(1)") for _ in range(n)]
+        await session.call_tool("cleanup_session", {})
+    return samples
+
+
+async def first_calls(url: str, sessions: int, arrival_s: float) -> list[float]:
+    """Time from the session's first `tools/call` to its answer (the MCP handshake is not included)."""
+    samples = []
+    for _ in range(sessions):
+        async with mcp_session(url, "streamable-http", {"x-session-id": f"bench-{uuid.uuid4().hex[:8]}"}) as s:
+            samples.append(await timed_call(s, "print(1)"))
+            await s.call_tool("cleanup_session", {})
+        await asyncio.sleep(arrival_s)
+    return samples
+
+
+async def concurrent_throughput(url: str, sessions: int = 8, calls: int = 50) -> dict[str, Any]:
+    async def one(i: int) -> list[float]:
+        async with mcp_session(url, "streamable-http", {"x-session-id": f"bench-conc-{i}"}) as session:
+            await timed_call(session, "print(1)")
+            out = [await timed_call(session, "print(1)") for _ in range(calls)]
+            await session.call_tool("cleanup_session", {})
+            return out
+
+    start = time.perf_counter()
+    per_session = await asyncio.gather(*(one(i) for i in range(sessions)))
+    wall = time.perf_counter() - start
+    flat = [x for xs in per_session for x in xs]
+    return row(f"{sessions} concurrent sessions, warm print(1)", flat, calls_per_s=round(len(flat) / wall, 1))
+
+
+def baseline(n: int) -> list[float]:
+    """gpt-oss's reference approach: a new container per call, removed afterwards."""
+    client = docker.from_env()
+    samples = []
+    for _ in range(n):
+        start = time.perf_counter()
+        out = client.containers.run(
+            IMAGE,
+            ["python3", "-c", "print(1)"],
+            remove=True,
+            network_mode="none",
+            labels={"toolfleet.role": "bench-baseline"},
+        )
+        samples.append((time.perf_counter() - start) * 1000)
+        assert out.strip() == b"1"
+    return samples
+
+
+def memory(server: Service, instance: str) -> dict[str, Any]:
+    rss_kb = next(int(line.split()[1]) for line in open(f"/proc/{server.proc.pid}/status") if line.startswith("VmRSS"))
+    figures: dict[str, Any] = {"name": "memory", "server_rss_mb": round(rss_kb / 1024, 1)}
+    client = docker.from_env()
+    found = client.containers.list(filters={"label": f"toolfleet.instance={instance}"})
+    if found:
+        stats = found[0].stats(stream=False)
+        figures["sandbox_container_mb"] = round(stats["memory_stats"]["usage"] / 2**20, 1)
+    return figures
+
+
+def start(backend: str, instance: str, pool: int) -> Any:
+    return running_service(
+        [
+            "-m",
+            "tools.python_sandbox",
+            "--backend",
+            backend,
+            "--instance",
+            instance,
+            "--pool-size",
+            str(pool),
+            "--log-level",
+            "WARNING",
+        ]
+    )
+
+
+async def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows = []
+    instance = f"bench-{uuid.uuid4().hex[:8]}"
+    with start(args.backend, instance, pool=2) as server:
+        rows.append(row("warm call print(1)", await warm_calls(server.url, args.n)))
+        rows.append(
+            row(
+                "first call of a new session, warm pool",
+                await first_calls(server.url, args.sessions, args.arrival_s),
+                pool_size=2,
+                arrival_s=args.arrival_s,
+            )
+        )
+        rows.append(await concurrent_throughput(server.url))
+        async with mcp_session(server.url, "streamable-http", {"x-session-id": "bench-mem"}) as session:
+            await session.call_tool("python", {"code": "1"})
+            rows.append(memory(server, instance))
+            await session.call_tool("cleanup_session", {})
+    with start(args.backend, f"{instance}-nopool", pool=0) as server:
+        rows.append(
+            row(
+                "first call of a new session, no pool",
+                await first_calls(server.url, args.sessions, args.arrival_s),
+                pool_size=0,
+            )
+        )
+    if args.backend == "docker":
+        rows.append(row("baseline: fresh container per call", baseline(args.baseline_n)))
+    return rows
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    for r in rows:
+        figures = ", ".join(f"{k}={v}" for k, v in r.items() if k != "name")
+        print(f"{r['name']:<48} {figures}")
+    by_name = {r["name"]: r for r in rows}
+    base, warm = by_name.get("baseline: fresh container per call"), by_name["warm call print(1)"]
+    if base:
+        print(f"{'ratio baseline p50 / warm call p50':<48} {base['p50_ms'] / warm['p50_ms']:.1f}x")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
+    rows = asyncio.run(measure(args))
+    print_table(rows)
+    if args.out:
+        env = {"python": platform.python_version(), "cpus": os.cpu_count(), "backend": args.backend}
+        Path(args.out).write_text(json.dumps({"env": env, "rows": rows}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
