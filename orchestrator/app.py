@@ -1,0 +1,214 @@
+"""HTTP routes of the orchestrator; every error becomes an OpenAI-shaped error body in one place."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import structlog
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from pydantic import ValidationError
+
+from orchestrator.schema import RequestError, ResponsesRequest
+from orchestrator.service import ResponsesService
+from orchestrator.settings import OrchestratorSettings
+from orchestrator.store import SQLiteStore, Store
+from orchestrator.worker.client import Generate, WorkerPool
+
+log = structlog.get_logger(__name__)
+MAX_BODY = 16 * 1024 * 1024
+
+
+def error_response(exc: BaseException) -> JSONResponse:
+    """The single exception-to-wire boundary."""
+    match exc:
+        case RequestError():
+            status, etype, msg, param, code = exc.status, "invalid_request_error", str(exc), exc.param, exc.code
+        case ValidationError():
+            first = exc.errors()[0]
+            param = ".".join(str(p) for p in first["loc"]) or None
+            status, etype, msg, code = 400, "invalid_request_error", f"{param}: {first['msg']}", None
+        case _:
+            log.error("request.crashed", error=repr(exc))
+            status, etype, msg, param, code = 500, "server_error", "internal error", None, None
+    return JSONResponse({"error": {"message": msg, "type": etype, "param": param, "code": code}}, status)
+
+
+def _sse(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[str]:
+    async def gen() -> AsyncIterator[str]:
+        async for event in events:
+            yield f"event: {event['type']}\ndata: {json.dumps(event, separators=(',', ':'))}\n\n"
+
+    return gen()
+
+
+def create_app(
+    settings: OrchestratorSettings | None = None,
+    *,
+    generate: Generate | None = None,
+    store: Store | None = None,
+    pool: WorkerPool | None = None,
+) -> FastAPI:
+    """The app; tests pass `generate` (e.g. a pool over the scripted worker) and a store."""
+    settings = settings or OrchestratorSettings()
+    if generate is None:
+        pool = pool or WorkerPool(
+            settings.worker_urls, model=settings.model, health_interval_s=settings.health_interval_s
+        )
+        generate = pool.generate
+    if store is None:
+        if settings.store == "redis":
+            from orchestrator.store import RedisStore
+
+            store = RedisStore(settings.redis_url or "redis://127.0.0.1:6379/0", ttl_s=settings.retention_s)
+        else:
+            store = SQLiteStore(settings.store_path, max_responses=settings.max_responses, ttl_s=settings.retention_s)
+    service = ResponsesService(settings, generate=generate, store=store)
+    registry = CollectorRegistry()
+    responses_total = Counter("toolfleet_responses", "Responses by final status", ["status"], registry=registry)
+    in_flight = Gauge("toolfleet_responses_in_flight", "Responses running", registry=registry)
+    in_flight.set_function(lambda: len(service.live))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if pool is not None:
+            await pool.start()
+        reaper = asyncio.create_task(_reap_forever(service, settings.reap_interval_s))
+        try:
+            yield
+        finally:
+            reaper.cancel()
+            await service.aclose()
+            if pool is not None:
+                await pool.aclose()
+            await store.aclose()
+
+    app = FastAPI(title="toolfleet orchestrator", lifespan=lifespan)
+    app.state.service = service
+
+    @app.exception_handler(RequestError)
+    async def _request_error(request: Request, exc: RequestError) -> JSONResponse:
+        return error_response(exc)
+
+    @app.exception_handler(ValidationError)
+    async def _validation_error(request: Request, exc: ValidationError) -> JSONResponse:
+        return error_response(exc)
+
+    @app.exception_handler(Exception)
+    async def _other_error(request: Request, exc: Exception) -> JSONResponse:
+        return error_response(exc)
+
+    @app.post("/v1/responses")
+    async def create(request: Request) -> Response:
+        raw = await request.body()
+        if len(raw) > MAX_BODY:
+            raise RequestError(f"request body larger than {MAX_BODY} bytes", None, 413)
+        try:
+            data = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise RequestError(f"the request body is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise RequestError("the request body must be a JSON object")
+        req = ResponsesRequest.model_validate(data)
+        live = await service.create(req)
+        b = live.builder
+        if req.stream:
+            return StreamingResponse(_stream(live, req.background), media_type="text/event-stream")
+        if req.background:
+            return JSONResponse(b.snapshot())
+        await live.done.wait()
+        responses_total.labels(b.body["status"]).inc()
+        if live.http_status != 200 and not b.output:
+            err = b.body.get("error") or {}
+            etype = "server_error"
+            return JSONResponse({"error": {"message": err.get("message"), "type": etype, "param": None,
+                                           "code": err.get("code")}}, live.http_status)  # fmt: skip
+        return JSONResponse(b.body)
+
+    async def _stream(live: Any, background: bool) -> AsyncIterator[str]:
+        try:
+            async for chunk in _sse(live.builder.follow()):
+                yield chunk
+        finally:
+            if not background and live.task and not live.task.done():
+                live.task.cancel()  # the client went away: abort the generation
+            responses_total.labels(live.builder.body["status"]).inc()
+
+    @app.get("/v1/responses/{rid}")
+    async def get(rid: str, stream: bool = False, starting_after: int = -1) -> Response:
+        live, record = await service.find(rid)
+        if stream:
+            if live is not None:
+                return StreamingResponse(_sse(live.builder.follow(starting_after)), media_type="text/event-stream")
+
+            async def replay() -> AsyncIterator[dict[str, Any]]:
+                for event in record.events[starting_after + 1 :]:
+                    yield event
+
+            return StreamingResponse(_sse(replay()), media_type="text/event-stream")
+        return JSONResponse(live.builder.snapshot() if live else record.body)
+
+    @app.delete("/v1/responses/{rid}")
+    async def delete(rid: str) -> Response:
+        live = service.live.get(rid)
+        if live is not None and live.task:
+            live.task.cancel()
+            await live.done.wait()
+        if not await store.delete(rid):
+            raise RequestError(f"response {rid!r} not found", "response_id", 404, "not_found")
+        return JSONResponse({"id": rid, "object": "response.deleted", "deleted": True})
+
+    @app.post("/v1/responses/{rid}/cancel")
+    async def cancel(rid: str) -> Response:
+        return JSONResponse(await service.cancel(rid))
+
+    @app.get("/v1/responses/{rid}/input_items")
+    async def input_items(rid: str, limit: int = 20, order: str = "desc", after: str | None = None) -> Response:
+        _, record = await service.find(rid)
+        if record is None:
+            raise RequestError(f"response {rid!r} is still running; its input items are listed once it ends",
+                               None, 409)  # fmt: skip
+        items = list(record.input_items)
+        if order == "desc":
+            items.reverse()
+        if after:
+            ids = [i.get("id") for i in items]
+            items = items[ids.index(after) + 1 :] if after in ids else []
+        limit = max(1, min(limit, 100))
+        page = items[:limit]
+        return JSONResponse({"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
+                             "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit})  # fmt: skip
+
+    @app.get("/v1/models")
+    async def models() -> Response:
+        names = await pool.models() if pool is not None else [settings.model or "gpt-oss"]
+        data = [{"id": n, "object": "model", "created": 0, "owned_by": "toolfleet"} for n in names]
+        return JSONResponse({"object": "list", "data": data})
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        healthy = pool is None or any(w.healthy for w in pool.workers)
+        body = {"status": "ok" if healthy else "degraded", "running": len(service.live)}
+        if pool is not None:
+            body["workers"] = [{"url": w.url, "healthy": w.healthy, "outstanding": w.outstanding} for w in pool.workers]
+        return JSONResponse(body, 200 if healthy else 503)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
+
+    return app
+
+
+async def _reap_forever(service: ResponsesService, interval_s: float) -> None:
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await service.reap_idle()
+        except Exception:
+            log.exception("reaper.failed")

@@ -1,0 +1,123 @@
+"""The response object and its streaming events, built together so they can never disagree.
+
+Every change to the response goes through `ResponseBuilder`, which numbers events from 0, keeps each
+`*.added` paired with its `*.done`, and emits exactly one terminal event. Live readers follow the
+event log (`follow`), which is also what `GET /v1/responses/{id}?stream=true` replays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+TERMINAL = {"response.completed", "response.failed", "response.incomplete"}
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+class ResponseBuilder:
+    """One response: its JSON body (as OpenAI shapes it) and the ordered events that built it."""
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        self.body = body
+        self.events: list[dict[str, Any]] = []
+        self._changed = asyncio.Event()
+        self._open: dict[int, str] = {}  # output_index -> item id, for items added and not yet done
+        self.finished = False
+
+    @property
+    def id(self) -> str:
+        return self.body["id"]
+
+    @property
+    def output(self) -> list[dict[str, Any]]:
+        return self.body["output"]
+
+    def emit(self, type_: str, **fields: Any) -> dict[str, Any]:
+        if self.finished:
+            raise RuntimeError(f"event {type_} after the terminal event")
+        event = {"type": type_, "sequence_number": len(self.events), **fields}
+        self.events.append(event)
+        self._changed.set()
+        self._changed = asyncio.Event()
+        return event
+
+    def snapshot(self) -> dict[str, Any]:
+        return copy.deepcopy(self.body)
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def start(self, *, queued: bool = False) -> None:
+        self.body["status"] = "queued" if queued else "in_progress"
+        self.emit("response.created", response=self.snapshot())
+        if queued:
+            self.emit("response.queued", response=self.snapshot())
+
+    def in_progress(self) -> None:
+        self.body["status"] = "in_progress"
+        self.emit("response.in_progress", response=self.snapshot())
+
+    def finish(self, status: str, *, usage: dict[str, Any] | None = None, error: dict[str, Any] | None = None,
+               incomplete_reason: str | None = None) -> None:  # fmt: skip
+        """Close whatever is open, then the single terminal event."""
+        for index in sorted(self._open):
+            item = self.output[index]
+            item["status"] = "incomplete" if item.get("type") in ("message", "reasoning") else "failed"
+            self.done_item(index)
+        self.body["status"] = status
+        self.body["completed_at"] = int(time.time()) if status == "completed" else None
+        if usage is not None:
+            self.body["usage"] = usage
+        self.body["error"] = error
+        self.body["incomplete_details"] = {"reason": incomplete_reason} if incomplete_reason else None
+        event = {"completed": "response.completed", "failed": "response.failed"}.get(status, "response.incomplete")
+        self.emit(event, response=self.snapshot())
+        self.finished = True
+
+    # --- output items ----------------------------------------------------------------------------
+
+    def add_item(self, item: dict[str, Any]) -> int:
+        index = len(self.output)
+        self.output.append(item)
+        self._open[index] = item["id"]
+        self.emit("response.output_item.added", output_index=index, item=copy.deepcopy(item))
+        return index
+
+    def done_item(self, index: int) -> None:
+        self._open.pop(index, None)
+        self.emit("response.output_item.done", output_index=index, item=copy.deepcopy(self.output[index]))
+
+    def item_event(self, index: int, type_: str, **fields: Any) -> None:
+        self.emit(type_, output_index=index, item_id=self.output[index]["id"], **fields)
+
+    # --- readers ---------------------------------------------------------------------------------
+
+    async def follow(self, starting_after: int = -1) -> AsyncIterator[dict[str, Any]]:
+        """Every event after `starting_after`, waiting for new ones until the terminal event."""
+        position = starting_after + 1
+        while True:
+            while position < len(self.events):
+                event = self.events[position]
+                position += 1
+                yield event
+                if event["type"] in TERMINAL:
+                    return
+            if self.finished:
+                return
+            await self._changed.wait()
+
+
+def usage(*, input_tokens: int, output_tokens: int, cached: int, reasoning: int, tool_output: int) -> dict[str, Any]:
+    return {
+        "input_tokens": input_tokens,
+        "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
+        "output_tokens": output_tokens,
+        "output_tokens_details": {"reasoning_tokens": reasoning, "tool_output_tokens": tool_output},
+        "total_tokens": input_tokens + output_tokens,
+    }

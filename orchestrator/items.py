@@ -1,0 +1,108 @@
+"""Responses API input items mapped to Harmony messages (output items map the other way in `turns`)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from openai_harmony import Message
+
+from orchestrator import harmony as h
+from orchestrator.events import new_id
+from orchestrator.schema import RequestError
+
+
+def normalize(input_: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The input as a list of items with ids, as `GET /v1/responses/{id}/input_items` lists them."""
+    items = [{"type": "message", "role": "user", "content": input_}] if isinstance(input_, str) else input_
+    out = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise RequestError("each input item must be an object", f"input[{i}]")
+        item = dict(item)
+        if "type" not in item and "role" in item:
+            item["type"] = "message"
+        if item.get("type") == "message" and isinstance(item.get("content"), str):
+            kind = "output_text" if item.get("role") == "assistant" else "input_text"
+            item["content"] = [{"type": kind, "text": item["content"]}]
+        item.setdefault("id", new_id({"message": "msg"}.get(item.get("type", ""), "item")))
+        out.append(item)
+    return out
+
+
+def _text(content: Any, where: str) -> str:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise RequestError("message content must be a string or a list of parts", where)
+    parts = []
+    for part in content:
+        if isinstance(part, dict) and part.get("type") in ("input_text", "output_text", "text", "reasoning_text"):
+            parts.append(str(part.get("text", "")))
+        elif isinstance(part, dict) and part.get("type") == "refusal":
+            parts.append(str(part.get("refusal", "")))
+        else:
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            raise RequestError(f"content part type {kind!r} is not supported by this model", where)
+    return "".join(parts)
+
+
+_WEB_ACTIONS = {"search": "search", "open_page": "open", "find": "find", "find_in_page": "find"}
+
+
+def to_messages(items: list[dict[str, Any]], calls: dict[str, str]) -> list[Message]:
+    """Input items as Harmony messages; `calls` maps function call ids to names (updated in place)."""
+    out: list[Message] = []
+    for i, item in enumerate(items):
+        where, kind = f"input[{i}]", item.get("type")
+        if kind == "message":
+            role, text = item.get("role"), _text(item.get("content"), f"{where}.content")
+            if role == "user":
+                out.append(h.user(text))
+            elif role == "assistant":
+                out.append(h.assistant(text, "final"))
+            elif role in ("system", "developer"):
+                out.append(Message.from_role_and_content(h.Role.DEVELOPER, text))
+            else:
+                raise RequestError(f"unknown message role {role!r}", f"{where}.role")
+        elif kind == "reasoning":
+            text = _text(item.get("content") or [], f"{where}.content") or "".join(
+                s.get("text", "") for s in item.get("summary") or []
+            )
+            out.append(h.assistant(text, "analysis"))
+        elif kind == "function_call":
+            name, call_id = item.get("name"), item.get("call_id")
+            if not name or not call_id:
+                raise RequestError("function_call items need name and call_id", where)
+            calls[call_id] = name
+            out.append(h.assistant(str(item.get("arguments", "")), "commentary", f"functions.{name}", "json"))
+        elif kind == "function_call_output":
+            call_id = item.get("call_id")
+            if call_id not in calls:
+                raise RequestError(
+                    f"no function call with call_id {call_id!r} in this conversation", f"{where}.call_id"
+                )
+            output = item.get("output")
+            text = output if isinstance(output, str) else json.dumps(output)
+            out.append(h.tool_result(f"functions.{calls[call_id]}", text))
+        elif kind == "web_search_call":
+            action = item.get("action") or {}
+            fn = _WEB_ACTIONS.get(action.get("type"), "search")
+            args = {k: v for k, v in action.items() if k in ("query", "pattern") or (k == "url" and fn == "open")}
+            if "url" in args:
+                args["id"] = args.pop("url")
+            out.append(h.assistant(json.dumps(args), "analysis", f"browser.{fn}", "json"))
+            out.append(h.tool_result(f"browser.{fn}", "(earlier result not kept)", "analysis"))
+        elif kind == "code_interpreter_call":
+            out.append(h.assistant(str(item.get("code") or ""), "analysis", "python"))
+            logs = "".join(o.get("logs", "") for o in item.get("outputs") or [] if o.get("type") == "logs")
+            out.append(h.tool_result("python", logs, "analysis"))
+        elif kind == "mcp_call":
+            name = f"{item.get('server_label')}.{item.get('name')}"
+            out.append(h.assistant(str(item.get("arguments") or "{}"), "commentary", name, "json"))
+            out.append(h.tool_result(name, str(item.get("output") or item.get("error") or "")))
+        elif kind in ("mcp_list_tools", "mcp_approval_request", "mcp_approval_response"):
+            continue  # handled by the turn loop (approvals) or informational only
+        else:
+            raise RequestError(f"unsupported input item type {kind!r}", f"{where}.type")
+    return out

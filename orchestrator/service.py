@@ -1,0 +1,234 @@
+"""The Responses service: turns a request into a running response, keeps it live, stores it, releases tools."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from orchestrator import harmony as h
+from orchestrator.events import ResponseBuilder, new_id
+from orchestrator.items import normalize, to_messages
+from orchestrator.schema import RequestError, ResponsesRequest, Toolset, toolset
+from orchestrator.settings import OrchestratorSettings
+from orchestrator.store import Record, Store
+from orchestrator.tools import Discovery, Endpoints, ToolSessions, ToolUnavailable, cleanup_sessions
+from orchestrator.turns import Limits, Run, run
+from orchestrator.worker.client import Generate, WorkerError, WorkerUnavailable
+
+log = structlog.get_logger(__name__)
+
+_FALLBACK = {
+    "browser": lambda: h.Namespace("browser", h.SystemContent.new().with_browser_tool().tools["browser"].description),
+    "python": lambda: h.Namespace("python", h.SystemContent.new().with_python_tool().tools["python"].description),
+    "container": lambda: h.Namespace("container", "Run commands in a persistent container (currently unavailable)."),
+}
+
+
+@dataclass
+class Live:
+    """A response while it runs: its builder, its task, and what the HTTP status should be if it fails."""
+
+    builder: ResponseBuilder
+    request: ResponsesRequest
+    task: asyncio.Task[None] | None = None
+    http_status: int = 200
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class ResponsesService:
+    def __init__(self, settings: OrchestratorSettings, *, generate: Generate, store: Store,
+                 model_names: Any = None) -> None:  # fmt: skip
+        self.settings = settings
+        self.generate = generate
+        self.store = store
+        self.discovery = Discovery()
+        self.endpoints = Endpoints(settings.tools_url, settings.endpoint_overrides())
+        self.live: dict[str, Live] = {}
+        self.model_names = model_names
+        self.counts: dict[str, int] = {}
+
+    # --- creating ---------------------------------------------------------------------------------
+
+    async def create(self, req: ResponsesRequest) -> Live:
+        if req.background and not req.store:
+            raise RequestError("background responses need store=true", "background")
+        prev = None
+        if req.previous_response_id:
+            prev = await self.store.get(req.previous_response_id)
+            if prev is None:
+                raise RequestError(f"previous response {req.previous_response_id!r} not found",
+                                   "previous_response_id", 404, "previous_response_not_found")  # fmt: skip
+        tools = toolset(req.tools, req.tool_choice, self._gateway_url)
+        namespaces, listings = await self._namespaces(tools)
+        rid = new_id("resp")
+        conversation = prev.conversation if prev else f"conv_{rid[5:]}"
+        body = self._body(req, rid, prev)
+        builder = ResponseBuilder(body)
+        state = (prev.tools if prev else {}) or {}
+        calls = dict(state.get("calls", {}))
+        items = normalize(req.input)
+        new_input = to_messages(items, calls)
+        approvals = {i["approval_request_id"]: bool(i.get("approve")) for i in items
+                     if i.get("type") == "mcp_approval_response" and i.get("approval_request_id")}  # fmt: skip
+        date = self.settings.date or datetime.date.today().isoformat()
+        head = [h.system_message(effort=(req.reasoning.effort if req.reasoning else None), date=date,
+                                 namespaces=namespaces, identity=self.settings.identity)]  # fmt: skip
+        if dev := h.developer_message(req.instructions, [_function(f) for f in tools.functions]):
+            head.append(dev)
+        history = h.load(prev.messages) if prev else []
+        limits = Limits(req.max_output_tokens or self.settings.max_output_tokens,
+                        self.settings.max_tool_calls if req.max_tool_calls is None else req.max_tool_calls,
+                        max_turns=(req.max_tool_calls or self.settings.max_tool_calls) + 8)  # fmt: skip
+        r = Run(builder, head + history, tools, self.endpoints,
+                ToolSessions(session_id=conversation, timeout_s=self.settings.tool_timeout_s),
+                self.generate, limits, conversation, req.temperature, req.top_p, calls=calls,
+                pending=dict(state.get("pending", {})), approvals=approvals, new_input=new_input,
+                pages={int(k): tuple(v) for k, v in state.get("pages", {}).items()})  # fmt: skip
+        live = Live(builder, req)
+        self.live[rid] = live
+        builder.start(queued=req.background)
+        live.task = asyncio.create_task(self._execute(live, r, listings, len(head), items))
+        return live
+
+    def _gateway_url(self, label: str) -> str | None:
+        return self.endpoints.url_for(label) if self.settings.tools_url else None
+
+    async def _namespaces(self, tools: Toolset) -> tuple[list[h.Namespace], dict[str, Any]]:
+        out, listings = [], {}
+        for ns in ("browser", "python", "container"):
+            if ns not in tools.builtins:
+                continue
+            url = self.endpoints.url_for(ns)
+            try:
+                if url is None:
+                    raise ToolUnavailable(f"no tool server is configured for {ns}")
+                out.append(await self.discovery.namespace(ns, url, tools.builtins[ns]))
+            except ToolUnavailable as exc:
+                log.warning("tool.discovery_failed", namespace=ns, error=str(exc))
+                out.append(_FALLBACK[ns]())
+        for label, server in tools.mcp.items():
+            try:
+                listing = await self.discovery.list(server.url, server.headers)
+            except ToolUnavailable as exc:
+                raise RequestError(f"Error retrieving tool list from MCP server {label!r}: {exc}", "tools", 424,
+                                   "mcp_list_tools_failed") from None  # fmt: skip
+            shown = [t for t in listing.tools if not t["hidden"]]
+            listings[label] = shown
+            allowed = [t for t in shown if server.allowed is None or t["name"] in server.allowed]
+            out.append(h.Namespace(label, server.description or listing.instructions, tuple(
+                {"name": t["name"], "description": t["description"], "parameters": t["parameters"]} for t in allowed
+            )))  # fmt: skip
+        return out, listings
+
+    def _body(self, req: ResponsesRequest, rid: str, prev: Record | None) -> dict[str, Any]:
+        model = req.model or self.settings.model or "gpt-oss"
+        return {
+            "id": rid, "object": "response", "created_at": int(time.time()), "model": model, "status": "queued",
+            "output": [], "instructions": req.instructions, "tools": req.tools, "tool_choice": req.tool_choice,
+            "parallel_tool_calls": req.parallel_tool_calls, "temperature": req.temperature, "top_p": req.top_p,
+            "max_output_tokens": req.max_output_tokens, "max_tool_calls": req.max_tool_calls,
+            "previous_response_id": req.previous_response_id, "background": req.background, "store": req.store,
+            "reasoning": {"effort": req.reasoning.effort if req.reasoning else None, "summary": None},
+            "metadata": req.metadata or {}, "text": {"format": {"type": "text"}}, "truncation": "disabled",
+            "usage": None, "error": None, "incomplete_details": None, "user": req.user,
+        }  # fmt: skip
+
+    # --- running ----------------------------------------------------------------------------------
+
+    async def _execute(self, live: Live, r: Run, listings: dict[str, Any], n_head: int, items: list[dict]) -> None:
+        b = live.builder
+        try:
+            b.in_progress()
+            for label, tools in listings.items():
+                listed = [{"name": t["name"], "description": t["description"], "input_schema": t["parameters"],
+                           "annotations": None} for t in tools]  # fmt: skip
+                item = {"id": new_id("mcpl"), "type": "mcp_list_tools", "server_label": label, "tools": listed}
+                index = b.add_item(item)
+                b.item_event(index, "response.mcp_list_tools.in_progress")
+                b.item_event(index, "response.mcp_list_tools.completed")
+                b.done_item(index)
+            await run(r)
+        except asyncio.CancelledError:
+            if not b.finished:
+                b.finish("cancelled", usage=r.usage.as_dict())
+        except WorkerUnavailable as exc:
+            live.http_status = 503
+            b.finish("failed", usage=r.usage.as_dict(), error={"code": "worker_unavailable", "message": str(exc)})
+        except WorkerError as exc:
+            live.http_status = 502
+            b.finish("failed", usage=r.usage.as_dict(), error={"code": "worker_error", "message": str(exc)})
+        except Exception as exc:
+            log.exception("response.crashed", response_id=b.id)
+            live.http_status = 500
+            if not b.finished:
+                b.finish("failed", error={"code": "server_error", "message": f"internal error: {type(exc).__name__}"})
+        finally:
+            await asyncio.shield(self._settle(live, r, n_head, items))
+
+    async def _settle(self, live: Live, r: Run, n_head: int, items: list[dict]) -> None:
+        b, req = live.builder, live.request
+        status = b.body["status"]
+        self.counts[status] = self.counts.get(status, 0) + 1
+        try:
+            await r.sessions.aclose()
+            if req.store:
+                state = {"calls": r.calls, "pending": r.pending, "pages": r.pages}
+                record = Record(b.id, r.conversation, b.body, items, h.dump(r.messages[n_head:]), b.events, state)
+                await self.store.put(record)
+                if r.sessions.used:
+                    await self.store.touch_conversation(r.conversation, r.sessions.used)
+            elif r.sessions.used:
+                await cleanup_sessions(r.conversation, r.sessions.used)
+        except Exception:
+            log.exception("response.settle_failed", response_id=b.id)
+        finally:
+            log.info("response.done", response_id=b.id, status=status, output_items=len(b.output))
+            self.live.pop(b.id, None)
+            live.done.set()
+
+    # --- reading and managing -----------------------------------------------------------------------
+
+    async def find(self, rid: str) -> tuple[Live | None, Record | None]:
+        live = self.live.get(rid)
+        if live is not None and live.request.store:
+            return live, None
+        record = await self.store.get(rid)
+        if record is None:
+            raise RequestError(f"response {rid!r} not found", "response_id", 404, "not_found")
+        return None, record
+
+    async def cancel(self, rid: str) -> dict[str, Any]:
+        live, record = await self.find(rid)
+        if live is None:
+            if record and record.body.get("status") == "cancelled":
+                return record.body
+            raise RequestError("only a background response that is still running can be cancelled", None, 400)
+        if not live.request.background:
+            raise RequestError("only background responses can be cancelled", None, 400)
+        if live.task:
+            live.task.cancel()
+        await live.done.wait()
+        return live.builder.body
+
+    async def reap_idle(self) -> None:
+        for conversation, urls in await self.store.idle_conversations(self.settings.session_idle_s):
+            await cleanup_sessions(conversation, urls)
+            await self.store.forget_conversation(conversation)
+
+    async def aclose(self) -> None:
+        tasks = [lv.task for lv in self.live.values() if lv.task]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
+
+
+def _function(tool: dict[str, Any]) -> dict[str, Any]:
+    return {"name": tool["name"], "description": tool.get("description") or "", "parameters": tool.get("parameters")}

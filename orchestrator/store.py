@@ -1,0 +1,162 @@
+"""The response store: SQLite by default (one replica), Redis when several replicas share it; both bounded.
+
+A stored response keeps its body (what GET returns), its input items, the Harmony messages of the
+conversation so far (what `previous_response_id` continues from) and its events (for replay).
+Conversations record which tool servers hold session state for them, so idle ones can be cleaned up.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass
+class Record:
+    id: str
+    conversation: str
+    body: dict[str, Any]
+    input_items: list[dict[str, Any]] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    tools: dict[str, Any] = field(default_factory=dict)  # request's tools, for chained approvals and mcp lists
+
+
+class Store(Protocol):
+    async def put(self, record: Record) -> None: ...
+    async def get(self, response_id: str) -> Record | None: ...
+    async def delete(self, response_id: str) -> bool: ...
+    async def touch_conversation(self, conversation: str, urls: set[str]) -> None: ...
+    async def idle_conversations(self, idle_s: float) -> list[tuple[str, set[str]]]: ...
+    async def forget_conversation(self, conversation: str) -> None: ...
+    async def aclose(self) -> None: ...
+
+
+class SQLiteStore:
+    """Responses in one SQLite file; the oldest beyond `max_responses` or older than `ttl_s` are dropped."""
+
+    def __init__(self, path: str = ":memory:", *, max_responses: int = 10_000, ttl_s: float = 30 * 86400) -> None:
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._lock = threading.Lock()
+        self.max_responses = max_responses
+        self.ttl_s = ttl_s
+        self._puts = 0
+        with self._lock:
+            if path != ":memory:":
+                self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS responses (id TEXT PRIMARY KEY, created REAL, conversation TEXT,"
+                " body TEXT, input_items TEXT, messages TEXT, events TEXT, tools TEXT)"
+            )
+            self._db.execute("CREATE INDEX IF NOT EXISTS responses_created ON responses(created)")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS conversations (id TEXT PRIMARY KEY, last_used REAL, urls TEXT)"
+            )
+
+    async def put(self, record: Record) -> None:
+        row = (
+            record.id, time.time(), record.conversation, json.dumps(record.body), json.dumps(record.input_items),
+            json.dumps(record.messages), json.dumps(record.events), json.dumps(record.tools),
+        )  # fmt: skip
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO responses VALUES (?,?,?,?,?,?,?,?)", row)
+            self._puts += 1
+            if self._puts % 64 == 1:
+                self._prune()
+
+    def _prune(self) -> None:
+        self._db.execute("DELETE FROM responses WHERE created < ?", (time.time() - self.ttl_s,))
+        self._db.execute(
+            "DELETE FROM responses WHERE id IN (SELECT id FROM responses ORDER BY created DESC LIMIT -1 OFFSET ?)",
+            (self.max_responses,),
+        )
+
+    async def get(self, response_id: str) -> Record | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT id, conversation, body, input_items, messages, events, tools, created FROM responses"
+                " WHERE id = ?",
+                (response_id,),
+            ).fetchone()
+        if row is None or row[7] < time.time() - self.ttl_s:
+            return None
+        return Record(row[0], row[1], *(json.loads(x) for x in row[2:7]))
+
+    async def delete(self, response_id: str) -> bool:
+        with self._lock:
+            return self._db.execute("DELETE FROM responses WHERE id = ?", (response_id,)).rowcount > 0
+
+    async def touch_conversation(self, conversation: str, urls: set[str]) -> None:
+        with self._lock:
+            row = self._db.execute("SELECT urls FROM conversations WHERE id = ?", (conversation,)).fetchone()
+            known = set(json.loads(row[0])) if row else set()
+            self._db.execute(
+                "INSERT OR REPLACE INTO conversations VALUES (?,?,?)",
+                (conversation, time.time(), json.dumps(sorted(known | urls))),
+            )
+
+    async def idle_conversations(self, idle_s: float) -> list[tuple[str, set[str]]]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, urls FROM conversations WHERE last_used < ?", (time.time() - idle_s,)
+            ).fetchall()
+        return [(r[0], set(json.loads(r[1]))) for r in rows]
+
+    async def forget_conversation(self, conversation: str) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM conversations WHERE id = ?", (conversation,))
+
+    async def aclose(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+class RedisStore:
+    """The same records in Redis (`redis` package, imported lazily), each key expiring after `ttl_s`."""
+
+    def __init__(self, url: str, *, ttl_s: float = 30 * 86400, prefix: str = "toolfleet:") -> None:
+        import redis.asyncio as redis  # optional dependency: only needed when configured
+
+        self._r = redis.from_url(url)
+        self.ttl_s = int(ttl_s)
+        self._p = prefix
+
+    async def put(self, record: Record) -> None:
+        data = {
+            k: getattr(record, k) for k in ("id", "conversation", "body", "input_items", "messages", "events", "tools")
+        }
+        await self._r.set(f"{self._p}resp:{record.id}", json.dumps(data), ex=self.ttl_s)
+
+    async def get(self, response_id: str) -> Record | None:
+        raw = await self._r.get(f"{self._p}resp:{response_id}")
+        return Record(**json.loads(raw)) if raw else None
+
+    async def delete(self, response_id: str) -> bool:
+        return bool(await self._r.delete(f"{self._p}resp:{response_id}"))
+
+    async def touch_conversation(self, conversation: str, urls: set[str]) -> None:
+        key = f"{self._p}conv:{conversation}"
+        if urls:
+            await self._r.sadd(key, *urls)
+        await self._r.expire(key, self.ttl_s)
+        await self._r.zadd(f"{self._p}conv-idle", {conversation: time.time()})
+
+    async def idle_conversations(self, idle_s: float) -> list[tuple[str, set[str]]]:
+        ids = await self._r.zrangebyscore(f"{self._p}conv-idle", 0, time.time() - idle_s)
+        out = []
+        for raw in ids:
+            conv = raw.decode()
+            urls = {u.decode() for u in await self._r.smembers(f"{self._p}conv:{conv}")}
+            out.append((conv, urls))
+        return out
+
+    async def forget_conversation(self, conversation: str) -> None:
+        await self._r.zrem(f"{self._p}conv-idle", conversation)
+        await self._r.delete(f"{self._p}conv:{conversation}")
+
+    async def aclose(self) -> None:
+        await self._r.aclose()

@@ -1,0 +1,206 @@
+"""Built-in and MCP tool calls of the turn loop, with their output items and events.
+
+`browser.*` becomes a `web_search_call`, `python` a `code_interpreter_call`, `container.*` and any
+other MCP server's tools an `mcp_call` (after an `mcp_approval_request` where approval is required).
+Whatever goes wrong, the model gets a tool message saying so and the loop goes on.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from openai_harmony import Message
+
+from orchestrator import harmony as h
+from orchestrator.events import new_id
+from orchestrator.tools import ToolOutcome
+
+if TYPE_CHECKING:
+    from orchestrator.turns import Run
+
+_PAGE = re.compile(r"^\[(\d+)\] (.*?)(?: \((\S+)\))?$", re.M)
+
+
+def classify(r: Run, recipient: str) -> tuple[str, str, str]:
+    """(kind, namespace, function) of a recipient: kind is browser, python, mcp, approval or unknown."""
+    ns, _, fn = recipient.partition(".")
+    fn = fn.split(" ")[0]
+    if ns == "browser" and "browser" in r.toolset.builtins:
+        return "browser", ns, fn
+    if ns == "python" and "python" in r.toolset.builtins:
+        return "python", ns, "python"
+    if ns == "container" and "container" in r.toolset.builtins:
+        return "mcp", ns, fn
+    if ns in r.toolset.mcp:
+        server = r.toolset.mcp[ns]
+        allowed = server.allowed is None or fn in server.allowed
+        return ("approval" if allowed and server.needs_approval(fn) else "mcp"), ns, fn
+    return "unknown", ns, fn
+
+
+class ToolCaller:
+    def __init__(self, run: Run) -> None:
+        self.r = run
+
+    def _answer(self, name: str, text: str, channel: str | None) -> None:
+        self.r.messages.append(h.tool_result(name, text or "(no output)", channel))
+
+    async def call(self, msg: Message) -> bool:
+        """Run the call `msg` addresses; False when the response must stop for an approval."""
+        r, recipient = self.r, msg.recipient or ""
+        kind, ns, fn = classify(r, recipient)
+        r.tool_calls += 1
+        index = r.open_tool_index
+        r.open_tool_index = None
+        if kind == "approval":
+            return self._request_approval(msg, ns, fn)
+        if r.tool_calls > r.limits.max_tool_calls:
+            outcome = ToolOutcome("Error: the tool-call limit of this response is reached; answer without tools.", True)
+        elif kind == "unknown":
+            known = sorted([*r.toolset.builtins, *r.toolset.mcp]) + (["functions"] if r.toolset.functions else [])
+            outcome = ToolOutcome(
+                f"Error: unknown tool `{recipient}`. Available namespaces: {', '.join(known) or 'none'}.", True
+            )
+        elif kind == "browser":
+            outcome = await self._browser(msg, fn)
+        elif kind == "python":
+            outcome = await self._python(msg, index)
+        else:
+            outcome = await self._mcp(msg, ns, fn, index)
+        if index is not None and r.builder.output[index].get("status") == "in_progress":
+            r.builder.output[index]["status"] = "failed"
+            r.builder.done_item(index)
+        self._answer(recipient, outcome.text, msg.channel)
+        return True
+
+    def _url(self, ns: str) -> tuple[str | None, dict[str, str]]:
+        if ns in self.r.toolset.mcp:
+            server = self.r.toolset.mcp[ns]
+            return server.url, server.headers
+        return self.r.endpoints.url_for(ns), self.r.toolset.builtins.get(ns, {})
+
+    async def _invoke(self, ns: str, fn: str, args: dict[str, Any]) -> ToolOutcome:
+        url, headers = self._url(ns)
+        if url is None:
+            return ToolOutcome(f"Error: no tool server is configured for `{ns}`.", True)
+        return await self.r.sessions.call(url, fn, args, headers)
+
+    async def _browser(self, msg: Message, fn: str) -> ToolOutcome:
+        from orchestrator.turns import tool_args
+
+        b, args_text = self.r.builder, h.text_of(msg)
+        args, err = tool_args(args_text)
+        action = self._web_action(fn, args or {})
+        index = b.add_item({"id": new_id("ws"), "type": "web_search_call", "status": "in_progress", "action": action})
+        b.item_event(index, "response.web_search_call.in_progress")
+        b.item_event(index, "response.web_search_call.searching")
+        if fn not in ("search", "open", "find"):
+            err = f"Error: the browser has no function `{fn}`; use search, open or find."
+        outcome = ToolOutcome(err, True) if err else await self._invoke("browser", fn, args or {})
+        if not outcome.is_error:
+            for m in _PAGE.finditer(outcome.text):
+                if m.group(3):
+                    self.r.pages[int(m.group(1))] = (m.group(2), m.group(3))
+            first = _PAGE.search(outcome.text)
+            if first and first.group(3) and fn in ("open", "find"):
+                action["url"] = first.group(3)
+        item = b.output[index]
+        item.update(status="failed" if outcome.is_error else "completed", action=action)
+        b.item_event(index, "response.web_search_call.completed")
+        b.done_item(index)
+        return outcome
+
+    def _web_action(self, fn: str, args: dict[str, Any]) -> dict[str, Any]:
+        if fn == "search":
+            return {"type": "search", "query": str(args.get("query", "")), "sources": None}
+        page = self.r.pages.get(int(args["cursor"])) if isinstance(args.get("cursor"), int) else None
+        if page is None and self.r.pages:
+            page = self.r.pages[max(self.r.pages)]
+        url = page[1] if page else ""
+        if fn == "find":
+            return {"type": "find_in_page", "pattern": str(args.get("pattern", "")), "url": url}
+        target = args.get("id")
+        return {"type": "open_page", "url": target if isinstance(target, str) else url or None}
+
+    async def _python(self, msg: Message, index: int | None) -> ToolOutcome:
+        b, code = self.r.builder, h.text_of(msg)
+        if index is None:
+            index = open_code_item(self.r)
+            b.item_event(index, "response.code_interpreter_call_code.done", code=code)
+        b.output[index].update(code=code, status="interpreting")
+        b.item_event(index, "response.code_interpreter_call.interpreting")
+        outcome = await self._invoke("python", "python", {"code": code})
+        outputs: list[dict[str, Any]] = [{"type": "logs", "logs": outcome.text}] if outcome.text else []
+        outputs += [{"type": "image", "url": url} for url in outcome.images]
+        b.output[index].update(outputs=outputs, status="failed" if outcome.is_error else "completed")
+        b.item_event(index, "response.code_interpreter_call.completed")
+        b.done_item(index)
+        return outcome
+
+    async def _mcp(self, msg: Message, ns: str, fn: str, index: int | None, approval_id: str | None = None):
+        from orchestrator.turns import tool_args
+
+        b, args_text = self.r.builder, h.text_of(msg)
+        if index is None:
+            index = open_mcp_item(self.r, ns, fn, approval_id)
+            b.item_event(index, "response.mcp_call_arguments.done", arguments=args_text)
+        b.output[index]["arguments"] = args_text
+        args, err = tool_args(args_text)
+        server = self.r.toolset.mcp.get(ns)
+        if err is None and server is not None and server.allowed is not None and fn not in server.allowed:
+            err = f"Error: the tool `{fn}` is not allowed on the `{ns}` server."
+        outcome = ToolOutcome(err, True) if err else await self._invoke(ns, fn, args or {})
+        item = b.output[index]
+        if outcome.is_error:
+            item.update(status="failed", error=outcome.text)
+            b.item_event(index, "response.mcp_call.failed")
+        else:
+            item.update(status="completed", output=outcome.text)
+            b.item_event(index, "response.mcp_call.completed")
+        b.done_item(index)
+        return outcome
+
+    def _request_approval(self, msg: Message, ns: str, fn: str) -> bool:
+        b, approval_id = self.r.builder, new_id("mcpr")
+        item = {"id": approval_id, "type": "mcp_approval_request", "server_label": ns, "name": fn,
+                "arguments": h.text_of(msg)}  # fmt: skip
+        index = b.add_item(item)
+        b.done_item(index)
+        self.r.pending[approval_id] = {"recipient": msg.recipient, "server_label": ns, "name": fn}
+        return False
+
+    async def resume_approvals(self) -> None:
+        """Answer the call an earlier response stopped at, as the client's `mcp_approval_response` decides."""
+        r = self.r
+        for approval_id, call in list(r.pending.items()):
+            r.pending.pop(approval_id)
+            decision = r.approvals.get(approval_id)
+            last = r.messages[-1] if r.messages else None
+            if last is None or last.recipient != call["recipient"]:
+                continue
+            if decision:
+                r.tool_calls += 1
+                outcome = await self._mcp(last, call["server_label"], call["name"], None, approval_id)
+                self._answer(call["recipient"], outcome.text, last.channel)
+            else:
+                self._answer(call["recipient"], "Error: the user did not approve this tool call.", last.channel)
+
+
+def open_code_item(r: Run) -> int:
+    b = r.builder
+    index = b.add_item({"id": new_id("ci"), "type": "code_interpreter_call", "code": "", "container_id": r.container_id,
+                        "outputs": None, "status": "in_progress"})  # fmt: skip
+    b.item_event(index, "response.code_interpreter_call.in_progress")
+    return index
+
+
+def open_mcp_item(r: Run, ns: str, fn: str, approval_id: str | None = None) -> int:
+    b = r.builder
+    item = {"id": new_id("mcp"), "type": "mcp_call", "server_label": ns, "name": fn, "arguments": "",
+            "status": "in_progress", "output": None, "error": None}  # fmt: skip
+    if approval_id:
+        item["approval_request_id"] = approval_id
+    index = b.add_item(item)
+    b.item_event(index, "response.mcp_call.in_progress")
+    return index

@@ -1,0 +1,195 @@
+"""MCP tool access: namespace discovery and calls through the gateway (`{url}/{ns}/mcp`) or a server's URL.
+
+Failures never escape as exceptions into the turn loop: a call returns a `ToolOutcome` whose text the
+model reads (an error says what went wrong), so the model can retry or answer without the tool.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import httpx2
+import structlog
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from orchestrator.harmony import Namespace
+
+log = structlog.get_logger(__name__)
+
+BUILTINS = ("browser", "python", "container")
+
+
+class ToolUnavailable(Exception):
+    """The tool server could not be reached or did not answer in time."""
+
+
+@dataclass
+class ToolOutcome:
+    text: str
+    is_error: bool = False
+    images: list[str] = field(default_factory=list)  # data: or http URLs from image content
+
+
+@dataclass
+class Endpoints:
+    """Where each namespace's MCP endpoint lives: a per-namespace URL, else `{tools_url}/{ns}/mcp`."""
+
+    tools_url: str | None = None
+    overrides: dict[str, str] = field(default_factory=dict)
+
+    def url_for(self, namespace: str) -> str | None:
+        if url := self.overrides.get(namespace):
+            return url
+        return f"{self.tools_url.rstrip('/')}/{namespace}/mcp" if self.tools_url else None
+
+
+def _client(url: str, headers: dict[str, str], timeout_s: float) -> Client:
+    http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(timeout_s, connect=5.0))
+    return Client(streamable_http_client(url, http_client=http), mode="legacy", read_timeout_seconds=timeout_s)
+
+
+def _error_text(exc: BaseException) -> str:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return str(exc) or type(exc).__name__
+
+
+class ToolSessions:
+    """The MCP connections of one response, opened on first use and closed together at its end."""
+
+    def __init__(self, *, session_id: str, timeout_s: float = 120.0) -> None:
+        self.session_id = session_id
+        self.timeout_s = timeout_s
+        self.used: set[str] = set()  # URLs called: their sessions need `cleanup_session` eventually
+        self._clients: dict[tuple[str, tuple[tuple[str, str], ...]], Client] = {}
+        self._stack = contextlib.AsyncExitStack()
+
+    async def _get(self, url: str, headers: dict[str, str] | None) -> Client:
+        merged = {**(headers or {}), "x-session-id": self.session_id}
+        key = (url, tuple(sorted(merged.items())))
+        if key not in self._clients:
+            try:
+                with anyio.fail_after(10):
+                    client = await self._stack.enter_async_context(_client(url, merged, self.timeout_s))
+            except BaseException as exc:
+                if isinstance(exc, anyio.get_cancelled_exc_class()):
+                    raise
+                raise ToolUnavailable(f"cannot connect to the tool server at {url}: {_error_text(exc)}") from None
+            self._clients[key] = client
+        return self._clients[key]
+
+    async def call(
+        self, url: str, name: str, args: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> ToolOutcome:
+        start = time.perf_counter()
+        outcome = "error"
+        try:
+            client = await self._get(url, headers)
+            self.used.add(url)
+            with anyio.fail_after(self.timeout_s):
+                result = await client.call_tool(name, args)
+            texts, images = [], []
+            for part in result.content:
+                if getattr(part, "type", None) == "text":
+                    texts.append(part.text)
+                elif getattr(part, "type", None) == "image":
+                    images.append(f"data:{part.mime_type};base64,{part.data}")
+            outcome = "tool_error" if result.is_error else "ok"
+            return ToolOutcome("\n".join(texts), bool(result.is_error), images)
+        except ToolUnavailable as exc:
+            return ToolOutcome(f"Error: {exc}", True)
+        except TimeoutError:
+            outcome = "timeout"
+            return ToolOutcome(f"Error: the tool `{name}` did not answer within {self.timeout_s:.0f} s", True)
+        except Exception as exc:
+            return ToolOutcome(f"Error: the tool `{name}` failed: {_error_text(exc)}", True)
+        finally:
+            ms = round((time.perf_counter() - start) * 1000, 2)
+            log.info("tool.call", url=url, tool=name, ms=ms, outcome=outcome, session_id=self.session_id)
+
+    async def aclose(self) -> None:
+        with anyio.CancelScope(shield=True):
+            try:
+                await self._stack.aclose()
+            except BaseException as exc:  # a server that went away while we held its session
+                log.warning("tool.close_failed", error=_error_text(exc))
+        self._clients.clear()
+
+
+async def cleanup_sessions(session_id: str, urls: set[str], headers: dict[str, str] | None = None) -> None:
+    """Tell each tool server to free what `session_id` holds (best effort, bounded in time)."""
+
+    async def one(url: str) -> None:
+        try:
+            with anyio.fail_after(10):
+                async with _client(url, {**(headers or {}), "x-session-id": session_id}, 10) as client:
+                    await client.call_tool("cleanup_session", {})
+            log.info("tool.cleanup", url=url, session_id=session_id)
+        except BaseException as exc:
+            if isinstance(exc, anyio.get_cancelled_exc_class()):
+                raise
+            log.warning("tool.cleanup_failed", url=url, session_id=session_id, error=_error_text(exc))
+
+    async with anyio.create_task_group() as tg:
+        for url in urls:
+            tg.start_soon(one, url)
+
+
+@dataclass
+class Listing:
+    name: str
+    instructions: str
+    tools: list[dict[str, Any]]  # {"name", "description", "parameters", "hidden"}
+
+
+class Discovery:
+    """Namespace descriptions and tool lists, as the tool servers announce them; cached for a while."""
+
+    def __init__(self, *, ttl_s: float = 60.0) -> None:
+        self.ttl_s = ttl_s
+        self._cache: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[float, Listing]] = {}
+
+    async def list(self, url: str, headers: dict[str, str] | None = None) -> Listing:
+        """Raises ToolUnavailable when the server cannot be listed."""
+        key = (url, tuple(sorted((headers or {}).items())))
+        hit = self._cache.get(key)
+        if hit and time.monotonic() - hit[0] < self.ttl_s:
+            return hit[1]
+        try:
+            with anyio.fail_after(15):
+                async with _client(url, dict(headers or {}), 15) as client:
+                    result = await client.list_tools()
+                    info = client.server_info
+                    listing = Listing(
+                        name=info.name if info else "",
+                        instructions=client.instructions or "",
+                        tools=[
+                            {
+                                "name": t.name,
+                                "description": t.description or "",
+                                "parameters": t.input_schema,
+                                "hidden": (t.meta or {}).get("include_in_prompt") is False,
+                            }
+                            for t in result.tools
+                        ],
+                    )
+        except BaseException as exc:
+            if isinstance(exc, anyio.get_cancelled_exc_class()):
+                raise
+            raise ToolUnavailable(f"cannot list the tools at {url}: {_error_text(exc)}") from None
+        self._cache[key] = (time.monotonic(), listing)
+        return listing
+
+    async def namespace(self, name: str, url: str, headers: dict[str, str] | None = None) -> Namespace:
+        listing = await self.list(url, headers)
+        shown = tuple(
+            {"name": t["name"], "description": t["description"], "parameters": t["parameters"]}
+            for t in listing.tools
+            if not t["hidden"] and not (name == "python" and t["name"] == "python")
+        )
+        return Namespace(name, listing.instructions, shown)

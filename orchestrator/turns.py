@@ -1,0 +1,262 @@
+"""The Harmony turn loop: generate, parse into output items and events, call tools, re-render, repeat.
+
+Each turn renders the whole conversation again (analysis before the last final answer dropped, as
+vLLM does), so a turn's prompt extends the previous turn's prompt plus its output and the worker's
+prefix cache hits. A response ends at a final answer, a function call, an approval request, the
+token budget, or a tool-call limit.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from openai_harmony import Message
+
+from orchestrator import harmony as h
+from orchestrator.events import ResponseBuilder, new_id, usage
+from orchestrator.schema import Toolset
+from orchestrator.toolcalls import ToolCaller, classify, open_code_item, open_mcp_item
+from orchestrator.tools import Endpoints, ToolSessions
+from orchestrator.worker.client import Generate, GenerateRequest
+
+
+@dataclass
+class Limits:
+    max_output_tokens: int
+    max_tool_calls: int
+    max_turns: int
+
+
+@dataclass
+class Usage:
+    input: int = 0
+    output: int = 0
+    cached: int = 0
+    reasoning: int = 0
+    tool_output: int = 0
+    last_prompt: int = 0
+    last_output: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return usage(input_tokens=self.input, output_tokens=self.output, cached=self.cached,
+                     reasoning=self.reasoning, tool_output=self.tool_output)  # fmt: skip
+
+
+@dataclass
+class Run:
+    """Everything one response's loop needs."""
+
+    builder: ResponseBuilder
+    messages: list[Message]  # full conversation: system, developer, history, new input, then this response's
+    toolset: Toolset
+    endpoints: Endpoints
+    sessions: ToolSessions
+    generate: Generate
+    limits: Limits
+    conversation: str
+    temperature: float | None = None
+    top_p: float | None = None
+    calls: dict[str, str] = field(default_factory=dict)  # function call_id -> name
+    pending: dict[str, dict[str, Any]] = field(default_factory=dict)  # approval id -> call
+    approvals: dict[str, bool] = field(default_factory=dict)  # mcp_approval_response decisions
+    new_input: list[Message] = field(default_factory=list)  # appended after pending approvals are answered
+    container_id: str = "auto"
+    open_tool_index: int | None = None  # a code/mcp item streamed while the call was being written
+    pages: dict[int, tuple[str, str]] = field(default_factory=dict)  # browser cursor -> (title, url)
+    usage: Usage = field(default_factory=Usage)
+    tool_calls: int = 0
+
+
+class _Item:
+    """The output item a Harmony message becomes, fed as its tokens arrive."""
+
+    def __init__(self, run: Run, header: h.Header) -> None:
+        self.run, self.header = run, header
+        self.index: int | None = None
+        self.kind = "hidden"
+        b, recipient = run.builder, header.recipient
+        if recipient is None or recipient == "assistant":
+            if header.channel == "analysis":
+                self.kind = "reasoning"
+                self.index = b.add_item({"id": new_id("rs"), "type": "reasoning", "summary": [], "content": [],
+                                         "status": "in_progress"})  # fmt: skip
+                b.item_event(self.index, "response.content_part.added", content_index=0,
+                             part={"type": "reasoning_text", "text": ""})  # fmt: skip
+            else:
+                self.kind = "message"
+                self.index = b.add_item({"id": new_id("msg"), "type": "message", "role": "assistant",
+                                         "status": "in_progress", "content": []})  # fmt: skip
+                b.item_event(self.index, "response.content_part.added", content_index=0,
+                             part={"type": "output_text", "text": "", "annotations": [], "logprobs": []})  # fmt: skip
+        elif recipient.startswith("functions."):
+            self.kind = "function_call"
+            call_id = new_id("call")
+            self.index = b.add_item({"id": new_id("fc"), "type": "function_call", "call_id": call_id,
+                                     "name": recipient.removeprefix("functions."), "arguments": "",
+                                     "status": "in_progress"})  # fmt: skip
+        else:
+            kind, ns, fn = classify(run, recipient)
+            if kind == "python":
+                self.kind, self.index = "code", open_code_item(run)
+            elif kind == "mcp":
+                self.kind, self.index = "mcp", open_mcp_item(run, ns, fn)
+            run.open_tool_index = self.index  # browser items open once the call is complete (ToolCaller)
+
+    def delta(self, text: str) -> None:
+        if self.index is None or not text:
+            return
+        b = self.run.builder
+        if self.kind == "reasoning":
+            b.item_event(self.index, "response.reasoning_text.delta", content_index=0, delta=text)
+        elif self.kind == "message":
+            b.item_event(self.index, "response.output_text.delta", content_index=0, delta=text, logprobs=[])
+        elif self.kind == "function_call":
+            b.item_event(self.index, "response.function_call_arguments.delta", delta=text)
+        elif self.kind == "code":
+            b.item_event(self.index, "response.code_interpreter_call_code.delta", delta=text)
+        elif self.kind == "mcp":
+            b.item_event(self.index, "response.mcp_call_arguments.delta", delta=text)
+
+    def close(self, msg: Message | None, *, complete: bool = True, annotations: list[dict[str, Any]] | None = None):
+        if self.index is None:
+            return
+        b, text = self.run.builder, h.text_of(msg) if msg is not None else ""
+        item = b.output[self.index]
+        status = "completed" if complete else "incomplete"
+        if self.kind == "reasoning":
+            b.item_event(self.index, "response.reasoning_text.done", content_index=0, text=text)
+            part = {"type": "reasoning_text", "text": text}
+            b.item_event(self.index, "response.content_part.done", content_index=0, part=part)
+            item.update(content=[part], status=status)
+        elif self.kind == "message":
+            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+            for i, ann in enumerate(annotations or []):
+                part["annotations"].append(ann)
+                b.item_event(self.index, "response.output_text.annotation.added", content_index=0,
+                             annotation_index=i, annotation=ann)  # fmt: skip
+            b.item_event(self.index, "response.output_text.done", content_index=0, text=text, logprobs=[])
+            b.item_event(self.index, "response.content_part.done", content_index=0, part=part)
+            item.update(content=[part], status=status)
+        elif self.kind == "function_call":
+            b.item_event(self.index, "response.function_call_arguments.done", arguments=text, name=item["name"])
+            item.update(arguments=text, status=status)
+            self.run.calls[item["call_id"]] = item["name"]
+        elif self.kind in ("code", "mcp"):
+            if self.kind == "code":
+                b.item_event(self.index, "response.code_interpreter_call_code.done", code=text)
+                item["code"] = text
+            else:
+                b.item_event(self.index, "response.mcp_call_arguments.done", arguments=text)
+                item["arguments"] = text
+            if complete:
+                return  # the ToolCaller finishes the item once the tool has answered
+            item["status"] = "failed"
+        b.done_item(self.index)
+
+
+async def run(r: Run) -> None:
+    """Drive turns until the response is finished; the caller handles cancellation and worker errors."""
+    caller = ToolCaller(r)
+    await caller.resume_approvals()
+    r.messages.extend(r.new_input)
+    while True:
+        remaining = r.limits.max_output_tokens - r.usage.output
+        if remaining <= 0:
+            return r.builder.finish("incomplete", usage=r.usage.as_dict(), incomplete_reason="max_output_tokens")
+        outcome = await _turn(r, remaining)
+        if outcome == "length":
+            return r.builder.finish("incomplete", usage=r.usage.as_dict(), incomplete_reason="max_output_tokens")
+        last = r.messages[-1] if r.messages else None
+        recipient = last.recipient if last is not None and last.author.role == h.Role.ASSISTANT else None
+        if outcome == "call" and recipient and not recipient.startswith("functions."):
+            if r.tool_calls >= r.limits.max_turns:
+                return r.builder.finish("incomplete", usage=r.usage.as_dict(), incomplete_reason="max_messages")
+            if await caller.call(last):  # False: an approval request ends the response
+                continue
+        return r.builder.finish("completed", usage=r.usage.as_dict())
+
+
+async def _turn(r: Run, budget: int) -> str:
+    """One generation. Returns "call", "return" (or end of stream), or "length"."""
+    prompt = h.render(r.messages)
+    parser = h.TurnParser()
+    item: _Item | None = None
+    prompt_tokens = generated = 0
+    finish = None
+    last_token = None
+    req = GenerateRequest(prompt, budget, r.temperature, r.top_p, r.conversation)
+    try:
+        async for chunk in r.generate(req):
+            if chunk.prompt_tokens is not None:
+                prompt_tokens = chunk.prompt_tokens
+            if chunk.cached_tokens is not None:
+                r.usage.cached += chunk.cached_tokens
+            if chunk.finish_reason:
+                finish = chunk.finish_reason
+            for token in chunk.token_ids:
+                generated += 1
+                last_token = token
+                header, delta, msg = parser.feed(token)
+                if parser.header is not None and parser.header.channel in ("analysis", "commentary") and not header:
+                    r.usage.reasoning += 1
+                if header is not None:
+                    item = _Item(r, header)
+                elif delta and item is not None:
+                    item.delta(delta)
+                if msg is not None:
+                    r.messages.append(msg)
+                    if item is not None:
+                        item.close(msg, annotations=_annotations(r, msg) if item.kind == "message" else None)
+                    item = None
+    finally:
+        _account(r, prompt_tokens or len(prompt), generated)
+        if item is not None and item.index is not None and r.builder.output[item.index].get("status") == "in_progress":
+            partial = parser.finish()
+            if partial is not None and item.kind != "function_call":
+                r.messages.append(partial)
+            item.close(partial, complete=False)
+    if last_token == h.CALL:
+        return "call"
+    if finish == "length" and last_token not in h.STOP_TOKENS:
+        return "length"
+    return "return"
+
+
+def _account(r: Run, prompt_tokens: int, generated: int) -> None:
+    u = r.usage
+    if u.last_prompt:
+        u.tool_output += max(0, prompt_tokens - u.last_prompt - u.last_output)
+    u.input += prompt_tokens
+    u.output += generated
+    u.last_prompt, u.last_output = prompt_tokens, generated
+
+
+def _annotations(r: Run, msg: Message) -> list[dict[str, Any]]:
+    """`【cursor†Lstart-Lend】` citations of browser pages as `url_citation` annotations."""
+    pages = r.pages
+    if not pages:
+        return []
+    text, out = h.text_of(msg), []
+    for m in re.finditer(r"【(\d+)†L(\d+)(?:-L(\d+))?】", text):
+        page = pages.get(int(m.group(1)))
+        if page:
+            out.append({"type": "url_citation", "start_index": m.start(), "end_index": m.end(),
+                        "url": page[1], "title": page[0]})  # fmt: skip
+    return out
+
+
+def tool_args(text: str) -> tuple[dict[str, Any] | None, str | None]:
+    """The JSON object a tool call carries, or an error message the model can act on."""
+    try:
+        value = json.loads(text or "{}")
+    except json.JSONDecodeError as exc:
+        return (
+            None,
+            f"Error: the tool arguments are not valid JSON ({exc.msg} at position {exc.pos}). Send one JSON object.",
+        )
+    if not isinstance(value, dict):
+        return None, "Error: the tool arguments must be a JSON object."
+    return value, None

@@ -1,0 +1,219 @@
+"""vLLM worker client: token-id prompts over `/v1/completions`, balanced over several workers with affinity."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+import httpx
+import structlog
+
+from orchestrator.harmony import STOP_TOKENS
+
+log = structlog.get_logger(__name__)
+
+
+class WorkerUnavailable(Exception):
+    """No worker could take the request (all down, or every try failed before the first token): HTTP 503."""
+
+
+class WorkerError(Exception):
+    """A worker broke the protocol or failed mid-generation: HTTP 502."""
+
+
+@dataclass
+class GenerateRequest:
+    prompt: list[int]
+    max_tokens: int
+    temperature: float | None = None
+    top_p: float | None = None
+    affinity: str | None = None  # conversation id: stays on the worker holding its prefix
+
+
+@dataclass
+class Chunk:
+    token_ids: list[int]
+    prompt_tokens: int | None = None  # first chunk only
+    cached_tokens: int | None = None  # usage chunk only
+    finish_reason: str | None = None
+
+
+Generate = Callable[[GenerateRequest], AsyncIterator[Chunk]]
+"""The seam the turn loop uses: a worker pool in production, anything that yields chunks in tests."""
+
+
+@dataclass
+class _Worker:
+    url: str
+    outstanding: int = 0
+    healthy: bool = True
+    model: str | None = None
+    checked_at: float = field(default=0.0)
+
+
+class WorkerPool:
+    """Least-outstanding-requests over healthy workers; a conversation sticks to the worker that served it."""
+
+    def __init__(
+        self,
+        urls: list[str],
+        *,
+        model: str | None = None,
+        http: httpx.AsyncClient | None = None,
+        health_interval_s: float = 5.0,
+        affinity_size: int = 10_000,
+        connect_timeout_s: float = 5.0,
+        read_timeout_s: float = 600.0,
+    ) -> None:
+        if not urls:
+            raise ValueError("at least one worker URL is needed")
+        self.workers = [_Worker(u.rstrip("/")) for u in urls]
+        self.model = model
+        timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
+        self._http = http or httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=1024))
+        self._health_interval_s = health_interval_s
+        self._affinity: OrderedDict[str, _Worker] = OrderedDict()
+        self._affinity_size = affinity_size
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self.check_health()
+        self._task = asyncio.create_task(self._health_loop())
+
+    async def aclose(self) -> None:
+        if self._task:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self._http.aclose()
+
+    async def _health_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._health_interval_s)
+            await self.check_health()
+
+    async def check_health(self) -> None:
+        await asyncio.gather(*(self._check(w) for w in self.workers))
+
+    async def _check(self, worker: _Worker) -> None:
+        try:
+            resp = await self._http.get(f"{worker.url}/v1/models", timeout=5.0)
+            resp.raise_for_status()
+            worker.model = resp.json()["data"][0]["id"]
+            if not worker.healthy:
+                log.info("worker.up", url=worker.url)
+            worker.healthy = True
+        except Exception as exc:
+            if worker.healthy:
+                log.warning("worker.down", url=worker.url, error=str(exc) or type(exc).__name__)
+            worker.healthy = False
+        worker.checked_at = time.monotonic()
+
+    async def models(self) -> list[str]:
+        names = {w.model for w in self.workers if w.healthy and w.model}
+        return sorted(names) or ([self.model] if self.model else [])
+
+    def _candidates(self, affinity: str | None) -> list[_Worker]:
+        healthy = [w for w in self.workers if w.healthy]
+        ordered = sorted(healthy, key=lambda w: w.outstanding)
+        pinned = self._affinity.get(affinity) if affinity else None
+        if pinned is not None and pinned.healthy:
+            ordered.remove(pinned)
+            ordered.insert(0, pinned)
+        return ordered
+
+    def _pin(self, affinity: str | None, worker: _Worker) -> None:
+        if affinity:
+            self._affinity[affinity] = worker
+            self._affinity.move_to_end(affinity)
+            while len(self._affinity) > self._affinity_size:
+                self._affinity.popitem(last=False)
+
+    async def generate(self, req: GenerateRequest) -> AsyncIterator[Chunk]:
+        """Stream the completion; retried on another worker only while no token has been received."""
+        candidates = self._candidates(req.affinity)
+        if not candidates:
+            raise WorkerUnavailable("no healthy vLLM worker")
+        last_error = "no worker answered"
+        for worker in candidates:
+            started = False
+            worker.outstanding += 1
+            try:
+                async for chunk in self._stream(worker, req):
+                    if not started:
+                        started = True
+                        self._pin(req.affinity, worker)
+                    yield chunk
+                return
+            except (httpx.TransportError, _RetryableStatus) as exc:
+                if started:
+                    raise WorkerError(f"worker {worker.url} failed mid-generation: {exc}") from exc
+                last_error = f"{worker.url}: {exc or type(exc).__name__}"
+                if isinstance(exc, httpx.TransportError):
+                    worker.healthy = False
+                log.warning("worker.retry", url=worker.url, error=last_error)
+            finally:
+                worker.outstanding -= 1
+        raise WorkerUnavailable(f"no vLLM worker could serve the request ({last_error})")
+
+    async def _stream(self, worker: _Worker, req: GenerateRequest) -> AsyncIterator[Chunk]:
+        if worker.model is None:
+            await self._check(worker)
+        body = {
+            "model": worker.model or self.model or "default",
+            "prompt": req.prompt,
+            "max_tokens": req.max_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "return_token_ids": True,
+            "stop_token_ids": list(STOP_TOKENS),
+            "skip_special_tokens": False,
+        }
+        if req.temperature is not None:
+            body["temperature"] = req.temperature
+        if req.top_p is not None:
+            body["top_p"] = req.top_p
+        async with self._http.stream("POST", f"{worker.url}/v1/completions", json=body) as resp:
+            if resp.status_code >= 500 or resp.status_code == 429:
+                raise _RetryableStatus(f"HTTP {resp.status_code}")
+            if resp.status_code != 200:
+                text = (await resp.aread()).decode(errors="replace")[:500]
+                raise WorkerError(f"worker {worker.url} refused the request: HTTP {resp.status_code}: {text}")
+            async for chunk in parse_sse(resp.aiter_lines()):
+                yield chunk
+
+
+class _RetryableStatus(Exception):
+    pass
+
+
+async def parse_sse(lines: AsyncIterator[str]) -> AsyncIterator[Chunk]:
+    """vLLM's completion stream: `data: {json}` chunks with `token_ids`, a usage chunk, then `data: [DONE]`."""
+    async for line in lines:
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            return
+        try:
+            obj = json.loads(data)
+        except json.JSONDecodeError as exc:
+            raise WorkerError(f"worker sent a malformed stream chunk: {data[:200]!r}") from exc
+        if "error" in obj and not obj.get("choices"):
+            raise WorkerError(f"worker error: {obj['error']}")
+        choices = obj.get("choices") or []
+        if choices:
+            choice = choices[0]
+            ids = choice.get("token_ids")
+            if ids is None:
+                raise WorkerError("worker does not return token ids (needs vLLM with return_token_ids)")
+            prompt = choice.get("prompt_token_ids")
+            yield Chunk(list(ids), len(prompt) if prompt is not None else None, None, choice.get("finish_reason"))
+        if usage := obj.get("usage"):
+            details = usage.get("prompt_tokens_details") or {}
+            yield Chunk([], usage.get("prompt_tokens"), details.get("cached_tokens") or 0, None)

@@ -1,0 +1,193 @@
+"""A scripted stand-in for a vLLM worker: same `/v1/completions` wire format, replies chosen by scenario rules.
+
+A scenario (YAML or JSON) lists rules; the first rule whose `match` regex is found in the decoded last
+message of the prompt (special tokens included, e.g. `<|start|>user<|message|>weather?<|end|>`) gives
+the reply, Harmony text such as `<|channel|>final<|message|>Hi<|return|>`, encoded to token ids.
+```yaml
+model: scripted-gpt-oss
+rules:
+  - match: "functions.get_weather to=assistant"
+    reply: "<|channel|>final<|message|>It is sunny.<|return|>"
+  - match: "weather"
+    reply: "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\\"city\\":\\"Paris\\"}<|call|>"
+default: "<|channel|>final<|message|>Hello from the scripted worker.<|return|>"
+```
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+import yaml
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from orchestrator.harmony import START, STOP_TOKENS, encoding
+
+log = structlog.get_logger(__name__)
+DEFAULT_REPLY = "<|channel|>final<|message|>Hello from the scripted worker.<|return|>"
+
+
+@dataclass
+class Rule:
+    match: re.Pattern[str]
+    reply: str
+    tokens: list[int] | None = None
+
+
+@dataclass
+class Scenario:
+    rules: list[Rule] = field(default_factory=list)
+    default: str = DEFAULT_REPLY
+    model: str = "scripted-gpt-oss"
+    token_delay_s: float = 0.0
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Scenario:
+        rules = [Rule(re.compile(r["match"], re.S), r.get("reply", ""), r.get("tokens")) for r in data.get("rules", [])]
+        return cls(
+            rules=rules,
+            default=data.get("default", DEFAULT_REPLY),
+            model=data.get("model", "scripted-gpt-oss"),
+            token_delay_s=float(data.get("token_delay_s", 0.0)),
+        )
+
+    @classmethod
+    def load(cls, path: str | Path) -> Scenario:
+        return cls.from_dict(yaml.safe_load(Path(path).read_text()))
+
+
+class ScriptedModel:
+    """Picks the reply for a prompt and reports prefix-cache hits against the prompts it has seen."""
+
+    def __init__(self, scenario: Scenario, *, cache_prompts: int = 64) -> None:
+        self.scenario = scenario
+        self._seen: deque[list[int]] = deque(maxlen=cache_prompts)
+        self.prompts: deque[list[int]] = deque(maxlen=cache_prompts)  # for tests to inspect
+        self._encoded: dict[str, list[int]] = {}
+
+    def _tokens(self, text: str) -> list[int]:
+        if text not in self._encoded:
+            self._encoded[text] = encoding().encode(text, allowed_special="all")
+        return self._encoded[text]
+
+    def reply(self, prompt: list[int]) -> list[int]:
+        starts = [i for i, t in enumerate(prompt) if t == START]
+        tail_from = starts[-2] if len(starts) >= 2 else 0
+        tail = encoding().decode(prompt[tail_from:])
+        for rule in self.scenario.rules:
+            if rule.match.search(tail):
+                return list(rule.tokens) if rule.tokens is not None else self._tokens(rule.reply)
+        return self._tokens(self.scenario.default)
+
+    def cached(self, prompt: list[int]) -> int:
+        best = 0
+        for seen in self._seen:
+            n = 0
+            for a, b in zip(seen, prompt, strict=False):
+                if a != b:
+                    break
+                n += 1
+            best = max(best, n)
+        return min(best, len(prompt) - 1) if prompt else 0
+
+    def remember(self, prompt: list[int], output: list[int]) -> None:
+        self._seen.append(prompt + output)
+        self.prompts.append(prompt)
+
+
+def _chunk(cid: str, created: int, model: str, choice: dict[str, Any] | None, usage: Any = None) -> str:
+    body = {
+        "id": cid,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [choice] if choice else [],
+        "usage": usage,
+    }
+    return f"data: {json.dumps(body, separators=(',', ':'), ensure_ascii=False)}\n\n"
+
+
+def build_app(model: ScriptedModel) -> Starlette:
+    """`/v1/completions` (token-id prompts, `return_token_ids`, streaming or not), `/v1/models`, `/health`."""
+
+    async def completions(request: Request) -> Response:
+        try:
+            body = await request.json()
+            prompt = body["prompt"]
+            if not (isinstance(prompt, list) and all(isinstance(t, int) for t in prompt)):
+                raise ValueError("prompt must be a list of token ids")
+        except Exception as exc:
+            return JSONResponse({"error": {"message": f"bad request: {exc}", "type": "BadRequestError"}}, 400)
+        scenario = model.scenario
+        max_tokens = int(body.get("max_tokens") or 16)
+        output = model.reply(prompt)
+        stops = set(body.get("stop_token_ids") or STOP_TOKENS)
+        for i, tok in enumerate(output):
+            if tok in stops:
+                output = output[: i + 1]
+                break
+        finish, stop_reason = ("stop", output[-1]) if output and output[-1] in stops else ("length", None)
+        if len(output) > max_tokens:
+            output, finish, stop_reason = output[:max_tokens], "length", None
+        cached = model.cached(prompt)
+        model.remember(prompt, output)
+        cid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+        usage = {
+            "prompt_tokens": len(prompt),
+            "total_tokens": len(prompt) + len(output),
+            "completion_tokens": len(output),
+            "prompt_tokens_details": {"cached_tokens": cached},
+        }
+        log.info("scripted.completion", prompt_tokens=len(prompt), output_tokens=len(output), cached=cached)
+        if not body.get("stream"):
+            choice = {"index": 0, "text": encoding().decode(output), "logprobs": None, "finish_reason": finish,
+                      "stop_reason": stop_reason, "prompt_token_ids": prompt, "token_ids": output}  # fmt: skip
+            return JSONResponse({"id": cid, "object": "text_completion", "created": created,
+                                 "model": scenario.model, "choices": [choice], "usage": usage})  # fmt: skip
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+
+        async def stream():
+            for i, tok in enumerate(output):
+                if scenario.token_delay_s:
+                    await asyncio.sleep(scenario.token_delay_s)
+                last = i == len(output) - 1
+                choice = {"index": 0, "text": encoding().decode([tok]), "logprobs": None,
+                          "finish_reason": finish if last else None, "stop_reason": stop_reason if last else None,
+                          "token_ids": [tok]}  # fmt: skip
+                if i == 0:
+                    choice["prompt_token_ids"] = prompt
+                yield _chunk(cid, created, scenario.model, choice)
+            if include_usage:
+                yield _chunk(cid, created, scenario.model, None, usage)
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(stream(), media_type="text/event-stream")
+
+    async def models(request: Request) -> Response:
+        scenario = model.scenario
+        card = {"id": scenario.model, "object": "model", "created": 0, "owned_by": "toolfleet-scripted",
+                "root": scenario.model, "parent": None, "max_model_len": 131072, "scripted": True}  # fmt: skip
+        return JSONResponse({"object": "list", "data": [card]})
+
+    async def health(request: Request) -> Response:
+        return Response(status_code=200)
+
+    return Starlette(
+        routes=[
+            Route("/v1/completions", completions, methods=["POST"]),
+            Route("/v1/models", models),
+            Route("/health", health),
+        ]
+    )

@@ -1,0 +1,114 @@
+"""A real orchestrator on an ephemeral port, in front of the scripted worker and MCP tool servers."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+import uvicorn
+
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+from fixture_tools import browser_server, container_server, python_server, weather_server
+
+from orchestrator.app import create_app
+from orchestrator.settings import OrchestratorSettings
+from orchestrator.store import SQLiteStore
+from orchestrator.worker.scripted import Scenario, ScriptedModel
+from orchestrator.worker.scripted import build_app as build_worker
+from toolkit.settings import ToolServerSettings
+
+
+@contextlib.contextmanager
+def serving(app: Any) -> Iterator[str]:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("server did not start")
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(15)
+        sock.close()
+
+
+@pytest.fixture(scope="session")
+def scripted() -> Iterator[tuple[str, ScriptedModel]]:
+    model = ScriptedModel(Scenario())
+    with serving(build_worker(model)) as url:
+        yield url, model
+
+
+@pytest.fixture(scope="session")
+def tool_urls() -> Iterator[dict[str, str]]:
+    """Fixture MCP servers: browser, python (stand-in), container, and a third-party `weather` server."""
+    settings = ToolServerSettings()
+    servers = {
+        "browser": browser_server(settings),
+        "python": python_server(settings),
+        "container": container_server(settings),
+        "weather": weather_server(settings),
+    }
+    with contextlib.ExitStack() as stack:
+        urls = {ns: stack.enter_context(serving(s.build_app())) + "/mcp" for ns, s in servers.items()}
+        yield urls
+
+
+class Stack:
+    """The orchestrator under test, its SDK client and the scripted model behind it."""
+
+    def __init__(self, url: str, model: ScriptedModel, app: Any) -> None:
+        self.url = url
+        self.model = model
+        self.app = app
+        self.client = openai.OpenAI(base_url=f"{url}/v1", api_key="test", max_retries=0, timeout=30)
+
+    def script(self, rules: list[tuple[str, str]], default: str | None = None, **extra: Any) -> None:
+        data: dict[str, Any] = {"rules": [{"match": m, "reply": r} for m, r in rules], **extra}
+        if default is not None:
+            data["default"] = default
+        self.model.scenario = Scenario.from_dict(data)
+
+
+@pytest.fixture
+def make_stack(scripted, tool_urls):
+    started: list[contextlib.ExitStack] = []
+
+    def make(worker_urls: list[str] | None = None, **overrides: Any) -> Stack:
+        url, model = scripted
+        model.scenario = Scenario()
+        settings = OrchestratorSettings(
+            worker_urls=worker_urls or [url],
+            browser_url=tool_urls["browser"],
+            python_url=tool_urls["python"],
+            container_url=tool_urls["container"],
+            date="2026-12-02",
+            health_interval_s=0.5,
+            **overrides,
+        )
+        app = create_app(settings, store=SQLiteStore(":memory:"))
+        stack = contextlib.ExitStack()
+        started.append(stack)
+        return Stack(stack.enter_context(serving(app)), model, app)
+
+    yield make
+    for stack in started:
+        stack.close()
+
+
+@pytest.fixture
+def stack(make_stack) -> Stack:
+    return make_stack()

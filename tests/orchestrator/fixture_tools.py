@@ -1,0 +1,127 @@
+"""Small MCP tool servers that speak the documented browser / container / python contracts, for tests."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+from mcp.server.mcpserver import Context, MCPServer
+
+from toolkit.server import HIDDEN, ToolServer
+from toolkit.settings import ToolServerSettings
+
+
+class _State:
+    def __init__(self) -> None:
+        self.vars: dict = {}
+        self.pages: list[tuple[str, str]] = []
+
+    async def aclose(self) -> None:
+        self.vars.clear()
+
+
+async def _new_state(key: str) -> _State:
+    return _State()
+
+
+PAGES = {
+    "https://example.com/tea": (
+        "Tea facts",
+        ["Tea is a drink.", "Green tea comes from China.", "Black tea is oxidised."],
+    ),
+    "https://example.org/coffee": ("Coffee facts", ["Coffee is brewed.", "Espresso is strong."]),
+}
+
+
+def _render(cursor: int, url: str) -> str:
+    title, lines = PAGES[url]
+    body = "\n".join(f"L{i}: {line}" for i, line in enumerate(lines))
+    return f"[{cursor}] {title} ({url})\n**viewing lines [0 - {len(lines) - 1}] of {len(lines) - 1}**\n\n{body}"
+
+
+def browser_server(settings: ToolServerSettings) -> ToolServer:
+    mcp = MCPServer("browser", instructions="Tool for browsing the fixture web.")
+    server: ToolServer = ToolServer(mcp, settings, _new_state)
+
+    @mcp.tool(name="search", description="Searches for information related to `query`.")
+    async def search(query: str, ctx: Context, topn: int = 10, source: str | None = None) -> str:
+        async with server.session(ctx, "search") as (_, st):
+            st.pages.append(("search", query))
+            cursor = len(st.pages) - 1
+            links = [f"* 【{i}†{t}†{u.split('/')[2]}】" for i, (u, (t, _)) in enumerate(PAGES.items())]
+            return f"[{cursor}] Search results for `{query}`\n**viewing lines [0 - 1] of 1**\n\nL0: " + "\nL1: ".join(
+                links
+            )
+
+    @mcp.tool(name="open", description="Opens the link `id` from the page indicated by `cursor`.")
+    async def open_(ctx: Context, id: int | str = -1, cursor: int = -1, loc: int = -1, num_lines: int = -1) -> str:
+        async with server.session(ctx, "open") as (_, st):
+            url = id if isinstance(id, str) else list(PAGES)[id if id >= 0 else 0]
+            if url not in PAGES:
+                raise ValueError(f"unknown page {url}")
+            st.pages.append(("page", url))
+            return _render(len(st.pages) - 1, url)
+
+    @mcp.tool(name="find", description="Finds exact matches of `pattern` in the current page.")
+    async def find(pattern: str, ctx: Context, cursor: int = -1) -> str:
+        async with server.session(ctx, "find") as (_, st):
+            _, url = st.pages[cursor]
+            title, lines = PAGES[url]
+            hits = [f"L{i}: {line}" for i, line in enumerate(lines) if pattern.lower() in line.lower()]
+            st.pages.append(("find", url))
+            return f"[{len(st.pages) - 1}] Find results for `{pattern}` in `{title}` ({url})\n\n" + "\n".join(hits)
+
+    return server
+
+
+def python_server(settings: ToolServerSettings) -> ToolServer:
+    """A stand-in for tools.python_sandbox: exec in a per-session dict (tests only, no sandbox)."""
+    mcp = MCPServer("python", instructions="Stateful python (fixture). Timeout 10 seconds.")
+    server: ToolServer = ToolServer(mcp, settings, _new_state)
+
+    @mcp.tool(name="python", description="Run python code.", meta=HIDDEN)
+    async def python(code: str, ctx: Context) -> str:
+        async with server.session(ctx, "python") as (_, st):
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                try:
+                    exec(code, st.vars)
+                except Exception as exc:
+                    return f"{type(exc).__name__}: {exc}"
+            return out.getvalue()
+
+    return server
+
+
+def container_server(settings: ToolServerSettings) -> ToolServer:
+    mcp = MCPServer("container", instructions="Run commands in a persistent per-session container (fixture).")
+    server: ToolServer = ToolServer(mcp, settings, _new_state)
+
+    @mcp.tool(name="exec", description="Execute a command in the container.")
+    async def exec_(cmd: list[str], ctx: Context, workdir: str | None = None, timeout: int | None = None) -> str:
+        async with server.session(ctx, "exec"):
+            if cmd[:1] == ["echo"]:
+                return " ".join(cmd[1:]) + "\n"
+            if cmd[:1] == ["fail"]:
+                raise RuntimeError("command failed")
+            return json.dumps({"cmd": cmd, "workdir": workdir})
+
+    return server
+
+
+def weather_server(settings: ToolServerSettings) -> ToolServer:
+    """A third-party MCP server (not a built-in namespace)."""
+    mcp = MCPServer("weather", instructions="Weather lookups.")
+    server: ToolServer = ToolServer(mcp, settings, _new_state)
+
+    @mcp.tool(name="get_forecast", description="Forecast for a city.")
+    async def get_forecast(city: str, ctx: Context) -> str:
+        async with server.session(ctx, "get_forecast") as (key, _):
+            return f"Sunny in {city} (session {key})"
+
+    @mcp.tool(name="delete_city", description="Delete a city (dangerous).")
+    async def delete_city(city: str, ctx: Context) -> str:
+        return f"deleted {city}"
+
+    return server
