@@ -102,6 +102,10 @@ class ScriptedModel:
             best = max(best, n)
         return min(best, len(prompt) - 1) if prompt else 0
 
+    def encode_prompt_text(self, index: int) -> str:
+        """A prompt this model saw, decoded (tests inspect what the orchestrator rendered)."""
+        return encoding().decode(self.prompts[index])
+
     def remember(self, prompt: list[int], output: list[int]) -> None:
         self._seen.append(prompt + output)
         self.prompts.append(prompt)

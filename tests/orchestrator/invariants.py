@@ -1,0 +1,49 @@
+"""Checks every stream must pass: SDK shapes, numbering, pairing, indices, one terminal event."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from openai.types.responses import Response, ResponseStreamEvent
+from pydantic import TypeAdapter
+
+_EVENT = TypeAdapter(ResponseStreamEvent)
+TERMINAL = {"response.completed", "response.failed", "response.incomplete"}
+
+
+def check_stream(events: list[Any]) -> Response:
+    """`events` as the SDK yields them; returns the final response."""
+    dicts = [e.model_dump(mode="json", exclude_unset=True) if hasattr(e, "model_dump") else e for e in events]
+    for d in dicts:
+        _EVENT.validate_python(d)  # strict shapes, not the SDK's lenient construct
+    assert [d["sequence_number"] for d in dicts] == list(range(len(dicts)))
+    assert dicts[0]["type"] == "response.created"
+    assert dicts[1]["type"] in ("response.in_progress", "response.queued")
+    terminals = [d for d in dicts if d["type"] in TERMINAL]
+    assert len(terminals) == 1 and dicts[-1] is terminals[0]
+    open_items: dict[int, str] = {}
+    done_items: dict[int, dict] = {}
+    parts: set[tuple[int, int]] = set()
+    for d in dicts:
+        t = d["type"]
+        if t == "response.output_item.added":
+            idx = d["output_index"]
+            assert idx not in open_items and idx not in done_items and idx == len(open_items) + len(done_items)
+            open_items[idx] = d["item"]["id"]
+        elif t == "response.output_item.done":
+            idx = d["output_index"]
+            assert open_items.pop(idx) == d["item"]["id"]
+            assert not any(p[0] == idx for p in parts), "content part left open"
+            done_items[idx] = d["item"]
+        elif t == "response.content_part.added":
+            parts.add((d["output_index"], d["content_index"]))
+        elif t == "response.content_part.done":
+            parts.remove((d["output_index"], d["content_index"]))
+        elif "item_id" in d and "output_index" in d:
+            assert open_items.get(d["output_index"]) == d["item_id"], f"{t} for an item not open"
+    assert not open_items, "items added but never done"
+    final = Response.model_validate(terminals[0]["response"])
+    assert [o.model_dump(mode="json", exclude_unset=True)["id"] for o in final.output] == [
+        done_items[i]["id"] for i in range(len(done_items))
+    ]
+    return final
