@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 import structlog
 
 from orchestrator import harmony as h
@@ -130,8 +131,8 @@ class ResponsesService:
         model = req.model or self.settings.model or "gpt-oss"
         return {
             "id": rid, "object": "response", "created_at": int(time.time()), "model": model, "status": "queued",
-            "output": [], "instructions": req.instructions, "tools": req.tools, "tool_choice": req.tool_choice,
-            "parallel_tool_calls": req.parallel_tool_calls, "temperature": req.temperature, "top_p": req.top_p,
+            "output": [], "instructions": req.instructions, "tools": [_echo(t) for t in req.tools],
+            "tool_choice": req.tool_choice,            "parallel_tool_calls": req.parallel_tool_calls, "temperature": req.temperature, "top_p": req.top_p,
             "max_output_tokens": req.max_output_tokens, "max_tool_calls": req.max_tool_calls,
             "previous_response_id": req.previous_response_id, "background": req.background, "store": req.store,
             "reasoning": {"effort": req.reasoning.effort if req.reasoning else None, "summary": None},
@@ -169,14 +170,15 @@ class ResponsesService:
             if not b.finished:
                 b.finish("failed", error={"code": "server_error", "message": f"internal error: {type(exc).__name__}"})
         finally:
-            await asyncio.shield(self._settle(live, r, n_head, items))
+            await r.sessions.aclose()
+            with anyio.CancelScope(shield=True):
+                await self._settle(live, r, n_head, items)
 
     async def _settle(self, live: Live, r: Run, n_head: int, items: list[dict]) -> None:
         b, req = live.builder, live.request
         status = b.body["status"]
         self.counts[status] = self.counts.get(status, 0) + 1
         try:
-            await r.sessions.aclose()
             if req.store:
                 state = {"calls": r.calls, "pending": r.pending, "pages": r.pages}
                 record = Record(b.id, r.conversation, b.body, items, h.dump(r.messages[n_head:]), b.events, state)
@@ -232,3 +234,14 @@ class ResponsesService:
 
 def _function(tool: dict[str, Any]) -> dict[str, Any]:
     return {"name": tool["name"], "description": tool.get("description") or "", "parameters": tool.get("parameters")}
+
+
+def _echo(tool: dict[str, Any]) -> dict[str, Any]:
+    """A request tool as the response lists it, with the defaults OpenAI fills in."""
+    tool = dict(tool)
+    if tool.get("type") == "code_interpreter":
+        tool.setdefault("container", {"type": "auto"})
+    elif tool.get("type") == "function":
+        tool.setdefault("parameters", {"type": "object", "properties": {}})
+        tool.setdefault("strict", False)
+    return tool

@@ -73,9 +73,8 @@ class ToolSessions:
         merged = {**(headers or {}), "x-session-id": self.session_id}
         key = (url, tuple(sorted(merged.items())))
         if key not in self._clients:
-            try:
-                with anyio.fail_after(10):
-                    client = await self._stack.enter_async_context(_client(url, merged, self.timeout_s))
+            try:  # no timeout scope here: the client's task group outlives this block (httpx times out connects)
+                client = await self._stack.enter_async_context(_client(url, merged, self.timeout_s))
             except BaseException as exc:
                 if isinstance(exc, anyio.get_cancelled_exc_class()):
                     raise
@@ -113,11 +112,10 @@ class ToolSessions:
             log.info("tool.call", url=url, tool=name, ms=ms, outcome=outcome, session_id=self.session_id)
 
     async def aclose(self) -> None:
-        with anyio.CancelScope(shield=True):
-            try:
-                await self._stack.aclose()
-            except BaseException as exc:  # a server that went away while we held its session
-                log.warning("tool.close_failed", error=_error_text(exc))
+        try:  # no shield scope around this: the clients' own scopes must exit first (anyio nesting)
+            await self._stack.aclose()
+        except Exception as exc:  # a server that went away while we held its session
+            log.warning("tool.close_failed", error=_error_text(exc))
         self._clients.clear()
 
 

@@ -90,15 +90,16 @@ def make_stack(scripted, tool_urls):
     def make(worker_urls: list[str] | None = None, **overrides: Any) -> Stack:
         url, model = scripted
         model.scenario = Scenario()
-        settings = OrchestratorSettings(
-            worker_urls=worker_urls or [url],
-            browser_url=tool_urls["browser"],
-            python_url=tool_urls["python"],
-            container_url=tool_urls["container"],
-            date="2026-12-02",
-            health_interval_s=0.5,
+        values = {
+            "worker_urls": worker_urls or [url],
+            "browser_url": tool_urls["browser"],
+            "python_url": tool_urls["python"],
+            "container_url": tool_urls["container"],
+            "date": "2026-12-02",
+            "health_interval_s": 0.5,
             **overrides,
-        )
+        }
+        settings = OrchestratorSettings(**values)
         app = create_app(settings, store=SQLiteStore(":memory:"))
         stack = contextlib.ExitStack()
         started.append(stack)

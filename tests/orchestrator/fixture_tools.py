@@ -7,6 +7,7 @@ import io
 import json
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 
 from toolkit.server import HIDDEN, ToolServer
 from toolkit.settings import ToolServerSettings
@@ -99,12 +100,12 @@ def container_server(settings: ToolServerSettings) -> ToolServer:
     server: ToolServer = ToolServer(mcp, settings, _new_state)
 
     @mcp.tool(name="exec", description="Execute a command in the container.")
-    async def exec_(cmd: list[str], ctx: Context, workdir: str | None = None, timeout: int | None = None) -> str:
+    async def exec_(cmd: list[str], ctx: Context, workdir: str | None = None, timeout: int | None = None) -> str:  # noqa: ASYNC109 (the documented contract)
+        if cmd[:1] == ["fail"]:
+            raise ToolError("command failed")
         async with server.session(ctx, "exec"):
             if cmd[:1] == ["echo"]:
                 return " ".join(cmd[1:]) + "\n"
-            if cmd[:1] == ["fail"]:
-                raise RuntimeError("command failed")
             return json.dumps({"cmd": cmd, "workdir": workdir})
 
     return server

@@ -15,7 +15,7 @@ def check_stream(events: list[Any]) -> Response:
     """`events` as the SDK yields them; returns the final response."""
     dicts = [e.model_dump(mode="json", exclude_unset=True) if hasattr(e, "model_dump") else e for e in events]
     for d in dicts:
-        _EVENT.validate_python(d)  # strict shapes, not the SDK's lenient construct
+        _validate(d)  # strict shapes, not the SDK lenient construct
     assert [d["sequence_number"] for d in dicts] == list(range(len(dicts)))
     assert dicts[0]["type"] == "response.created"
     assert dicts[1]["type"] in ("response.in_progress", "response.queued")
@@ -47,3 +47,17 @@ def check_stream(events: list[Any]) -> Response:
         done_items[i]["id"] for i in range(len(done_items))
     ]
     return final
+
+
+def _validate(d: dict) -> None:
+    from openai.types import responses as R
+
+    try:
+        _EVENT.validate_python(d)
+    except Exception:
+        name = "Response" + "".join(w.capitalize() for w in d["type"].split(".")[1:]) + "Event"
+        model = getattr(R, name, None)
+        if model is None:
+            raise
+        model.model_validate(d)  # a readable error for the one type it should be
+        raise

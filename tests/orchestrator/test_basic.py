@@ -25,7 +25,8 @@ def test_plain_answer_has_reasoning_then_message_and_usage(stack):
 
 WEATHER_CALL = (
     "<|channel|>analysis<|message|>Need weather.<|end|>"
-    '<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city":"Paris"}<|call|>'
+    "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
+    '<|message|>{"city":"Paris"}<|call|>'
 )
 WEATHER_ANSWER = "<|channel|>final<|message|>It is 21C in Paris.<|return|>"
 WEATHER_TOOL = {
