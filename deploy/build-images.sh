@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the images the fleet runs: the python sandbox image (and, where no registry is reachable,
 # first a local base image tagged like the official one, from debootstrap).
-# Usage: deploy/build-images.sh            (idempotent; rebuilds only what is missing or changed)
+# Usage: deploy/build-images.sh [sandbox|all]   (default sandbox: what the tests need; all adds the
+#        toolfleet service image the compose file runs). Idempotent: docker's cache skips unchanged steps.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 base=python:3.11-slim-bookworm
@@ -20,9 +21,16 @@ if ! docker image inspect "$base" >/dev/null 2>&1 && ! docker pull -q "$base" >/
 fi
 
 ctx=$(mktemp -d /tmp/toolfleet-build.XXXXXX)
-trap 'rm -rf "$ctx" ${rootfs:-}' EXIT
+trap 'rm -rf "$ctx" ${rootfs:-} "$here/.ca.crt"' EXIT
 cp "$here/python-sandbox.Dockerfile" "$ctx/Dockerfile"
 if [ -f "$ca" ]; then cp "$ca" "$ctx/ca.crt"; else : >"$ctx/ca.crt"; fi
 echo "[build-images] building toolfleet/python-sandbox:latest"
 docker build -q --force-rm --network host -t toolfleet/python-sandbox:latest "$ctx" >/dev/null
 echo "[build-images] toolfleet/python-sandbox:latest ready"
+
+if [ "${1:-sandbox}" = all ]; then
+  cp "$ctx/ca.crt" "$here/.ca.crt"
+  echo "[build-images] building toolfleet/toolfleet:latest (the services' image)"
+  docker build -q --force-rm --network host -t toolfleet/toolfleet:latest -f "$here/toolfleet.Dockerfile" "$here/.." >/dev/null
+  echo "[build-images] toolfleet/toolfleet:latest ready"
+fi

@@ -4,8 +4,9 @@
 # (needed where PyPI is reached through a TLS-inspecting proxy).
 FROM python:3.11-slim-bookworm
 COPY ca.crt /tmp/ca.crt
-RUN python3 -m venv /opt/venv \
- && /opt/venv/bin/pip install --no-cache-dir --cert /tmp/ca.crt numpy==2.4.6 matplotlib==3.11.2 pandas==3.1.1 \
+RUN export PIP_CERT=/tmp/ca.crt \
+ && python3 -m venv /opt/venv \
+ && /opt/venv/bin/pip install --no-cache-dir numpy==2.4.6 matplotlib==3.11.2 pandas==3.1.1 \
  && rm /tmp/ca.crt
 ENV PATH=/opt/venv/bin:/usr/local/bin:/usr/bin:/bin \
     MPLBACKEND=Agg MPLCONFIGDIR=/tmp/matplotlib HOME=/mnt/data \

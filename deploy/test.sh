@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The test command: set up the machine (idempotent), lint, then run every test suite.
+# Extra arguments go to pytest (e.g. `bash deploy/test.sh tests/python_sandbox -x`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash deploy/setup-host.sh
+echo "[test] ruff"
+.venv/bin/ruff check .
+.venv/bin/ruff format --check . >/dev/null || { .venv/bin/ruff format --diff . | head -50; exit 1; }
+echo "[test] pytest"
+exec .venv/bin/pytest -q -p no:cacheprovider "$@"

@@ -1,0 +1,1 @@
+"""MCP tool servers, one package per namespace."""
