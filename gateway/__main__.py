@@ -1,0 +1,85 @@
+"""`toolfleet gateway` / `python -m gateway`: serve the gateway; SIGHUP (or a changed file) reloads the routes."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import anyio
+import structlog
+import uvicorn
+
+from gateway.app import build_app
+from gateway.config import GatewayConfig, load_config
+from gateway.service import Gateway
+from gateway.settings import GatewaySettings
+from toolkit.logging import configure_logging
+
+log = structlog.get_logger(__name__)
+
+
+def reload(gw: Gateway, path: Path | None) -> bool:
+    """Apply the config file again; a broken file is logged and the running config kept."""
+    if path is None:
+        return False
+    try:
+        gw.apply(load_config(path))
+    except Exception as exc:
+        log.error("config.reload_failed", path=str(path), error=str(exc))
+        return False
+    return True
+
+
+def _mtime(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return 0
+
+
+async def watch(gw: Gateway, path: Path, every_s: float) -> None:
+    """Reload on SIGHUP and when the file's mtime changes."""
+    stamp = _mtime(path)
+
+    async def on_signal() -> None:
+        with anyio.open_signal_receiver(signal.SIGHUP) as signals:
+            async for _ in signals:
+                log.info("config.sighup")
+                reload(gw, path)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(on_signal)
+        while every_s > 0:
+            await anyio.sleep(every_s)
+            now = _mtime(path)
+            if now != stamp:
+                stamp = now
+                log.info("config.changed", path=str(path))
+                reload(gw, path)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    settings = GatewaySettings.from_args(list(argv) if argv is not None else sys.argv[1:], "toolfleet gateway")
+    configure_logging(settings.log_level, service="gateway")
+    cfg = load_config(settings.config) if settings.config else GatewayConfig()
+    gw = Gateway(cfg)
+    app = build_app(gw)
+    if settings.config is not None:
+        gw.background.append(lambda: watch(gw, settings.config, settings.watch_s))  # type: ignore[arg-type]
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level.lower(),
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=10,
+    )
+    uvicorn.Server(config).run()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,103 @@
+"""The gateway's ASGI app: routes, the security middleware, health, metrics, admin and the lifespan."""
+
+from __future__ import annotations
+
+import json
+
+import structlog
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from gateway.asgi import send_bytes, send_error, send_json
+from gateway.errors import GatewayError, UnknownNamespace
+from gateway.legacy import handle_messages, handle_sse
+from gateway.security import SecurityMiddleware
+from gateway.service import Gateway
+from gateway.streamable import handle_mcp
+
+log = structlog.get_logger(__name__)
+
+TRANSPORTS = {"mcp": handle_mcp, "sse": handle_sse, "messages": handle_messages}
+
+
+def build_app(gw: Gateway) -> ASGIApp:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(gw, receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        path: str = scope["path"]
+        parts = path.strip("/").split("/")
+        if len(parts) == 2 and (handler := TRANSPORTS.get(parts[1])) is not None:
+            ns = gw.namespaces.get(parts[0])
+            if ns is None:
+                await send_error(send, None, UnknownNamespace(f"unknown namespace {parts[0]!r}"))
+                return
+            await handler(gw, ns, scope, receive, send)
+        elif path == "/healthz":
+            await send_json(send, 200, {"status": "ok"})
+        elif path == "/readyz":
+            await _readyz(gw, send)
+        elif path == "/metrics":
+            await _metrics(gw, send)
+        elif parts[0] == "admin":
+            await _admin(gw, scope, parts, send)
+        else:
+            await send_error(send, None, UnknownNamespace(f"no route for {path!r}; use /<namespace>/mcp or /sse"))
+
+    return SecurityMiddleware(app, gw)
+
+
+async def _lifespan(gw: Gateway, receive: Receive, send: Send) -> None:
+    await receive()
+    try:
+        async with gw.running():
+            await send({"type": "lifespan.startup.complete"})
+            await receive()
+    except Exception as exc:
+        log.exception("gateway.lifespan_failed")
+        await send({"type": "lifespan.startup.failed", "message": str(exc)})
+        return
+    await send({"type": "lifespan.shutdown.complete"})
+
+
+def _status(gw: Gateway) -> dict[str, object]:
+    return {
+        name: {
+            "replicas": {r.url: "up" if r.available else "down" for r in ns.replicas.values()},
+            "discovery_cached": ns.tools is not None,
+            "pending_tools": sorted(ns.guard.pending),
+        }
+        for name, ns in gw.namespaces.items()
+    }
+
+
+async def _readyz(gw: Gateway, send: Send) -> None:
+    """Ready once probed, when every namespace has a healthy replica or a last known tool list."""
+    ready = gw.started and all(ns.healthy() or ns.tools is not None for ns in gw.namespaces.values())
+    await send_json(send, 200 if ready else 503, {"ready": ready, "namespaces": _status(gw)})
+
+
+async def _metrics(gw: Gateway, send: Send) -> None:
+    for ns in gw.namespaces.values():
+        counts = await gw.store.counts(ns.name)
+        for url in ns.replicas:
+            gw.metrics.sessions.labels(ns.name, url).set(counts.get(url, 0))
+    await send_bytes(send, 200, gw.metrics.render(), b"text/plain; version=0.0.4")
+
+
+async def _admin(gw: Gateway, scope: Scope, parts: list[str], send: Send) -> None:
+    """`GET /admin/tools`: pending tool changes; `POST /admin/tools/<ns>/approve`: accept them."""
+    try:
+        if parts == ["admin", "tools"] and scope["method"] == "GET":
+            body = {n: {"approved": ns.guard.approved, "pending": ns.guard.pending} for n, ns in gw.namespaces.items()}
+            await send_json(send, 200, body)
+        elif len(parts) == 4 and parts[1] == "tools" and parts[3] == "approve" and scope["method"] == "POST":
+            ns = gw.namespaces.get(parts[2])
+            if ns is None:
+                raise UnknownNamespace(f"unknown namespace {parts[2]!r}")
+            await send_bytes(send, 200, json.dumps({"approved": await ns.guard.approve()}).encode())
+        else:
+            raise UnknownNamespace("unknown admin route")
+    except GatewayError as exc:
+        await send_error(send, None, exc)

@@ -1,0 +1,100 @@
+"""The routes file: namespaces, their upstream replicas and policies, as frozen pydantic models.
+
+Operators edit this YAML to swap a backend or add any MCP server; the gateway reloads it on SIGHUP
+or when the file changes. `${VAR}` in values is replaced from the environment (keep tokens there).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+RESERVED = {"healthz", "readyz", "metrics", "admin"}
+_NAMESPACE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class HeaderPolicy(_Frozen):
+    """Which client headers reach the upstream; hop-by-hop headers never do."""
+
+    forward: tuple[str, ...] = ("x-session-id", "traceparent", "tracestate")
+    rename: dict[str, str] = Field(default_factory=dict, description="client header -> upstream header")
+    static: dict[str, str] = Field(default_factory=dict, description="headers added to every upstream request")
+
+    @field_validator("forward")
+    @classmethod
+    def _lower(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(h.lower() for h in value)
+
+
+class NamespaceConfig(_Frozen):
+    replicas: tuple[str, ...] = Field(min_length=1, description="upstream streamable-HTTP endpoints, e.g. .../mcp")
+    headers: HeaderPolicy = HeaderPolicy()
+    timeout_s: float = Field(600.0, description="longest a forwarded call may take")
+    connect_timeout_s: float = 2.0
+    tool_pinning: Literal["refuse", "flag", "off"] = "refuse"
+
+
+class HealthConfig(_Frozen):
+    interval_s: float = 5.0
+    timeout_s: float = 3.0
+    failures_to_open: int = Field(2, description="consecutive failures that open a replica's circuit")
+    open_s: float = Field(5.0, description="how long an open circuit keeps a replica out before a re-probe")
+
+
+class SecurityConfig(_Frozen):
+    tokens: tuple[str, ...] = Field((), description="client bearer tokens; empty = no client auth")
+    admin_tokens: tuple[str, ...] = Field((), description="tokens for /admin (tool approvals)")
+    allowed_hosts: tuple[str, ...] = Field(tuple(_LOOPBACK_HOSTS), description="Host headers accepted; [] = any")
+    allowed_origins: tuple[str, ...] = Field((), description="Origins accepted besides the allowed hosts'")
+    max_body_bytes: int = 4 * 1024 * 1024
+    rate_per_s: float = Field(0.0, description="requests per second per client; 0 = unlimited")
+    rate_burst: int = 100
+
+
+class SessionConfig(_Frozen):
+    idle_s: float = Field(1200.0, description="clean up sessions idle this long")
+    reap_interval_s: float = 30.0
+
+
+class GatewayConfig(_Frozen):
+    namespaces: dict[str, NamespaceConfig] = Field(default_factory=dict)
+    health: HealthConfig = HealthConfig()
+    security: SecurityConfig = SecurityConfig()
+    sessions: SessionConfig = SessionConfig()
+    store: str = Field("memory", description="'memory' or a redis:// URL for a pin table shared by replicas")
+
+    @field_validator("namespaces")
+    @classmethod
+    def _names(cls, value: dict[str, NamespaceConfig]) -> dict[str, NamespaceConfig]:
+        for name in value:
+            if not _NAMESPACE.match(name) or name in RESERVED:
+                raise ValueError(f"namespace {name!r} must match {_NAMESPACE.pattern} and not be one of {RESERVED}")
+        return value
+
+
+def _expand(node: object) -> object:
+    if isinstance(node, str):
+        return os.path.expandvars(node)
+    if isinstance(node, list):
+        return [_expand(v) for v in node]
+    if isinstance(node, dict):
+        return {k: _expand(v) for k, v in node.items()}
+    return node
+
+
+def parse_config(text: str) -> GatewayConfig:
+    return GatewayConfig.model_validate(_expand(yaml.safe_load(text) or {}))
+
+
+def load_config(path: Path) -> GatewayConfig:
+    return parse_config(path.read_text())

@@ -1,0 +1,100 @@
+"""Background work: active health probes (which also refresh discovery and tool pins) and idle cleanup."""
+
+from __future__ import annotations
+
+import anyio
+import structlog
+
+from gateway.errors import GatewayError
+from gateway.probe import ProbeSession
+from gateway.routing import Namespace
+from gateway.service import Gateway
+from gateway.store import Pin
+from gateway.upstream import Replica
+
+log = structlog.get_logger(__name__)
+
+
+async def probe(gw: Gateway, ns: Namespace, replica: Replica) -> None:
+    """initialize + tools/list on one replica; success brings it back, failure counts toward its circuit."""
+    timeout = gw.cfg.health.timeout_s
+    session = ProbeSession(gw.client, replica, dict(ns.cfg.headers.static), timeout)
+    try:
+        with anyio.fail_after(timeout * 2):
+            init = await session.open()
+            tools = await session.list_tools()
+    except (GatewayError, TimeoutError) as exc:
+        replica.record_failure()
+        log.info("replica.probe_failed", namespace=ns.name, replica=replica.url, error=str(exc) or type(exc).__name__)
+        return
+    finally:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(timeout):
+            try:
+                await session.close()
+            except GatewayError:
+                pass
+    replica.record_success()
+    if isinstance(init.get("serverInfo"), dict):
+        init["serverInfo"]["name"] = ns.name
+    reviewed = await ns.guard.review(tools)
+    if ns.initialize_result != init or ns.tools != reviewed:
+        ns.initialize_result, ns.tools = init, reviewed
+        await gw.store.put_blob(f"discovery:{ns.name}", {"initialize": init, "tools": reviewed})
+
+
+async def probe_all(gw: Gateway) -> None:
+    async with anyio.create_task_group() as tg:
+        for ns in list(gw.namespaces.values()):
+            for replica in list(ns.replicas.values()):
+                tg.start_soon(probe, gw, ns, replica)
+
+
+async def probe_forever(gw: Gateway) -> None:
+    while True:
+        await probe_all(gw)
+        gw.started = True
+        await anyio.sleep(gw.cfg.health.interval_s)
+
+
+async def cleanup(gw: Gateway, ns: Namespace, key: str, pin: Pin) -> None:
+    """Call `cleanup_session` for an abandoned session on its replica, then drop its pin."""
+    replica = ns.replicas.get(pin.replica)
+    known = any(isinstance(t, dict) and t.get("name") == "cleanup_session" for t in ns.tools or [])
+    rec = await gw.store.get_session(key[2:]) if key.startswith("s:") else None
+    if replica is not None and replica.available and not pin.lost and known:
+        headers = dict(ns.cfg.headers.static)
+        if key.startswith("h:"):
+            headers["x-session-id"] = key[2:]
+        session = ProbeSession(gw.client, replica, headers, gw.cfg.health.timeout_s)
+        try:
+            with anyio.fail_after(gw.cfg.health.timeout_s * 3):
+                if rec is not None and rec.upstream_sid:
+                    session.sid = rec.upstream_sid
+                else:
+                    await session.open()
+                await session.request("tools/call", {"name": "cleanup_session", "arguments": {}})
+                await session.close()
+        except (GatewayError, TimeoutError) as exc:
+            log.info("session.cleanup_failed", namespace=ns.name, session_id=key[2:], error=str(exc))
+    if rec is not None:
+        await gw.store.drop_session(key[2:])
+    await gw.store.drop_pin(ns.name, key)
+    log.info("session.reaped", namespace=ns.name, session_id=key[2:], replica=pin.replica, lost=pin.lost)
+
+
+async def reap_once(gw: Gateway) -> int:
+    n = 0
+    for ns in list(gw.namespaces.values()):
+        for key, pin in await gw.store.idle_pins(ns.name, gw.cfg.sessions.idle_s):
+            await cleanup(gw, ns, key, pin)
+            n += 1
+    return n
+
+
+async def reap_forever(gw: Gateway) -> None:
+    while True:
+        await anyio.sleep(gw.cfg.sessions.reap_interval_s)
+        try:
+            await reap_once(gw)
+        except Exception:  # the reaper must outlive a store hiccup
+            log.exception("reaper.failed")

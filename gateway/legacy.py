@@ -1,0 +1,253 @@
+"""Legacy HTTP+SSE at `/{ns}/sse` + `/{ns}/messages/`: what vLLM's `--tool-server` speaks.
+
+Each SSE connection is bridged to one upstream streamable-HTTP session: a POSTed message is
+answered `202` at once and forwarded; whatever the upstream answers (responses, progress, logs,
+sampling and elicitation requests) is written to the client's event stream, and so is what the
+upstream's standalone stream carries once the session is initialized.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs
+
+import anyio
+import httpx
+import structlog
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from starlette.types import Receive, Scope, Send
+
+from gateway.asgi import header, read_body, send_bytes, send_error, session_header
+from gateway.errors import BadUpstream, GatewayError, Unavailable, UnknownSession, error_body
+from gateway.messages import Rewriter, envelope_headers, parse_message, tool_name
+from gateway.routing import Namespace, Target, header_key, new_session_id
+from gateway.service import Gateway
+from gateway.upstream import SseParser, event_data, open_stream, upstream_errors
+
+log = structlog.get_logger(__name__)
+
+KEEPALIVE_S = 15.0
+
+
+@dataclass
+class LegacySession:
+    sid: str
+    ns: Namespace
+    xsid: str | None
+    out: MemoryObjectSendStream[bytes]
+    tg: TaskGroup | None = None
+    opened: bool = False
+    used_tools: bool = False
+    streaming: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    async def push(self, data: bytes) -> None:
+        await self.out.send(b"event: message\ndata: " + data + b"\n\n")
+
+
+async def handle_sse(gw: Gateway, ns: Namespace, scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["method"] != "GET":
+        await send_bytes(send, 405, b"method not allowed", b"text/plain", [(b"allow", b"GET")])
+        return
+    try:
+        xsid = session_header(scope)
+    except GatewayError as exc:
+        await send_error(send, None, exc)
+        return
+    sid = new_session_id()
+    out, queue = anyio.create_memory_object_stream[bytes](1024)
+    session = LegacySession(sid, ns, xsid, out)
+    gw.legacy[sid] = session
+    host = header(scope, b"host") or "{}:{}".format(*scope["server"])
+    endpoint = f"{scope['scheme']}://{host}/{ns.name}/messages/?session_id={sid}"
+    headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-store"), (b"x-accel-buffering", b"no")]
+    try:
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        first = f"event: endpoint\ndata: {endpoint}\n\n".encode()
+        await send({"type": "http.response.body", "body": first, "more_body": True})
+        async with anyio.create_task_group() as tg:
+            session.tg = tg
+            tg.start_soon(_pump, queue, send)
+            tg.start_soon(_keepalive, out)
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            tg.cancel_scope.cancel()
+    finally:
+        gw.legacy.pop(sid, None)
+        with anyio.CancelScope(shield=True):
+            await _close(gw, session)
+
+
+async def _pump(queue: MemoryObjectReceiveStream[bytes], send: Send) -> None:
+    async for event in queue:
+        await send({"type": "http.response.body", "body": event, "more_body": True})
+
+
+async def _keepalive(out: MemoryObjectSendStream[bytes]) -> None:
+    while True:
+        await anyio.sleep(KEEPALIVE_S)
+        await out.send(b": keepalive\n\n")
+
+
+async def _close(gw: Gateway, session: LegacySession) -> None:
+    from gateway.health import cleanup
+
+    rec = await gw.store.get_session(session.sid) if session.opened else None
+    if rec is None:
+        return
+    ns = session.ns
+    pin = await gw.store.get_pin(ns.name, rec.key)
+    try:
+        with anyio.move_on_after(gw.cfg.health.timeout_s * 3):
+            if rec.key.startswith("s:") and pin is not None and session.used_tools:
+                await cleanup(gw, ns, rec.key, pin)
+            elif (replica := ns.replicas.get(rec.replica or "")) is not None and rec.upstream_sid:
+                headers = {**ns.cfg.headers.static, "mcp-session-id": rec.upstream_sid}
+                response = await open_stream(gw.client, replica, "DELETE", headers)
+                await response.aclose()
+    except GatewayError as exc:
+        log.info("session.close_failed", namespace=ns.name, error=exc.message)
+    await gw.router.close_session(session.sid)
+
+
+async def handle_messages(gw: Gateway, ns: Namespace, scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["method"] != "POST":
+        await send_bytes(send, 405, b"method not allowed", b"text/plain", [(b"allow", b"POST")])
+        return
+    sid = (parse_qs(scope.get("query_string", b"").decode("latin-1")).get("session_id") or [None])[0]
+    session = gw.legacy.get(sid) if sid else None
+    try:
+        if session is None or session.ns.name != ns.name or session.tg is None:
+            raise UnknownSession(f"unknown SSE session {sid!r}: open {ns.name}/sse again")
+        body = await read_body(scope, receive, gw.cfg.security.max_body_bytes)
+        msg = parse_message(body)
+    except GatewayError as exc:
+        await send_error(send, None, exc)
+        return
+    await send_bytes(send, 202, b"Accepted", b"text/plain")
+    headers = [(k, v) for k, v in scope["headers"] if k not in (b"accept", b"content-type", b"mcp-protocol-version")]
+    headers += [(b"accept", b"application/json, text/event-stream"), (b"content-type", b"application/json")]
+    routing = envelope_headers(msg)
+    if not routing and (version := session.extra.get("version")):
+        routing = {"mcp-protocol-version": version}
+    headers = [(k, v) for k, v in headers if k.decode() not in routing]
+    headers += [(k.encode(), v.encode()) for k, v in routing.items()]
+    session.tg.start_soon(_forward, gw, session, msg, body, headers)
+
+
+async def _forward(
+    gw: Gateway, session: LegacySession, msg: dict[str, Any], body: bytes, headers: list[tuple[bytes, bytes]]
+) -> None:
+    ns, rid, method = session.ns, msg.get("id"), msg.get("method")
+    target: Target | None = None
+    try:
+        try:
+            target = await gw.router.resolve(ns, session.sid if session.opened else None, session.xsid)
+        except Unavailable:
+            if session.opened or method not in ("initialize", "tools/list", "ping"):
+                raise
+            target = Target(ns, None, header_key(session.xsid))
+        gw.check_call(ns, msg)
+        session.used_tools = session.used_tools or method == "tools/call"
+        if target.replica is None:
+            await _degraded(gw, session, target, msg)
+            return
+        target, response = await gw.forward(target, msg, body, headers)
+        try:
+            await _answer(gw, session, target, msg, response)
+        finally:
+            await response.aclose()
+    except Exception as exc:
+        if rid is not None and method is not None:
+            _, data = error_body(
+                rid, gw.as_lost(target, exc) if target is not None and isinstance(exc, Exception) else exc
+            )
+            await session.push(data)
+        elif not isinstance(exc, GatewayError):
+            log.exception("legacy.forward_failed")
+        return
+    if tool_name(msg) == "cleanup_session":
+        await gw.router.drop_pin(ns, target.key)
+
+
+async def _degraded(gw: Gateway, session: LegacySession, target: Target, msg: dict[str, Any]) -> None:
+    if "id" not in msg or msg.get("method") is None:
+        return
+    result = gw.degraded(session.ns, msg)
+    if msg["method"] == "initialize" and not session.opened:
+        await gw.router.open_session(target, None, sid=session.sid)
+        session.opened = True
+    await session.push(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}).encode())
+
+
+async def _answer(
+    gw: Gateway, session: LegacySession, target: Target, msg: dict[str, Any], response: httpx.Response
+) -> None:
+    rid, method = msg.get("id"), msg.get("method")
+    if method == "initialize" and response.status_code == 200 and not session.opened:
+        await gw.router.open_session(target, response.headers.get("mcp-session-id"), sid=session.sid)
+        session.opened = True
+    rewriter = gw.rewriter(session.ns, method)
+    answered = rid is None or method is None
+    with upstream_errors(target.replica):  # type: ignore[arg-type]
+        async for data, parsed in _messages(response, rewriter):
+            answered = answered or (parsed.get("id") == rid and ("result" in parsed or "error" in parsed))
+            await session.push(data)
+    if not answered:
+        raise BadUpstream(
+            f"replica {target.replica.url} answered {method} with HTTP {response.status_code} and no JSON-RPC response"
+        )  # type: ignore[union-attr]
+    await gw.remember(session.ns, rewriter)
+    if method == "initialize" and rewriter.seen is not None:
+        session.extra["version"] = rewriter.seen.get("protocolVersion")
+    if method == "notifications/initialized" and response.status_code < 300 and not session.streaming and session.tg:
+        session.streaming = True
+        session.tg.start_soon(_standalone, gw, session, target)
+
+
+async def _messages(response: httpx.Response, rewriter: Rewriter) -> AsyncIterator[tuple[bytes, dict[str, Any]]]:
+    """The JSON-RPC messages of an upstream response, JSON or SSE, rewritten; garbage is dropped."""
+    ctype = response.headers.get("content-type", "")
+    if ctype.startswith("application/json"):
+        data, parsed = await rewriter.apply(await response.aread())
+        if isinstance(parsed, dict):
+            yield data, parsed
+        return
+    if not ctype.startswith("text/event-stream"):
+        await response.aread()
+        return
+    parser = SseParser()
+    async for chunk in response.aiter_bytes():
+        for event in parser.feed(chunk):
+            raw = event_data(event)
+            if not raw:
+                continue
+            data, parsed = await rewriter.apply(raw)
+            if isinstance(parsed, dict):
+                yield data, parsed
+            else:
+                log.warning("upstream.garbage", namespace=rewriter.namespace, bytes=len(raw))
+
+
+async def _standalone(gw: Gateway, session: LegacySession, target: Target) -> None:
+    """Relay the upstream session's standalone stream (server-initiated messages) into the SSE stream."""
+    assert target.replica is not None
+    headers = {**session.ns.cfg.headers.static, "accept": "text/event-stream"}
+    if target.upstream_sid:
+        headers["mcp-session-id"] = target.upstream_sid
+    try:
+        response = await open_stream(
+            gw.client, target.replica, "GET", headers, http_timeout=httpx.Timeout(None, connect=2)
+        )
+        try:
+            with upstream_errors(target.replica):
+                async for data, _ in _messages(response, gw.rewriter(session.ns, None)):
+                    await session.push(data)
+        finally:
+            await response.aclose()
+    except GatewayError as exc:
+        log.info("legacy.standalone_closed", namespace=session.ns.name, error=exc.message)

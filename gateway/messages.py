@@ -1,0 +1,119 @@
+"""JSON-RPC messages on the wire: validate what clients send, rewrite the little the gateway changes.
+
+The gateway relays messages byte for byte except: `serverInfo.name` (in `initialize` and
+`server/discover` results, and in a result's `_meta` serverInfo) becomes the namespace, and a
+`tools/list` result loses tools whose definitions wait for approval.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from mcp.shared.inbound import NAME_BEARING_METHODS, encode_header_value
+
+from gateway.errors import InvalidRequest, ParseError
+
+META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
+PROTOCOL_VERSION_META_KEY = "io.modelcontextprotocol/protocolVersion"
+SAFE_METHODS = frozenset(
+    {
+        "initialize",
+        "server/discover",
+        "ping",
+        "tools/list",
+        "resources/list",
+        "resources/templates/list",
+        "prompts/list",
+    }
+)
+"""Methods without side effects: the only ones the gateway retries on another replica."""
+
+
+def parse_message(body: bytes) -> dict[str, Any]:
+    """One client JSON-RPC message; batches and malformed messages are refused precisely."""
+    try:
+        msg = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ParseError(f"request body is not valid JSON: {exc}") from exc
+    if isinstance(msg, list):
+        raise InvalidRequest("JSON-RPC batches are not supported")
+    if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0":
+        raise InvalidRequest('not a JSON-RPC 2.0 message (expected an object with "jsonrpc": "2.0")')
+    method = msg.get("method")
+    if method is None:
+        if "id" not in msg or ("result" not in msg and "error" not in msg):
+            raise InvalidRequest("a message without a method must be a response with an id and a result or error")
+    elif not isinstance(method, str):
+        raise InvalidRequest('"method" must be a string')
+    rid = msg.get("id")
+    if rid is not None and (not isinstance(rid, (str, int)) or isinstance(rid, bool)):
+        raise InvalidRequest('"id" must be a string or an integer')
+    params = msg.get("params")
+    if params is not None and not isinstance(params, (dict, list)):
+        raise InvalidRequest('"params" must be an object')
+    return msg
+
+
+def envelope_headers(msg: dict[str, Any]) -> dict[str, str]:
+    """The routing headers a 2026-era request carries on streamable HTTP, derived from its `_meta` envelope.
+
+    Legacy SSE has no such headers, so a bridged modern request gets them here; the upstream checks
+    that they agree with the body.
+    """
+    params = msg.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    version = meta.get(PROTOCOL_VERSION_META_KEY) if isinstance(meta, dict) else None
+    method = msg.get("method")
+    if not isinstance(version, str) or not isinstance(method, str):
+        return {}
+    headers = {"mcp-protocol-version": version, "mcp-method": method}
+    key = NAME_BEARING_METHODS.get(method)
+    if key is not None and isinstance(value := params.get(key), str):  # type: ignore[union-attr]
+        headers["mcp-name"] = encode_header_value(value)
+    return headers
+
+
+def tool_name(msg: dict[str, Any]) -> str | None:
+    params = msg.get("params")
+    return params.get("name") if msg.get("method") == "tools/call" and isinstance(params, dict) else None
+
+
+ToolsReview = Callable[[list[Any]], Awaitable[list[Any]]]
+
+
+class Rewriter:
+    """Rewrites the upstream's messages for one client request (`method` is the request's method)."""
+
+    def __init__(self, namespace: str, method: str | None, review: ToolsReview | None = None) -> None:
+        self.namespace = namespace
+        self.method = method
+        self._review = review
+        self.seen: dict[str, Any] | None = None
+        """The rewritten result of the request, when it carried a serverInfo or a tool list."""
+
+    def needs_parse(self, data: bytes) -> bool:
+        return b"serverInfo" in data or (self.method == "tools/list" and b'"tools"' in data)
+
+    async def apply(self, data: bytes) -> tuple[bytes, Any]:
+        """The bytes to relay for one upstream message, and the message parsed (None when not JSON)."""
+        try:
+            msg = json.loads(data)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return data, None
+        if not self.needs_parse(data):
+            return data, msg
+        result = msg.get("result") if isinstance(msg, dict) else None
+        if not isinstance(result, dict):
+            return data, msg
+        info = result.get("serverInfo")
+        if isinstance(info, dict):
+            info["name"] = self.namespace
+        meta = result.get("_meta")
+        if isinstance(meta, dict) and isinstance(meta.get(META_SERVER_INFO), dict):
+            meta[META_SERVER_INFO]["name"] = self.namespace
+        if self.method == "tools/list" and isinstance(result.get("tools"), list) and self._review is not None:
+            result["tools"] = await self._review(result["tools"])
+        self.seen = result
+        return json.dumps(msg, separators=(",", ":"), ensure_ascii=False).encode(), msg

@@ -1,0 +1,84 @@
+"""Prometheus metrics of the gateway, in a registry of its own."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from toolkit.metrics import LATENCY_BUCKETS
+
+KNOWN_METHODS = frozenset(
+    {
+        "initialize",
+        "server/discover",
+        "ping",
+        "tools/list",
+        "tools/call",
+        "resources/list",
+        "resources/read",
+        "resources/templates/list",
+        "resources/subscribe",
+        "resources/unsubscribe",
+        "prompts/list",
+        "prompts/get",
+        "completion/complete",
+        "logging/setLevel",
+    }
+)
+
+
+def method_label(method: str | None) -> str:
+    if method is None:
+        return "response"
+    if method.startswith("notifications/"):
+        return "notification"
+    return method if method in KNOWN_METHODS else "other"
+
+
+class GatewayMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "toolfleet_gateway_requests",
+            "JSON-RPC messages from clients by outcome (ok, error)",
+            ["namespace", "method", "outcome"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "toolfleet_gateway_request_seconds",
+            "Time to the upstream's answer (headers) for a client message",
+            ["namespace", "method"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.errors = Counter(
+            "toolfleet_gateway_errors",
+            "Errors answered by the gateway by JSON-RPC code",
+            ["namespace", "code"],
+            registry=self.registry,
+        )
+        self.sessions = Gauge(
+            "toolfleet_gateway_sessions_active",
+            "Pinned sessions per replica",
+            ["namespace", "replica"],
+            registry=self.registry,
+        )
+        self.healthy = Gauge(
+            "toolfleet_gateway_upstream_healthy",
+            "1 when the replica is taking traffic",
+            ["namespace", "replica"],
+            registry=self.registry,
+        )
+        self.tool_changes = Counter(
+            "toolfleet_gateway_tool_definition_changes",
+            "Tool definitions that changed since approval",
+            ["namespace", "tool"],
+            registry=self.registry,
+        )
+
+    def observe(self, namespace: str, method: str | None, outcome: str, seconds: float) -> None:
+        label = method_label(method)
+        self.requests.labels(namespace, label, outcome).inc()
+        self.latency.labels(namespace, label).observe(seconds)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,160 @@
+"""Namespaces and session routing: which replica a client message goes to, and the pin table's rules.
+
+A session key is `h:<x-session-id>` when the client sends that header, else `s:<gateway session id>`.
+New sessions go to the healthy replica with the fewest pinned sessions; a pinned session stays on
+its replica; when that replica goes down its sessions are marked lost and their calls get an error
+naming the session, never a silent fresh state.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from gateway.approvals import ToolGuard
+from gateway.config import GatewayConfig, NamespaceConfig
+from gateway.errors import SessionLost, Unavailable, UnknownNamespace, UnknownSession
+from gateway.headers import HeaderRules
+from gateway.store import SessionRecord, Store
+from gateway.upstream import Replica
+
+log = structlog.get_logger(__name__)
+
+
+class Namespace:
+    """One tool namespace: its replicas, header rules, tool guard and last known discovery answers."""
+
+    def __init__(self, name: str, cfg: NamespaceConfig, gw: GatewayConfig, store: Store) -> None:
+        self.name = name
+        self.cfg = cfg
+        self.rules = HeaderRules(cfg.headers)
+        self.guard = ToolGuard(name, cfg.tool_pinning, store)
+        self.replicas: dict[str, Replica] = {
+            url: Replica(name, url, failures_to_open=gw.health.failures_to_open, open_s=gw.health.open_s)
+            for url in cfg.replicas
+        }
+        self.initialize_result: dict[str, Any] | None = None
+        self.tools: list[Any] | None = None
+        self._rr = itertools.count()
+
+    def healthy(self) -> list[Replica]:
+        return [r for r in self.replicas.values() if r.available]
+
+    def pick(self, counts: dict[str, int], exclude: frozenset[str] = frozenset()) -> Replica:
+        """The healthy replica with the fewest sessions (round robin among equals)."""
+        candidates = [r for r in self.healthy() if r.url not in exclude]
+        if not candidates:
+            raise Unavailable(f"namespace {self.name!r} has no healthy replica")
+        low = min(counts.get(r.url, 0) for r in candidates)
+        best = [r for r in candidates if counts.get(r.url, 0) == low]
+        return best[next(self._rr) % len(best)]
+
+
+@dataclass(slots=True)
+class Target:
+    """Where one client message goes."""
+
+    ns: Namespace
+    replica: Replica | None
+    key: str | None = None
+    sid: str | None = None
+    upstream_sid: str | None = None
+    fresh: bool = False
+    """The pin was made for this message, so a safe method may be retried elsewhere."""
+
+
+def header_key(xsid: str | None) -> str | None:
+    return f"h:{xsid}" if xsid else None
+
+
+def new_session_id() -> str:
+    return uuid.uuid4().hex
+
+
+class Router:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.namespaces: dict[str, Namespace] = {}
+
+    def namespace(self, name: str) -> Namespace:
+        ns = self.namespaces.get(name)
+        if ns is None:
+            raise UnknownNamespace(f"unknown namespace {name!r}")
+        return ns
+
+    async def resolve(self, ns: Namespace, sid: str | None, xsid: str | None) -> Target:
+        """The target of a message in MCP session `sid` (gateway id) or, without one, of session key `xsid`."""
+        if sid is not None:
+            rec = await self.store.get_session(sid)
+            if rec is None or rec.namespace != ns.name:
+                raise UnknownSession(f"unknown MCP session {sid!r}: initialize a new one")
+            if rec.replica is None:
+                return Target(ns, None, rec.key, sid)
+            replica = await self._pinned(ns, rec.key, rec.replica)
+            return Target(ns, replica, rec.key, sid, rec.upstream_sid)
+        key = header_key(xsid)
+        if key is None:
+            return Target(ns, ns.pick(await self.store.counts(ns.name)), fresh=True)
+        pin = await self.store.get_pin(ns.name, key)
+        if pin is not None:
+            return Target(ns, await self._pinned(ns, key, pin.replica), key)
+        chosen = ns.pick(await self.store.counts(ns.name))
+        pin = await self.store.claim_pin(ns.name, key, chosen.url)
+        return Target(ns, await self._pinned(ns, key, pin.replica), key, fresh=pin.replica == chosen.url)
+
+    async def _pinned(self, ns: Namespace, key: str, url: str) -> Replica:
+        pin = await self.store.get_pin(ns.name, key)
+        if pin is None:  # cleaned up while its MCP session lives on: pin it again where it was
+            pin = await self.store.claim_pin(ns.name, key, url)
+        replica = ns.replicas.get(pin.replica)
+        if pin.lost or replica is None or not replica.healthy:
+            if not pin.lost:
+                await self.store.mark_lost(ns.name, pin.replica)
+            raise SessionLost(
+                f"session {key[2:]!r} was lost: its replica {pin.replica} of {ns.name!r} went away",
+                data={"session": key[2:], "namespace": ns.name, "replica": pin.replica},
+            )
+        await self.store.touch(ns.name, key)
+        return replica
+
+    async def repick(self, target: Target, failed: Replica) -> Target:
+        """A fresh target for a safe method whose first replica failed before answering."""
+        ns = target.ns
+        chosen = ns.pick(await self.store.counts(ns.name), exclude=frozenset({failed.url}))
+        if target.key is not None:
+            await self.store.drop_pin(ns.name, target.key)
+            await self.store.claim_pin(ns.name, target.key, chosen.url)
+        return Target(ns, chosen, target.key, target.sid, target.upstream_sid, fresh=True)
+
+    async def open_session(self, target: Target, upstream_sid: str | None, *, sid: str | None = None) -> str:
+        """Record a new MCP session after the upstream accepted `initialize`; returns the gateway's session id."""
+        sid = sid or new_session_id()
+        key = target.key or f"s:{sid}"
+        replica = target.replica.url if target.replica is not None else None
+        if target.key is None and replica is not None:
+            await self.store.claim_pin(target.ns.name, key, replica)
+        await self.store.put_session(sid, SessionRecord(target.ns.name, key, replica, upstream_sid, key[0] == "h"))
+        target.key, target.sid, target.upstream_sid = key, sid, upstream_sid
+        return sid
+
+    async def close_session(self, sid: str) -> SessionRecord | None:
+        """Forget an MCP session; a pin keyed by the session itself goes with it."""
+        rec = await self.store.get_session(sid)
+        await self.store.drop_session(sid)
+        if rec is not None and rec.key.startswith("s:"):
+            await self.store.drop_pin(rec.namespace, rec.key)
+        return rec
+
+    async def drop_pin(self, ns: Namespace, key: str | None) -> None:
+        if key is not None:
+            await self.store.drop_pin(ns.name, key)
+            log.info("session.unpinned", namespace=ns.name, session_id=key[2:])
+
+    async def replica_down(self, replica: Replica) -> None:
+        lost = await self.store.mark_lost(replica.namespace, replica.url)
+        if lost:
+            log.warning("sessions.lost", namespace=replica.namespace, replica=replica.url, sessions=lost)

@@ -1,0 +1,125 @@
+"""Who may talk to the gateway: Host / Origin checks against DNS rebinding, bearer tokens, rate limits.
+
+One ASGI middleware, the Starlette shape; every refusal is a JSON-RPC error with a precise message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+import uuid
+from urllib.parse import urlsplit
+
+import structlog
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from gateway.asgi import header, send_error
+from gateway.config import SecurityConfig
+from gateway.errors import Forbidden, RateLimited, Unauthorized
+from gateway.service import Gateway
+
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+_LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+def host_allowed(patterns: tuple[str, ...], host: str | None) -> bool:
+    if not patterns:
+        return True
+    if host is None:
+        return False
+    host = host.lower()
+    for pattern in patterns:
+        pattern = pattern.lower()
+        if pattern.endswith(":*"):
+            base = pattern[:-2]
+            if host == base or (host.startswith(base + ":") and host[len(base) + 1 :].isdigit()):
+                return True
+        elif host == pattern:
+            return True
+    return False
+
+
+def origin_allowed(sec: SecurityConfig, origin: str | None) -> bool:
+    if origin is None or origin in sec.allowed_origins:
+        return True
+    netloc = urlsplit(origin).netloc
+    if not netloc:
+        return False
+    return bool(sec.allowed_hosts) and host_allowed(sec.allowed_hosts, netloc)
+
+
+def _bearer(scope: Scope) -> str | None:
+    value = header(scope, b"authorization")
+    if value is None or not value[:7].lower() == "bearer ":
+        return None
+    return value[7:].strip()
+
+
+def _token_ok(token: str | None, tokens: tuple[str, ...]) -> bool:
+    if token is None:
+        return False
+    return any(hmac.compare_digest(token.encode(), t.encode()) for t in tokens)
+
+
+class RateLimiter:
+    """A token bucket per client (its token, else its address)."""
+
+    def __init__(self) -> None:
+        self._buckets: dict[str, tuple[float, float]] = {}
+
+    def allow(self, client: str, rate: float, burst: int) -> bool:
+        now = time.monotonic()
+        tokens, last = self._buckets.get(client, (float(burst), now))
+        tokens = min(float(burst), tokens + (now - last) * rate)
+        if tokens < 1.0:
+            self._buckets[client] = (tokens, now)
+            return False
+        self._buckets[client] = (tokens - 1.0, now)
+        if len(self._buckets) > 100_000:
+            self._buckets.clear()
+        return True
+
+
+class SecurityMiddleware:
+    def __init__(self, app: ASGIApp, gw: Gateway) -> None:
+        self.app = app
+        self.gw = gw
+        self.limiter = RateLimiter()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        sec = self.gw.cfg.security
+        token = _bearer(scope)
+        try:
+            if not host_allowed(sec.allowed_hosts, header(scope, b"host")):
+                raise Forbidden("Host header not allowed (DNS-rebinding guard)")
+            if not origin_allowed(sec, header(scope, b"origin")):
+                raise Forbidden("Origin not allowed")
+            if scope["path"].startswith("/admin"):
+                client = (scope.get("client") or ("", 0))[0]
+                if not (_token_ok(token, sec.admin_tokens) or (not sec.admin_tokens and client in _LOOPBACK)):
+                    raise Unauthorized("admin endpoints need an admin bearer token")
+            elif sec.tokens and not _token_ok(token, sec.tokens):
+                raise Unauthorized("missing or invalid bearer token")
+            if sec.rate_per_s > 0:
+                who = (
+                    hashlib.sha256(token.encode()).hexdigest()[:16]
+                    if token
+                    else str((scope.get("client") or ("?",))[0])
+                )
+                if not self.limiter.allow(who, sec.rate_per_s, sec.rate_burst):
+                    raise RateLimited(f"rate limit of {sec.rate_per_s:g} requests/s exceeded")
+        except (Forbidden, Unauthorized, RateLimited) as exc:
+            extra = (
+                [(b"www-authenticate", b'Bearer realm="toolfleet-gateway"')] if isinstance(exc, Unauthorized) else []
+            )
+            if isinstance(exc, RateLimited):
+                extra.append((b"retry-after", b"1"))
+            await send_error(send, None, exc, extra)
+            return
+        rid = header(scope, b"x-request-id") or uuid.uuid4().hex[:16]
+        with structlog.contextvars.bound_contextvars(request_id=rid):
+            await self.app(scope, receive, send)

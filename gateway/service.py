@@ -1,0 +1,179 @@
+"""The gateway's state and its one forwarding step, shared by both client transports."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any
+
+import anyio
+import httpx
+import structlog
+from anyio.abc import TaskGroup
+
+from gateway.config import GatewayConfig
+from gateway.errors import SessionLost, ToolNotApproved, Unavailable
+from gateway.messages import SAFE_METHODS, Rewriter, tool_name
+from gateway.metrics import GatewayMetrics
+from gateway.routing import Namespace, Router, Target
+from gateway.store import Store, open_store
+from gateway.upstream import Replica, make_client, open_stream
+
+log = structlog.get_logger(__name__)
+
+HANDSHAKE_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+
+
+class Gateway:
+    def __init__(self, cfg: GatewayConfig, *, store: Store | None = None) -> None:
+        self.cfg = cfg
+        self.store = store or open_store(cfg.store)
+        self.router = Router(self.store)
+        self.metrics = GatewayMetrics()
+        self.client = make_client()
+        self.started = False
+        self._tg: TaskGroup | None = None
+        self.legacy: dict[str, Any] = {}
+        self.background: list[Callable[[], Awaitable[None]]] = []
+        """Extra long-running jobs for `running` (the entrypoint adds the config watcher)."""
+        """Open legacy SSE connections by gateway session id (they live and die with this process)."""
+        self.apply(cfg)
+
+    @property
+    def namespaces(self) -> dict[str, Namespace]:
+        return self.router.namespaces
+
+    def apply(self, cfg: GatewayConfig) -> None:
+        """Swap in a new routes file. Calls in flight keep the objects they hold, so none is dropped."""
+        old = self.router.namespaces
+        new: dict[str, Namespace] = {}
+        for name, ns_cfg in cfg.namespaces.items():
+            prev = old.get(name)
+            if prev is not None and prev.cfg == ns_cfg and self.cfg.health == cfg.health:
+                new[name] = prev
+                continue
+            ns = Namespace(name, ns_cfg, cfg, self.store)
+            if prev is not None:  # keep what was learned about replicas that stay
+                ns.replicas.update({u: r for u, r in prev.replicas.items() if u in ns.replicas})
+                ns.initialize_result, ns.tools = prev.initialize_result, prev.tools
+                ns.guard.approved, ns.guard.pending = prev.guard.approved, prev.guard.pending
+            for replica in ns.replicas.values():
+                self._watch(replica)
+            new[name] = ns
+        self.cfg = cfg
+        self.router.namespaces = new
+        log.info("config.applied", namespaces=sorted(new), replicas=sum(len(n.replicas) for n in new.values()))
+
+    def _watch(self, replica: Replica) -> None:
+        def down(r: Replica) -> None:
+            if self._tg is not None:
+                self._tg.start_soon(self.router.replica_down, r)
+
+        def state(r: Replica) -> None:
+            self.metrics.healthy.labels(r.namespace, r.url).set(1 if r.healthy else 0)
+
+        replica.on_down, replica.on_state = down, state
+        state(replica)
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        from gateway.health import probe_forever, reap_forever
+
+        await self.load_discovery()
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            tg.start_soon(probe_forever, self)
+            tg.start_soon(reap_forever, self)
+            for job in self.background:
+                tg.start_soon(job)
+            try:
+                yield
+            finally:
+                tg.cancel_scope.cancel()
+                self._tg = None
+        await self.client.aclose()
+        await self.store.aclose()
+
+    def check_call(self, ns: Namespace, msg: dict[str, Any]) -> None:
+        name = tool_name(msg)
+        if name is not None and ns.guard.refused(name):
+            raise ToolNotApproved(
+                f"tool {name!r} of {ns.name!r} changed since it was approved; an operator must approve it",
+                data={"namespace": ns.name, "tool": name},
+            )
+
+    async def forward(
+        self, target: Target, msg: dict[str, Any], body: bytes, client_headers: Iterable[tuple[bytes, bytes]]
+    ) -> tuple[Target, httpx.Response]:
+        """POST one message to the target's replica; a safe method on a fresh pin is retried on another."""
+        ns = target.ns
+        headers = ns.rules.apply(client_headers)
+        timeout = httpx.Timeout(ns.cfg.timeout_s, connect=ns.cfg.connect_timeout_s)
+        for attempt in range(2):
+            assert target.replica is not None
+            if target.upstream_sid:
+                headers["mcp-session-id"] = target.upstream_sid
+            try:
+                return target, await open_stream(
+                    self.client, target.replica, "POST", headers, body, http_timeout=timeout
+                )
+            except Unavailable as exc:
+                if target.fresh and attempt == 0 and msg.get("method") in SAFE_METHODS and len(ns.replicas) > 1:
+                    with contextlib.suppress(Unavailable):
+                        target = await self.router.repick(target, target.replica)
+                        continue
+                raise self.as_lost(target, exc) from exc
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def as_lost(target: Target, exc: Exception) -> Exception:
+        """A replica failure seen by a pinned session means its state is gone: say so, naming the session."""
+        if not isinstance(exc, Unavailable) or target.key is None or target.fresh or target.replica is None:
+            return exc
+        key, url, ns = target.key[2:], target.replica.url, target.ns.name
+        return SessionLost(
+            f"session {key!r} was lost: its replica {url} of {ns!r} went away",
+            data={"session": key, "namespace": ns, "replica": url},
+        )
+
+    def rewriter(self, ns: Namespace, method: str | None) -> Rewriter:
+        return Rewriter(ns.name, method, ns.guard.review if method == "tools/list" else None)
+
+    async def remember(self, ns: Namespace, rewriter: Rewriter) -> None:
+        """Keep the namespace's last discovery answers, so discovery works while no replica is healthy."""
+        seen = rewriter.seen
+        if seen is None:
+            return
+        if rewriter.method == "initialize" and "serverInfo" in seen:
+            if ns.initialize_result == seen:
+                return
+            ns.initialize_result = seen
+        elif rewriter.method == "tools/list" and not seen.get("nextCursor") and isinstance(seen.get("tools"), list):
+            if ns.tools == seen["tools"]:
+                return
+            ns.tools = seen["tools"]
+        else:
+            return
+        await self.store.put_blob(f"discovery:{ns.name}", {"initialize": ns.initialize_result, "tools": ns.tools})
+
+    async def load_discovery(self) -> None:
+        for ns in self.namespaces.values():
+            blob = await self.store.get_blob(f"discovery:{ns.name}") or {}
+            ns.initialize_result = ns.initialize_result or blob.get("initialize")
+            ns.tools = ns.tools if ns.tools is not None else blob.get("tools")
+
+    def degraded(self, ns: Namespace, msg: dict[str, Any]) -> dict[str, Any]:
+        """Answer discovery from the last known answers while no replica can; anything else is Unavailable."""
+        method = msg.get("method")
+        if method == "initialize" and ns.initialize_result is not None:
+            result = copy.deepcopy(ns.initialize_result)
+            asked = (msg.get("params") or {}).get("protocolVersion")
+            if asked in HANDSHAKE_VERSIONS:
+                result["protocolVersion"] = asked
+            return result
+        if method == "tools/list" and ns.tools is not None:
+            return {"tools": ns.tools}
+        if method == "ping":
+            return {}
+        raise Unavailable(f"namespace {ns.name!r} has no healthy replica", data={"namespace": ns.name})

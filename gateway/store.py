@@ -1,0 +1,189 @@
+"""The pin table: which replica holds each session, plus MCP session records and small shared blobs.
+
+In memory by default; Redis when configured, so several gateway replicas and restarts share it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class Pin:
+    replica: str
+    lost: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    """A client's MCP session on the gateway: its namespace, session key, replica and upstream session id."""
+
+    namespace: str
+    key: str
+    replica: str | None
+    upstream_sid: str | None
+    keyed_by_header: bool
+
+
+class Store(Protocol):
+    async def get_pin(self, ns: str, key: str) -> Pin | None: ...
+    async def claim_pin(self, ns: str, key: str, replica: str) -> Pin:
+        """Pin `key` to `replica` unless it is pinned already; returns the pin that holds."""
+        ...
+
+    async def drop_pin(self, ns: str, key: str) -> Pin | None: ...
+    async def touch(self, ns: str, key: str) -> None: ...
+    async def counts(self, ns: str) -> dict[str, int]: ...
+    async def mark_lost(self, ns: str, replica: str) -> int: ...
+    async def idle_pins(self, ns: str, idle_s: float) -> list[tuple[str, Pin]]: ...
+    async def get_session(self, sid: str) -> SessionRecord | None: ...
+    async def put_session(self, sid: str, record: SessionRecord) -> None: ...
+    async def drop_session(self, sid: str) -> None: ...
+    async def get_blob(self, name: str) -> Any: ...
+    async def put_blob(self, name: str, value: Any) -> None: ...
+    async def aclose(self) -> None: ...
+
+
+class MemoryStore:
+    """One gateway process's pin table."""
+
+    def __init__(self) -> None:
+        self._pins: dict[str, dict[str, Pin]] = {}
+        self._used: dict[tuple[str, str], float] = {}
+        self._sessions: dict[str, SessionRecord] = {}
+        self._blobs: dict[str, Any] = {}
+
+    async def get_pin(self, ns: str, key: str) -> Pin | None:
+        return self._pins.get(ns, {}).get(key)
+
+    async def claim_pin(self, ns: str, key: str, replica: str) -> Pin:
+        pins = self._pins.setdefault(ns, {})
+        self._used[ns, key] = time.time()
+        return pins.setdefault(key, Pin(replica))
+
+    async def drop_pin(self, ns: str, key: str) -> Pin | None:
+        self._used.pop((ns, key), None)
+        return self._pins.get(ns, {}).pop(key, None)
+
+    async def touch(self, ns: str, key: str) -> None:
+        if (ns, key) in self._used:
+            self._used[ns, key] = time.time()
+
+    async def counts(self, ns: str) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for pin in self._pins.get(ns, {}).values():
+            out[pin.replica] = out.get(pin.replica, 0) + 1
+        return out
+
+    async def mark_lost(self, ns: str, replica: str) -> int:
+        pins = self._pins.get(ns, {})
+        hit = [k for k, p in pins.items() if p.replica == replica and not p.lost]
+        for key in hit:
+            pins[key] = Pin(replica, lost=True)
+        return len(hit)
+
+    async def idle_pins(self, ns: str, idle_s: float) -> list[tuple[str, Pin]]:
+        cutoff = time.time() - idle_s
+        pins = self._pins.get(ns, {})
+        return [(k, p) for k, p in pins.items() if self._used.get((ns, k), 0) < cutoff]
+
+    async def get_session(self, sid: str) -> SessionRecord | None:
+        return self._sessions.get(sid)
+
+    async def put_session(self, sid: str, record: SessionRecord) -> None:
+        self._sessions[sid] = record
+
+    async def drop_session(self, sid: str) -> None:
+        self._sessions.pop(sid, None)
+
+    async def get_blob(self, name: str) -> Any:
+        return self._blobs.get(name)
+
+    async def put_blob(self, name: str, value: Any) -> None:
+        self._blobs[name] = value
+
+    async def aclose(self) -> None:
+        return None
+
+
+class RedisStore:
+    """The pin table in Redis: `<prefix>pin:<ns>` hash, `<prefix>used:<ns>` zset, session and blob keys."""
+
+    def __init__(self, url: str, *, prefix: str = "toolfleet:gw:", session_ttl_s: int = 86400) -> None:
+        import redis.asyncio as redis  # only deployments that configure Redis need the package
+
+        self._r = redis.from_url(url, decode_responses=True)
+        self._p = prefix
+        self._ttl = session_ttl_s
+
+    async def get_pin(self, ns: str, key: str) -> Pin | None:
+        raw = await self._r.hget(f"{self._p}pin:{ns}", key)
+        return Pin(**json.loads(raw)) if raw else None
+
+    async def claim_pin(self, ns: str, key: str, replica: str) -> Pin:
+        async with self._r.pipeline(transaction=True) as pipe:
+            pipe.hsetnx(f"{self._p}pin:{ns}", key, json.dumps(asdict(Pin(replica))))
+            pipe.hget(f"{self._p}pin:{ns}", key)
+            pipe.zadd(f"{self._p}used:{ns}", {key: time.time()})
+            _, raw, _ = await pipe.execute()
+        return Pin(**json.loads(raw))
+
+    async def drop_pin(self, ns: str, key: str) -> Pin | None:
+        async with self._r.pipeline(transaction=True) as pipe:
+            pipe.hget(f"{self._p}pin:{ns}", key)
+            pipe.hdel(f"{self._p}pin:{ns}", key)
+            pipe.zrem(f"{self._p}used:{ns}", key)
+            raw, _, _ = await pipe.execute()
+        return Pin(**json.loads(raw)) if raw else None
+
+    async def touch(self, ns: str, key: str) -> None:
+        await self._r.zadd(f"{self._p}used:{ns}", {key: time.time()}, xx=True)
+
+    async def _all(self, ns: str) -> dict[str, Pin]:
+        raw = await self._r.hgetall(f"{self._p}pin:{ns}")
+        return {k: Pin(**json.loads(v)) for k, v in raw.items()}
+
+    async def counts(self, ns: str) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for pin in (await self._all(ns)).values():
+            out[pin.replica] = out.get(pin.replica, 0) + 1
+        return out
+
+    async def mark_lost(self, ns: str, replica: str) -> int:
+        lost = json.dumps(asdict(Pin(replica, lost=True)))
+        hit = {k: lost for k, p in (await self._all(ns)).items() if p.replica == replica and not p.lost}
+        if hit:
+            await self._r.hset(f"{self._p}pin:{ns}", mapping=hit)
+        return len(hit)
+
+    async def idle_pins(self, ns: str, idle_s: float) -> list[tuple[str, Pin]]:
+        keys = await self._r.zrangebyscore(f"{self._p}used:{ns}", 0, time.time() - idle_s)
+        pins = await self._all(ns)
+        return [(k, pins[k]) for k in keys if k in pins]
+
+    async def get_session(self, sid: str) -> SessionRecord | None:
+        raw = await self._r.get(f"{self._p}sess:{sid}")
+        return SessionRecord(**json.loads(raw)) if raw else None
+
+    async def put_session(self, sid: str, record: SessionRecord) -> None:
+        await self._r.set(f"{self._p}sess:{sid}", json.dumps(asdict(record)), ex=self._ttl)
+
+    async def drop_session(self, sid: str) -> None:
+        await self._r.delete(f"{self._p}sess:{sid}")
+
+    async def get_blob(self, name: str) -> Any:
+        raw = await self._r.get(f"{self._p}blob:{name}")
+        return json.loads(raw) if raw else None
+
+    async def put_blob(self, name: str, value: Any) -> None:
+        await self._r.set(f"{self._p}blob:{name}", json.dumps(value))
+
+    async def aclose(self) -> None:
+        await self._r.aclose()
+
+
+def open_store(url: str) -> Store:
+    return MemoryStore() if url == "memory" else RedisStore(url)

@@ -1,0 +1,272 @@
+"""Streamable HTTP at `/{ns}/mcp`: an HTTP-level relay to the session's replica.
+
+Request bodies go upstream byte for byte; responses come back event by event, rewritten only
+where `messages.Rewriter` says. A client that closes a response stream closes the upstream one
+too, which is how the 2026 protocol cancels a request.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import anyio
+import httpx
+import structlog
+from starlette.types import Receive, Scope, Send
+
+from gateway.asgi import header, read_body, send_bytes, send_error, session_header
+from gateway.errors import BadUpstream, GatewayError, InvalidRequest, Unavailable, UnknownSession, error_body, to_error
+from gateway.messages import Rewriter, parse_message, tool_name
+from gateway.routing import Namespace, Target, header_key
+from gateway.service import Gateway
+from gateway.upstream import SseParser, event_data, event_with_data, open_stream, upstream_errors
+
+log = structlog.get_logger(__name__)
+
+PASS_HEADERS = frozenset({b"content-type", b"cache-control", b"x-accel-buffering"})
+DISCOVERY = frozenset({"initialize", "tools/list", "ping"})
+
+
+async def handle_mcp(gw: Gateway, ns: Namespace, scope: Scope, receive: Receive, send: Send) -> None:
+    method = scope["method"]
+    if method == "POST":
+        await _post(gw, ns, scope, receive, send)
+    elif method == "GET":
+        await _get(gw, ns, scope, receive, send)
+    elif method == "DELETE":
+        await _delete(gw, ns, scope, send)
+    else:
+        await send_bytes(send, 405, b"method not allowed", b"text/plain", [(b"allow", b"GET, POST, DELETE")])
+
+
+async def _post(gw: Gateway, ns: Namespace, scope: Scope, receive: Receive, send: Send) -> None:
+    start = time.perf_counter()
+    rid: Any = None
+    method: str | None = None
+    sid = header(scope, b"mcp-session-id")
+    extra = [(b"mcp-session-id", sid.encode())] if sid else []
+    target: Target | None = None
+    try:
+        body = await read_body(scope, receive, gw.cfg.security.max_body_bytes)
+        msg = parse_message(body)
+        rid, method = msg.get("id"), msg.get("method")
+        xsid = session_header(scope)
+        try:
+            target = await gw.router.resolve(ns, sid, xsid)
+        except Unavailable:
+            if sid is not None or method not in DISCOVERY:
+                raise
+            target = Target(ns, None, header_key(xsid))
+        gw.check_call(ns, msg)
+        if target.replica is None:
+            await _degraded(gw, ns, target, msg, sid, send)
+            return _done(gw, ns, method, "degraded", start, target)
+        target, response = await gw.forward(target, msg, body, scope["headers"])
+    except Exception as exc:
+        err = to_error(exc)
+        gw.metrics.errors.labels(ns.name, str(err.code)).inc()
+        await send_error(send, rid, err, extra)
+        return _done(gw, ns, method, "error", start, target, err)
+    try:
+        outcome = await _relay(gw, ns, target, msg, response, sid, receive, send)
+    finally:
+        await response.aclose()
+    if outcome == "ok" and tool_name(msg) == "cleanup_session":
+        await gw.router.drop_pin(ns, target.key)
+    _done(gw, ns, method, outcome, start, target)
+
+
+def _done(
+    gw: Gateway,
+    ns: Namespace,
+    method: str | None,
+    outcome: str,
+    start: float,
+    target: Target | None,
+    err: GatewayError | None = None,
+) -> None:
+    seconds = time.perf_counter() - start
+    gw.metrics.observe(ns.name, method, outcome, seconds)
+    log.info(
+        "gateway.request",
+        namespace=ns.name,
+        method=method,
+        session_id=target.key[2:] if target and target.key else None,
+        replica=target.replica.url if target and target.replica else None,
+        outcome=outcome,
+        ms=round(seconds * 1000, 2),
+        **({"error": err.message, "code": err.code} if err is not None else {}),
+    )
+
+
+async def _degraded(
+    gw: Gateway, ns: Namespace, target: Target, msg: dict[str, Any], sid: str | None, send: Send
+) -> None:
+    """No replica for this session: discovery from the last known answers, a clear error for the rest."""
+    if "id" not in msg or msg.get("method") is None:
+        await send_bytes(send, 202, b"")
+        return
+    result = gw.degraded(ns, msg)
+    if msg["method"] == "initialize" and sid is None:
+        sid = await gw.router.open_session(target, None)
+    extra = [(b"mcp-session-id", sid.encode())] if sid else []
+    answer = {"jsonrpc": "2.0", "id": msg["id"], "result": result}
+    await send_bytes(send, 200, json.dumps(answer).encode(), extra=extra)
+
+
+async def _relay(
+    gw: Gateway,
+    ns: Namespace,
+    target: Target,
+    msg: dict[str, Any],
+    response: httpx.Response,
+    sid: str | None,
+    receive: Receive,
+    send: Send,
+) -> str:
+    """Send the upstream's answer to the client; returns the outcome ("ok" or "error")."""
+    rid, method = msg.get("id"), msg.get("method")
+    headers = [(k, v) for k, v in response.headers.raw if k.lower() in PASS_HEADERS]
+    if method == "initialize" and sid is None and response.status_code == 200:
+        sid = await gw.router.open_session(target, response.headers.get("mcp-session-id"))
+    if sid:
+        headers.append((b"mcp-session-id", sid.encode()))
+    rewriter = gw.rewriter(ns, method)
+    ctype = response.headers.get("content-type", "")
+    if ctype.startswith("text/event-stream") and response.status_code == 200:
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        outcome = await _stream(gw, target, rid, response, rewriter, receive, send)
+    else:
+        try:
+            with upstream_errors(target.replica):  # type: ignore[arg-type]
+                data = await response.aread()
+            if ctype.startswith("application/json"):
+                data, parsed = await rewriter.apply(data)
+                if rid is not None and not _answers(parsed, rid, allow_null=response.status_code >= 400):
+                    raise BadUpstream(f"replica {target.replica.url} answered with invalid JSON-RPC")  # type: ignore[union-attr]
+            elif rid is not None and response.status_code < 300:
+                raise BadUpstream(f"replica answered a request with {ctype or 'no content type'}")
+        except GatewayError as exc:
+            await send_error(send, rid, gw.as_lost(target, exc), [(b"mcp-session-id", sid.encode())] if sid else [])
+            return "error"
+        extra = [(k, v) for k, v in headers if k.lower() != b"content-type"]
+        await send_bytes(send, response.status_code, data, ctype.encode() or b"text/plain", extra)
+        outcome = "ok" if response.status_code < 400 else "error"
+    await gw.remember(ns, rewriter)
+    return outcome
+
+
+def _answers(parsed: Any, rid: Any, *, allow_null: bool = False) -> bool:
+    if not isinstance(parsed, dict) or ("result" not in parsed and "error" not in parsed):
+        return False
+    return parsed.get("id") == rid or (allow_null and parsed.get("id") is None)
+
+
+async def _stream(
+    gw: Gateway,
+    target: Target,
+    rid: Any,
+    response: httpx.Response,
+    rewriter: Rewriter,
+    receive: Receive,
+    send: Send,
+) -> str:
+    """Relay an SSE response event by event until it ends or the client leaves (which closes the upstream)."""
+    answered = rid is None
+    failure: Exception | None = None
+    parser = SseParser()
+
+    async def relay() -> None:
+        nonlocal answered
+        async for chunk in response.aiter_bytes():
+            for event in parser.feed(chunk):
+                data = event_data(event)
+                if data:
+                    new, parsed = await rewriter.apply(data)
+                    if parsed is None:
+                        log.warning("upstream.garbage", namespace=target.ns.name, bytes=len(data))
+                        continue
+                    answered = answered or _answers(parsed, rid)
+                    if new is not data:
+                        event = event_with_data(event, new)
+                await send({"type": "http.response.body", "body": event + b"\n\n", "more_body": True})
+
+    async with anyio.create_task_group() as tg:
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(watch)
+        try:
+            with upstream_errors(target.replica):  # type: ignore[arg-type]
+                await relay()
+        except GatewayError as exc:
+            failure = gw.as_lost(target, exc)
+        if not answered:
+            err = failure or BadUpstream(f"replica {target.replica.url} closed the stream without answering")  # type: ignore[union-attr]
+            _, body = error_body(rid, err)
+            event = b"event: message\ndata: " + body + b"\n\n"
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        tg.cancel_scope.cancel()
+    return "ok" if answered and failure is None else "error"
+
+
+async def _get(gw: Gateway, ns: Namespace, scope: Scope, receive: Receive, send: Send) -> None:
+    """The standalone stream: server-initiated notifications and requests of the session."""
+    sid = header(scope, b"mcp-session-id")
+    try:
+        if sid is None:
+            raise InvalidRequest("GET needs an mcp-session-id header")
+        target = await gw.router.resolve(ns, sid, None)
+        if target.replica is None:
+            await send_bytes(send, 405, b"", b"text/plain")
+            return
+        headers = ns.rules.apply(scope["headers"])
+        if target.upstream_sid:
+            headers["mcp-session-id"] = target.upstream_sid
+        timeout = httpx.Timeout(None, connect=ns.cfg.connect_timeout_s)
+        response = await open_stream(gw.client, target.replica, "GET", headers, http_timeout=timeout)
+    except Exception as exc:
+        await send_error(send, None, exc)
+        return
+    try:
+        ctype = response.headers.get("content-type", "")
+        if response.status_code != 200 or not ctype.startswith("text/event-stream"):
+            body = await response.aread()
+            await send_bytes(send, response.status_code, body, ctype.encode() or b"text/plain")
+            return
+        headers = [(k, v) for k, v in response.headers.raw if k.lower() in PASS_HEADERS]
+        await send(
+            {"type": "http.response.start", "status": 200, "headers": [*headers, (b"mcp-session-id", sid.encode())]}
+        )
+        await _stream(gw, target, None, response, gw.rewriter(ns, None), receive, send)
+    finally:
+        await response.aclose()
+
+
+async def _delete(gw: Gateway, ns: Namespace, scope: Scope, send: Send) -> None:
+    """End the MCP session upstream and here; a pin keyed by the session itself is cleaned up too."""
+    from gateway.health import cleanup
+
+    sid = header(scope, b"mcp-session-id")
+    rec = await gw.store.get_session(sid) if sid else None
+    if sid is None or rec is None or rec.namespace != ns.name:
+        await send_error(send, None, UnknownSession(f"unknown MCP session {sid!r}"))
+        return
+    replica = ns.replicas.get(rec.replica) if rec.replica else None
+    if rec.key.startswith("s:") and (pin := await gw.store.get_pin(ns.name, rec.key)) is not None:
+        await cleanup(gw, ns, rec.key, pin)  # cleanup_session, then DELETE upstream
+    elif replica is not None and replica.available and rec.upstream_sid:
+        headers = ns.rules.apply(scope["headers"]) | {"mcp-session-id": rec.upstream_sid}
+        try:
+            response = await open_stream(gw.client, replica, "DELETE", headers)
+            await response.aclose()
+        except GatewayError as exc:
+            log.info("session.delete_failed", namespace=ns.name, error=exc.message)
+    await gw.router.close_session(sid)
+    await send_bytes(send, 200, b"", b"text/plain")

@@ -1,0 +1,137 @@
+"""Upstream replicas: their health (active probes, passive failures, a circuit breaker) and the HTTP client.
+
+Foreign exceptions (httpx) are translated here, where they enter, into `Unavailable`,
+`UpstreamTimeout` or `BadUpstream`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+
+import httpx
+import structlog
+
+from gateway.errors import BadUpstream, Unavailable, UpstreamTimeout
+
+log = structlog.get_logger(__name__)
+
+
+class Replica:
+    """One upstream MCP endpoint; `available` is False while its circuit is open or a probe failed."""
+
+    def __init__(self, namespace: str, url: str, *, failures_to_open: int, open_s: float) -> None:
+        self.namespace = namespace
+        self.url = url
+        self.healthy = True
+        self.failures = 0
+        self.open_until = 0.0
+        self._failures_to_open = failures_to_open
+        self._open_s = open_s
+        self.on_down: Callable[[Replica], None] = lambda r: None
+        self.on_state: Callable[[Replica], None] = lambda r: None
+
+    @property
+    def available(self) -> bool:
+        return self.healthy and time.monotonic() >= self.open_until
+
+    def record_success(self) -> None:
+        self.failures = 0
+        if not self.healthy:
+            self.healthy = True
+            self.open_until = 0.0
+            log.info("replica.up", namespace=self.namespace, replica=self.url)
+            self.on_state(self)
+
+    def record_failure(self, *, decisive: bool = False) -> None:
+        """A failed call or probe; `decisive` (connection refused) opens the circuit at once."""
+        self.failures += 1
+        if self.healthy and (decisive or self.failures >= self._failures_to_open):
+            self.healthy = False
+            self.open_until = time.monotonic() + self._open_s
+            log.warning("replica.down", namespace=self.namespace, replica=self.url, failures=self.failures)
+            self.on_state(self)
+            self.on_down(self)
+
+
+@contextlib.contextmanager
+def upstream_errors(replica: Replica) -> AsyncIterator[None]:  # type: ignore[misc]
+    """Map httpx failures to gateway errors and feed the replica's passive health."""
+    try:
+        yield
+    except httpx.ConnectError as exc:
+        replica.record_failure(decisive=True)
+        raise Unavailable(f"replica {replica.url} of {replica.namespace!r} is unreachable") from exc
+    except httpx.TimeoutException as exc:
+        replica.record_failure()
+        raise UpstreamTimeout(f"replica {replica.url} of {replica.namespace!r} timed out") from exc
+    except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+        replica.record_failure(decisive=True)
+        raise Unavailable(f"replica {replica.url} of {replica.namespace!r} dropped the connection") from exc
+    except httpx.HTTPError as exc:
+        replica.record_failure()
+        raise BadUpstream(f"replica {replica.url} of {replica.namespace!r} failed: {type(exc).__name__}") from exc
+
+
+def make_client() -> httpx.AsyncClient:
+    """One pooled client for every upstream; no proxies from the environment (traffic stays on our network)."""
+    return httpx.AsyncClient(
+        trust_env=False,
+        timeout=httpx.Timeout(600.0, connect=2.0),
+        limits=httpx.Limits(max_connections=2000, max_keepalive_connections=500, keepalive_expiry=30),
+        follow_redirects=False,
+    )
+
+
+async def open_stream(
+    client: httpx.AsyncClient,
+    replica: Replica,
+    method: str,
+    headers: dict[str, str],
+    body: bytes | None = None,
+    *,
+    http_timeout: httpx.Timeout | None = None,
+) -> httpx.Response:
+    """Send one request upstream and return the response with its body not yet read."""
+    request = client.build_request(method, replica.url, headers=headers, content=body, timeout=http_timeout)
+    with upstream_errors(replica):
+        response = await client.send(request, stream=True)
+    if response.status_code >= 500:
+        replica.record_failure()
+    else:
+        replica.record_success()
+    return response
+
+
+class SseParser:
+    """Incremental `text/event-stream` parser: feed bytes, get whole events (CRLF normalized to LF)."""
+
+    def __init__(self, limit: int = 16 * 1024 * 1024) -> None:
+        self._buf = b""
+        self._limit = limit
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        buf = self._buf + chunk
+        hold = buf.endswith(b"\r")
+        if hold:
+            buf = buf[:-1]
+        if b"\r" in buf:
+            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        *events, rest = buf.split(b"\n\n")
+        self._buf = rest + (b"\r" if hold else b"")
+        if len(self._buf) > self._limit:
+            raise BadUpstream("upstream sent an oversized SSE event")
+        return events
+
+
+def event_data(event: bytes) -> bytes | None:
+    """The `data` of one SSE event (multi-line data joined), or None for comments and data-less events."""
+    parts = [line[5:].removeprefix(b" ") for line in event.split(b"\n") if line.startswith(b"data:")]
+    return b"\n".join(parts) if parts else None
+
+
+def event_with_data(event: bytes, data: bytes) -> bytes:
+    """`event` with its data lines replaced by `data` (one line; JSON has no raw newlines)."""
+    lines = [line for line in event.split(b"\n") if not line.startswith(b"data:")]
+    return b"\n".join([*lines, b"data: " + data])

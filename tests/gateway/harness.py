@@ -1,0 +1,207 @@
+"""Real processes on loopback for the gateway tests: fixture MCP servers, the gateway, redis-server."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+import yaml
+from mcp.client.client import Client
+from mcp.client.sse import sse_client
+from mcp.client.streamable_http import streamable_http_client
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURE = Path(__file__).with_name("fixture_server.py")
+PY = sys.executable
+TRANSPORTS = ("streamable-http", "sse")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _stop(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM) -> None:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+@dataclass
+class Upstream:
+    replica: str
+    port: int
+    proc: subprocess.Popen[Any]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def kill(self) -> None:
+        _stop(self.proc, signal.SIGKILL)
+
+
+def start_fixture(replica: str, *, variant: str = "a", name: str = "fixture", port: int = 0) -> Upstream:
+    cmd = [PY, str(FIXTURE), "--port", str(port), "--replica", replica, "--variant", variant, "--name", name]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], 30)
+    line = proc.stdout.readline() if ready else ""
+    if not line.startswith("READY "):
+        _stop(proc, signal.SIGKILL)
+        raise RuntimeError(f"fixture server {replica} did not start: {line!r}")
+    up = Upstream(replica, int(line.split()[1]), proc)
+    _wait_http(f"http://127.0.0.1:{up.port}/healthz")
+    return up
+
+
+@contextlib.contextmanager
+def fixtures(*replicas: str, **kw: Any) -> Iterator[list[Upstream]]:
+    started: list[Upstream] = []
+    try:
+        for replica in replicas:
+            started.append(start_fixture(replica, **kw))
+        yield started
+    finally:
+        for up in started:
+            _stop(up.proc)
+
+
+def _wait_http(url: str, *, timeout: float = 30, status: int = 200, proc: subprocess.Popen[Any] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} while waiting for {url}")
+        try:
+            last = httpx.get(url, timeout=2, trust_env=False).status_code
+            if last == status:
+                return
+        except httpx.HTTPError as exc:
+            last = exc
+        time.sleep(0.05)
+    raise TimeoutError(f"{url} not ready: {last!r}")
+
+
+def gateway_config(namespaces: dict[str, list[str]], **extra: Any) -> dict[str, Any]:
+    cfg: dict[str, Any] = {
+        "namespaces": {ns: {"replicas": urls} for ns, urls in namespaces.items()},
+        "health": {"interval_s": 0.5, "timeout_s": 2, "failures_to_open": 2, "open_s": 0.5},
+    }
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(cfg.get(key), dict):
+            cfg[key] = {**cfg[key], **value}
+        else:
+            cfg[key] = value
+    return cfg
+
+
+class GatewayProc:
+    """`python -m gateway` on a free loopback port with a YAML config written for the test."""
+
+    def __init__(self, cfg: dict[str, Any], *, port: int | None = None, env: dict[str, str] | None = None) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="gw-test-"))
+        self.config_path = self.dir / "gateway.yaml"
+        self.log_path = self.dir / "gateway.log"
+        self.port = port or free_port()
+        self.env = env or {}
+        self.proc: subprocess.Popen[Any] | None = None
+        self.write(cfg)
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def url(self, ns: str, transport: str = "streamable-http") -> str:
+        return f"{self.base}/{ns}/{'mcp' if transport == 'streamable-http' else 'sse'}"
+
+    def write(self, cfg: dict[str, Any]) -> None:
+        tmp = self.config_path.with_suffix(".tmp")
+        tmp.write_text(yaml.safe_dump(cfg))
+        tmp.replace(self.config_path)
+
+    def start(self, *, ready: bool = True) -> GatewayProc:
+        cmd = [PY, "-m", "gateway", "--config", str(self.config_path), "--port", str(self.port), "--watch-s", "0"]
+        env = {**os.environ, "PYTHONPATH": str(REPO), **self.env}
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=log, env=env)
+        _wait_http(f"{self.base}/healthz", proc=self.proc)
+        if ready:
+            _wait_http(f"{self.base}/readyz", proc=self.proc)
+        return self
+
+    def reload(self, cfg: dict[str, Any]) -> None:
+        self.write(cfg)
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGHUP)
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is not None:
+            _stop(self.proc, sig)
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@contextlib.contextmanager
+def running_gateway(cfg: dict[str, Any], **kw: Any) -> Iterator[GatewayProc]:
+    gw = GatewayProc(cfg, **kw)
+    try:
+        yield gw.start()
+    finally:
+        gw.stop()
+
+
+@contextlib.contextmanager
+def redis_server() -> Iterator[str]:
+    port = free_port()
+    workdir = tempfile.mkdtemp(prefix="gw-redis-")
+    cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    proc = subprocess.Popen([*cmd, "--dir", workdir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+                    sock.sendall(b"PING\r\n")
+                    if sock.recv(16).startswith(b"+PONG"):
+                        break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        _stop(proc)
+
+
+@contextlib.asynccontextmanager
+async def connect(
+    url: str, transport: str, *, headers: dict[str, str] | None = None, mode: str = "auto", **kw: Any
+) -> AsyncIterator[Client]:
+    """An `mcp` 2.x client over either transport."""
+    if transport == "sse":
+        stream = sse_client(url, headers=headers, timeout=30)
+    else:
+        http = httpx2.AsyncClient(headers=headers or {}, timeout=httpx2.Timeout(30, read=300))
+        stream = streamable_http_client(url, http_client=http)
+    async with Client(stream, mode=mode, **kw) as client:  # type: ignore[arg-type]
+        yield client
