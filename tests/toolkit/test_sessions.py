@@ -1,0 +1,68 @@
+"""The session registry: one state per key under concurrency, limits, idle reaping, close-all."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from toolkit.sessions import SessionRegistry, TooManySessions
+
+
+class State:
+    made = 0
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.closed = False
+        State.made += 1
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+async def make(key: str) -> State:
+    await anyio.sleep(0.01)  # creation takes time, so concurrent first calls overlap
+    return State(key)
+
+
+async def test_concurrent_first_calls_of_one_key_share_one_state() -> None:
+    registry: SessionRegistry[State] = SessionRegistry(make, ttl_s=60, max_sessions=10)
+    got: list[State] = []
+
+    async def acquire() -> None:
+        got.append(await registry.acquire("k"))
+        registry.release("k")
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(8):
+            tg.start_soon(acquire)
+    assert len({id(s) for s in got}) == 1 and len(registry) == 1
+
+
+async def test_the_session_limit_refuses_new_keys_but_serves_existing_ones() -> None:
+    registry: SessionRegistry[State] = SessionRegistry(make, ttl_s=60, max_sessions=1)
+    await registry.acquire("a")
+    with pytest.raises(TooManySessions, match="limit of 1 sessions"):
+        await registry.acquire("b")
+    assert (await registry.acquire("a")).key == "a"
+
+
+async def test_idle_sessions_are_reaped_but_busy_ones_are_kept() -> None:
+    registry: SessionRegistry[State] = SessionRegistry(make, ttl_s=0.05, max_sessions=10)
+    idle = await registry.acquire("idle")
+    registry.release("idle")
+    busy = await registry.acquire("busy")
+    await anyio.sleep(0.1)
+    assert await registry.reap_idle() == 1
+    assert idle.closed and not busy.closed and "busy" in registry and "idle" not in registry
+
+
+async def test_close_all_and_replace_close_every_state() -> None:
+    registry: SessionRegistry[State] = SessionRegistry(make, ttl_s=60, max_sessions=10)
+    old = await registry.acquire("a")
+    new = State("a")
+    await registry.replace("a", new)
+    assert old.closed and (await registry.acquire("a")) is new
+    await registry.close_all()
+    assert new.closed and len(registry) == 0
+    assert await registry.close("a") is False
