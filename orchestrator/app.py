@@ -127,7 +127,7 @@ def create_app(
             err = b.body.get("error") or {}
             etype = "server_error"
             return JSONResponse({"error": {"message": err.get("message"), "type": etype, "param": None,
-                                           "code": err.get("code")}}, live.http_status)  # fmt: skip
+                                           "code": live.error_code}}, live.http_status)  # fmt: skip
         return JSONResponse(b.body)
 
     async def _stream(live: Any, background: bool) -> AsyncIterator[str]:

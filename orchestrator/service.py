@@ -39,6 +39,7 @@ class Live:
     request: ResponsesRequest
     task: asyncio.Task[None] | None = None
     http_status: int = 200
+    error_code: str | None = None  # for the HTTP error body; response.error.code is OpenAI's fixed set
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -129,16 +130,16 @@ class ResponsesService:
 
     def _body(self, req: ResponsesRequest, rid: str, prev: Record | None) -> dict[str, Any]:
         model = req.model or self.settings.model or "gpt-oss"
-        return {
-            "id": rid, "object": "response", "created_at": int(time.time()), "model": model, "status": "queued",
-            "output": [], "instructions": req.instructions, "tools": [_echo(t) for t in req.tools],
-            "tool_choice": req.tool_choice,            "parallel_tool_calls": req.parallel_tool_calls, "temperature": req.temperature, "top_p": req.top_p,
-            "max_output_tokens": req.max_output_tokens, "max_tool_calls": req.max_tool_calls,
-            "previous_response_id": req.previous_response_id, "background": req.background, "store": req.store,
-            "reasoning": {"effort": req.reasoning.effort if req.reasoning else None, "summary": None},
-            "metadata": req.metadata or {}, "text": {"format": {"type": "text"}}, "truncation": "disabled",
-            "usage": None, "error": None, "incomplete_details": None, "user": req.user,
-        }  # fmt: skip
+        return dict(
+            id=rid, object="response", created_at=int(time.time()), model=model, status="queued", output=[],
+            instructions=req.instructions, tools=[_echo(t) for t in req.tools], tool_choice=req.tool_choice,
+            parallel_tool_calls=req.parallel_tool_calls, temperature=req.temperature, top_p=req.top_p,
+            max_output_tokens=req.max_output_tokens, max_tool_calls=req.max_tool_calls,
+            previous_response_id=req.previous_response_id, background=req.background, store=req.store,
+            reasoning={"effort": req.reasoning.effort if req.reasoning else None, "summary": None},
+            metadata=req.metadata or {}, text={"format": {"type": "text"}}, truncation="disabled",
+            usage=None, error=None, incomplete_details=None, user=req.user,
+        )  # fmt: skip
 
     # --- running ----------------------------------------------------------------------------------
 
@@ -159,11 +160,11 @@ class ResponsesService:
             if not b.finished:
                 b.finish("cancelled", usage=r.usage.as_dict())
         except WorkerUnavailable as exc:
-            live.http_status = 503
-            b.finish("failed", usage=r.usage.as_dict(), error={"code": "worker_unavailable", "message": str(exc)})
+            live.http_status, live.error_code = 503, "worker_unavailable"
+            b.finish("failed", usage=r.usage.as_dict(), error={"code": "server_error", "message": str(exc)})
         except WorkerError as exc:
-            live.http_status = 502
-            b.finish("failed", usage=r.usage.as_dict(), error={"code": "worker_error", "message": str(exc)})
+            live.http_status, live.error_code = 502, "worker_error"
+            b.finish("failed", usage=r.usage.as_dict(), error={"code": "server_error", "message": str(exc)})
         except Exception as exc:
             log.exception("response.crashed", response_id=b.id)
             live.http_status = 500

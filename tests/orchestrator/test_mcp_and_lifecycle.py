@@ -1,0 +1,159 @@
+"""Third-party MCP servers (allowed_tools, approvals), background + cancel, replay, and bad input."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import openai
+import pytest
+from invariants import check_stream
+
+FORECAST = '<|channel|>commentary to=weather.get_forecast <|constrain|>json<|message|>{"city":"Oslo"}<|call|>'
+DELETE = '<|channel|>commentary to=weather.delete_city <|constrain|>json<|message|>{"city":"Oslo"}<|call|>'
+DONE = "<|channel|>final<|message|>Done.<|return|>"
+
+
+def weather(tool_urls, **extra):
+    return {"type": "mcp", "server_label": "weather", "server_url": tool_urls["weather"], **extra}
+
+
+def test_mcp_server_tools_are_listed_and_called(stack, tool_urls):
+    stack.script([("weather.get_forecast to=assistant", DONE), ("forecast", FORECAST)])
+    events = list(
+        stack.client.responses.create(
+            model="gpt-oss", input="forecast?", tools=[weather(tool_urls, require_approval="never")], stream=True
+        )
+    )
+    resp = check_stream(events)
+    listing, call = resp.output[0], resp.output[1]
+    assert listing.type == "mcp_list_tools" and {t.name for t in listing.tools} == {"get_forecast", "delete_city"}
+    assert call.type == "mcp_call" and call.name == "get_forecast" and call.output.startswith("Sunny in Oslo")
+    assert "(session conv_" in call.output  # the conversation-stable session id was sent
+    assert "namespace weather" in stack.model.encode_prompt_text(-1)
+
+
+def test_allowed_tools_hides_and_refuses_other_tools(stack, tool_urls):
+    stack.script([("not allowed", DONE), ("delete", DELETE)])
+    tool = weather(tool_urls, require_approval="never", allowed_tools=["get_forecast"])
+    resp = stack.client.responses.create(model="gpt-oss", input="delete", tools=[tool])
+    assert "type delete_city" not in stack.model.encode_prompt_text(-1)
+    call = next(o for o in resp.output if o.type == "mcp_call")
+    assert call.status == "failed" and "not allowed" in call.error and resp.output_text == "Done."
+
+
+def test_approval_request_pauses_and_the_approval_resumes(stack, tool_urls):
+    stack.script([("weather.get_forecast to=assistant", DONE), ("forecast", FORECAST)])
+    tool = weather(tool_urls)  # require_approval defaults to always
+    first = stack.client.responses.create(model="gpt-oss", input="forecast?", tools=[tool])
+    request = first.output[-1]
+    assert request.type == "mcp_approval_request" and request.name == "get_forecast" and first.status == "completed"
+    second = stack.client.responses.create(
+        model="gpt-oss",
+        previous_response_id=first.id,
+        tools=[tool],
+        input=[{"type": "mcp_approval_response", "approval_request_id": request.id, "approve": True}],
+    )
+    call = next(o for o in second.output if o.type == "mcp_call")
+    assert call.approval_request_id == request.id and call.output.startswith("Sunny")
+    assert second.output_text == "Done."
+
+
+def test_denied_approval_tells_the_model(stack, tool_urls):
+    stack.script([("did not approve", "<|channel|>final<|message|>OK, skipped.<|return|>"), ("forecast", FORECAST)])
+    tool = weather(tool_urls, require_approval={"always": {"tool_names": ["get_forecast"]}})
+    first = stack.client.responses.create(model="gpt-oss", input="forecast?", tools=[tool])
+    second = stack.client.responses.create(
+        model="gpt-oss",
+        previous_response_id=first.id,
+        tools=[tool],
+        input=[{"type": "mcp_approval_response", "approval_request_id": first.output[-1].id, "approve": False}],
+    )
+    assert not [o for o in second.output if o.type == "mcp_call"] and second.output_text == "OK, skipped."
+
+
+def test_unreachable_mcp_server_is_a_424(stack):
+    with pytest.raises(openai.APIStatusError) as err:
+        stack.client.responses.create(
+            model="gpt-oss",
+            input="x",
+            tools=[{"type": "mcp", "server_label": "dead", "server_url": "http://127.0.0.1:9/mcp"}],
+        )
+    assert err.value.status_code == 424 and "dead" in err.value.message
+
+
+def test_background_response_can_be_polled_cancelled_and_replayed(stack):
+    stack.script([], default="<|channel|>final<|message|>" + "slow " * 200 + "<|return|>", token_delay_s=0.01)
+    resp = stack.client.responses.create(model="gpt-oss", input="hi", background=True)
+    assert resp.status in ("queued", "in_progress")
+    time.sleep(0.3)
+    assert stack.client.responses.retrieve(resp.id).status == "in_progress"
+    cancelled = stack.client.responses.cancel(resp.id)
+    assert cancelled.status == "cancelled"
+    assert stack.client.responses.retrieve(resp.id).status == "cancelled"
+    events = list(stack.client.responses.retrieve(resp.id, stream=True))
+    final = check_stream(events)
+    assert final.status == "cancelled"
+    tail = list(stack.client.responses.retrieve(resp.id, stream=True, starting_after=3))
+    assert [e.sequence_number for e in tail] == [e.sequence_number for e in events[4:]]
+
+
+def test_background_stream_can_be_resumed_while_running(stack):
+    stack.script([], default="<|channel|>final<|message|>" + "tick " * 40 + "<|return|>", token_delay_s=0.005)
+    stream = stack.client.responses.create(model="gpt-oss", input="hi", background=True, stream=True)
+    first = [next(iter(stream)) for _ in range(5)]
+    stream.close()
+    rid = first[0].response.id
+    rest = list(stack.client.responses.retrieve(rid, stream=True, starting_after=first[-1].sequence_number))
+    final = check_stream(first + rest)
+    assert final.status == "completed" and final.output_text.startswith("tick")
+
+
+def test_completed_responses_cannot_be_cancelled_and_unknown_ids_are_404(stack):
+    resp = stack.client.responses.create(model="gpt-oss", input="hi")
+    with pytest.raises(openai.BadRequestError):
+        stack.client.responses.cancel(resp.id)
+    for call in (
+        lambda: stack.client.responses.retrieve("resp_nope"),
+        lambda: stack.client.responses.delete("resp_nope"),
+        lambda: stack.client.responses.input_items.list("resp_nope"),
+        lambda: stack.client.responses.create(model="gpt-oss", input="x", previous_response_id="resp_nope"),
+    ):
+        with pytest.raises(openai.NotFoundError):
+            call()
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        (b"{not json", "not valid JSON"),
+        (b"[1, 2]", "JSON object"),
+        (b'{"input": 5}', "input"),
+        (b'{"input": "x", "temperature": 9}', "temperature"),
+        (b'{"input": "x", "tools": [{"type": "bogus"}]}', "bogus"),
+        (b'{"input": [{"type": "message", "role": "user", "content": [{"type": "input_image"}]}]}', "input_image"),
+        (b'{"input": [{"type": "function_call_output", "call_id": "c1", "output": "x"}]}', "c1"),
+        (b'{"input": "x", "background": true, "store": false}', "store"),
+    ],
+)
+def test_malformed_requests_get_clear_400s(stack, body, fragment):
+    resp = httpx.post(f"{stack.url}/v1/responses", content=body, headers={"content-type": "application/json"})
+    assert resp.status_code == 400, resp.text
+    error = resp.json()["error"]
+    assert fragment in error["message"] and error["type"] == "invalid_request_error"
+    assert not stack.app.state.service.live
+
+
+def test_worker_down_is_a_503_and_a_failed_stream(make_stack):
+    stack = make_stack(worker_urls=["http://127.0.0.1:9"])
+    with pytest.raises(openai.APIStatusError) as err:
+        stack.client.responses.create(model="gpt-oss", input="hi")
+    assert err.value.status_code == 503 and "worker" in err.value.message
+    events = list(stack.client.responses.create(model="gpt-oss", input="hi", stream=True))
+    final = check_stream(events)
+    assert final.status == "failed" and final.error.code == "server_error" and "worker" in final.error.message
+
+
+def test_second_worker_takes_over_when_the_first_is_down(make_stack, scripted):
+    stack = make_stack(worker_urls=["http://127.0.0.1:9", scripted[0]])
+    assert stack.client.responses.create(model="gpt-oss", input="hi").status == "completed"
