@@ -16,6 +16,7 @@ from typing import Generic
 import anyio
 import structlog
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.sse import SseServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
@@ -25,7 +26,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 
 from toolkit.metrics import ToolMetrics
-from toolkit.sessions import S, SessionRegistry
+from toolkit.sessions import S, SessionRegistry, TooManySessions
 from toolkit.settings import ToolServerSettings
 
 log = structlog.get_logger(__name__)
@@ -37,7 +38,7 @@ _SESSION_ID = re.compile(r"^[\x21-\x7e]{1,256}$")
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
-class BadSessionId(ValueError):
+class BadSessionId(ToolError):
     """The caller's x-session-id header is not a usable session name."""
 
 
@@ -113,7 +114,10 @@ class ToolServer(Generic[S]):
         """The caller's session state for the length of one call, with heartbeats for long calls."""
         key = session_key(ctx)
         async with self.observed(tool, key):
-            state = await self.sessions.acquire(key)
+            try:
+                state = await self.sessions.acquire(key)
+            except TooManySessions as exc:
+                raise ToolError(str(exc)) from exc
             try:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._heartbeat, ctx)

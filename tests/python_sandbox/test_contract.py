@@ -180,3 +180,9 @@ async def test_bad_arguments_get_clear_errors_and_lose_nothing(server: Service, 
         assert huge.is_error and "limit is 100000" in huge.content[0].text
         assert await run(session, "kept") == "3"
         await session.call_tool("cleanup_session", {})
+
+
+async def test_an_unusable_session_header_is_refused_clearly(server: Service) -> None:
+    async with mcp_session(server.url, "streamable-http", {"x-session-id": "s" * 300}) as session:
+        result = await session.call_tool("python", {"code": "1"})
+    assert result.is_error and "x-session-id must be 1-256 visible ASCII characters" in result.content[0].text

@@ -138,3 +138,18 @@ async def test_a_killed_server_leaves_nothing_after_restart(backend_name: str) -
         assert containers_of(instance) == []  # and a graceful stop removes everything
     else:
         assert wait_until(lambda: all(processes_of(uid) == [] for uid in uids), 5)  # --die-with-parent
+
+
+@pytest.mark.parametrize(
+    ("backend_name", "flag", "message"),
+    [
+        ("docker", ["--image", "toolfleet/no-such-image:none"], "image not found"),
+        ("local", ["--local-python", "/nonexistent/python3"], "is not executable"),
+    ],
+)
+def test_a_server_that_cannot_sandbox_refuses_to_start_and_says_why(backend_name, flag, message) -> None:
+    require_backend(backend_name)
+    with pytest.raises(RuntimeError, match="service exited") as failure:
+        with running_service(server_args(backend_name, f"pytest-bad-{uuid.uuid4().hex[:8]}", *flag), timeout_s=30):
+            pass
+    assert message in str(failure.value)

@@ -47,8 +47,11 @@ def build_server(settings: PythonSandboxSettings, backend: Backend) -> ToolServe
     async def python(code: str, ctx: Context) -> list[TextContent | ImageContent]:
         if len(code) > settings.max_code_chars:
             raise ToolError(f"code is {len(code)} characters; the limit is {settings.max_code_chars}")
-        async with kit.session(ctx, "python") as (key, kernel):
-            result = await _run(kit, key, kernel, code, settings.timeout_s)
+        try:
+            async with kit.session(ctx, "python") as (key, kernel):
+                result = await _run(kit, key, kernel, code, settings.timeout_s)
+        except SandboxError as exc:
+            raise ToolError(f"sandbox unavailable: {exc}") from exc
         content: list[TextContent | ImageContent] = [TextContent(type="text", text=result.render(settings.timeout_s))]
         content += [ImageContent(type="image", data=png, mime_type="image/png") for png in result.images]
         return content
@@ -71,5 +74,3 @@ async def _run(kit: ToolServer[Kernel], key: str, kernel: Kernel, code: str, tim
             notice=f"[the Python process died ({exc}); the session was reset: "
             "all variables and files are lost. Re-run earlier cells if needed]"
         )
-    except SandboxError as exc:
-        raise ToolError(f"sandbox unavailable: {exc}") from exc
