@@ -17,5 +17,6 @@ def serve(app: ASGIApp, settings: ServiceSettings) -> None:
         access_log=False,
         lifespan="on",
         timeout_graceful_shutdown=10,
+        log_config=None,  # uvicorn logs through our JSON handler (toolkit.logging)
     )
     uvicorn.Server(config).run()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import signal
 import subprocess
 import time
@@ -153,3 +154,13 @@ def test_a_server_that_cannot_sandbox_refuses_to_start_and_says_why(backend_name
         with running_service(server_args(backend_name, f"pytest-bad-{uuid.uuid4().hex[:8]}", *flag), timeout_s=30):
             pass
     assert message in str(failure.value)
+
+
+async def test_logs_are_json_lines_with_namespace_session_and_request_ids(server: Service, session_id: str) -> None:
+    async with mcp_session(server.url, "streamable-http", {"x-session-id": session_id}) as session:
+        await session.call_tool("python", {"code": "1"})
+        await session.call_tool("cleanup_session", {})
+    events = [json.loads(line) for line in server.log().splitlines() if line.strip()]
+    calls = [e for e in events if e["event"] == "tool.call" and e.get("session_id") == session_id]
+    assert [c["tool"] for c in calls] == ["python", "cleanup_session"]
+    assert all(c["namespace"] == "python" and c["request_id"] and c["outcome"] == "ok" for c in calls)
