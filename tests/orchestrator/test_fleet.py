@@ -1,0 +1,101 @@
+"""The orchestrator through the real gateway, with the real python tool server (local bubblewrap backend)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+PY_CALL = "<|channel|>analysis to=python<|message|>{code}<|call|>"
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def _process(args: list[str], health: str):
+    proc = subprocess.Popen(
+        [sys.executable, *args], cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{args[1]} exited: {proc.stderr.read().decode()[-2000:]}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(health, timeout=1).status_code < 500:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{args[1]} did not become healthy")
+            time.sleep(0.1)
+        yield proc
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def gateway_url(tool_urls, tmp_path_factory):
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is needed for the python server's local backend")
+    py_port, gw_port = _port(), _port()
+    config = tmp_path_factory.mktemp("gw") / "routes.yaml"
+    config.write_text(yaml.safe_dump({"namespaces": {
+        "python": {"replicas": [f"http://127.0.0.1:{py_port}/mcp"]},
+        "browser": {"replicas": [tool_urls["browser"]]},
+        "container": {"replicas": [tool_urls["container"]]},
+    }}))  # fmt: skip
+    with (
+        _process(["-m", "tools.python_sandbox", "--backend", "local", "--port", str(py_port)],
+                 f"http://127.0.0.1:{py_port}/healthz"),
+        _process(["-m", "gateway", "--port", str(gw_port), "--config", str(config)],
+                 f"http://127.0.0.1:{gw_port}/healthz"),
+    ):  # fmt: skip
+        yield f"http://127.0.0.1:{gw_port}", py_port
+
+
+def test_real_python_through_the_gateway_keeps_state_across_the_chain(make_stack, gateway_url):
+    url, py_port = gateway_url
+    stack = make_stack(tools_url=url, python_url=None, browser_url=None, container_url=None)
+    stack.script([
+        ("python to=assistant.*\\b(42|43)\\b", "<|channel|>final<|message|>ok<|return|>"),
+        ("first", PY_CALL.format(code="x = 6 * 7\nprint(x)")),
+        ("second", PY_CALL.format(code="print(x + 1)")),
+    ])  # fmt: skip
+    tools = [{"type": "code_interpreter"}]
+    first = stack.client.responses.create(model="gpt-oss", input="first", tools=tools)
+    assert first.output[0].type == "code_interpreter_call" and first.output[0].outputs[0].logs.strip() == "42"
+    second = stack.client.responses.create(model="gpt-oss", input="second", tools=tools, previous_response_id=first.id)
+    assert second.output[0].outputs[0].logs.strip() == "43"
+    prompt = stack.model.encode_prompt_text(-1)
+    assert "## python" in prompt  # the namespace description came from the server, through the gateway
+
+
+def test_unstored_response_releases_its_python_session(make_stack, gateway_url):
+    url, py_port = gateway_url
+    stack = make_stack(tools_url=url, python_url=None, browser_url=None, container_url=None)
+    stack.script([("python to=assistant", "<|channel|>final<|message|>ok<|return|>"),
+                  ("go", PY_CALL.format(code="print(1)"))])  # fmt: skip
+    before = httpx.get(f"http://127.0.0.1:{py_port}/healthz").json().get("sessions", 0)
+    resp = stack.client.responses.create(model="gpt-oss", input="go", tools=[{"type": "code_interpreter"}], store=False)
+    assert resp.output[0].status == "completed"
+    assert httpx.get(f"http://127.0.0.1:{py_port}/healthz").json().get("sessions", 0) == before
