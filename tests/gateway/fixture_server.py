@@ -64,9 +64,9 @@ def build(name: str, replica: str, variant: str) -> MCPServer:
         return f"{replica}:{key}:{counters[key]}"
 
     @mcp.tool()
-    def cleaned_sessions() -> list[str]:
-        """Sessions cleaned up on this replica so far."""
-        return cleaned
+    def cleaned_sessions() -> str:
+        """Sessions cleaned up on this replica so far, comma-separated."""
+        return ",".join(cleaned)
 
     @mcp.tool()
     async def progress(steps: int, ctx: Context) -> str:

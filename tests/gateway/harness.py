@@ -205,3 +205,20 @@ async def connect(
         stream = streamable_http_client(url, http_client=http)
     async with Client(stream, mode=mode, **kw) as client:  # type: ignore[arg-type]
         yield client
+
+
+async def call_text(client: Client, name: str, args: dict[str, Any] | None = None) -> str:
+    result = await client.call_tool(name, args or {})
+    return result.content[0].text  # type: ignore[union-attr]
+
+
+def metric(base: str, name: str, **labels: str) -> float:
+    """One sample of the gateway's /metrics (0 when absent)."""
+    text = httpx.get(f"{base}/metrics", timeout=5, trust_env=False).text
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            got = ",".join(sorted(line[len(name) + 1 : line.index("}")].split(",")))
+            if got == want:
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0
