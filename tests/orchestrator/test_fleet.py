@@ -74,7 +74,7 @@ def gateway_url(tool_urls, tmp_path_factory):
 
 
 def test_real_python_through_the_gateway_keeps_state_across_the_chain(make_stack, gateway_url):
-    url, py_port = gateway_url
+    url, _ = gateway_url
     stack = make_stack(tools_url=url, python_url=None, browser_url=None, container_url=None)
     stack.script([
         ("python to=assistant.*\\b(42|43)\\b", "<|channel|>final<|message|>ok<|return|>"),

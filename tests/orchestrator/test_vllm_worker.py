@@ -1,0 +1,52 @@
+"""Against a real vLLM CPU worker with a tiny random gpt-oss model: whatever comes back stays well-formed."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+from conftest import serving
+from invariants import check_stream
+from openai.types.responses import Response
+
+from orchestrator.app import create_app
+from orchestrator.settings import OrchestratorSettings
+from orchestrator.store import SQLiteStore
+from orchestrator.worker.client import WorkerPool
+from tests.support.vllm import vllm_worker  # noqa: F401 (the session fixture)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def counted(vllm_worker):  # noqa: F811
+    """An orchestrator over the real worker, counting the tokens the worker reports."""
+    seen = {"prompt": 0, "output": 0}
+    pool = WorkerPool([vllm_worker.base_url])
+
+    async def generate(req):
+        async for chunk in pool.generate(req):
+            if chunk.cached_tokens is None and chunk.prompt_tokens is not None:
+                seen["prompt"] += chunk.prompt_tokens
+            seen["output"] += len(chunk.token_ids)
+            yield chunk
+
+    settings = OrchestratorSettings(worker_urls=[vllm_worker.base_url], max_output_tokens=48, date="2026-12-02")
+    app = create_app(settings, generate=generate, pool=pool, store=SQLiteStore(":memory:"))
+    with serving(app) as url:
+        yield openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=120), seen
+
+
+def test_real_worker_non_streaming_is_well_formed_and_usage_matches(counted):
+    client, seen = counted
+    resp = client.responses.create(model="m", input="Say hello.", temperature=0)
+    Response.model_validate(resp.model_dump())
+    assert resp.status in ("completed", "incomplete")
+    assert resp.usage.input_tokens == seen["prompt"] and resp.usage.output_tokens == seen["output"] > 0
+
+
+def test_real_worker_streaming_is_well_formed(counted):
+    client, seen = counted
+    events = list(client.responses.create(model="m", input="Count to three.", stream=True, temperature=0))
+    final = check_stream(events)
+    assert final.status in ("completed", "incomplete")
+    assert final.usage.output_tokens == seen["output"] > 0
