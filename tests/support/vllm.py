@@ -10,6 +10,9 @@ no-op afterwards). Start-up takes 30-70 s and ~4.5 GB RSS, so share one worker p
 (see `vllm_base_url` below). The worker's whole process group is killed when the block is left,
 on failure too; its log goes to a temp file whose tail is in every start-up error.
 
+For pytest, `vllm_worker` (session scope, yields a `VllmServer` with .base_url, .model, .rss() ...)
+can be imported into a conftest.py: `from tests.support.vllm import vllm_worker  # noqa: F401`.
+
 Environment: TOOLFLEET_VLLM_VENV, TOOLFLEET_VLLM_MODEL (directories, defaults under `.cache/`),
 TOOLFLEET_VLLM_START_TIMEOUT (seconds, default 180).
 """
@@ -30,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from .asgi import free_port
 
@@ -334,3 +338,10 @@ def running_vllm(tool_servers: list[str] | None = None, port: int | None = None,
     """`vllm_server` yielding only the base URL, e.g. "http://127.0.0.1:PORT"."""
     with vllm_server(tool_servers, port, **kwargs) as server:
         yield server.base_url
+
+
+@pytest.fixture(scope="session")
+def vllm_worker() -> Iterator[VllmServer]:
+    """One vLLM CPU worker for the whole test session (import this fixture into a conftest.py)."""
+    with vllm_server() as server:
+        yield server
