@@ -36,6 +36,7 @@ DEFAULT_VENV = REPO_ROOT / ".cache" / "mcp1-venv"
 DEFAULT_SPEC = "mcp<2"
 CLIENT_SCRIPT = Path(__file__).with_name("mcp1_client.py")
 _STAMP = ".toolfleet-mcp1-stamp"
+_READY: dict[tuple[str, str], Path] = {}  # (venv, spec) checked in this process
 
 
 class Mcp1Error(RuntimeError):
@@ -85,10 +86,13 @@ def ensure_mcp1_venv(venv: Path | str | None = None, *, spec: str | None = None)
     """
     venv = Path(venv) if venv is not None else venv_dir()
     spec = spec or _spec()
+    if (ready := _READY.get((str(venv), spec))) is not None and ready.exists():
+        return ready
     py = _python(venv)
     stamp = venv / _STAMP
     with _file_lock(venv.parent / f"{venv.name}.lock"):
         if stamp.exists() and stamp.read_text().split("\n")[0] == spec and _installed_version(py):
+            _READY[(str(venv), spec)] = py
             return py
         start = time.monotonic()
         print(f"[mcp1] creating {venv} with {spec!r}", file=sys.stderr, flush=True)
@@ -107,6 +111,7 @@ def ensure_mcp1_venv(venv: Path | str | None = None, *, spec: str | None = None)
         if not version or not version.startswith("1."):
             raise Mcp1Error(f"{venv}: expected an mcp 1.x install, found {version!r}")
         stamp.write_text(f"{spec}\n{version}\n")
+        _READY[(str(venv), spec)] = py
         print(f"[mcp1] mcp {version} ready in {time.monotonic() - start:.1f} s", file=sys.stderr, flush=True)
         return py
 
