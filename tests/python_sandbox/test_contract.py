@@ -5,6 +5,7 @@ from __future__ import annotations
 import pathlib
 import uuid
 
+import anyio
 import pytest
 from mcp.client.session import ClientSession
 
@@ -186,3 +187,13 @@ async def test_an_unusable_session_header_is_refused_clearly(server: Service) ->
     async with mcp_session(server.url, "streamable-http", {"x-session-id": "s" * 300}) as session:
         result = await session.call_tool("python", {"code": "1"})
     assert result.is_error and "x-session-id must be 1-256 visible ASCII characters" in result.content[0].text
+
+
+async def test_a_cancelled_call_leaves_the_session_usable(server: Service, session_id: str) -> None:
+    async with mcp_session(server.url, "streamable-http", {"x-session-id": session_id}) as session:
+        await run(session, "kept = 5")
+        with anyio.move_on_after(0.5) as scope:
+            await session.call_tool("python", {"code": "import time\ntime.sleep(1.5)\nlate = 1"})
+        assert scope.cancelled_caught
+        assert await run(session, "kept, 'late' in globals()") == "(5, True)"
+        await session.call_tool("cleanup_session", {})

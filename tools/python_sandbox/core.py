@@ -134,17 +134,24 @@ class KernelChannel:
             try:
                 self._writer.write(json.dumps(frame).encode() + b"\n")
                 await self._writer.drain()
-                line = await asyncio.wait_for(self._reader.readline(), timeout_s + self._grace_s)
+                async with asyncio.timeout(timeout_s + self._grace_s):
+                    return await self._reply(self._next_id)
             except TimeoutError as exc:
                 raise KernelDied(f"interpreter did not stop within {self._grace_s:g} s of its timeout") from exc
             except (ConnectionError, ValueError, asyncio.LimitOverrunError) as exc:
                 raise KernelDied(f"lost the interpreter: {exc}") from exc
+
+    async def _reply(self, request_id: int) -> dict[str, Any]:
+        """The reply to `request_id`; replies to earlier calls that the client cancelled are skipped."""
+        while True:
+            line = await self._reader.readline()
             if not line:
                 raise KernelDied("the interpreter exited (out of memory or killed)")
             reply = json.loads(line)
-            if reply.get("id") != self._next_id:
+            if reply.get("id") == request_id:
+                return reply
+            if not isinstance(reply.get("id"), int) or reply["id"] > request_id:
                 raise KernelDied("the interpreter answered out of turn")
-            return reply
 
     def close(self) -> None:
         self._writer.close()
