@@ -150,6 +150,37 @@ def render_message(msg: Message) -> list[int]:
     return encoding().render(msg)
 
 
+class Renderer:
+    """`render` for a conversation that only grows: re-renders just the new messages.
+
+    Within one response nothing before the newest final answer changes, so the prompt is the last
+    prompt (without its trailing `<|start|>assistant`) plus the new messages; a new final-channel
+    message (which moves the analysis-dropping point) falls back to a full render.
+    """
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._tokens: list[int] | None = None
+
+    def render(self, messages: list[Message]) -> list[int]:
+        new = messages[self._count :]
+        if self._tokens is not None and len(messages) >= self._count and all(m.channel != "final" for m in new):
+            tokens = self._tokens + [t for m in new for t in render_message(m)]
+        else:
+            tokens = render(messages)[: -len(_assistant_start())]
+        self._count, self._tokens = len(messages), tokens
+        return tokens + _assistant_start()
+
+
+@functools.cache
+def _assistant_start_tuple() -> tuple[int, ...]:
+    return tuple(encoding().encode("<|start|>assistant", allowed_special="all"))
+
+
+def _assistant_start() -> list[int]:
+    return list(_assistant_start_tuple())
+
+
 # --- parsing -------------------------------------------------------------------------------------
 
 

@@ -64,6 +64,7 @@ class Run:
     approvals: dict[str, bool] = field(default_factory=dict)  # mcp_approval_response decisions
     new_input: list[Message] = field(default_factory=list)  # appended after pending approvals are answered
     container_id: str = "auto"
+    renderer: h.Renderer = field(default_factory=h.Renderer)
     open_tool_index: int | None = None  # a code/mcp item streamed while the call was being written
     pages: dict[int, tuple[str, str]] = field(default_factory=dict)  # browser cursor -> (title, url)
     usage: Usage = field(default_factory=Usage)
@@ -181,7 +182,7 @@ async def run(r: Run) -> None:
 
 async def _turn(r: Run, budget: int) -> str:
     """One generation. Returns "call", "return" (or end of stream), or "length"."""
-    prompt = h.render(r.messages)
+    prompt = r.renderer.render(r.messages)
     parser = h.TurnParser()
     item: _Item | None = None
     prompt_tokens = generated = 0

@@ -113,3 +113,18 @@ def test_max_output_tokens_is_a_budget_for_the_whole_response(stack):
     resp = stack.client.responses.create(model="gpt-oss", input="hi", max_output_tokens=10)
     assert resp.status == "incomplete" and resp.incomplete_details.reason == "max_output_tokens"
     assert resp.usage.output_tokens == 10
+
+
+def test_each_turn_extends_the_previous_prompt_so_the_prefix_cache_hits(stack):
+    from orchestrator import harmony as h
+
+    call = "<|channel|>analysis to=python<|message|>print(1)<|call|>"
+    stack.script([("python to=assistant", "<|channel|>final<|message|>done<|return|>"), ("go", call)])
+    resp = stack.client.responses.create(model="gpt-oss", input="go", tools=[{"type": "code_interpreter"}])
+    first, second = list(stack.model.prompts)[-2:]
+    assert second[: len(first)] == first  # no re-tokenization drift between turns
+    assert resp.usage.input_tokens_details.cached_tokens >= len(first)
+    assert resp.usage.output_tokens_details.tool_output_tokens > 0
+    # the incremental prompt equals a full render of the same conversation
+    text = h.encoding().decode(second)
+    assert text.endswith("<|start|>assistant") and "<|start|>python to=assistant" in text

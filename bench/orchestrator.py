@@ -1,0 +1,201 @@
+"""Orchestrator figures: streamed tokens/s through parse + events, time per tool turn, 32 concurrent streams,
+and vLLM's own /v1/responses overhead over /v1/completions as the baseline.
+
+Usage: python -m bench.orchestrator [--tokens 20000] [--turns 200] [--streams 32] [--vllm] [--out results.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "orchestrator"))
+
+from orchestrator import harmony as h  # noqa: E402
+from orchestrator.events import ResponseBuilder  # noqa: E402
+from orchestrator.schema import toolset  # noqa: E402
+from orchestrator.tools import Endpoints, ToolOutcome, ToolSessions  # noqa: E402
+from orchestrator.turns import Limits, Run, run  # noqa: E402
+from orchestrator.worker.client import Chunk, GenerateRequest  # noqa: E402
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.orchestrator")
+    p.add_argument("--tokens", type=int, default=20_000, help="tokens in the streamed answer")
+    p.add_argument("--turns", type=int, default=200, help="tool turns in the tool-turn measurement")
+    p.add_argument("--streams", type=int, default=32, help="concurrent streams over HTTP")
+    p.add_argument("--stream-tokens", type=int, default=500, help="tokens per concurrent stream")
+    p.add_argument("--vllm", action="store_true", help="also measure the tiny vLLM CPU worker baseline")
+    p.add_argument("--out", default=None)
+    return p.parse_args(argv)
+
+
+class _InstantTools(ToolSessions):
+    """A tool that answers at once, so the tool-turn figure is the orchestrator's own time."""
+
+    async def call(self, url: str, name: str, args: dict[str, Any], headers: dict[str, str] | None = None):
+        return ToolOutcome("42\n")
+
+
+def _run(reply_for, tools: list[dict[str, Any]], max_tool_calls: int = 10_000) -> tuple[Run, list[int]]:
+    body = {"id": "resp_bench", "object": "response", "created_at": 0, "model": "m", "output": [], "tools": []}
+    counts = [0]
+
+    async def generate(req: GenerateRequest) -> AsyncIterator[Chunk]:
+        toks = reply_for(counts[0])
+        counts[0] += 1
+        yield Chunk([], len(req.prompt))
+        for t in toks:  # one token per chunk, as vLLM streams
+            yield Chunk([t])
+        yield Chunk([], len(req.prompt), 0, "stop")
+
+    system = h.system_message(effort="low", date="2026-12-02", namespaces=[h.Namespace("python", "python tool")])
+    r = Run(ResponseBuilder(body), [system, h.user("go")], toolset(tools, "auto", lambda _: None),
+            Endpoints(None, {"python": "http://127.0.0.1:9/mcp"}), _InstantTools(session_id="c"), generate,
+            Limits(10**9, max_tool_calls, max_tool_calls + 8), "c")  # fmt: skip
+    return r, counts
+
+
+def bench_stream(n: int) -> dict[str, Any]:
+    words = h.encoding().encode(" tok" * n, allowed_special=set())[:n]
+    reply = h.encoding().encode("<|channel|>final<|message|>", allowed_special="all") + words + [h.RETURN]
+    r, _ = _run(lambda i: reply, [])
+    start = time.perf_counter()
+    asyncio.run(run(r))
+    wire = sum(len(json.dumps(e, separators=(",", ":"))) for e in r.builder.events)  # what SSE would send
+    elapsed = time.perf_counter() - start
+    return {"name": "streamed tokens/s (parse + events + JSON, one core)", "tokens": len(reply),
+            "seconds": round(elapsed, 4), "value": round(len(reply) / elapsed), "events": len(r.builder.events),
+            "wire_bytes": wire}  # fmt: skip
+
+
+def bench_tool_turns(turns: int) -> dict[str, Any]:
+    enc = h.encoding()
+    call = enc.encode("<|channel|>analysis to=python<|message|>print(6*7)<|call|>", allowed_special="all")
+    final = enc.encode("<|channel|>final<|message|>42<|return|>", allowed_special="all")
+    r, counts = _run(lambda i: call if i < turns else final, [{"type": "code_interpreter"}])
+    start = time.perf_counter()
+    asyncio.run(run(r))
+    elapsed = time.perf_counter() - start
+    assert counts[0] == turns + 1, counts
+    # the conversation grows with every turn (as a real one does), so report the first and last thirds too
+    return {"name": "orchestrator ms per tool turn (tool excluded)", "turns": turns,
+            "value": round(elapsed / turns * 1000, 3), "prompt_tokens_last_turn": r.usage.last_prompt}  # fmt: skip
+
+
+@contextlib.contextmanager
+def _stack(token_delay_s: float = 0.0):
+    """Scripted worker and orchestrator as real processes (so they do not share this process's GIL)."""
+    import subprocess
+
+    from test_fleet import _port, _process
+
+    w, o = _port(), _port()
+    scenario = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-scenario-{os.getpid()}.json"
+    scenario.write_text(json.dumps({"token_delay_s": token_delay_s, "default": "<|channel|>final<|message|>"
+                                    + " tok" * 500 + "<|return|>"}))  # fmt: skip
+    try:
+        with (
+            _process(["-m", "orchestrator.worker", "--scripted", "--port", str(w), "--scenario", str(scenario),
+                      "--log-level", "WARNING"], f"http://127.0.0.1:{w}/health"),
+            _process(["-m", "orchestrator", "--port", str(o), "--worker-urls", f'["http://127.0.0.1:{w}"]',
+                      "--store-path", ":memory:", "--log-level", "WARNING"], f"http://127.0.0.1:{o}/healthz"),
+        ):  # fmt: skip
+            yield f"http://127.0.0.1:{o}"
+    finally:
+        scenario.unlink(missing_ok=True)
+        del subprocess
+
+
+async def _one_stream(client, url: str) -> tuple[int, float]:
+    start, deltas = time.perf_counter(), 0
+    async with client.stream(
+        "POST", f"{url}/v1/responses", json={"input": "go", "stream": True, "store": False}
+    ) as resp:
+        async for line in resp.aiter_lines():
+            if line.startswith("data:") and '"response.output_text.delta"' in line:
+                deltas += 1
+    return deltas, time.perf_counter() - start
+
+
+def bench_concurrent(streams: int) -> dict[str, Any]:
+    import httpx
+
+    with _stack() as url:
+
+        async def main():
+            async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=streams * 2)) as client:
+                await _one_stream(client, url)  # warm-up
+                start = time.perf_counter()
+                results = await asyncio.gather(*(_one_stream(client, url) for _ in range(streams)))
+                return results, time.perf_counter() - start
+
+        results, elapsed = asyncio.run(main())
+    tokens = sum(n for n, _ in results)
+    return {"name": f"{streams} concurrent streams over HTTP (scripted worker, own processes)",
+            "value": round(tokens / elapsed), "unit": "tokens/s", "tokens": tokens, "seconds": round(elapsed, 3),
+            "p50_stream_s": round(sorted(s for _, s in results)[len(results) // 2], 3)}  # fmt: skip
+
+
+def bench_vllm() -> dict[str, Any]:
+    """vLLM's own /v1/responses vs /v1/completions for the same prompt and number of tokens."""
+    import httpx
+
+    from tests.support.vllm import vllm_server
+
+    n, reps = 32, 5
+    with vllm_server() as server:
+        base, model = server.base_url, server.model
+        prompt = h.render([h.system_message(effort="low", date="2026-12-02", namespaces=[]), h.user("Say hello.")])
+
+        def completions() -> float:
+            t = time.perf_counter()
+            body = {"model": model, "prompt": prompt, "max_tokens": n, "min_tokens": n, "temperature": 0,
+                    "ignore_eos": True}  # fmt: skip
+            httpx.post(f"{base}/v1/completions", json=body, timeout=300).raise_for_status()
+            return time.perf_counter() - t
+
+        def responses() -> float:
+            t = time.perf_counter()
+            body = {"model": model, "input": "Say hello.", "max_output_tokens": n, "temperature": 0,
+                    "reasoning": {"effort": "low"}, "store": False}  # fmt: skip
+            resp = httpx.post(f"{base}/v1/responses", json=body, timeout=300)
+            resp.raise_for_status()
+            return time.perf_counter() - t
+
+        completions(), responses()
+        c = sorted(completions() for _ in range(reps))[reps // 2]
+        r = sorted(responses() for _ in range(reps))[reps // 2]
+    return {"name": "vLLM /v1/responses over /v1/completions (tiny CPU worker, 32 tokens, median)",
+            "completions_s": round(c, 4), "responses_s": round(r, 4), "overhead_ms": round((r - c) * 1000, 2),
+            "value": round(r / c, 3), "unit": "ratio"}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    h.encoding()
+    rows = [bench_stream(args.tokens), bench_tool_turns(args.turns), bench_concurrent(args.streams)]
+    if args.vllm:
+        rows.append(bench_vllm())
+    info = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count()}
+    if args.out:
+        Path(args.out).write_text(json.dumps(info | {"rows": rows}, indent=2))
+    for row in rows:
+        extra = {k: v for k, v in row.items() if k not in ("name", "value")}
+        print(f"{row['name']:<80} {row['value']:>12}  {json.dumps(extra)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
