@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash deploy/setup-host.sh
+echo "[test] vLLM CPU worker and tiny gpt-oss model for the slow tests (first run ~3 min, 2.7 GB in .cache/)"
+bash deploy/scripts/setup_vllm_cpu.sh
 echo "[test] ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check . >/dev/null || { .venv/bin/ruff format --diff . | head -50; exit 1; }
