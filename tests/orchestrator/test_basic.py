@@ -128,3 +128,18 @@ def test_each_turn_extends_the_previous_prompt_so_the_prefix_cache_hits(stack):
     # the incremental prompt equals a full render of the same conversation
     text = h.encoding().decode(second)
     assert text.endswith("<|start|>assistant") and "<|start|>python to=assistant" in text
+
+
+def test_demo_scenario_file_loads_and_drives_a_python_turn(stack):
+    from pathlib import Path
+
+    import orchestrator.worker
+    from orchestrator.worker.scripted import Scenario
+
+    path = Path(orchestrator.worker.__file__).parent / "scenarios" / "demo.yaml"
+    stack.model.scenario = Scenario.load(path)
+    resp = stack.client.responses.create(
+        model="gpt-oss", input="please compute 6*7", tools=[{"type": "code_interpreter"}]
+    )
+    assert [o.type for o in resp.output] == ["reasoning", "code_interpreter_call", "message"]
+    assert resp.output[1].outputs[0].logs == "42\n"
