@@ -146,7 +146,7 @@ async def _forward(
     target: Target | None = None
     try:
         try:
-            target = await gw.router.resolve(ns, session.sid if session.opened else None, session.xsid)
+            target = await gw.router.resolve(ns, session.sid if session.opened else None, session.xsid, msg)
         except Unavailable:
             if session.opened or method not in ("initialize", "tools/list", "ping"):
                 raise
@@ -162,6 +162,8 @@ async def _forward(
         finally:
             await response.aclose()
     except Exception as exc:
+        if target is not None and target.fresh and not session.opened:
+            await gw.router.drop_pin(ns, target.key)
         if rid is not None and method is not None:
             _, data = error_body(
                 rid, gw.as_lost(target, exc) if target is not None and isinstance(exc, Exception) else exc

@@ -19,6 +19,7 @@ from gateway.approvals import ToolGuard
 from gateway.config import GatewayConfig, NamespaceConfig
 from gateway.errors import SessionLost, Unavailable, UnknownNamespace, UnknownSession
 from gateway.headers import HeaderRules
+from gateway.messages import SAFE_METHODS, tool_name
 from gateway.store import SessionRecord, Store
 from gateway.upstream import Replica
 
@@ -86,27 +87,30 @@ class Router:
             raise UnknownNamespace(f"unknown namespace {name!r}")
         return ns
 
-    async def resolve(self, ns: Namespace, sid: str | None, xsid: str | None) -> Target:
-        """The target of a message in MCP session `sid` (gateway id) or, without one, of session key `xsid`."""
+    async def resolve(self, ns: Namespace, sid: str | None, xsid: str | None, msg: dict[str, Any]) -> Target:
+        """The target of `msg` in MCP session `sid` (gateway id) or, without one, of session key `xsid`."""
         if sid is not None:
             rec = await self.store.get_session(sid)
             if rec is None or rec.namespace != ns.name:
                 raise UnknownSession(f"unknown MCP session {sid!r}: initialize a new one")
             if rec.replica is None:
                 return Target(ns, None, rec.key, sid)
-            replica = await self._pinned(ns, rec.key, rec.replica)
+            replica = await self._pinned(ns, rec.key, rec.replica, msg)
             return Target(ns, replica, rec.key, sid, rec.upstream_sid)
         key = header_key(xsid)
         if key is None:
             return Target(ns, ns.pick(await self.store.counts(ns.name)), fresh=True)
         pin = await self.store.get_pin(ns.name, key)
         if pin is not None:
-            return Target(ns, await self._pinned(ns, key, pin.replica), key)
+            return Target(ns, await self._pinned(ns, key, pin.replica, msg), key)
         chosen = ns.pick(await self.store.counts(ns.name))
         pin = await self.store.claim_pin(ns.name, key, chosen.url)
-        return Target(ns, await self._pinned(ns, key, pin.replica), key, fresh=pin.replica == chosen.url)
+        return Target(ns, await self._pinned(ns, key, pin.replica, msg), key, fresh=pin.replica == chosen.url)
 
-    async def _pinned(self, ns: Namespace, key: str, url: str) -> Replica:
+    async def _pinned(self, ns: Namespace, key: str, url: str, msg: dict[str, Any]) -> Replica:
+        """The replica holding `key`. A lost session still answers discovery (from a healthy replica);
+        anything else is refused naming the session, and `cleanup_session` drops the pin so the caller
+        can start over."""
         pin = await self.store.get_pin(ns.name, key)
         if pin is None:  # cleaned up while its MCP session lives on: pin it again where it was
             pin = await self.store.claim_pin(ns.name, key, url)
@@ -114,6 +118,10 @@ class Router:
         if pin.lost or replica is None or not replica.healthy:
             if not pin.lost:
                 await self.store.mark_lost(ns.name, pin.replica)
+            if msg.get("method") in SAFE_METHODS:
+                return ns.pick(await self.store.counts(ns.name))
+            if tool_name(msg) == "cleanup_session":
+                await self.store.drop_pin(ns.name, key)
             raise SessionLost(
                 f"session {key[2:]!r} was lost: its replica {pin.replica} of {ns.name!r} went away",
                 data={"session": key[2:], "namespace": ns.name, "replica": pin.replica},

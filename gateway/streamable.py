@@ -54,7 +54,7 @@ async def _post(gw: Gateway, ns: Namespace, scope: Scope, receive: Receive, send
         rid, method = msg.get("id"), msg.get("method")
         xsid = session_header(scope)
         try:
-            target = await gw.router.resolve(ns, sid, xsid)
+            target = await gw.router.resolve(ns, sid, xsid, msg)
         except Unavailable:
             if sid is not None or method not in DISCOVERY:
                 raise
@@ -67,12 +67,18 @@ async def _post(gw: Gateway, ns: Namespace, scope: Scope, receive: Receive, send
     except Exception as exc:
         err = to_error(exc)
         gw.metrics.errors.labels(ns.name, str(err.code)).inc()
+        if target is not None and target.fresh and target.sid is None:
+            await gw.router.drop_pin(ns, target.key)  # the pin was made for this message: no leak
         await send_error(send, rid, err, extra)
         return _done(gw, ns, method, "error", start, target, err)
     try:
         outcome = await _relay(gw, ns, target, msg, response, sid, receive, send)
     finally:
         await response.aclose()
+    if outcome == "error" and target.fresh and sid is None:  # a session that never started leaves nothing
+        if target.sid is not None:
+            await gw.router.close_session(target.sid)
+        await gw.router.drop_pin(ns, target.key)
     if outcome == "ok" and tool_name(msg) == "cleanup_session":
         await gw.router.drop_pin(ns, target.key)
     _done(gw, ns, method, outcome, start, target)
@@ -147,7 +153,8 @@ async def _relay(
                 if rid is not None and not _answers(parsed, rid, allow_null=response.status_code >= 400):
                     raise BadUpstream(f"replica {target.replica.url} answered with invalid JSON-RPC")  # type: ignore[union-attr]
             elif rid is not None and response.status_code < 300:
-                raise BadUpstream(f"replica answered a request with {ctype or 'no content type'}")
+                url = target.replica.url  # type: ignore[union-attr]
+                raise BadUpstream(f"replica {url} answered a request with {ctype or 'no content type'}, not MCP")
         except GatewayError as exc:
             await send_error(send, rid, gw.as_lost(target, exc), [(b"mcp-session-id", sid.encode())] if sid else [])
             return "error"
@@ -222,7 +229,7 @@ async def _get(gw: Gateway, ns: Namespace, scope: Scope, receive: Receive, send:
     try:
         if sid is None:
             raise InvalidRequest("GET needs an mcp-session-id header")
-        target = await gw.router.resolve(ns, sid, None)
+        target = await gw.router.resolve(ns, sid, None, {})
         if target.replica is None:
             await send_bytes(send, 405, b"", b"text/plain")
             return

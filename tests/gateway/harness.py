@@ -59,8 +59,12 @@ class Upstream:
         _stop(self.proc, signal.SIGKILL)
 
 
-def start_fixture(replica: str, *, variant: str = "a", name: str = "fixture", port: int = 0) -> Upstream:
+def start_fixture(
+    replica: str, *, variant: str = "a", name: str = "fixture", port: int = 0, garbage: str | None = None
+) -> Upstream:
     cmd = [PY, str(FIXTURE), "--port", str(port), "--replica", replica, "--variant", variant, "--name", name]
+    if garbage is not None:
+        cmd = [PY, str(FIXTURE.with_name("garbage_server.py")), "--port", str(port), "--mode", garbage]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert proc.stdout is not None
     ready, _, _ = select.select([proc.stdout], [], [], 30)
@@ -69,7 +73,8 @@ def start_fixture(replica: str, *, variant: str = "a", name: str = "fixture", po
         _stop(proc, signal.SIGKILL)
         raise RuntimeError(f"fixture server {replica} did not start: {line!r}")
     up = Upstream(replica, int(line.split()[1]), proc)
-    _wait_http(f"http://127.0.0.1:{up.port}/healthz")
+    if garbage is None:
+        _wait_http(f"http://127.0.0.1:{up.port}/healthz")
     return up
 
 

@@ -1,0 +1,138 @@
+"""Replicas that die, no healthy replica at all, slow and garbage upstreams: precise errors, no leaks."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import anyio
+import httpx
+import pytest
+from mcp.shared.exceptions import MCPError
+
+from tests.gateway.harness import (
+    GatewayProc,
+    call_text,
+    connect,
+    fixtures,
+    gateway_config,
+    metric,
+    running_gateway,
+    start_fixture,
+)
+from tests.support.mcp1 import arun_mcp1_client
+
+SESSION_LOST, UNAVAILABLE, TIMEOUT, BAD_UPSTREAM = -32002, -32003, -32004, -32005
+
+
+def _sid() -> str:
+    return f"resp_{uuid.uuid4().hex[:12]}"
+
+
+def _wait(predicate, timeout: float = 10) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition never held"
+        time.sleep(0.1)
+
+
+def _state(gw: GatewayProc, replica: str) -> str:
+    return httpx.get(f"{gw.base}/readyz", trust_env=False).json()["namespaces"]["fixture"]["replicas"][replica]
+
+
+async def test_a_killed_replica_loses_its_sessions_loudly_and_new_sessions_go_elsewhere(transport: str) -> None:
+    with fixtures("r1", "r2") as ups, running_gateway(gateway_config({"fixture": [u.url for u in ups]})) as gw:
+        sid = _sid()
+        url = gw.url("fixture", transport)
+        async with connect(url, transport, headers={"x-session-id": sid}, mode="legacy") as client:
+            replica = (await call_text(client, "count")).split(":")[0]
+            victim = next(u for u in ups if u.replica == replica)
+            victim.kill()
+            with pytest.raises(MCPError) as lost:
+                await call_text(client, "count")
+        assert lost.value.error.code == SESSION_LOST
+        assert sid in lost.value.error.message and "lost" in lost.value.error.message
+        # the same session id keeps failing loudly rather than silently starting afresh elsewhere
+        async with connect(url, transport, headers={"x-session-id": sid}) as client:
+            with pytest.raises(MCPError) as again:
+                await call_text(client, "count")
+        assert again.value.error.code == SESSION_LOST
+        survivor = next(u for u in ups if u is not victim)
+        async with connect(url, transport, headers={"x-session-id": _sid()}) as client:
+            assert (await call_text(client, "count")).startswith(survivor.replica)
+        assert metric(gw.base, "toolfleet_gateway_upstream_healthy", namespace="fixture", replica=victim.url) == 0
+        async with httpx.AsyncClient(trust_env=False) as http:
+            assert (await http.get(f"{gw.base}/readyz")).status_code == 200
+
+
+async def test_a_replica_dying_mid_call_answers_that_call_with_the_lost_session(transport: str) -> None:
+    with fixtures("r1") as ups, running_gateway(gateway_config({"fixture": [ups[0].url]})) as gw:
+        sid = _sid()
+        async with connect(gw.url("fixture", transport), transport, headers={"x-session-id": sid}) as client:
+            await call_text(client, "count")
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(anyio.to_thread.run_sync, lambda: (time.sleep(0.5), ups[0].kill()))
+                with pytest.raises(MCPError) as lost:
+                    await call_text(client, "sleep", {"seconds": 10})
+        assert lost.value.error.code == SESSION_LOST and sid in lost.value.error.message
+
+
+async def test_discovery_is_answered_from_the_last_known_tools_while_no_replica_is_healthy(transport: str) -> None:
+    with fixtures("r1") as ups, running_gateway(gateway_config({"fixture": [ups[0].url]})) as gw:
+        ups[0].kill()
+        _wait(lambda: _state(gw, ups[0].url) == "down")
+        # what vLLM does at start-up: a 1.x client over SSE, initialize + tools/list
+        out = await arun_mcp1_client(gw.url("fixture", transport), [{"op": "list_tools"}], transport=transport)
+        assert out["server_info"]["name"] == "fixture"
+        assert "echo" in {t["name"] for t in out["results"][0]["tools"]}
+        async with connect(gw.url("fixture", transport), transport, mode="legacy") as client:
+            assert client.server_info is not None and client.server_info.name == "fixture"
+            assert "add" in {t.name for t in (await client.list_tools()).tools}
+            with pytest.raises(MCPError) as unavailable:
+                await call_text(client, "add", {"a": 1, "b": 2})
+        assert unavailable.value.error.code == UNAVAILABLE and "fixture" in unavailable.value.error.message
+        # the replica comes back on the same port: new sessions work again
+        back = start_fixture("r1b", port=ups[0].port)
+        try:
+            _wait(lambda: _state(gw, ups[0].url) == "up")
+            async with connect(gw.url("fixture", transport), transport) as client:
+                assert await call_text(client, "add", {"a": 1, "b": 2}) == "3"
+        finally:
+            back.kill()
+
+
+async def test_a_slow_upstream_gets_a_timeout_error_and_the_gateway_keeps_serving() -> None:
+    with fixtures("r1") as ups:
+        cfg = gateway_config({"fixture": [ups[0].url]})
+        cfg["namespaces"]["fixture"]["timeout_s"] = 1
+        with running_gateway(cfg) as gw:
+            async with connect(gw.url("fixture"), "streamable-http") as client:
+                with pytest.raises(MCPError) as slow:
+                    await call_text(client, "sleep", {"seconds": 3})
+                assert slow.value.error.code == TIMEOUT and "timed out" in slow.value.error.message
+                assert await call_text(client, "echo", {"text": "still here"}) == "still here"
+
+
+@pytest.mark.parametrize("mode", ["html", "badjson", "badsse"])
+async def test_an_upstream_that_answers_garbage_gets_a_precise_error_and_leaks_no_pin(mode: str) -> None:
+    up = start_fixture("junk", garbage=mode)
+    try:
+        cfg = gateway_config({"junk": [up.url]}, health={"interval_s": 600, "failures_to_open": 5})
+        with running_gateway(cfg) as gw:
+            for _ in range(2):
+                async with httpx.AsyncClient(trust_env=False) as http:
+                    response = await http.post(
+                        gw.url("junk"),
+                        headers={"x-session-id": _sid(), "accept": "application/json, text/event-stream"},
+                        json={"jsonrpc": "2.0", "id": 7, "method": "initialize", "params": {}},
+                    )
+                body = response.json() if response.headers["content-type"].startswith("application/json") else None
+                if body is None:  # an SSE answer carries the error as its last event
+                    body = __import__("json").loads(response.text.strip().split("data: ")[-1])
+                assert body["id"] == 7 and body["error"]["code"] == BAD_UPSTREAM, body
+                assert up.url in body["error"]["message"]
+            assert metric(gw.base, "toolfleet_gateway_sessions_active", namespace="junk", replica=up.url) == 0
+            async with httpx.AsyncClient(trust_env=False) as http:
+                assert (await http.get(f"{gw.base}/healthz")).status_code == 200
+    finally:
+        up.kill()
