@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from orchestrator.schema import RequestError, ResponsesRequest
 from orchestrator.service import ResponsesService
 from orchestrator.settings import OrchestratorSettings
-from orchestrator.store import SQLiteStore, Store
+from orchestrator.store import SQLiteStore, Store, StoreUnavailable
 from orchestrator.worker.client import Generate, WorkerPool
 
 log = structlog.get_logger(__name__)
@@ -29,6 +29,9 @@ def error_response(exc: BaseException) -> JSONResponse:
     match exc:
         case RequestError():
             status, etype, msg, param, code = exc.status, "invalid_request_error", str(exc), exc.param, exc.code
+        case StoreUnavailable():
+            log.warning("store.unavailable", error=str(exc))
+            status, etype, msg, param, code = 503, "server_error", str(exc), None, "store_unavailable"
         case ValidationError():
             first = exc.errors()[0]
             param = ".".join(str(p) for p in first["loc"]) or None
@@ -65,7 +68,8 @@ def create_app(
         if settings.store == "redis":
             from orchestrator.store import RedisStore
 
-            store = RedisStore(settings.redis_url or "redis://127.0.0.1:6379/0", ttl_s=settings.retention_s)
+            store = RedisStore(settings.redis_url or "redis://127.0.0.1:6379/0", max_responses=settings.max_responses,
+                               ttl_s=settings.retention_s, prefix=settings.redis_prefix)  # fmt: skip
         else:
             store = SQLiteStore(settings.store_path, max_responses=settings.max_responses, ttl_s=settings.retention_s)
     service = ResponsesService(settings, generate=generate, store=store)
@@ -76,6 +80,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await store.check()  # a Redis store that cannot be reached stops the start-up with a clear error
         if pool is not None:
             await pool.start()
         reaper = asyncio.create_task(_reap_forever(service, settings.reap_interval_s))
@@ -93,6 +98,10 @@ def create_app(
 
     @app.exception_handler(RequestError)
     async def _request_error(request: Request, exc: RequestError) -> JSONResponse:
+        return error_response(exc)
+
+    @app.exception_handler(StoreUnavailable)
+    async def _store_error(request: Request, exc: StoreUnavailable) -> JSONResponse:
         return error_response(exc)
 
     @app.exception_handler(ValidationError)

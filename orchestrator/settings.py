@@ -22,8 +22,9 @@ class OrchestratorSettings(ServiceSettings):
     store_path: str = Field(
         str(Path(tempfile.gettempdir()) / "toolfleet-orchestrator.sqlite3"), description="SQLite file"
     )
-    redis_url: str | None = Field(None, description="Redis URL when --store redis")
-    max_responses: int = Field(10_000, description="keep at most this many stored responses (SQLite)")
+    redis_url: str | None = Field(None, description="Redis URL when --store redis (default redis://127.0.0.1:6379/0)")
+    redis_prefix: str = Field("toolfleet:", description="key prefix in Redis (replicas sharing responses use the same)")
+    max_responses: int = Field(10_000, description="keep at most this many stored responses")
     retention_s: float = Field(30 * 86400, description="drop stored responses older than this")
     max_output_tokens: int = Field(16_384, description="token budget of a response when the request sets none")
     max_tool_calls: int = Field(32, description="tool calls per response when the request sets none")

@@ -7,12 +7,18 @@ Conversations record which tool servers hold session state for them, so idle one
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+
+class StoreUnavailable(Exception):
+    """The response store cannot be reached (Redis down): HTTP 503, never blamed on the caller."""
 
 
 @dataclass
@@ -33,6 +39,7 @@ class Store(Protocol):
     async def touch_conversation(self, conversation: str, urls: set[str]) -> None: ...
     async def idle_conversations(self, idle_s: float) -> list[tuple[str, set[str]]]: ...
     async def forget_conversation(self, conversation: str) -> None: ...
+    async def check(self) -> None: ...
     async def aclose(self) -> None: ...
 
 
@@ -110,53 +117,102 @@ class SQLiteStore:
         with self._lock:
             self._db.execute("DELETE FROM conversations WHERE id = ?", (conversation,))
 
+    async def check(self) -> None:
+        pass
+
     async def aclose(self) -> None:
         with self._lock:
             self._db.close()
 
 
 class RedisStore:
-    """The same records in Redis (`redis` package, imported lazily), each key expiring after `ttl_s`."""
+    """The same records in Redis (`redis` package, imported lazily), shared by several orchestrator replicas.
 
-    def __init__(self, url: str, *, ttl_s: float = 30 * 86400, prefix: str = "toolfleet:") -> None:
-        import redis.asyncio as redis  # optional dependency: only needed when configured
+    Each response is one key that expires after `ttl_s`; a sorted set (`index`, scored by store time)
+    bounds them to `max_responses`, oldest dropped first. Conversations are a set of tool-server URLs
+    plus a score in `conv-idle`; a replica claims an idle conversation by removing its score, so only
+    one replica cleans it up.
+    """
+
+    def __init__(
+        self, url: str, *, max_responses: int = 10_000, ttl_s: float = 30 * 86400, prefix: str = "toolfleet:"
+    ) -> None:
+        import redis.asyncio as redis  # only needed when configured
 
         self._r = redis.from_url(url)
-        self.ttl_s = int(ttl_s)
+        self.url = url
+        self.max_responses = max_responses
+        self.ttl_s = max(1, int(ttl_s))
         self._p = prefix
+
+    @contextlib.asynccontextmanager
+    async def _errors(self) -> AsyncIterator[None]:
+        from redis.exceptions import RedisError
+
+        try:
+            yield
+        except RedisError as exc:
+            raise StoreUnavailable(f"the Redis response store is unavailable: {exc}") from exc
+
+    async def check(self) -> None:
+        async with self._errors():
+            await self._r.ping()
 
     async def put(self, record: Record) -> None:
         data = {
             k: getattr(record, k) for k in ("id", "conversation", "body", "input_items", "messages", "events", "tools")
         }
-        await self._r.set(f"{self._p}resp:{record.id}", json.dumps(data), ex=self.ttl_s)
+        index = f"{self._p}index"
+        now = time.time()
+        async with self._errors():
+            async with self._r.pipeline(transaction=True) as pipe:
+                pipe.set(f"{self._p}resp:{record.id}", json.dumps(data), ex=self.ttl_s)
+                pipe.zadd(index, {record.id: now})
+                pipe.zremrangebyscore(index, 0, now - self.ttl_s)  # their keys have expired already
+                pipe.zcard(index)
+                *_, count = await pipe.execute()
+            if count > self.max_responses:
+                oldest = await self._r.zrange(index, 0, count - self.max_responses - 1)
+                if oldest:
+                    await self._r.delete(*(f"{self._p}resp:{i.decode()}" for i in oldest))
+                    await self._r.zrem(index, *oldest)
 
     async def get(self, response_id: str) -> Record | None:
-        raw = await self._r.get(f"{self._p}resp:{response_id}")
+        async with self._errors():
+            raw = await self._r.get(f"{self._p}resp:{response_id}")
         return Record(**json.loads(raw)) if raw else None
 
     async def delete(self, response_id: str) -> bool:
-        return bool(await self._r.delete(f"{self._p}resp:{response_id}"))
+        async with self._errors():
+            await self._r.zrem(f"{self._p}index", response_id)
+            return bool(await self._r.delete(f"{self._p}resp:{response_id}"))
 
     async def touch_conversation(self, conversation: str, urls: set[str]) -> None:
         key = f"{self._p}conv:{conversation}"
-        if urls:
-            await self._r.sadd(key, *urls)
-        await self._r.expire(key, self.ttl_s)
-        await self._r.zadd(f"{self._p}conv-idle", {conversation: time.time()})
+        async with self._errors(), self._r.pipeline(transaction=True) as pipe:
+            if urls:
+                pipe.sadd(key, *urls)
+            pipe.expire(key, self.ttl_s)
+            pipe.zadd(f"{self._p}conv-idle", {conversation: time.time()})
+            await pipe.execute()
 
     async def idle_conversations(self, idle_s: float) -> list[tuple[str, set[str]]]:
-        ids = await self._r.zrangebyscore(f"{self._p}conv-idle", 0, time.time() - idle_s)
+        """Idle conversations this replica has claimed (removed from `conv-idle` by its own ZREM)."""
+        idle = f"{self._p}conv-idle"
         out = []
-        for raw in ids:
-            conv = raw.decode()
-            urls = {u.decode() for u in await self._r.smembers(f"{self._p}conv:{conv}")}
-            out.append((conv, urls))
+        async with self._errors():
+            for raw in await self._r.zrangebyscore(idle, 0, time.time() - idle_s):
+                if not await self._r.zrem(idle, raw):
+                    continue  # another replica claimed it first
+                conv = raw.decode()
+                urls = {u.decode() for u in await self._r.smembers(f"{self._p}conv:{conv}")}
+                out.append((conv, urls))
         return out
 
     async def forget_conversation(self, conversation: str) -> None:
-        await self._r.zrem(f"{self._p}conv-idle", conversation)
-        await self._r.delete(f"{self._p}conv:{conversation}")
+        async with self._errors():
+            await self._r.zrem(f"{self._p}conv-idle", conversation)
+            await self._r.delete(f"{self._p}conv:{conversation}")
 
     async def aclose(self) -> None:
         await self._r.aclose()

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -43,6 +46,48 @@ def serving(app: Any) -> Iterator[str]:
         server.should_exit = True
         thread.join(15)
         sock.close()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def redis_server() -> Iterator[str]:
+    """A real `redis-server` on an ephemeral loopback port, nothing persisted; always killed."""
+    binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+    if not os.access(binary, os.X_OK):
+        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+    import redis
+
+    port = free_port()
+    args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"redis-server exited: {proc.stderr.read().decode()[-1000:]}")
+            with contextlib.suppress(redis.exceptions.ConnectionError), redis.from_url(url) as client:
+                if client.ping():
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError("redis-server did not answer PING")
+            time.sleep(0.05)
+        yield url
+    finally:
+        proc.kill()
+        proc.wait(10)
+        proc.stderr.close()
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    with redis_server() as url:
+        yield url
 
 
 @pytest.fixture(scope="session")
@@ -100,7 +145,7 @@ def make_stack(scripted, tool_urls):
             **overrides,
         }
         settings = OrchestratorSettings(**values)
-        app = create_app(settings, store=SQLiteStore(":memory:"))
+        app = create_app(settings, store=None if settings.store == "redis" else SQLiteStore(":memory:"))
         stack = contextlib.ExitStack()
         started.append(stack)
         return Stack(stack.enter_context(serving(app)), model, app)

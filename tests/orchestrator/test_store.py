@@ -1,0 +1,93 @@
+"""The Redis response store: replicas sharing one real redis-server read and continue each other's responses."""
+
+from __future__ import annotations
+
+import uuid
+
+import httpx
+import openai
+import pytest
+import redis
+from conftest import free_port, redis_server
+
+from orchestrator.worker.scripted import Scenario
+from tests.support.service import running_service
+
+PY_CALL = "<|channel|>analysis to=python<|message|>x = 6 * 7\nprint(x)<|call|>"
+PY_AGAIN = "<|channel|>analysis to=python<|message|>print(x + 1)<|call|>"
+
+
+def _redis(make_stack, redis_url, prefix=None, **extra):
+    return make_stack(store="redis", redis_url=redis_url, redis_prefix=prefix or f"t{uuid.uuid4().hex[:8]}:", **extra)
+
+
+def test_two_replicas_share_responses_and_continue_each_others_chains(make_stack, redis_url):
+    prefix = f"t{uuid.uuid4().hex[:8]}:"
+    a, b = _redis(make_stack, redis_url, prefix), _redis(make_stack, redis_url, prefix)
+    a.script([
+        ("<\\|start\\|>python to=assistant.*42", "<|channel|>final<|message|>It is 42.<|return|>"),
+        ("<\\|start\\|>python to=assistant.*43", "<|channel|>final<|message|>Then 43.<|return|>"),
+        ("compute", PY_CALL),
+        ("again", PY_AGAIN),
+    ])  # fmt: skip
+    tools = [{"type": "code_interpreter"}]
+    first = a.client.responses.create(model="gpt-oss", input="compute", tools=tools, metadata={"on": "a"})
+    seen = b.client.responses.retrieve(first.id)
+    assert seen.output_text == "It is 42." and seen.metadata == {"on": "a"}
+    assert [i.content[0].text for i in b.client.responses.input_items.list(first.id).data] == ["compute"]
+    second = b.client.responses.create(model="gpt-oss", input="again", tools=tools, previous_response_id=first.id)
+    assert second.output[0].outputs[0].logs == "43\n"  # same conversation id, so the same python session
+    assert "It is 42." in a.model.encode_prompt_text(-1)  # B rendered A's turn from the shared store
+    assert a.client.responses.retrieve(second.id).output_text == "Then 43."
+    replay = list(a.client.responses.retrieve(second.id, stream=True))
+    assert replay[-1].type == "response.completed" and replay[-1].response.id == second.id
+    b.client.responses.delete(first.id)
+    with pytest.raises(openai.NotFoundError):
+        a.client.responses.retrieve(first.id)
+
+
+def test_redis_store_keeps_at_most_max_responses_and_expires_them(make_stack, redis_url):
+    prefix = f"t{uuid.uuid4().hex[:8]}:"
+    stack = _redis(make_stack, redis_url, prefix, max_responses=3, retention_s=600)
+    ids = [stack.client.responses.create(model="gpt-oss", input=f"hi {i}").id for i in range(5)]
+    for rid in ids[:2]:
+        with pytest.raises(openai.NotFoundError):
+            stack.client.responses.retrieve(rid)
+    assert [stack.client.responses.retrieve(rid).id for rid in ids[2:]] == ids[2:]
+    with redis.from_url(redis_url) as client:
+        assert client.zcard(f"{prefix}index") == 3
+        assert 0 < client.ttl(f"{prefix}resp:{ids[-1]}") <= 600
+
+
+def test_redis_going_away_is_a_clear_503_not_a_crash(make_stack):
+    with redis_server() as url:
+        stack = _redis(make_stack, url)
+        resp = stack.client.responses.create(model="gpt-oss", input="hi")
+        with redis.from_url(url) as client:
+            client.shutdown(nosave=True)
+    with pytest.raises(openai.APIStatusError) as err:
+        stack.client.responses.retrieve(resp.id)
+    assert err.value.status_code == 503 and "Redis" in err.value.message
+    assert err.value.body["code"] == "store_unavailable"
+
+
+def test_orchestrator_processes_started_with_store_redis_flags_share_one_redis(scripted, redis_url):
+    worker_url, model = scripted
+    model.scenario = Scenario()
+    flags = ["-m", "orchestrator", "--store", "redis", "--redis-url", redis_url, "--worker-urls", f'["{worker_url}"]',
+             "--redis-prefix", f"p{uuid.uuid4().hex[:8]}:", "--date", "2026-12-02"]  # fmt: skip
+    with running_service(flags) as a, running_service(flags) as b:
+        first = httpx.post(f"{a.url}/v1/responses", json={"input": "hi"}, timeout=30).json()
+        assert first["status"] == "completed"
+        second = httpx.post(f"{b.url}/v1/responses", json={"input": "more", "previous_response_id": first["id"]},
+                            timeout=30).json()  # fmt: skip
+        assert second["status"] == "completed" and second["previous_response_id"] == first["id"]
+        assert httpx.get(f"{a.url}/v1/responses/{second['id']}").json()["id"] == second["id"]
+
+
+def test_unreachable_redis_stops_the_start_up_with_a_clear_error(scripted):
+    flags = ["-m", "orchestrator", "--store", "redis", "--redis-url", f"redis://127.0.0.1:{free_port()}/0",
+             "--worker-urls", f'["{scripted[0]}"]']  # fmt: skip
+    with pytest.raises(RuntimeError) as err, running_service(flags, timeout_s=30):
+        pass
+    assert "Redis response store is unavailable" in str(err.value)
