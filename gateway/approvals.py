@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -31,7 +32,7 @@ class ToolGuard:
         self._blob = f"tools:{namespace}"
         self.approved: dict[str, str] = {}
         self.pending: dict[str, str] = {}
-        self.on_flag = lambda tool: None
+        self.on_flag: Callable[[str], None] = lambda tool: None
 
     async def review(self, tools: list[Any]) -> list[Any]:
         """The tools a client may see; records first definitions and marks changed ones pending."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
@@ -58,12 +59,16 @@ class Gateway:
                 ns.replicas.update({u: r for u, r in prev.replicas.items() if u in ns.replicas})
                 ns.initialize_result, ns.tools = prev.initialize_result, prev.tools
                 ns.guard.approved, ns.guard.pending = prev.guard.approved, prev.guard.pending
+            ns.guard.on_flag = functools.partial(self._flag, name)
             for replica in ns.replicas.values():
                 self._watch(replica)
             new[name] = ns
         self.cfg = cfg
         self.router.namespaces = new
         log.info("config.applied", namespaces=sorted(new), replicas=sum(len(n.replicas) for n in new.values()))
+
+    def _flag(self, namespace: str, tool: str) -> None:
+        self.metrics.tool_changes.labels(namespace, tool).inc()
 
     def _watch(self, replica: Replica) -> None:
         def down(r: Replica) -> None:

@@ -122,7 +122,10 @@ def gateway_config(namespaces: dict[str, list[str]], **extra: Any) -> dict[str, 
 class GatewayProc:
     """`python -m gateway` on a free loopback port with a YAML config written for the test."""
 
-    def __init__(self, cfg: dict[str, Any], *, port: int | None = None, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, cfg: dict[str, Any], *, port: int | None = None, env: dict[str, str] | None = None, watch_s: float = 0
+    ) -> None:
+        self.watch_s = watch_s
         self.dir = Path(tempfile.mkdtemp(prefix="gw-test-"))
         self.config_path = self.dir / "gateway.yaml"
         self.log_path = self.dir / "gateway.log"
@@ -144,7 +147,17 @@ class GatewayProc:
         tmp.replace(self.config_path)
 
     def start(self, *, ready: bool = True) -> GatewayProc:
-        cmd = [PY, "-m", "gateway", "--config", str(self.config_path), "--port", str(self.port), "--watch-s", "0"]
+        cmd = [
+            PY,
+            "-m",
+            "gateway",
+            "--config",
+            str(self.config_path),
+            "--port",
+            str(self.port),
+            "--watch-s",
+            str(self.watch_s),
+        ]
         env = {**os.environ, "PYTHONPATH": str(REPO), **self.env}
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=log, env=env)
@@ -227,3 +240,13 @@ def metric(base: str, name: str, **labels: str) -> float:
             if got == want:
                 return float(line.rsplit(" ", 1)[1])
     return 0.0
+
+
+async def eventually(predicate: Any, within_s: float = 15, what: str = "condition") -> None:
+    """Poll a blocking `predicate` (run in a thread) until it holds."""
+    import anyio
+
+    deadline = time.monotonic() + within_s
+    while not await anyio.to_thread.run_sync(predicate):
+        assert time.monotonic() < deadline, f"{what} never held"
+        await anyio.sleep(0.1)
