@@ -180,10 +180,10 @@ class GatewayProc:
 
 
 @contextlib.contextmanager
-def running_gateway(cfg: dict[str, Any], **kw: Any) -> Iterator[GatewayProc]:
+def running_gateway(cfg: dict[str, Any], *, ready: bool = True, **kw: Any) -> Iterator[GatewayProc]:
     gw = GatewayProc(cfg, **kw)
     try:
-        yield gw.start()
+        yield gw.start(ready=ready)
     finally:
         gw.stop()
 
