@@ -16,7 +16,7 @@ def serve(app: ASGIApp, settings: ServiceSettings) -> None:
         log_level=settings.log_level.lower(),
         access_log=False,
         lifespan="on",
-        timeout_graceful_shutdown=10,
+        timeout_graceful_shutdown=5,
         log_config=None,  # uvicorn logs through our JSON handler (toolkit.logging)
     )
     uvicorn.Server(config).run()
