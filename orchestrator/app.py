@@ -132,10 +132,11 @@ def create_app(
             return JSONResponse(b.snapshot())
         await live.done.wait()
         responses_total.labels(b.body["status"]).inc()
-        if live.http_status != 200 and not b.output:
-            err = b.body.get("error") or {}
-            etype = "server_error"
-            return JSONResponse({"error": {"message": err.get("message"), "type": etype, "param": None,
+        if live.http_status != 200:  # partial output, if any, stays readable with GET when stored
+            message = (b.body.get("error") or {}).get("message") or "the response failed"
+            if req.store:
+                message += f" (response {b.id} is stored with status {b.body['status']})"
+            return JSONResponse({"error": {"message": message, "type": "server_error", "param": None,
                                            "code": live.error_code}}, live.http_status)  # fmt: skip
         return JSONResponse(b.body)
 

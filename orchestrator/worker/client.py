@@ -145,14 +145,15 @@ class WorkerPool:
             worker.outstanding += 1
             try:
                 async for chunk in self._stream(worker, req):
-                    if not started:
-                        started = True
+                    if not started and chunk.token_ids:
+                        started = True  # from here on the tokens are the client's: no retry
                         self._pin(req.affinity, worker)
                     yield chunk
                 return
-            except (httpx.TransportError, _RetryableStatus) as exc:
+            except (httpx.TransportError, _RetryableStatus, _StreamError) as exc:
                 if started:
-                    raise WorkerError(f"worker {worker.url} failed mid-generation: {exc}") from exc
+                    reason = str(exc) or type(exc).__name__
+                    raise WorkerError(f"worker {worker.url} failed mid-generation: {reason}") from exc
                 last_error = f"{worker.url}: {exc or type(exc).__name__}"
                 if isinstance(exc, httpx.TransportError):
                     worker.healthy = False
@@ -189,7 +190,11 @@ class WorkerPool:
 
 
 class _RetryableStatus(Exception):
-    pass
+    """HTTP 5xx or 429 before any token: another worker may serve the request."""
+
+
+class _StreamError(WorkerError):
+    """vLLM reported an engine error inside the stream (`data: {"error": ...}`)."""
 
 
 async def parse_sse(lines: AsyncIterator[str]) -> AsyncIterator[Chunk]:
@@ -204,8 +209,9 @@ async def parse_sse(lines: AsyncIterator[str]) -> AsyncIterator[Chunk]:
             obj = json.loads(data)
         except json.JSONDecodeError as exc:
             raise WorkerError(f"worker sent a malformed stream chunk: {data[:200]!r}") from exc
-        if "error" in obj and not obj.get("choices"):
-            raise WorkerError(f"worker error: {obj['error']}")
+        if not obj.get("choices") and ("error" in obj or obj.get("object") == "error"):
+            error = obj.get("error") if isinstance(obj.get("error"), dict) else obj
+            raise _StreamError(f"worker error: {error.get('message') or error}")
         choices = obj.get("choices") or []
         if choices:
             choice = choices[0]

@@ -12,11 +12,17 @@ rules:
     reply: "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\\"city\\":\\"Paris\\"}<|call|>"
 default: "<|channel|>final<|message|>Hello from the scripted worker.<|return|>"
 ```
+A rule may also misbehave on purpose, as a failing vLLM worker does: `status: 503` answers that HTTP
+status at once; `fail_after: N` sends N tokens, then `fail_mode: drop` (default) closes the connection
+mid-stream and `fail_mode: error` sends vLLM's in-stream error chunk (`data: {"error": {...}}`, then
+`[DONE]`); `delay_s` overrides the scenario's `token_delay_s`. `GET /debug/stats` counts requests and
+how they ended: `aborted` are streams whose client went away before the end (vLLM aborts those).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 import time
@@ -44,6 +50,30 @@ class Rule:
     match: re.Pattern[str]
     reply: str
     tokens: list[int] | None = None
+    status: int | None = None  # answer this HTTP status instead of a completion
+    fail_after: int | None = None  # stop the stream after this many tokens
+    fail_mode: str = "drop"  # drop: close the connection; error: vLLM's in-stream error chunk
+    delay_s: float | None = None  # per-token delay for this rule
+
+    @classmethod
+    def from_dict(cls, r: dict[str, Any]) -> Rule:
+        if r.get("fail_mode", "drop") not in ("drop", "error"):
+            raise ValueError("fail_mode must be drop or error")
+        return cls(re.compile(r["match"], re.S), r.get("reply", ""), r.get("tokens"), r.get("status"),
+                   r.get("fail_after"), r.get("fail_mode", "drop"), r.get("delay_s"))  # fmt: skip
+
+
+class DroppedConnection(Exception):
+    """Raised inside a streaming body to make the server close the connection mid-stream (a dying worker)."""
+
+
+@dataclass
+class Stats:
+    requests: int = 0
+    completed: int = 0
+    aborted: int = 0  # the client went away before the end of the stream
+    failed: int = 0  # a scripted failure (status, drop or error chunk)
+    in_flight: int = 0
 
 
 @dataclass
@@ -55,7 +85,7 @@ class Scenario:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Scenario:
-        rules = [Rule(re.compile(r["match"], re.S), r.get("reply", ""), r.get("tokens")) for r in data.get("rules", [])]
+        rules = [Rule.from_dict(r) for r in data.get("rules", [])]
         return cls(
             rules=rules,
             default=data.get("default", DEFAULT_REPLY),
@@ -76,6 +106,7 @@ class ScriptedModel:
         self._seen: deque[list[int]] = deque(maxlen=cache_prompts)
         self.prompts: deque[list[int]] = deque(maxlen=cache_prompts)  # for tests to inspect
         self._encoded: dict[str, list[int]] = {}
+        self.stats = Stats()
 
     def _tokens(self, text: str) -> list[int]:
         if text not in self._encoded:
@@ -83,13 +114,17 @@ class ScriptedModel:
         return self._encoded[text]
 
     def reply(self, prompt: list[int]) -> list[int]:
+        rule = self.rule(prompt)
+        if rule is None:
+            return self._tokens(self.scenario.default)
+        return list(rule.tokens) if rule.tokens is not None else self._tokens(rule.reply)
+
+    def rule(self, prompt: list[int]) -> Rule | None:
+        """The first rule matching the prompt's last message (and the assistant header after it)."""
         starts = [i for i, t in enumerate(prompt) if t == START]
         tail_from = starts[-2] if len(starts) >= 2 else 0
         tail = encoding().decode(prompt[tail_from:])
-        for rule in self.scenario.rules:
-            if rule.match.search(tail):
-                return list(rule.tokens) if rule.tokens is not None else self._tokens(rule.reply)
-        return self._tokens(self.scenario.default)
+        return next((rule for rule in self.scenario.rules if rule.match.search(tail)), None)
 
     def cached(self, prompt: list[int]) -> int:
         best = 0
@@ -135,6 +170,14 @@ def build_app(model: ScriptedModel) -> Starlette:
         except Exception as exc:
             return JSONResponse({"error": {"message": f"bad request: {exc}", "type": "BadRequestError"}}, 400)
         scenario = model.scenario
+        stats = model.stats
+        stats.requests += 1
+        rule = model.rule(prompt)
+        if rule is not None and rule.status:
+            stats.failed += 1
+            message = {"message": f"scripted failure (HTTP {rule.status})", "type": "InternalServerError",
+                       "param": None, "code": rule.status}  # fmt: skip
+            return JSONResponse({"error": message}, rule.status)
         max_tokens = int(body.get("max_tokens") or 16)
         output = model.reply(prompt)
         stops = set(body.get("stop_token_ids") or STOP_TOKENS)
@@ -156,26 +199,48 @@ def build_app(model: ScriptedModel) -> Starlette:
         }
         log.info("scripted.completion", prompt_tokens=len(prompt), output_tokens=len(output), cached=cached)
         if not body.get("stream"):
+            stats.completed += 1
             choice = {"index": 0, "text": encoding().decode(output), "logprobs": None, "finish_reason": finish,
                       "stop_reason": stop_reason, "prompt_token_ids": prompt, "token_ids": output}  # fmt: skip
             return JSONResponse({"id": cid, "object": "text_completion", "created": created,
                                  "model": scenario.model, "choices": [choice], "usage": usage})  # fmt: skip
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
 
+        delay = rule.delay_s if rule is not None and rule.delay_s is not None else scenario.token_delay_s
+        fail_after = rule.fail_after if rule is not None else None
+
         async def stream():
-            for i, tok in enumerate(output):
-                if scenario.token_delay_s:
-                    await asyncio.sleep(scenario.token_delay_s)
-                last = i == len(output) - 1
-                choice = {"index": 0, "text": encoding().decode([tok]), "logprobs": None,
-                          "finish_reason": finish if last else None, "stop_reason": stop_reason if last else None,
-                          "token_ids": [tok]}  # fmt: skip
-                if i == 0:
-                    choice["prompt_token_ids"] = prompt
-                yield _chunk(cid, created, scenario.model, choice)
-            if include_usage:
-                yield _chunk(cid, created, scenario.model, None, usage)
-            yield "data: [DONE]\n\n"
+            outcome = "aborted"  # unless the stream gets to its end (or to its scripted failure)
+            stats.in_flight += 1
+            try:
+                for i, tok in enumerate(output):
+                    if fail_after is not None and i == fail_after:
+                        outcome = "failed"
+                        if rule.fail_mode == "drop":
+                            raise DroppedConnection(f"scripted worker dropped the connection after {i} tokens")
+                        error = {"message": "scripted engine failure", "type": "InternalServerError",
+                                 "param": None, "code": 500}  # fmt: skip
+                        yield f"data: {json.dumps({'error': error})}\n\n"
+                        yield "data: [DONE]\n\n"
+                        return
+                    if delay:
+                        await asyncio.sleep(delay)
+                    last = i == len(output) - 1
+                    choice = {"index": 0, "text": encoding().decode([tok]), "logprobs": None,
+                              "finish_reason": finish if last else None,
+                              "stop_reason": stop_reason if last else None, "token_ids": [tok]}  # fmt: skip
+                    if i == 0:
+                        choice["prompt_token_ids"] = prompt
+                    yield _chunk(cid, created, scenario.model, choice)
+                if include_usage:
+                    yield _chunk(cid, created, scenario.model, None, usage)
+                yield "data: [DONE]\n\n"
+                outcome = "completed"
+            finally:
+                stats.in_flight -= 1
+                setattr(stats, outcome, getattr(stats, outcome) + 1)
+                if outcome == "aborted":
+                    log.info("scripted.aborted", request_id=cid)  # as vLLM logs "Aborted request ..."
 
         return StreamingResponse(stream(), media_type="text/event-stream")
 
@@ -188,10 +253,14 @@ def build_app(model: ScriptedModel) -> Starlette:
     async def health(request: Request) -> Response:
         return Response(status_code=200)
 
+    async def debug_stats(request: Request) -> Response:
+        return JSONResponse(dataclasses.asdict(model.stats))
+
     return Starlette(
         routes=[
             Route("/v1/completions", completions, methods=["POST"]),
             Route("/v1/models", models),
             Route("/health", health),
+            Route("/debug/stats", debug_stats),
         ]
     )

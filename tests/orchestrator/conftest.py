@@ -121,11 +121,17 @@ class Stack:
         self.app = app
         self.client = openai.OpenAI(base_url=f"{url}/v1", api_key="test", max_retries=0, timeout=30)
 
-    def script(self, rules: list[tuple[str, str]], default: str | None = None, **extra: Any) -> None:
-        data: dict[str, Any] = {"rules": [{"match": m, "reply": r} for m, r in rules], **extra}
-        if default is not None:
-            data["default"] = default
-        self.model.scenario = Scenario.from_dict(data)
+    def script(self, rules: list[tuple[str, str] | dict[str, Any]], default: str | None = None, **extra: Any) -> None:
+        self.model.scenario = scenario(rules, default, **extra)
+
+
+def scenario(rules: list[tuple[str, str] | dict[str, Any]], default: str | None = None, **extra: Any) -> Scenario:
+    """Rules as (match, reply) pairs, or dicts with the scripted worker's failure options."""
+    data: dict[str, Any] = {"rules": [r if isinstance(r, dict) else {"match": r[0], "reply": r[1]} for r in rules]}
+    data.update(extra)
+    if default is not None:
+        data["default"] = default
+    return Scenario.from_dict(data)
 
 
 @pytest.fixture
@@ -153,6 +159,14 @@ def make_stack(scripted, tool_urls):
     yield make
     for stack in started:
         stack.close()
+
+
+@pytest.fixture
+def two_workers() -> Iterator[list[tuple[str, ScriptedModel]]]:
+    """Two more scripted workers, each with its own scenario and request counters."""
+    with contextlib.ExitStack() as stack:
+        models = [ScriptedModel(Scenario()), ScriptedModel(Scenario())]
+        yield [(stack.enter_context(serving(build_worker(m))), m) for m in models]
 
 
 @pytest.fixture
