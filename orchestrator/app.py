@@ -130,7 +130,13 @@ def create_app(
             return StreamingResponse(_stream(live, req.background), media_type="text/event-stream")
         if req.background:
             return JSONResponse(b.snapshot())
-        await live.done.wait()
+        if not await _done_unless_disconnected(request, live.done):
+            log.info("response.client_gone", response_id=b.id)
+            if live.task and not live.task.done():
+                live.task.cancel()  # the client went away: abort the generation
+            await live.done.wait()
+            responses_total.labels(b.body["status"]).inc()
+            return Response(status_code=499)  # nobody reads it
         responses_total.labels(b.body["status"]).inc()
         if live.http_status != 200:  # partial output, if any, stays readable with GET when stored
             message = (b.body.get("error") or {}).get("message") or "the response failed"
@@ -213,6 +219,22 @@ def create_app(
         return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
 
     return app
+
+
+async def _done_unless_disconnected(request: Request, done: asyncio.Event) -> bool:
+    """Wait for `done`; False as soon as the client closes its connection (its body was read already)."""
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    waiters = [asyncio.create_task(done.wait()), asyncio.create_task(disconnected())]
+    try:
+        finished, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in waiters:
+            task.cancel()
+    return waiters[0] in finished
 
 
 async def _reap_forever(service: ResponsesService, interval_s: float) -> None:
