@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
+import zlib
 from typing import Any
 
 from openai_harmony import Message
@@ -47,11 +50,45 @@ def _text(content: Any, where: str) -> str:
     return "".join(parts)
 
 
+_SEAL = "tfr1."
+
+
+def seal_reasoning(text: str) -> str:
+    """`reasoning.encrypted_content`: the reasoning text, compressed and encoded so a stateless client
+    (store=false) can send it back. Not encrypted: gpt-oss reasoning is returned in clear anyway."""
+    return _SEAL + base64.urlsafe_b64encode(zlib.compress(text.encode())).decode()
+
+
+def open_reasoning(value: str, where: str) -> str:
+    if not value.startswith(_SEAL):
+        raise RequestError("encrypted_content was not produced by this server", where)
+    try:
+        return zlib.decompress(base64.urlsafe_b64decode(value[len(_SEAL) :])).decode()
+    except (binascii.Error, zlib.error, UnicodeDecodeError, ValueError):
+        raise RequestError("encrypted_content is corrupt", where) from None
+
+
+def web_search_text(item: dict[str, Any], results: dict[str, str]) -> str:
+    """What the model saw for an earlier web_search_call the client sends back in its own history."""
+    if (kept := results.get(str(item.get("id")))) is not None:
+        return kept
+    action = item.get("action") or {}
+    urls = [s.get("url") for s in action.get("sources") or [] if isinstance(s, dict) and s.get("url")]
+    if urls:
+        return "(earlier result; only its sources are kept)\n" + "\n".join(f"* {u}" for u in urls)
+    if action.get("url"):
+        return f"(earlier result for {action['url']}; its text is not kept)"
+    return "(earlier result not kept)"
+
+
 _WEB_ACTIONS = {"search": "search", "open_page": "open", "find": "find", "find_in_page": "find"}
 
 
-def to_messages(items: list[dict[str, Any]], calls: dict[str, str]) -> list[Message]:
-    """Input items as Harmony messages; `calls` maps function call ids to names (updated in place)."""
+def to_messages(
+    items: list[dict[str, Any]], calls: dict[str, str], results: dict[str, str] | None = None
+) -> list[Message]:
+    """Input items as Harmony messages; `calls` maps function call ids to names (updated in place);
+    `results` holds the kept tool text of earlier web_search_call items by item id."""
     out: list[Message] = []
     for i, item in enumerate(items):
         where, kind = f"input[{i}]", item.get("type")
@@ -66,9 +103,10 @@ def to_messages(items: list[dict[str, Any]], calls: dict[str, str]) -> list[Mess
             else:
                 raise RequestError(f"unknown message role {role!r}", f"{where}.role")
         elif kind == "reasoning":
-            text = _text(item.get("content") or [], f"{where}.content") or "".join(
-                s.get("text", "") for s in item.get("summary") or []
-            )
+            text = _text(item.get("content") or [], f"{where}.content")
+            if not text and isinstance(item.get("encrypted_content"), str):
+                text = open_reasoning(item["encrypted_content"], f"{where}.encrypted_content")
+            text = text or "".join(s.get("text", "") for s in item.get("summary") or [])
             out.append(h.assistant(text, "analysis"))
         elif kind == "function_call":
             name, call_id = item.get("name"), item.get("call_id")
@@ -92,7 +130,7 @@ def to_messages(items: list[dict[str, Any]], calls: dict[str, str]) -> list[Mess
             if "url" in args:
                 args["id"] = args.pop("url")
             out.append(h.assistant(json.dumps(args), "analysis", f"browser.{fn}", "json"))
-            out.append(h.tool_result(f"browser.{fn}", "(earlier result not kept)", "analysis"))
+            out.append(h.tool_result(f"browser.{fn}", web_search_text(item, results or {}), "analysis"))
         elif kind == "code_interpreter_call":
             out.append(h.assistant(str(item.get("code") or ""), "analysis", "python"))
             logs = "".join(o.get("logs", "") for o in item.get("outputs") or [] if o.get("type") == "logs")

@@ -76,6 +76,44 @@ class McpServer:
         return True
 
 
+INCLUDABLE = (
+    "code_interpreter_call.outputs", "web_search_call.action.sources", "reasoning.encrypted_content",
+    "message.output_text.logprobs", "web_search_call.results", "file_search_call.results",
+    "message.input_image.image_url", "computer_call_output.output.image_url",
+)  # fmt: skip
+INCLUDE_SUPPORTED = {"code_interpreter_call.outputs", "web_search_call.action.sources", "reasoning.encrypted_content"}
+
+
+def check_include(include: list[str] | None) -> set[str]:
+    """The `include` values as a set; unknown values are a 400 (as OpenAI answers), unsupported ones too."""
+    for i, value in enumerate(include or []):
+        if value not in INCLUDABLE:
+            supported = ", ".join(f"'{v}'" for v in INCLUDABLE)
+            raise RequestError(f"Invalid value: '{value}'. Supported values are: {supported}.", f"include[{i}]",
+                               400, "invalid_value")  # fmt: skip
+        if value not in INCLUDE_SUPPORTED:
+            supported = ", ".join(sorted(INCLUDE_SUPPORTED))
+            message = f"include value '{value}' is not supported by this server (supported: {supported})"
+            raise RequestError(message, f"include[{i}]", 400, "unsupported_value")
+    return set(include or [])
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """What `tool_choice` demands of the model's first addressed message: a recipient prefix, and the
+    header text to prefill (`<|channel|>... to=...`) when the model heads elsewhere."""
+
+    recipient: str  # "" = any tool; "functions.x"; "browser."; "weather.get_forecast"
+    prefill: str
+    exact: bool = False
+
+    def met_by(self, recipient: str | None) -> bool:
+        name = (recipient or "").split(" ")[0]
+        if not name or name == "assistant":
+            return False
+        return name == self.recipient if self.exact else name.startswith(self.recipient)
+
+
 @dataclass
 class Toolset:
     """What the model may address in this request."""
@@ -84,6 +122,7 @@ class Toolset:
     shell_for_container: bool = False
     mcp: dict[str, McpServer] = field(default_factory=dict)
     functions: list[dict[str, Any]] = field(default_factory=list)
+    required: Requirement | None = None  # from tool_choice: required, or a named tool
 
 
 def _tool_names(value: Any) -> set[str] | None:
@@ -127,6 +166,34 @@ def toolset(tools: list[dict[str, Any]], tool_choice: Any, gateway_url: Any) -> 
             out.mcp[label] = McpServer(label, url, headers, allowed, approval, tool.get("server_description"))
         else:
             raise RequestError(f"unsupported tool type {kind!r}", f"tools[{i}].type")
-    if isinstance(tool_choice, dict) and tool_choice.get("type") == "function":
-        out.functions = [f for f in out.functions if f["name"] == tool_choice.get("name")]
+    out.required = _requirement(tool_choice, out)
     return out
+
+
+def _requirement(choice: Any, tools: Toolset) -> Requirement | None:
+    """`tool_choice` as a Requirement; a choice naming a tool the request does not enable is a 400."""
+    if choice == "auto":
+        return None
+    if choice == "required":
+        if not (tools.builtins or tools.mcp or tools.functions):
+            raise RequestError("tool_choice 'required' needs at least one tool in tools", "tool_choice")
+        channel = "commentary" if tools.functions or tools.mcp else "analysis"
+        return Requirement("", f"<|channel|>{channel} to=")
+    kind = choice.get("type") if isinstance(choice, dict) else None
+    if kind == "function":
+        name = choice.get("name")
+        if name not in {f["name"] for f in tools.functions}:
+            raise RequestError(f"tool_choice names function {name!r}, which is not in tools", "tool_choice")
+        return Requirement(f"functions.{name}", f"<|channel|>commentary to=functions.{name}", exact=True)
+    if kind == "mcp":
+        label, name = choice.get("server_label"), choice.get("name")
+        if label not in tools.mcp and label not in tools.builtins:
+            raise RequestError(f"tool_choice names MCP server {label!r}, which is not in tools", "tool_choice")
+        target = f"{label}.{name}" if name else f"{label}."
+        return Requirement(target, f"<|channel|>commentary to={target}", exact=bool(name))
+    if kind == "code_interpreter" and "python" in tools.builtins:
+        return Requirement("python", "<|channel|>analysis to=python", exact=True)
+    if kind in ("web_search_preview", "web_search") and "browser" in tools.builtins:
+        return Requirement("browser.", "<|channel|>analysis to=browser.")
+    raise RequestError(f"unsupported tool_choice {choice!r} (auto, none, required, or a function, mcp, "
+                       "code_interpreter or web_search_preview tool of this request)", "tool_choice")  # fmt: skip

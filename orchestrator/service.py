@@ -15,7 +15,7 @@ import structlog
 from orchestrator import harmony as h
 from orchestrator.events import ResponseBuilder, new_id
 from orchestrator.items import normalize, to_messages
-from orchestrator.schema import RequestError, ResponsesRequest, Toolset, toolset
+from orchestrator.schema import RequestError, ResponsesRequest, Toolset, check_include, toolset
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.store import Record, Store
 from orchestrator.tools import Discovery, Endpoints, ToolSessions, ToolUnavailable, cleanup_sessions
@@ -66,6 +66,7 @@ class ResponsesService:
             if prev is None:
                 raise RequestError(f"previous response {req.previous_response_id!r} not found",
                                    "previous_response_id", 404, "previous_response_not_found")  # fmt: skip
+        include = check_include(req.include)
         tools = toolset(req.tools, req.tool_choice, self._gateway_url)
         namespaces, listings = await self._namespaces(tools)
         rid = new_id("resp")
@@ -75,7 +76,8 @@ class ResponsesService:
         state = (prev.tools if prev else {}) or {}
         calls = dict(state.get("calls", {}))
         items = normalize(req.input)
-        new_input = to_messages(items, calls)
+        searched = [str(i["id"]) for i in items if i.get("type") == "web_search_call"]
+        new_input = to_messages(items, calls, await self.store.get_results(searched) if searched else {})
         approvals = {i["approval_request_id"]: bool(i.get("approve")) for i in items
                      if i.get("type") == "mcp_approval_response" and i.get("approval_request_id")}  # fmt: skip
         date = self.settings.date or datetime.date.today().isoformat()
@@ -91,7 +93,8 @@ class ResponsesService:
                 ToolSessions(session_id=conversation, timeout_s=self.settings.tool_timeout_s),
                 self.generate, limits, conversation, req.temperature, req.top_p, calls=calls,
                 pending=dict(state.get("pending", {})), approvals=approvals, new_input=new_input,
-                pages={int(k): tuple(v) for k, v in state.get("pages", {}).items()})  # fmt: skip
+                pages={int(k): tuple(v) for k, v in state.get("pages", {}).items()},
+                required=tools.required, include=include)  # fmt: skip
         live = Live(builder, req)
         self.live[rid] = live
         builder.start(queued=req.background)
@@ -184,6 +187,8 @@ class ResponsesService:
                 state = {"calls": r.calls, "pending": r.pending, "pages": r.pages}
                 record = Record(b.id, r.conversation, b.body, items, h.dump(r.messages[n_head:]), b.events, state)
                 await self.store.put(record)
+                if r.results:
+                    await self.store.put_results(r.results)
                 if r.sessions.used:
                     await self.store.touch_conversation(r.conversation, r.sessions.used)
             elif r.sessions.used:

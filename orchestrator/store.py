@@ -39,6 +39,8 @@ class Store(Protocol):
     async def touch_conversation(self, conversation: str, urls: set[str]) -> None: ...
     async def idle_conversations(self, idle_s: float) -> list[tuple[str, set[str]]]: ...
     async def forget_conversation(self, conversation: str) -> None: ...
+    async def put_results(self, results: dict[str, str]) -> None: ...
+    async def get_results(self, item_ids: list[str]) -> dict[str, str]: ...
     async def check(self) -> None: ...
     async def aclose(self) -> None: ...
 
@@ -63,6 +65,7 @@ class SQLiteStore:
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS conversations (id TEXT PRIMARY KEY, last_used REAL, urls TEXT)"
             )
+            self._db.execute("CREATE TABLE IF NOT EXISTS results (id TEXT PRIMARY KEY, created REAL, text TEXT)")
 
     async def put(self, record: Record) -> None:
         row = (
@@ -77,6 +80,11 @@ class SQLiteStore:
 
     def _prune(self) -> None:
         self._db.execute("DELETE FROM responses WHERE created < ?", (time.time() - self.ttl_s,))
+        self._db.execute("DELETE FROM results WHERE created < ?", (time.time() - self.ttl_s,))
+        self._db.execute(
+            "DELETE FROM results WHERE id IN (SELECT id FROM results ORDER BY created DESC LIMIT -1 OFFSET ?)",
+            (self.max_responses * 8,),
+        )
         self._db.execute(
             "DELETE FROM responses WHERE id IN (SELECT id FROM responses ORDER BY created DESC LIMIT -1 OFFSET ?)",
             (self.max_responses,),
@@ -117,6 +125,22 @@ class SQLiteStore:
         with self._lock:
             self._db.execute("DELETE FROM conversations WHERE id = ?", (conversation,))
 
+    async def put_results(self, results: dict[str, str]) -> None:
+        now = time.time()
+        with self._lock:
+            self._db.executemany(
+                "INSERT OR REPLACE INTO results VALUES (?,?,?)", [(k, now, v) for k, v in results.items()]
+            )
+
+    async def get_results(self, item_ids: list[str]) -> dict[str, str]:
+        marks = ",".join("?" * len(item_ids))
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT id, text FROM results WHERE created >= ? AND id IN ({marks})",  # only placeholders
+                (time.time() - self.ttl_s, *item_ids),
+            ).fetchall()
+        return dict(rows)
+
     async def check(self) -> None:
         pass
 
@@ -153,6 +177,17 @@ class RedisStore:
             yield
         except RedisError as exc:
             raise StoreUnavailable(f"the Redis response store is unavailable: {exc}") from exc
+
+    async def put_results(self, results: dict[str, str]) -> None:
+        async with self._errors(), self._r.pipeline(transaction=False) as pipe:
+            for item_id, text in results.items():
+                pipe.set(f"{self._p}result:{item_id}", text, ex=self.ttl_s)
+            await pipe.execute()
+
+    async def get_results(self, item_ids: list[str]) -> dict[str, str]:
+        async with self._errors():
+            values = await self._r.mget([f"{self._p}result:{i}" for i in item_ids])
+        return {i: v.decode() for i, v in zip(item_ids, values, strict=True) if v is not None}
 
     async def check(self) -> None:
         async with self._errors():

@@ -105,6 +105,9 @@ class ToolCaller:
             first = _PAGE.search(outcome.text)
             if first and first.group(3) and fn in ("open", "find"):
                 action["url"] = first.group(3)
+            if fn == "search" and "web_search_call.action.sources" in self.r.include:
+                action["sources"] = [{"type": "url", "url": u} for u in _source_urls(outcome)]
+        self.r.results[b.output[index]["id"]] = outcome.text  # kept with the response: history may cite it
         item = b.output[index]
         item.update(status="failed" if outcome.is_error else "completed", action=action)
         b.item_event(index, "response.web_search_call.completed")
@@ -185,6 +188,17 @@ class ToolCaller:
                 self._answer(call["recipient"], outcome.text, last.channel)
             else:
                 self._answer(call["recipient"], "Error: the user did not approve this tool call.", last.channel)
+
+
+_URL = re.compile(r"https?://[^\s)\]】>\"']+")
+
+
+def _source_urls(outcome: ToolOutcome) -> list[str]:
+    """The URLs a search found: the server's link map (structuredContent `links`), else URLs in the text."""
+    links = (outcome.structured or {}).get("links")
+    found = list(links.values()) if isinstance(links, dict) else links if isinstance(links, list) else []
+    found += _URL.findall(outcome.text)
+    return list(dict.fromkeys(u for u in found if isinstance(u, str) and u.startswith(("http://", "https://"))))
 
 
 def open_code_item(r: Run) -> int:

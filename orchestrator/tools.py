@@ -33,6 +33,7 @@ class ToolOutcome:
     text: str
     is_error: bool = False
     images: list[str] = field(default_factory=list)  # data: or http URLs from image content
+    structured: dict[str, Any] | None = None  # the result's structuredContent (browser: {"links": {id: url}})
 
 
 @dataclass
@@ -99,7 +100,8 @@ class ToolSessions:
                 elif getattr(part, "type", None) == "image":
                     images.append(f"data:{part.mime_type};base64,{part.data}")
             outcome = "tool_error" if result.is_error else "ok"
-            return ToolOutcome("\n".join(texts), bool(result.is_error), images)
+            structured = result.structured_content if isinstance(result.structured_content, dict) else None
+            return ToolOutcome("\n".join(texts), bool(result.is_error), images, structured)
         except ToolUnavailable as exc:
             return ToolOutcome(f"Error: {exc}", True)
         except TimeoutError:

@@ -8,6 +8,7 @@ token budget, or a tool-call limit.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -17,7 +18,8 @@ from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator.events import ResponseBuilder, new_id, usage
-from orchestrator.schema import Toolset
+from orchestrator.items import seal_reasoning
+from orchestrator.schema import Requirement, Toolset
 from orchestrator.toolcalls import ToolCaller, classify, open_code_item, open_mcp_item
 from orchestrator.tools import Endpoints, ToolSessions
 from orchestrator.worker.client import Generate, GenerateRequest
@@ -69,6 +71,10 @@ class Run:
     pages: dict[int, tuple[str, str]] = field(default_factory=dict)  # browser cursor -> (title, url)
     usage: Usage = field(default_factory=Usage)
     tool_calls: int = 0
+    required: Requirement | None = None  # tool_choice not yet satisfied in this response
+    forced: bool = False  # the header prefill was used: a second miss fails the response
+    include: set[str] = field(default_factory=set)
+    results: dict[str, str] = field(default_factory=dict)  # web_search_call id -> the tool's text
 
 
 class _Item:
@@ -132,6 +138,8 @@ class _Item:
             part = {"type": "reasoning_text", "text": text}
             b.item_event(self.index, "response.content_part.done", content_index=0, part=part)
             item.update(content=[part], status=status)
+            if "reasoning.encrypted_content" in self.run.include:
+                item["encrypted_content"] = seal_reasoning(text)
         elif self.kind == "message":
             part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
             for i, ann in enumerate(annotations or []):
@@ -168,6 +176,8 @@ async def run(r: Run) -> None:
         if remaining <= 0:
             return r.builder.finish("incomplete", usage=r.usage.as_dict(), incomplete_reason="max_output_tokens")
         outcome = await _turn(r, remaining)
+        if outcome == "force":
+            continue  # the model headed for an answer while tool_choice wants a call: prefill the header
         if outcome == "length":
             return r.builder.finish("incomplete", usage=r.usage.as_dict(), incomplete_reason="max_output_tokens")
         last = r.messages[-1] if r.messages else None
@@ -177,41 +187,44 @@ async def run(r: Run) -> None:
                 return r.builder.finish("incomplete", usage=r.usage.as_dict(), incomplete_reason="max_messages")
             if await caller.call(last):  # False: an approval request ends the response
                 continue
+        if r.required is not None:
+            error = {
+                "code": "server_error",
+                "message": "tool_choice requires a tool call; the model answered without one even when prompted",
+            }
+            return r.builder.finish("failed", usage=r.usage.as_dict(), error=error)  # fmt: skip
         return r.builder.finish("completed", usage=r.usage.as_dict())
 
 
 async def _turn(r: Run, budget: int) -> str:
     """One generation. Returns "call", "return" (or end of stream), or "length"."""
-    prompt = r.renderer.render(r.messages)
     parser = h.TurnParser()
+    prefill = h.encoding().encode(r.required.prefill, allowed_special="all") if r.forced and r.required else []
+    for token in prefill:  # the header the model must continue (tool_choice), as if it had sampled it
+        parser.feed(token)
+    prompt = r.renderer.render(r.messages) + prefill
     item: _Item | None = None
     prompt_tokens = generated = 0
     finish = None
     last_token = None
     req = GenerateRequest(prompt, budget, r.temperature, r.top_p, r.conversation)
     try:
-        async for chunk in r.generate(req):
-            if chunk.prompt_tokens is not None:
-                prompt_tokens = chunk.prompt_tokens
-            if chunk.cached_tokens is not None:
-                r.usage.cached += chunk.cached_tokens
-            if chunk.finish_reason:
-                finish = chunk.finish_reason
-            for token in chunk.token_ids:
-                generated += 1
-                last_token = token
-                header, delta, msg = parser.feed(token)
-                if parser.header is not None and parser.header.channel in ("analysis", "commentary") and not header:
-                    r.usage.reasoning += 1
-                if header is not None:
-                    item = _Item(r, header)
-                elif delta and item is not None:
-                    item.delta(delta)
-                if msg is not None:
-                    r.messages.append(msg)
-                    if item is not None:
-                        item.close(msg, annotations=_annotations(r, msg) if item.kind == "message" else None)
-                    item = None
+        async with contextlib.aclosing(r.generate(req)) as stream:
+            async for chunk in stream:
+                if chunk.prompt_tokens is not None:
+                    prompt_tokens = chunk.prompt_tokens
+                if chunk.cached_tokens is not None:
+                    r.usage.cached += chunk.cached_tokens
+                if chunk.finish_reason:
+                    finish = chunk.finish_reason
+                for token in chunk.token_ids:
+                    generated += 1
+                    last_token = token
+                    header, delta, msg = parser.feed(token)
+                    if header is not None and r.required is not None and _misses(r, header):
+                        r.forced = True
+                        return "force"  # closing the stream aborts the generation on the worker
+                    item = _feed(r, parser, item, header, delta, msg)
     finally:
         _account(r, prompt_tokens or len(prompt), generated)
         if item is not None and item.index is not None and r.builder.output[item.index].get("status") == "in_progress":
@@ -224,6 +237,34 @@ async def _turn(r: Run, budget: int) -> str:
     if finish == "length" and last_token not in h.STOP_TOKENS:
         return "length"
     return "return"
+
+
+def _misses(r: Run, header: h.Header) -> bool:
+    """Whether a message header defies tool_choice; reasoning and preambles (no recipient) are fine."""
+    assert r.required is not None
+    if r.required.met_by(header.recipient):
+        r.required = None
+        return False
+    if header.recipient is None and header.channel in ("analysis", "commentary"):
+        return False
+    return not r.forced
+
+
+def _feed(r: Run, parser: h.TurnParser, item: _Item | None, header: h.Header | None, delta: str,
+          msg: Message | None) -> _Item | None:  # fmt: skip
+    """One sampled token's effect on the output items; returns the item now open."""
+    if parser.header is not None and parser.header.channel in ("analysis", "commentary") and not header:
+        r.usage.reasoning += 1
+    if header is not None:
+        item = _Item(r, header)
+    elif delta and item is not None:
+        item.delta(delta)
+    if msg is not None:
+        r.messages.append(msg)
+        if item is not None:
+            item.close(msg, annotations=_annotations(r, msg) if item.kind == "message" else None)
+        item = None
+    return item
 
 
 def _account(r: Run, prompt_tokens: int, generated: int) -> None:

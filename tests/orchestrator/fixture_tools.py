@@ -8,6 +8,7 @@ import json
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, TextContent
 
 from toolkit.server import HIDDEN, ToolServer
 from toolkit.settings import ToolServerSettings
@@ -46,14 +47,17 @@ def browser_server(settings: ToolServerSettings) -> ToolServer:
     server: ToolServer = ToolServer(mcp, settings, _new_state)
 
     @mcp.tool(name="search", description="Searches for information related to `query`.")
-    async def search(query: str, ctx: Context, topn: int = 10, source: str | None = None) -> str:
+    async def search(query: str, ctx: Context, topn: int = 10, source: str | None = None) -> CallToolResult:
+        """The page text as the model was trained on it; the link map (id -> URL) as structured content."""
         async with server.session(ctx, "search") as (_, st):
             st.pages.append(("search", query))
             cursor = len(st.pages) - 1
             links = [f"* 【{i}†{t}†{u.split('/')[2]}】" for i, (u, (t, _)) in enumerate(PAGES.items())]
-            return f"[{cursor}] Search results for `{query}`\n**viewing lines [0 - 1] of 1**\n\nL0: " + "\nL1: ".join(
+            text = f"[{cursor}] Search results for `{query}`\n**viewing lines [0 - 1] of 1**\n\nL0: " + "\nL1: ".join(
                 links
             )
+            urls = {str(i): u for i, u in enumerate(PAGES)}
+            return CallToolResult(content=[TextContent(type="text", text=text)], structured_content={"links": urls})
 
     @mcp.tool(name="open", description="Opens the link `id` from the page indicated by `cursor`.")
     async def open_(ctx: Context, id: int | str = -1, cursor: int = -1, loc: int = -1, num_lines: int = -1) -> str:
