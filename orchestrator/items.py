@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import shlex
 import zlib
 from typing import Any
 
@@ -139,6 +140,22 @@ def to_messages(
             name = f"{item.get('server_label')}.{item.get('name')}"
             out.append(h.assistant(str(item.get("arguments") or "{}"), "commentary", name, "json"))
             out.append(h.tool_result(name, str(item.get("output") or item.get("error") or "")))
+        elif kind == "shell_call":
+            commands = (item.get("action") or {}).get("commands") or []
+            if not isinstance(commands, list) or not all(isinstance(c, str) for c in commands):
+                raise RequestError("shell_call items need action.commands, a list of strings", where)
+            for command in commands:  # exec form, as the model wrote it: {"cmd": [...]}
+                try:
+                    cmd = shlex.split(command)
+                except ValueError:
+                    cmd = ["bash", "-lc", command]
+                out.append(h.assistant(json.dumps({"cmd": cmd}), "commentary", "container.exec", "json"))
+        elif kind == "shell_call_output":
+            chunks = item.get("output") or []
+            text = "".join(
+                str(c.get("stdout") or "") + str(c.get("stderr") or "") for c in chunks if isinstance(c, dict)
+            )
+            out.append(h.tool_result("container.exec", text))
         elif kind in ("mcp_list_tools", "mcp_approval_request", "mcp_approval_response"):
             continue  # handled by the turn loop (approvals) or informational only
         else:

@@ -145,7 +145,12 @@ def toolset(tools: list[dict[str, Any]], tool_choice: Any, gateway_url: Any) -> 
         if kind in BUILTIN_TYPES:
             out.builtins.setdefault(BUILTIN_TYPES[kind], {})
         elif kind == "shell":
-            out.shell_for_container = True
+            env = (tool.get("environment") or {}).get("type") if isinstance(tool.get("environment"), dict) else None
+            if env not in (None, "container_auto"):
+                message = f"shell environment {env!r} is not supported: commands run in the container tool"
+                raise RequestError(message + " (environment container_auto)", f"tools[{i}].environment")
+            out.shell_for_container = True  # container.exec calls come out as shell_call items
+            out.builtins.setdefault("container", {})
         elif kind == "function":
             if not isinstance(tool.get("name"), str) or not tool["name"]:
                 raise RequestError("function tools need a name", f"tools[{i}].name")

@@ -8,6 +8,7 @@ Whatever goes wrong, the model gets a tool message saying so and the loop goes o
 from __future__ import annotations
 
 import re
+import shlex
 from typing import TYPE_CHECKING, Any
 
 from openai_harmony import Message
@@ -31,7 +32,7 @@ def classify(r: Run, recipient: str) -> tuple[str, str, str]:
     if ns == "python" and "python" in r.toolset.builtins:
         return "python", ns, "python"
     if ns == "container" and "container" in r.toolset.builtins:
-        return "mcp", ns, fn
+        return ("shell" if fn == "exec" and r.toolset.shell_for_container else "mcp"), ns, fn
     if ns in r.toolset.mcp:
         server = r.toolset.mcp[ns]
         allowed = server.allowed is None or fn in server.allowed
@@ -66,6 +67,8 @@ class ToolCaller:
             outcome = await self._browser(msg, fn)
         elif kind == "python":
             outcome = await self._python(msg, index)
+        elif kind == "shell":
+            outcome = await self._shell(msg)
         else:
             outcome = await self._mcp(msg, ns, fn, index)
         if index is not None and r.builder.output[index].get("status") == "in_progress":
@@ -141,6 +144,40 @@ class ToolCaller:
         b.done_item(index)
         return outcome
 
+    async def _shell(self, msg: Message) -> ToolOutcome:
+        """`container.exec` as a `shell_call` and its `shell_call_output` (the client sent a shell tool)."""
+        from orchestrator.turns import tool_args
+
+        b, r = self.r.builder, self.r
+        args, err = tool_args(h.text_of(msg))
+        cmd = (args or {}).get("cmd")
+        if err is None and not (isinstance(cmd, list) and cmd and all(isinstance(c, str) for c in cmd)):
+            err = "Error: container.exec needs `cmd`, a non-empty list of strings."
+        command = shlex.join(cmd) if err is None else h.text_of(msg)
+        timeout = (args or {}).get("timeout")
+        call_id = new_id("call")
+        timeout_ms = int(timeout * 1000) if isinstance(timeout, int | float) else None
+        action = {"commands": [command], "timeout_ms": timeout_ms, "max_output_length": None}
+        index = b.add_item({"id": new_id("sh"), "type": "shell_call", "call_id": call_id, "action": action,
+                            "status": "in_progress", "environment": None})  # fmt: skip
+        b.emit("response.shell_call_command.added", output_index=index, command_index=0, command="")
+        b.emit("response.shell_call_command.delta", output_index=index, command_index=0, delta=command)
+        b.emit("response.shell_call_command.done", output_index=index, command_index=0, command=command)
+        b.output[index]["status"] = "completed"
+        b.done_item(index)
+        outcome = ToolOutcome(err, True) if err else await self._invoke("container", "exec", args or {})
+        result = _shell_output(outcome)
+        index = b.add_item({"id": new_id("sho"), "type": "shell_call_output", "call_id": call_id, "output": [],
+                            "status": "in_progress", "max_output_length": None})  # fmt: skip
+        delta = {k: result[k] for k in ("stdout", "stderr") if result[k]}
+        if delta:
+            b.item_event(index, "response.shell_call_output_content.delta", command_index=0, delta=delta)
+        b.item_event(index, "response.shell_call_output_content.done", command_index=0, output=[result])
+        b.output[index].update(output=[result], status="completed")
+        b.done_item(index)
+        r.results[b.output[index]["id"]] = outcome.text
+        return outcome
+
     async def _mcp(self, msg: Message, ns: str, fn: str, index: int | None, approval_id: str | None = None):
         from orchestrator.turns import tool_args
 
@@ -188,6 +225,20 @@ class ToolCaller:
                 self._answer(call["recipient"], outcome.text, last.channel)
             else:
                 self._answer(call["recipient"], "Error: the user did not approve this tool call.", last.channel)
+
+
+def _shell_output(outcome: ToolOutcome) -> dict[str, Any]:
+    """One `shell_call_output` chunk: the server's structured {stdout, stderr, exit_code, timed_out} when it
+    sends one, else the text as stdout (exit 0) or, for a failed call, as stderr (exit 1)."""
+    s = outcome.structured or {}
+    if isinstance(s.get("stdout"), str) or isinstance(s.get("exit_code"), int):
+        timed_out = bool(s.get("timed_out"))
+        code = s.get("exit_code") if isinstance(s.get("exit_code"), int) else (1 if outcome.is_error else 0)
+        return {"stdout": str(s.get("stdout") or ""), "stderr": str(s.get("stderr") or ""),
+                "outcome": {"type": "timeout"} if timed_out else {"type": "exit", "exit_code": code}}  # fmt: skip
+    if outcome.is_error:
+        return {"stdout": "", "stderr": outcome.text, "outcome": {"type": "exit", "exit_code": 1}}
+    return {"stdout": outcome.text, "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}
 
 
 _URL = re.compile(r"https?://[^\s)\]】>\"']+")
