@@ -18,7 +18,7 @@ import pytest
 import uvicorn
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
-from fixture_tools import browser_server, container_server, python_server, weather_server
+from fixture_tools import browser_server, container_server, python_server, recording_container_server, weather_server
 
 from orchestrator.app import create_app
 from orchestrator.settings import OrchestratorSettings
@@ -159,6 +159,14 @@ def make_stack(scripted, tool_urls):
     yield make
     for stack in started:
         stack.close()
+
+
+@pytest.fixture
+def recording_container() -> Iterator[tuple[str, list[str]]]:
+    """A container MCP server of its own; the list gets each session key as `cleanup_session` frees it."""
+    closed: list[str] = []
+    with serving(recording_container_server(ToolServerSettings(), closed).build_app()) as url:
+        yield url + "/mcp", closed
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent
 
-from toolkit.server import HIDDEN, ToolServer
+from toolkit.server import HIDDEN, ToolServer, session_key
 from toolkit.settings import ToolServerSettings
 
 
@@ -128,5 +128,24 @@ def weather_server(settings: ToolServerSettings) -> ToolServer:
     @mcp.tool(name="delete_city", description="Delete a city (dangerous).")
     async def delete_city(city: str, ctx: Context) -> str:
         return f"deleted {city}"
+
+    return server
+
+
+def recording_container_server(settings: ToolServerSettings, cleanups: list[str]) -> ToolServer:
+    """A container stand-in that appends the session key of every `cleanup_session` call to `cleanups`."""
+    mcp = MCPServer("container", instructions="Run commands in a persistent per-session container (recording).")
+
+    class Recording(ToolServer):
+        async def _cleanup_session(self, ctx: Context) -> str:
+            cleanups.append(session_key(ctx))
+            return await super()._cleanup_session(ctx)
+
+    server: ToolServer = Recording(mcp, settings, _new_state)
+
+    @mcp.tool(name="exec", description="Execute a command in the container.")
+    async def exec_(cmd: list[str], ctx: Context) -> str:
+        async with server.session(ctx, "exec") as (key, _):
+            return f"ran {cmd} in {key}\n"
 
     return server
