@@ -15,7 +15,6 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import anyio
-import httpx
 import structlog
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -23,6 +22,7 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.asgi import header, read_body, send_bytes, send_error, session_header
 from gateway.errors import BadUpstream, GatewayError, Unavailable, UnknownSession, error_body
+from gateway.http import Response, Timeouts
 from gateway.messages import Rewriter, envelope_headers, parse_message, tool_name
 from gateway.routing import Namespace, Target, header_key, new_session_id
 from gateway.service import Gateway
@@ -186,9 +186,7 @@ async def _degraded(gw: Gateway, session: LegacySession, target: Target, msg: di
     await session.push(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}).encode())
 
 
-async def _answer(
-    gw: Gateway, session: LegacySession, target: Target, msg: dict[str, Any], response: httpx.Response
-) -> None:
+async def _answer(gw: Gateway, session: LegacySession, target: Target, msg: dict[str, Any], response: Response) -> None:
     rid, method = msg.get("id"), msg.get("method")
     if method == "initialize" and response.status_code == 200 and not session.opened:
         await gw.router.open_session(target, response.headers.get("mcp-session-id"), sid=session.sid)
@@ -211,7 +209,7 @@ async def _answer(
         session.tg.start_soon(_standalone, gw, session, target)
 
 
-async def _messages(response: httpx.Response, rewriter: Rewriter) -> AsyncIterator[tuple[bytes, dict[str, Any]]]:
+async def _messages(response: Response, rewriter: Rewriter) -> AsyncIterator[tuple[bytes, dict[str, Any]]]:
     """The JSON-RPC messages of an upstream response, JSON or SSE, rewritten; garbage is dropped."""
     ctype = response.headers.get("content-type", "")
     if ctype.startswith("application/json"):
@@ -243,7 +241,7 @@ async def _standalone(gw: Gateway, session: LegacySession, target: Target) -> No
         headers["mcp-session-id"] = target.upstream_sid
     try:
         response = await open_stream(
-            gw.client, target.replica, "GET", headers, http_timeout=httpx.Timeout(None, connect=2)
+            gw.client, target.replica, "GET", headers, http_timeout=Timeouts(connect=2.0, read=None)
         )
         try:
             with upstream_errors(target.replica):

@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import httpx
-
 from gateway.errors import BadUpstream
+from gateway.http import Pool, Response, Timeouts
 from gateway.upstream import Replica, SseParser, event_data, open_stream
 
 PROBE_VERSION = "2025-11-25"
@@ -17,7 +16,7 @@ CLIENT_INFO = {"name": "toolfleet-gateway", "version": "0.1.0"}
 class ProbeSession:
     """One upstream MCP session opened by the gateway (initialize handshake, then requests)."""
 
-    def __init__(self, client: httpx.AsyncClient, replica: Replica, headers: dict[str, str], timeout_s: float) -> None:
+    def __init__(self, client: Pool, replica: Replica, headers: dict[str, str], timeout_s: float) -> None:
         self._client = client
         self.replica = replica
         self._headers = {
@@ -25,12 +24,12 @@ class ProbeSession:
             "content-type": "application/json",
             **headers,
         }
-        self._timeout = httpx.Timeout(timeout_s)
+        self._timeout = Timeouts(connect=timeout_s, read=timeout_s)
         self._next_id = 0
         self.sid: str | None = None
         self.initialize_result: dict[str, Any] | None = None
 
-    async def _post(self, payload: dict[str, Any]) -> httpx.Response:
+    async def _post(self, payload: dict[str, Any]) -> Response:
         headers = dict(self._headers)
         if self.sid:
             headers["mcp-session-id"] = self.sid
@@ -85,7 +84,7 @@ class ProbeSession:
             self.sid = None
 
 
-async def _answer(response: httpx.Response, rid: int) -> dict[str, Any]:
+async def _answer(response: Response, rid: int) -> dict[str, Any]:
     ctype = response.headers.get("content-type", "")
     if response.status_code >= 400 and not ctype.startswith("application/json"):
         raise BadUpstream(f"upstream answered HTTP {response.status_code}")

@@ -9,12 +9,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 import anyio
-import httpx
 import structlog
 from anyio.abc import TaskGroup
 
 from gateway.config import GatewayConfig
 from gateway.errors import SessionLost, ToolNotApproved, Unavailable
+from gateway.http import Response, Timeouts
 from gateway.messages import SAFE_METHODS, Rewriter, tool_name
 from gateway.metrics import GatewayMetrics
 from gateway.routing import Namespace, Router, Target
@@ -97,7 +97,7 @@ class Gateway:
             finally:
                 tg.cancel_scope.cancel()
                 self._tg = None
-        await self.client.aclose()
+        self.client.close()
         await self.store.aclose()
 
     def check_call(self, ns: Namespace, msg: dict[str, Any]) -> None:
@@ -110,11 +110,11 @@ class Gateway:
 
     async def forward(
         self, target: Target, msg: dict[str, Any], body: bytes, client_headers: Iterable[tuple[bytes, bytes]]
-    ) -> tuple[Target, httpx.Response]:
+    ) -> tuple[Target, Response]:
         """POST one message to the target's replica; a safe method on a fresh pin is retried on another."""
         ns = target.ns
         headers = ns.rules.apply(client_headers)
-        timeout = httpx.Timeout(ns.cfg.timeout_s, connect=ns.cfg.connect_timeout_s)
+        timeout = Timeouts(connect=ns.cfg.connect_timeout_s, read=ns.cfg.timeout_s)
         for attempt in range(2):
             assert target.replica is not None
             if target.upstream_sid:

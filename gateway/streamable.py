@@ -7,17 +7,18 @@ too, which is how the 2026 protocol cancels a request.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from typing import Any
 
 import anyio
-import httpx
 import structlog
 from starlette.types import Receive, Scope, Send
 
 from gateway.asgi import header, read_body, send_bytes, send_error, session_header
 from gateway.errors import BadUpstream, GatewayError, InvalidRequest, Unavailable, UnknownSession, error_body, to_error
+from gateway.http import Response, Timeouts
 from gateway.messages import Rewriter, parse_message, tool_name
 from gateway.routing import Namespace, Target, header_key
 from gateway.service import Gateway
@@ -127,7 +128,7 @@ async def _relay(
     ns: Namespace,
     target: Target,
     msg: dict[str, Any],
-    response: httpx.Response,
+    response: Response,
     sid: str | None,
     receive: Receive,
     send: Send,
@@ -175,18 +176,19 @@ async def _stream(
     gw: Gateway,
     target: Target,
     rid: Any,
-    response: httpx.Response,
+    response: Response,
     rewriter: Rewriter,
     receive: Receive,
     send: Send,
 ) -> str:
     """Relay an SSE response event by event until it ends or the client leaves (which closes the upstream)."""
     answered = rid is None
+    finished = False
     failure: Exception | None = None
     parser = SseParser()
 
     async def relay() -> None:
-        nonlocal answered
+        nonlocal answered, finished
         async for chunk in response.aiter_bytes():
             for event in parser.feed(chunk):
                 data = event_data(event)
@@ -195,9 +197,13 @@ async def _stream(
                     if parsed is None:
                         log.warning("upstream.garbage", namespace=target.ns.name, bytes=len(data))
                         continue
-                    answered = answered or _answers(parsed, rid)
                     if new is not data:
                         event = event_with_data(event, new)
+                    if not answered and _answers(parsed, rid):
+                        # the answer ends a request's stream: finish now rather than wait for the upstream's end
+                        answered = finished = True
+                        await send({"type": "http.response.body", "body": event + b"\n\n", "more_body": False})
+                        return
                 await send({"type": "http.response.body", "body": event + b"\n\n", "more_body": True})
 
     async with anyio.create_task_group() as tg:
@@ -218,8 +224,13 @@ async def _stream(
             _, body = error_body(rid, err)
             event = b"event: message\ndata: " + body + b"\n\n"
             await send({"type": "http.response.body", "body": event, "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        if not finished:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
         tg.cancel_scope.cancel()
+    if finished:  # read the upstream's end of stream, so its connection goes back to the pool
+        with anyio.move_on_after(1), contextlib.suppress(Exception):
+            async for _ in response.aiter_bytes():
+                pass
     return "ok" if answered and failure is None else "error"
 
 
@@ -236,7 +247,7 @@ async def _get(gw: Gateway, ns: Namespace, scope: Scope, receive: Receive, send:
         headers = ns.rules.apply(scope["headers"])
         if target.upstream_sid:
             headers["mcp-session-id"] = target.upstream_sid
-        timeout = httpx.Timeout(None, connect=ns.cfg.connect_timeout_s)
+        timeout = Timeouts(connect=ns.cfg.connect_timeout_s, read=None)
         response = await open_stream(gw.client, target.replica, "GET", headers, http_timeout=timeout)
     except Exception as exc:
         await send_error(send, None, exc)

@@ -1,21 +1,24 @@
 """Upstream replicas: their health (active probes, passive failures, a circuit breaker) and the HTTP client.
 
-Foreign exceptions (httpx) are translated here, where they enter, into `Unavailable`,
+Transport exceptions are translated here, where they enter, into `Unavailable`,
 `UpstreamTimeout` or `BadUpstream`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable, Iterator
 
-import httpx
 import structlog
 
 from gateway.errors import BadUpstream, Unavailable, UpstreamTimeout
+from gateway.http import ConnectFailed, Pool, ProtocolError, Response, Timeouts
 
 log = structlog.get_logger(__name__)
+
+DEFAULT_TIMEOUTS = Timeouts(connect=2.0, read=600.0)
 
 
 class Replica:
@@ -56,47 +59,41 @@ class Replica:
 
 
 @contextlib.contextmanager
-def upstream_errors(replica: Replica) -> AsyncIterator[None]:  # type: ignore[misc]
-    """Map httpx failures to gateway errors and feed the replica's passive health."""
+def upstream_errors(replica: Replica) -> Iterator[None]:
+    """Map transport failures to gateway errors and feed the replica's passive health."""
     try:
         yield
-    except httpx.ConnectError as exc:
+    except ConnectFailed as exc:
         replica.record_failure(decisive=True)
         raise Unavailable(f"replica {replica.url} of {replica.namespace!r} is unreachable") from exc
-    except httpx.TimeoutException as exc:
+    except TimeoutError as exc:
         replica.record_failure()
         raise UpstreamTimeout(f"replica {replica.url} of {replica.namespace!r} timed out") from exc
-    except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+    except (ConnectionError, ProtocolError, asyncio.IncompleteReadError) as exc:
         replica.record_failure(decisive=True)
         raise Unavailable(f"replica {replica.url} of {replica.namespace!r} dropped the connection") from exc
-    except httpx.HTTPError as exc:
+    except OSError as exc:
         replica.record_failure()
         raise BadUpstream(f"replica {replica.url} of {replica.namespace!r} failed: {type(exc).__name__}") from exc
 
 
-def make_client() -> httpx.AsyncClient:
-    """One pooled client for every upstream; no proxies from the environment (traffic stays on our network)."""
-    return httpx.AsyncClient(
-        trust_env=False,
-        timeout=httpx.Timeout(600.0, connect=2.0),
-        limits=httpx.Limits(max_connections=2000, max_keepalive_connections=500, keepalive_expiry=30),
-        follow_redirects=False,
-    )
+def make_client() -> Pool:
+    """One pool of keep-alive connections for every upstream."""
+    return Pool()
 
 
 async def open_stream(
-    client: httpx.AsyncClient,
+    client: Pool,
     replica: Replica,
     method: str,
     headers: dict[str, str],
     body: bytes | None = None,
     *,
-    http_timeout: httpx.Timeout | None = None,
-) -> httpx.Response:
+    http_timeout: Timeouts = DEFAULT_TIMEOUTS,
+) -> Response:
     """Send one request upstream and return the response with its body not yet read."""
-    request = client.build_request(method, replica.url, headers=headers, content=body, timeout=http_timeout)
     with upstream_errors(replica):
-        response = await client.send(request, stream=True)
+        response = await client.request(method, replica.url, headers, body, http_timeout)
     if response.status_code >= 500:
         replica.record_failure()
     else:

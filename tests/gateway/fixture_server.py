@@ -156,7 +156,9 @@ def main(argv: list[str] | None = None) -> int:
         routes=[Route("/healthz", healthz), *http.routes, *sse.routes],
         lifespan=lifespan,
     )
-    sock = socket.socket()
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and without
+    # it every streamed response waits ~40 ms for a delayed ACK (Nagle).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", args.port))
     sock.listen(1024)

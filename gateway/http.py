@@ -1,0 +1,246 @@
+"""A small keep-alive HTTP/1.1 client for upstream calls: the gateway's hot path.
+
+httpx costs about half a millisecond per request in Python overhead; a tool call through the
+gateway has a budget of one millisecond in all. This client does only what an MCP upstream
+needs: one request at a time per pooled connection, `content-length` or chunked bodies,
+streaming reads, and timeouts from `asyncio.timeout`. Failures surface as `OSError`,
+`TimeoutError` or `ProtocolError`; `upstream.upstream_errors` maps them to gateway errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+MAX_HEAD = 64 * 1024
+READ_SIZE = 64 * 1024
+
+
+class ProtocolError(Exception):
+    """The upstream broke HTTP/1.1 (or closed the connection mid-response)."""
+
+
+class ConnectFailed(Exception):
+    """No connection could be made (refused, unreachable, or the connect timed out)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    connect: float | None = 2.0
+    read: float | None = 600.0
+
+
+class Headers:
+    """Response headers: `get` by lowercase name, `raw` as received (lowercased names)."""
+
+    __slots__ = ("_map", "raw")
+
+    def __init__(self, raw: list[tuple[bytes, bytes]]) -> None:
+        self.raw = raw
+        self._map = {k.decode("latin-1"): v.decode("latin-1") for k, v in raw}
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        return self._map.get(name, default)
+
+    def __getitem__(self, name: str) -> str:
+        return self._map[name]
+
+
+class _Conn:
+    __slots__ = ("reader", "writer")
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    def usable(self) -> bool:
+        return not self.reader.at_eof() and not self.writer.is_closing() and not self.reader._buffer  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class Response:
+    """A response whose body is read on demand; `aclose` returns a fully read connection to the pool."""
+
+    def __init__(
+        self,
+        pool: Pool,
+        key: tuple[str, int],
+        conn: _Conn,
+        status: int,
+        headers: Headers,
+        read_s: float | None,
+        head_only: bool,
+    ) -> None:
+        self._pool, self._key, self._conn = pool, key, conn
+        self.status_code = status
+        self.headers = headers
+        self._read_s = read_s
+        self._done = head_only or status in (204, 304)
+        te = (headers.get("transfer-encoding") or "").lower()
+        length = headers.get("content-length")
+        self._chunked = "chunked" in te
+        self._left = int(length) if length is not None and length.isdigit() else None
+        if not self._chunked and self._left is None and not self._done:
+            self._left = -1  # read to EOF; the connection cannot be reused
+        if self._left == 0:
+            self._done = True
+        self._reusable = (headers.get("connection") or "").lower() != "close" and self._left != -1
+
+    async def _read(self, coro):  # type: ignore[no-untyped-def]
+        async with asyncio.timeout(self._read_s):
+            return await coro
+
+    async def aiter_bytes(self) -> AsyncIterator[bytes]:
+        reader = self._conn.reader
+        try:
+            while not self._done:
+                if self._chunked:
+                    line = await self._read(reader.readline())
+                    if not line.endswith(b"\n"):
+                        raise ProtocolError("connection closed inside a chunked body")
+                    size = int(line.split(b";", 1)[0].strip() or b"0", 16)
+                    if size == 0:
+                        while (await self._read(reader.readline())) not in (b"\r\n", b"\n", b""):
+                            pass  # trailers
+                        self._done = True
+                        return
+                    data = await self._read(reader.readexactly(size + 2))
+                    yield data[:-2]
+                elif self._left == -1:
+                    data = await self._read(reader.read(READ_SIZE))
+                    if not data:
+                        self._done = True
+                        return
+                    yield data
+                else:
+                    data = await self._read(reader.read(min(READ_SIZE, self._left or 0)))
+                    if not data:
+                        raise ProtocolError("connection closed before the body ended")
+                    self._left = (self._left or 0) - len(data)
+                    self._done = self._left <= 0
+                    yield data
+        except asyncio.IncompleteReadError as exc:
+            raise ProtocolError("connection closed inside the body") from exc
+        except ValueError as exc:
+            raise ProtocolError(f"bad chunk framing: {exc}") from exc
+
+    async def aread(self, limit: int = 64 * 1024 * 1024) -> bytes:
+        parts: list[bytes] = []
+        size = 0
+        async for part in self.aiter_bytes():
+            size += len(part)
+            if size > limit:
+                raise ProtocolError(f"response body exceeds {limit} bytes")
+            parts.append(part)
+        return b"".join(parts)
+
+    async def aclose(self) -> None:
+        conn, self._conn = self._conn, None  # type: ignore[assignment]
+        if conn is None:
+            return
+        if self._done and self._reusable:
+            self._pool.release(self._key, conn)
+        else:
+            conn.close()
+
+
+class Pool:
+    """Idle keep-alive connections per (host, port)."""
+
+    def __init__(self, *, max_idle: int = 64) -> None:
+        self._idle: dict[tuple[str, int], list[_Conn]] = {}
+        self._max_idle = max_idle
+
+    def release(self, key: tuple[str, int], conn: _Conn) -> None:
+        idle = self._idle.setdefault(key, [])
+        if len(idle) < self._max_idle and conn.usable():
+            idle.append(conn)
+        else:
+            conn.close()
+
+    async def _connect(self, key: tuple[str, int], timeouts: Timeouts) -> _Conn:
+        try:
+            async with asyncio.timeout(timeouts.connect):
+                reader, writer = await asyncio.open_connection(key[0], key[1], limit=MAX_HEAD)
+        except (OSError, TimeoutError) as exc:
+            raise ConnectFailed(f"{type(exc).__name__}: {exc}") from exc
+        return _Conn(reader, writer)
+
+    async def request(
+        self, method: str, url: str, headers: dict[str, str], body: bytes | None, timeouts: Timeouts
+    ) -> Response:
+        parts = urlsplit(url)
+        if parts.scheme != "http" or not parts.hostname:
+            raise ProtocolError(f"only http:// upstreams are supported here, not {url!r}")
+        key = (parts.hostname, parts.port or 80)
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        lines = [f"{method} {target} HTTP/1.1\r\nhost: {parts.netloc}\r\n"]
+        lines += [f"{k}: {v}\r\n" for k, v in headers.items()]
+        if body is not None or method in ("POST", "PUT"):
+            lines.append(f"content-length: {len(body or b'')}\r\n")
+        lines.append("\r\n")
+        head = "".join(lines).encode("latin-1")
+        idle = self._idle.get(key)
+        while idle:
+            conn = idle.pop()
+            if not conn.usable():
+                conn.close()
+                continue
+            try:
+                return await self._exchange(key, conn, head, body, method, timeouts)
+            except (ConnectionError, asyncio.IncompleteReadError, _StaleConnection):
+                conn.close()  # the upstream closed an idle connection: retry on a fresh one
+        conn = await self._connect(key, timeouts)
+        try:
+            return await self._exchange(key, conn, head, body, method, timeouts)
+        except BaseException:
+            conn.close()
+            raise
+
+    async def _exchange(
+        self, key: tuple[str, int], conn: _Conn, head: bytes, body: bytes | None, method: str, timeouts: Timeouts
+    ) -> Response:
+        conn.writer.write(head + body if body else head)
+        async with asyncio.timeout(timeouts.read):
+            await conn.writer.drain()
+            try:
+                raw = await conn.reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError as exc:
+                if not exc.partial:
+                    raise _StaleConnection from exc
+                raise ProtocolError("connection closed inside the response head") from exc
+            except asyncio.LimitOverrunError as exc:
+                raise ProtocolError("response head too large") from exc
+        status, headers = _parse_head(raw)
+        if status == 100:
+            return await self._exchange(key, conn, b"", None, method, timeouts)
+        return Response(self, key, conn, status, headers, timeouts.read, method == "HEAD")
+
+    def close(self) -> None:
+        for idle in self._idle.values():
+            for conn in idle:
+                conn.close()
+        self._idle.clear()
+
+
+class _StaleConnection(Exception):
+    """A pooled connection the upstream had closed; the request is retried on a new one."""
+
+
+def _parse_head(raw: bytes) -> tuple[int, Headers]:
+    lines = raw.split(b"\r\n")
+    status_line = lines[0].split(b" ", 2)
+    if len(status_line) < 2 or not status_line[0].startswith(b"HTTP/1.") or not status_line[1].isdigit():
+        raise ProtocolError(f"not an HTTP/1.1 response: {lines[0][:80]!r}")
+    headers: list[tuple[bytes, bytes]] = []
+    for line in lines[1:]:
+        if not line:
+            continue
+        name, sep, value = line.partition(b":")
+        if not sep:
+            raise ProtocolError("malformed response header")
+        headers.append((name.strip().lower(), value.strip()))
+    return int(status_line[1]), Headers(headers)
