@@ -11,9 +11,9 @@ from typing import Any
 import structlog
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from pydantic import ValidationError
 
+from orchestrator.metrics import LatencyMiddleware, OrchestratorMetrics
 from orchestrator.schema import RequestError, ResponsesRequest
 from orchestrator.service import ResponsesService
 from orchestrator.settings import OrchestratorSettings
@@ -73,10 +73,8 @@ def create_app(
         else:
             store = SQLiteStore(settings.store_path, max_responses=settings.max_responses, ttl_s=settings.retention_s)
     service = ResponsesService(settings, generate=generate, store=store)
-    registry = CollectorRegistry()
-    responses_total = Counter("toolfleet_responses", "Responses by final status", ["status"], registry=registry)
-    in_flight = Gauge("toolfleet_responses_in_flight", "Responses running", registry=registry)
-    in_flight.set_function(lambda: len(service.live))
+    metrics = OrchestratorMetrics(pool, lambda: len(service.live))
+    service.on_settled = metrics.settled
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -94,6 +92,7 @@ def create_app(
             await store.aclose()
 
     app = FastAPI(title="toolfleet orchestrator", lifespan=lifespan)
+    app.add_middleware(LatencyMiddleware, metrics=metrics)
     app.state.service = service
 
     @app.exception_handler(RequestError)
@@ -135,9 +134,7 @@ def create_app(
             if live.task and not live.task.done():
                 live.task.cancel()  # the client went away: abort the generation
             await live.done.wait()
-            responses_total.labels(b.body["status"]).inc()
             return Response(status_code=499)  # nobody reads it
-        responses_total.labels(b.body["status"]).inc()
         if live.http_status != 200:  # partial output, if any, stays readable with GET when stored
             message = (b.body.get("error") or {}).get("message") or "the response failed"
             if req.store:
@@ -153,7 +150,6 @@ def create_app(
         finally:
             if not background and live.task and not live.task.done():
                 live.task.cancel()  # the client went away: abort the generation
-            responses_total.labels(live.builder.body["status"]).inc()
 
     @app.get("/v1/responses/{rid}")
     async def get(rid: str, stream: bool = False, starting_after: int = -1) -> Response:
@@ -215,8 +211,8 @@ def create_app(
         return JSONResponse(body, 200 if healthy else 503)
 
     @app.get("/metrics")
-    async def metrics() -> Response:
-        return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
+    async def prometheus() -> Response:
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4")
 
     return app
 

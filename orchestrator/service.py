@@ -54,6 +54,7 @@ class ResponsesService:
         self.live: dict[str, Live] = {}
         self.model_names = model_names
         self.counts: dict[str, int] = {}
+        self.on_settled: Any = None  # (status, usage, [(namespace, outcome)]) -> None: the metrics
 
     # --- creating ---------------------------------------------------------------------------------
 
@@ -182,6 +183,8 @@ class ResponsesService:
         b, req = live.builder, live.request
         status = b.body["status"]
         self.counts[status] = self.counts.get(status, 0) + 1
+        if self.on_settled is not None:
+            self.on_settled(status, b.body.get("usage"), r.tool_log)
         try:
             if req.store:
                 state = {"calls": r.calls, "pending": r.pending, "pages": r.pages}

@@ -57,11 +57,17 @@ class ToolCaller:
         if kind == "approval":
             return self._request_approval(msg, ns, fn)
         if r.tool_calls > r.limits.max_tool_calls:
-            outcome = ToolOutcome("Error: the tool-call limit of this response is reached; answer without tools.", True)
+            outcome = ToolOutcome(
+                "Error: the tool-call limit of this response is reached; answer without tools.",
+                True,
+                outcome="rejected",
+            )
         elif kind == "unknown":
             known = sorted([*r.toolset.builtins, *r.toolset.mcp]) + (["functions"] if r.toolset.functions else [])
             outcome = ToolOutcome(
-                f"Error: unknown tool `{recipient}`. Available namespaces: {', '.join(known) or 'none'}.", True
+                f"Error: unknown tool `{recipient}`. Available namespaces: {', '.join(known) or 'none'}.",
+                True,
+                outcome="rejected",
             )
         elif kind == "browser":
             outcome = await self._browser(msg, fn)
@@ -74,6 +80,7 @@ class ToolCaller:
         if index is not None and r.builder.output[index].get("status") == "in_progress":
             r.builder.output[index]["status"] = "failed"
             r.builder.done_item(index)
+        r.tool_log.append((ns if kind != "unknown" else "unknown", outcome.kind))
         self._answer(recipient, outcome.text, msg.channel)
         return True
 
@@ -86,7 +93,7 @@ class ToolCaller:
     async def _invoke(self, ns: str, fn: str, args: dict[str, Any]) -> ToolOutcome:
         url, headers = self._url(ns)
         if url is None:
-            return ToolOutcome(f"Error: no tool server is configured for `{ns}`.", True)
+            return ToolOutcome(f"Error: no tool server is configured for `{ns}`.", True, outcome="unavailable")
         return await self.r.sessions.call(url, fn, args, headers)
 
     async def _browser(self, msg: Message, fn: str) -> ToolOutcome:
@@ -100,7 +107,7 @@ class ToolCaller:
         b.item_event(index, "response.web_search_call.searching")
         if fn not in ("search", "open", "find"):
             err = f"Error: the browser has no function `{fn}`; use search, open or find."
-        outcome = ToolOutcome(err, True) if err else await self._invoke("browser", fn, args or {})
+        outcome = ToolOutcome(err, True, outcome="rejected") if err else await self._invoke("browser", fn, args or {})
         if not outcome.is_error:
             for m in _PAGE.finditer(outcome.text):
                 if m.group(3):
@@ -165,7 +172,9 @@ class ToolCaller:
         b.emit("response.shell_call_command.done", output_index=index, command_index=0, command=command)
         b.output[index]["status"] = "completed"
         b.done_item(index)
-        outcome = ToolOutcome(err, True) if err else await self._invoke("container", "exec", args or {})
+        outcome = (
+            ToolOutcome(err, True, outcome="rejected") if err else await self._invoke("container", "exec", args or {})
+        )
         result = _shell_output(outcome)
         index = b.add_item({"id": new_id("sho"), "type": "shell_call_output", "call_id": call_id, "output": [],
                             "status": "in_progress", "max_output_length": None})  # fmt: skip
@@ -190,7 +199,7 @@ class ToolCaller:
         server = self.r.toolset.mcp.get(ns)
         if err is None and server is not None and server.allowed is not None and fn not in server.allowed:
             err = f"Error: the tool `{fn}` is not allowed on the `{ns}` server."
-        outcome = ToolOutcome(err, True) if err else await self._invoke(ns, fn, args or {})
+        outcome = ToolOutcome(err, True, outcome="rejected") if err else await self._invoke(ns, fn, args or {})
         item = b.output[index]
         if outcome.is_error:
             item.update(status="failed", error=outcome.text)
@@ -222,6 +231,7 @@ class ToolCaller:
             if decision:
                 r.tool_calls += 1
                 outcome = await self._mcp(last, call["server_label"], call["name"], None, approval_id)
+                r.tool_log.append((call["server_label"], outcome.kind))
                 self._answer(call["recipient"], outcome.text, last.channel)
             else:
                 self._answer(call["recipient"], "Error: the user did not approve this tool call.", last.channel)

@@ -34,6 +34,11 @@ class ToolOutcome:
     is_error: bool = False
     images: list[str] = field(default_factory=list)  # data: or http URLs from image content
     structured: dict[str, Any] | None = None  # the result's structuredContent (browser: {"links": {id: url}})
+    outcome: str = ""  # ok, tool_error, timeout, unavailable, rejected, error (metrics); "" = from is_error
+
+    @property
+    def kind(self) -> str:
+        return self.outcome or ("error" if self.is_error else "ok")
 
 
 @dataclass
@@ -101,14 +106,16 @@ class ToolSessions:
                     images.append(f"data:{part.mime_type};base64,{part.data}")
             outcome = "tool_error" if result.is_error else "ok"
             structured = result.structured_content if isinstance(result.structured_content, dict) else None
-            return ToolOutcome("\n".join(texts), bool(result.is_error), images, structured)
+            return ToolOutcome("\n".join(texts), bool(result.is_error), images, structured, outcome)
         except ToolUnavailable as exc:
-            return ToolOutcome(f"Error: {exc}", True)
+            outcome = "unavailable"
+            return ToolOutcome(f"Error: {exc}", True, outcome=outcome)
         except TimeoutError:
             outcome = "timeout"
-            return ToolOutcome(f"Error: the tool `{name}` did not answer within {self.timeout_s:.0f} s", True)
+            return ToolOutcome(f"Error: the tool `{name}` did not answer within {self.timeout_s:.0f} s", True,
+                               outcome=outcome)  # fmt: skip
         except Exception as exc:
-            return ToolOutcome(f"Error: the tool `{name}` failed: {_error_text(exc)}", True)
+            return ToolOutcome(f"Error: the tool `{name}` failed: {_error_text(exc)}", True, outcome="error")
         finally:
             ms = round((time.perf_counter() - start) * 1000, 2)
             log.info("tool.call", url=url, tool=name, ms=ms, outcome=outcome, session_id=self.session_id)

@@ -75,6 +75,7 @@ class Run:
     forced: bool = False  # the header prefill was used: a second miss fails the response
     include: set[str] = field(default_factory=set)
     results: dict[str, str] = field(default_factory=dict)  # web_search_call id -> the tool's text
+    tool_log: list[tuple[str, str]] = field(default_factory=list)  # (namespace, outcome) per call, for metrics
 
 
 class _Item:

@@ -54,6 +54,8 @@ class _Worker:
     healthy: bool = True
     model: str | None = None
     checked_at: float = field(default=0.0)
+    failures_before: int = 0  # failed before the first token (retried elsewhere)
+    failures_mid: int = 0  # failed after it (the response fails: 502)
 
 
 class WorkerPool:
@@ -152,8 +154,10 @@ class WorkerPool:
                 return
             except (httpx.TransportError, _RetryableStatus, _StreamError) as exc:
                 if started:
+                    worker.failures_mid += 1
                     reason = str(exc) or type(exc).__name__
                     raise WorkerError(f"worker {worker.url} failed mid-generation: {reason}") from exc
+                worker.failures_before += 1
                 last_error = f"{worker.url}: {exc or type(exc).__name__}"
                 if isinstance(exc, httpx.TransportError):
                     worker.healthy = False

@@ -1,0 +1,102 @@
+"""Prometheus metrics of the orchestrator: HTTP latency per route, responses, tokens, tool calls, workers."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from orchestrator.worker.client import WorkerPool
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+BUILTIN_NAMESPACES = ("browser", "python", "container")
+
+
+class OrchestratorMetrics:
+    def __init__(self, pool: WorkerPool | None, running: Callable[[], int]) -> None:
+        self.registry = r = CollectorRegistry()
+        self.latency = Histogram("toolfleet_orchestrator_request_seconds",
+                                 "HTTP request time by route template (streams: until the last event)",
+                                 ["route", "method", "status"], buckets=LATENCY_BUCKETS, registry=r)  # fmt: skip
+        self.responses = Counter(
+            "toolfleet_orchestrator_responses", "Responses by final status", ["status"], registry=r
+        )
+        Gauge("toolfleet_orchestrator_responses_in_flight", "Responses running", registry=r).set_function(running)
+        self.tokens = Counter("toolfleet_orchestrator_tokens",
+                              "Tokens by kind: input, output, cached (input), reasoning and tool_output (of output)",
+                              ["kind"], registry=r)  # fmt: skip
+        self.tool_calls = Counter("toolfleet_orchestrator_tool_calls",
+                                  "Tool calls by namespace (browser, python, container; mcp = any other server) and "
+                                  "outcome (ok, tool_error, timeout, unavailable, rejected, error)",
+                                  ["namespace", "outcome"], registry=r)  # fmt: skip
+        if pool is not None:
+            r.register(_WorkerCollector(pool))
+
+    def settled(self, status: str, usage: dict[str, Any] | None, tool_calls: list[tuple[str, str]]) -> None:
+        """One finished response: its status, its token usage and the outcome of each tool call it made."""
+        self.responses.labels(status).inc()
+        if usage:
+            self.tokens.labels("input").inc(usage.get("input_tokens") or 0)
+            self.tokens.labels("output").inc(usage.get("output_tokens") or 0)
+            self.tokens.labels("cached").inc((usage.get("input_tokens_details") or {}).get("cached_tokens") or 0)
+            details = usage.get("output_tokens_details") or {}
+            self.tokens.labels("reasoning").inc(details.get("reasoning_tokens") or 0)
+            self.tokens.labels("tool_output").inc(details.get("tool_output_tokens") or 0)
+        for namespace, outcome in tool_calls:
+            label = namespace if namespace in BUILTIN_NAMESPACES or namespace == "unknown" else "mcp"
+            self.tool_calls.labels(label, outcome).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _WorkerCollector(Collector):
+    """Worker health, outstanding requests and failures, read from the pool at scrape time."""
+
+    def __init__(self, pool: WorkerPool) -> None:
+        self.pool = pool
+
+    def collect(self) -> Iterator[Metric]:
+        healthy = GaugeMetricFamily("toolfleet_orchestrator_worker_healthy", "1 when the worker takes traffic",
+                                    labels=["worker"])  # fmt: skip
+        outstanding = GaugeMetricFamily("toolfleet_orchestrator_worker_outstanding", "Requests in flight",
+                                        labels=["worker"])  # fmt: skip
+        failures = CounterMetricFamily("toolfleet_orchestrator_worker_failures",
+                                       "Failed generations (before the first token: retried; after: 502)",
+                                       labels=["worker", "stage"])  # fmt: skip
+        for w in self.pool.workers:
+            healthy.add_metric([w.url], 1.0 if w.healthy else 0.0)
+            outstanding.add_metric([w.url], w.outstanding)
+            failures.add_metric([w.url, "before_first_token"], w.failures_before)
+            failures.add_metric([w.url, "mid_stream"], w.failures_mid)
+        yield from (healthy, outstanding, failures)
+
+
+class LatencyMiddleware:
+    """Pure ASGI: observes each HTTP request under its route template (`/v1/responses/{rid}`), not its path."""
+
+    def __init__(self, app: ASGIApp, metrics: OrchestratorMetrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start, status = time.perf_counter(), 500
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            self.metrics.latency.labels(route, scope["method"], str(status)).observe(time.perf_counter() - start)
