@@ -1,0 +1,280 @@
+"""Added latency of a `tools/call` through the gateway versus directly, and the same for a peer gateway.
+
+    python bench/gateway.py [--n 1000] [--warmup 200] [--concurrency 1 32] [--peer contextforge|none]
+                            [--out results-gateway.json]
+
+Starts the test fixture MCP server (one replica) and the gateway on loopback, then times
+`tools/call echo` over streamable HTTP with a plain keep-alive HTTP client: direct to the
+replica, through our gateway, and through IBM ContextForge (`mcp-contextforge-gateway`, its own
+venv under .cache/, SQLite) when it can run here. Prints p50/p99 per path and the added latency
+(path minus direct) at each concurrency, plus calls/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import secrets
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from tests.gateway.harness import fixtures, free_port, gateway_config, running_gateway  # noqa: E402
+
+HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+VERSION = "2025-11-25"
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--n", type=int, default=1000, help="timed calls per path and concurrency")
+    p.add_argument("--warmup", type=int, default=200)
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
+    p.add_argument("--peer", choices=["contextforge", "none"], default="contextforge")
+    p.add_argument("--out", default="results-gateway.json")
+    return p.parse_args(argv)
+
+
+class McpSession:
+    """A bare streamable-HTTP MCP session: initialize once, then timed `tools/call`s."""
+
+    def __init__(self, http: httpx.AsyncClient, url: str, headers: dict[str, str] | None = None) -> None:
+        self.http, self.url = http, url
+        self.headers = {**HEADERS, **(headers or {})}
+        self.next_id = 0
+
+    async def rpc(self, method: str, params: dict[str, Any] | None = None, *, notify: bool = False) -> Any:
+        body: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": params or {}}
+        if not notify:
+            self.next_id += 1
+            body["id"] = self.next_id
+        response = await self.http.post(self.url, json=body, headers=self.headers)
+        if notify:
+            return None
+        if sid := response.headers.get("mcp-session-id"):
+            self.headers["mcp-session-id"] = sid
+        text = response.text
+        if response.headers.get("content-type", "").startswith("text/event-stream"):
+            text = [line[5:] for line in text.splitlines() if line.startswith("data:") and line[5:].strip()][-1]
+        msg = json.loads(text)
+        if "error" in msg:
+            raise RuntimeError(f"{method}: {msg['error']}")
+        return msg["result"]
+
+    async def open(self) -> McpSession:
+        init = {"protocolVersion": VERSION, "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}
+        await self.rpc("initialize", init)
+        self.headers["mcp-protocol-version"] = VERSION
+        await self.rpc("notifications/initialized", notify=True)
+        return self
+
+    async def call(self, tool: str, args: dict[str, Any]) -> float:
+        start = time.perf_counter()
+        result = await self.rpc("tools/call", {"name": tool, "arguments": args})
+        elapsed = time.perf_counter() - start
+        if result.get("isError"):
+            raise RuntimeError(f"tool error: {result}")
+        return elapsed
+
+
+async def measure(
+    url: str, tool: str, n: int, warmup: int, concurrency: int, headers: dict[str, str] | None
+) -> dict[str, Any]:
+    limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
+    async with httpx.AsyncClient(trust_env=False, limits=limits, timeout=60) as http:
+        sessions = [await McpSession(http, url, headers).open() for _ in range(concurrency)]
+        per = max(1, n // concurrency)
+
+        async def worker(s: McpSession, count: int, out: list[float]) -> None:
+            for i in range(count):
+                out.append(await s.call(tool, {"text": f"ping {i}"}))
+
+        await asyncio.gather(*(worker(s, max(1, warmup // concurrency), []) for s in sessions))
+        samples: list[float] = []
+        start = time.perf_counter()
+        await asyncio.gather(*(worker(s, per, samples) for s in sessions))
+        wall = time.perf_counter() - start
+    samples.sort()
+    q = statistics.quantiles(samples, n=100)
+    return {"p50_ms": q[49] * 1000, "p99_ms": q[98] * 1000, "calls_per_s": len(samples) / wall, "n": len(samples)}
+
+
+# ---- the peer: IBM ContextForge (mcp-contextforge-gateway), in its own venv, on loopback with SQLite ----
+
+CONTEXTFORGE_SPEC = "mcp-contextforge-gateway==1.0.7.post20260921"
+CONTEXTFORGE_VENV = REPO / ".cache" / "contextforge-venv"
+
+
+@dataclass
+class Peer:
+    url: str
+    tool: str
+    headers: dict[str, str]
+
+
+def _contextforge_python() -> Path:
+    py = CONTEXTFORGE_VENV / "bin" / "python"
+    if not (CONTEXTFORGE_VENV / "bin" / "mcpgateway").exists():
+        subprocess.run([sys.executable, "-m", "venv", str(CONTEXTFORGE_VENV)], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", CONTEXTFORGE_SPEC], check=True, timeout=900)
+    return py
+
+
+@contextlib.contextmanager
+def started_contextforge(upstream: str) -> Iterator[Peer]:
+    """ContextForge with SQLite on a free loopback port, federating `upstream` as a virtual server."""
+    py = _contextforge_python()
+    workdir = Path(tempfile.mkdtemp(prefix="contextforge-"))
+    port = free_port()
+    secret = secrets.token_hex(32)
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{workdir}/mcp.db",
+        "JWT_SECRET_KEY": secret,
+        "AUTH_ENCRYPTION_SECRET": secrets.token_hex(32),
+        "PLATFORM_ADMIN_EMAIL": "admin@example.com",
+        "PLATFORM_ADMIN_PASSWORD": "Bench-Passw0rd-" + secrets.token_hex(4),
+        "SSRF_ALLOW_LOCALHOST": "true",
+        "ENVIRONMENT": "development",
+        "LOG_LEVEL": "ERROR",
+        "MCPGATEWAY_UI_ENABLED": "false",
+        "MCPGATEWAY_ADMIN_API_ENABLED": "false",
+        # a benchmark, not a deployment: no rate limits in the measured path
+        "RATE_LIMITING_ENABLED": "false",
+        "TOOL_RATE_LIMIT": "1000000",
+        "RATE_LIMIT_MEDIUM_RPM": "1000000",
+        "RATE_LIMIT_MEDIUM_BURST": "100000",
+    }
+    log = open(workdir / "contextforge.log", "wb")
+    proc = subprocess.Popen(
+        [str(py), "-m", "mcpgateway.cli", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=workdir,
+        env=env,
+        stdout=log,
+        stderr=log,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 180
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"ContextForge exited {proc.returncode}; see {workdir}/contextforge.log")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{base}/health", timeout=2, trust_env=False).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError("ContextForge did not become healthy in 180 s")
+            time.sleep(0.5)
+        token = (
+            subprocess.run(
+                [
+                    str(py),
+                    "-m",
+                    "mcpgateway.utils.create_jwt_token",
+                    "--username",
+                    "admin@example.com",
+                    "--exp",
+                    "120",
+                    "--secret",
+                    secret,
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+                cwd=workdir,
+            )
+            .stdout.strip()
+            .splitlines()[-1]
+        )
+        auth = {"authorization": f"Bearer {token}"}
+        with httpx.Client(base_url=base, headers=auth, timeout=60, trust_env=False) as http:
+            created = http.post("/gateways", json={"name": "bench", "url": upstream, "transport": "STREAMABLEHTTP"})
+            created.raise_for_status()
+            tools = http.get("/tools").json()
+            tools = tools if isinstance(tools, list) else tools.get("items") or tools.get("tools") or []
+            echo = next(t for t in tools if t.get("originalName", t.get("name", "")).endswith("echo"))
+            server = http.post("/servers", json={"server": {"name": "bench", "associated_tools": [echo["id"]]}})
+            if server.status_code >= 400:
+                server = http.post("/servers", json={"name": "bench", "associated_tools": [echo["id"]]})
+            server.raise_for_status()
+        yield Peer(f"{base}/servers/{server.json()['id']}/mcp", echo["name"], auth)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        log.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    print(f"{'path':<14}{'conc':>5}{'p50 ms':>9}{'p99 ms':>9}{'calls/s':>10}{'+p50 ms':>9}{'+p99 ms':>9}")
+    for r in rows:
+        added = f"{r['added_p50_ms']:>9.3f}{r['added_p99_ms']:>9.3f}" if "added_p50_ms" in r else f"{'':>18}"
+        print(
+            f"{r['path']:<14}{r['concurrency']:>5}{r['p50_ms']:>9.3f}{r['p99_ms']:>9.3f}{r['calls_per_s']:>10.0f}{added}"
+        )
+
+
+def env_info() -> dict[str, Any]:
+    return {"python": platform.python_version(), "cpus": os.cpu_count(), "machine": platform.machine()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    rows: list[dict[str, Any]] = []
+    notes: list[str] = []
+    with ExitStack() as stack:
+        (up,) = stack.enter_context(fixtures("bench"))
+        gw = stack.enter_context(running_gateway(gateway_config({"bench": [up.url]})))
+        paths: dict[str, tuple[str, str, dict[str, str] | None]] = {
+            "direct": (up.url, "echo", None),
+            "toolfleet": (gw.url("bench"), "echo", None),
+        }
+        if args.peer == "contextforge":
+            try:
+                peer = stack.enter_context(started_contextforge(up.url))
+                paths["contextforge"] = (peer.url, peer.tool, peer.headers)
+            except Exception as exc:  # the peer is optional: say exactly why it did not run
+                notes.append(f"contextforge not measured: {exc}")
+        for concurrency in args.concurrency:
+            base: dict[str, Any] | None = None
+            for name, (url, tool, headers) in paths.items():
+                row = {"path": name, "concurrency": concurrency}
+                row |= asyncio.run(measure(url, tool, args.n, args.warmup, concurrency, headers))
+                if base is None:
+                    base = row
+                else:
+                    row["added_p50_ms"] = row["p50_ms"] - base["p50_ms"]
+                    row["added_p99_ms"] = row["p99_ms"] - base["p99_ms"]
+                rows.append(row)
+    Path(args.out).write_text(json.dumps(env_info() | {"rows": rows, "notes": notes}, indent=2))
+    print_table(rows)
+    for note in notes:
+        print(note)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
