@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -15,13 +15,14 @@ from pydantic import ValidationError
 
 from orchestrator.metrics import LatencyMiddleware, OrchestratorMetrics
 from orchestrator.schema import RequestError, ResponsesRequest
-from orchestrator.service import ResponsesService
+from orchestrator.service import RUNNING, ResponsesService
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.store import SQLiteStore, Store, StoreUnavailable
 from orchestrator.worker.client import Generate, WorkerPool
 
 log = structlog.get_logger(__name__)
 MAX_BODY = 16 * 1024 * 1024
+REPLAY_POLL_S = 0.25  # a stream of a response running on another replica follows the shared store
 
 
 def error_response(exc: BaseException) -> JSONResponse:
@@ -81,11 +82,13 @@ def create_app(
         await store.check()  # a Redis store that cannot be reached stops the start-up with a clear error
         if pool is not None:
             await pool.start()
-        reaper = asyncio.create_task(_reap_forever(service, settings.reap_interval_s))
+        reaper = asyncio.create_task(_every(settings.reap_interval_s, service.reap_idle, "reaper"))
+        watcher = asyncio.create_task(_every(settings.cancel_poll_s, service.watch_cancels, "cancel_watch"))
         try:
             yield
         finally:
             reaper.cancel()
+            watcher.cancel()
             await service.aclose()
             if pool is not None:
                 await pool.aclose()
@@ -159,8 +162,17 @@ def create_app(
                 return StreamingResponse(_sse(live.builder.follow(starting_after)), media_type="text/event-stream")
 
             async def replay() -> AsyncIterator[dict[str, Any]]:
-                for event in record.events[starting_after + 1 :]:
-                    yield event
+                """Stored events; for a response running on another replica, until it is stored finished."""
+                current, position = record, starting_after + 1
+                while True:
+                    for event in current.events[position:]:
+                        yield event
+                    position = max(position, len(current.events))
+                    if current.body.get("status") not in RUNNING:
+                        return
+                    await asyncio.sleep(REPLAY_POLL_S)
+                    if (current := await store.get(rid)) is None:
+                        return  # deleted meanwhile
 
             return StreamingResponse(_sse(replay()), media_type="text/event-stream")
         return JSONResponse(live.builder.snapshot() if live else record.body)
@@ -233,10 +245,10 @@ async def _done_unless_disconnected(request: Request, done: asyncio.Event) -> bo
     return waiters[0] in finished
 
 
-async def _reap_forever(service: ResponsesService, interval_s: float) -> None:
+async def _every(interval_s: float, job: Callable[[], Awaitable[None]], name: str) -> None:
     while True:
         await asyncio.sleep(interval_s)
         try:
-            await service.reap_idle()
+            await job()
         except Exception:
-            log.exception("reaper.failed")
+            log.exception(f"{name}.failed")

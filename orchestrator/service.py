@@ -31,6 +31,10 @@ _FALLBACK = {
 }
 
 
+RUNNING = ("queued", "in_progress")
+CANCEL_WAIT_S = 15.0
+
+
 @dataclass
 class Live:
     """A response while it runs: its builder, its task, and what the HTTP status should be if it fails."""
@@ -67,6 +71,9 @@ class ResponsesService:
             if prev is None:
                 raise RequestError(f"previous response {req.previous_response_id!r} not found",
                                    "previous_response_id", 404, "previous_response_not_found")  # fmt: skip
+            if prev.body.get("status") in RUNNING:
+                raise RequestError(f"previous response {req.previous_response_id!r} has not finished yet",
+                                   "previous_response_id", 400)  # fmt: skip
         include = check_include(req.include)
         tools = toolset(req.tools, req.tool_choice, self._gateway_url)
         namespaces, listings = await self._namespaces(tools)
@@ -97,8 +104,10 @@ class ResponsesService:
                 pages={int(k): tuple(v) for k, v in state.get("pages", {}).items()},
                 required=tools.required, include=include)  # fmt: skip
         live = Live(builder, req)
-        self.live[rid] = live
         builder.start(queued=req.background)
+        if req.background:  # other replicas sharing the store can see it running (and ask to cancel it)
+            await self.store.put(Record(rid, conversation, builder.snapshot(), items, [], list(builder.events)))
+        self.live[rid] = live
         live.task = asyncio.create_task(self._execute(live, r, listings, len(head), items))
         return live
 
@@ -219,6 +228,8 @@ class ResponsesService:
         if live is None:
             if record and record.body.get("status") == "cancelled":
                 return record.body
+            if record and record.body.get("status") in RUNNING:  # running on another replica
+                return await self._cancel_elsewhere(rid, record)
             raise RequestError("only a background response that is still running can be cancelled", None, 400)
         if not live.request.background:
             raise RequestError("only background responses can be cancelled", None, 400)
@@ -226,6 +237,24 @@ class ResponsesService:
             live.task.cancel()
         await live.done.wait()
         return live.builder.body
+
+    async def _cancel_elsewhere(self, rid: str, record: Record) -> dict[str, Any]:
+        """Flag the response in the shared store; the replica running it cancels it (`watch_cancels`)."""
+        await self.store.request_cancel(rid)
+        with anyio.move_on_after(CANCEL_WAIT_S):
+            while record.body.get("status") in RUNNING:
+                await asyncio.sleep(0.1)
+                record = await self.store.get(rid) or record
+        return record.body
+
+    async def watch_cancels(self) -> None:
+        """Cancel the background responses this replica runs that another replica was asked to cancel."""
+        ids = [rid for rid, lv in self.live.items() if lv.request.background]
+        for rid in await self.store.cancel_requested(ids) if ids else ():
+            live = self.live.get(rid)
+            if live is not None and live.task:
+                log.info("response.cancelled_elsewhere", response_id=rid)
+                live.task.cancel()
 
     async def reap_idle(self) -> None:
         for conversation, urls in await self.store.idle_conversations(self.settings.session_idle_s):

@@ -31,6 +31,7 @@ class OrchestratorSettings(ServiceSettings):
     tool_timeout_s: float = Field(120.0, description="give up on one tool call after this long")
     session_idle_s: float = Field(1200.0, description="clean up a stored conversation's tool sessions when idle")
     reap_interval_s: float = Field(60.0, description="how often idle conversations are looked for")
+    cancel_poll_s: float = Field(0.5, description="how often cancels asked of another replica are looked for")
     identity: str | None = Field(None, description="model identity line of the system message")
     date: str | None = Field(None, description="conversation start date (default: today)")
     health_interval_s: float = Field(5.0, description="worker health-check period")

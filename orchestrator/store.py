@@ -40,6 +40,8 @@ class Store(Protocol):
     async def idle_conversations(self, idle_s: float) -> list[tuple[str, set[str]]]: ...
     async def forget_conversation(self, conversation: str) -> None: ...
     async def put_results(self, results: dict[str, str]) -> None: ...
+    async def request_cancel(self, response_id: str) -> None: ...
+    async def cancel_requested(self, response_ids: list[str]) -> set[str]: ...
     async def get_results(self, item_ids: list[str]) -> dict[str, str]: ...
     async def check(self) -> None: ...
     async def aclose(self) -> None: ...
@@ -66,6 +68,7 @@ class SQLiteStore:
                 "CREATE TABLE IF NOT EXISTS conversations (id TEXT PRIMARY KEY, last_used REAL, urls TEXT)"
             )
             self._db.execute("CREATE TABLE IF NOT EXISTS results (id TEXT PRIMARY KEY, created REAL, text TEXT)")
+            self._db.execute("CREATE TABLE IF NOT EXISTS cancels (id TEXT PRIMARY KEY, created REAL)")
 
     async def put(self, record: Record) -> None:
         row = (
@@ -141,6 +144,17 @@ class SQLiteStore:
             ).fetchall()
         return dict(rows)
 
+    async def request_cancel(self, response_id: str) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO cancels VALUES (?,?)", (response_id, time.time()))
+            self._db.execute("DELETE FROM cancels WHERE created < ?", (time.time() - 3600,))
+
+    async def cancel_requested(self, response_ids: list[str]) -> set[str]:
+        marks = ",".join("?" * len(response_ids))
+        with self._lock:
+            rows = self._db.execute(f"SELECT id FROM cancels WHERE id IN ({marks})", response_ids).fetchall()
+        return {r[0] for r in rows}
+
     async def check(self) -> None:
         pass
 
@@ -188,6 +202,15 @@ class RedisStore:
         async with self._errors():
             values = await self._r.mget([f"{self._p}result:{i}" for i in item_ids])
         return {i: v.decode() for i, v in zip(item_ids, values, strict=True) if v is not None}
+
+    async def request_cancel(self, response_id: str) -> None:
+        async with self._errors():
+            await self._r.set(f"{self._p}cancel:{response_id}", b"1", ex=3600)
+
+    async def cancel_requested(self, response_ids: list[str]) -> set[str]:
+        async with self._errors():
+            values = await self._r.mget([f"{self._p}cancel:{i}" for i in response_ids])
+        return {i for i, v in zip(response_ids, values, strict=True) if v is not None}
 
     async def check(self) -> None:
         async with self._errors():

@@ -91,3 +91,31 @@ def test_unreachable_redis_stops_the_start_up_with_a_clear_error(scripted):
     with pytest.raises(RuntimeError) as err, running_service(flags, timeout_s=30):
         pass
     assert "Redis response store is unavailable" in str(err.value)
+
+
+def test_a_background_response_on_one_replica_is_polled_replayed_and_cancelled_from_another(
+    make_stack, redis_url, two_workers
+):
+    from conftest import scenario
+    from invariants import check_stream
+    from test_workers import wait_for
+
+    url, worker = two_workers[0]
+    slow = "<|channel|>final<|message|>" + "slow " * 3000 + "<|return|>"
+    short = "<|channel|>final<|message|>" + "tick " * 60 + "<|return|>"
+    worker.scenario = scenario([{"match": "short", "reply": short, "delay_s": 0.005}, {"match": "", "reply": slow,
+                                                                                       "delay_s": 0.005}])  # fmt: skip
+    prefix = f"t{uuid.uuid4().hex[:8]}:"
+    a, b = (_redis(make_stack, redis_url, prefix, worker_urls=[url], cancel_poll_s=0.05) for _ in range(2))
+    bg = a.client.responses.create(model="gpt-oss", input="long job", background=True)
+    assert b.client.responses.retrieve(bg.id).status in ("queued", "in_progress")
+    with pytest.raises(openai.BadRequestError) as err:
+        b.client.responses.create(model="gpt-oss", input="next", previous_response_id=bg.id)
+    assert "has not finished" in err.value.message
+    assert b.client.responses.cancel(bg.id).status == "cancelled"
+    wait_for(lambda: worker.stats.aborted == 1, "the worker to see the generation aborted")
+    assert a.client.responses.retrieve(bg.id).status == "cancelled"
+    assert check_stream(list(b.client.responses.retrieve(bg.id, stream=True))).status == "cancelled"
+    running = a.client.responses.create(model="gpt-oss", input="short job", background=True)
+    final = check_stream(list(b.client.responses.retrieve(running.id, stream=True)))  # follows the shared store
+    assert final.status == "completed" and final.output_text.startswith("tick")
