@@ -42,6 +42,7 @@ class ResponsesRequest(BaseModel):
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
     include: list[str] | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
     metadata: dict[str, str] | None = None
     parallel_tool_calls: bool = True
     user: str | None = None
@@ -81,7 +82,8 @@ INCLUDABLE = (
     "message.output_text.logprobs", "web_search_call.results", "file_search_call.results",
     "message.input_image.image_url", "computer_call_output.output.image_url",
 )  # fmt: skip
-INCLUDE_SUPPORTED = {"code_interpreter_call.outputs", "web_search_call.action.sources", "reasoning.encrypted_content"}
+INCLUDE_SUPPORTED = {"code_interpreter_call.outputs", "web_search_call.action.sources", "reasoning.encrypted_content",
+                     "message.output_text.logprobs"}  # fmt: skip
 
 
 def check_include(include: list[str] | None) -> set[str]:

@@ -102,7 +102,8 @@ class ResponsesService:
                 self.generate, limits, conversation, req.temperature, req.top_p, calls=calls,
                 pending=dict(state.get("pending", {})), approvals=approvals, new_input=new_input,
                 pages={int(k): tuple(v) for k, v in state.get("pages", {}).items()},
-                required=tools.required, include=include)  # fmt: skip
+                required=tools.required, include=include,
+                logprobs=(req.top_logprobs or 0) if "message.output_text.logprobs" in include else None)  # fmt: skip
         live = Live(builder, req)
         builder.start(queued=req.background)
         if req.background:  # other replicas sharing the store can see it running (and ask to cancel it)

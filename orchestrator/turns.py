@@ -22,7 +22,7 @@ from orchestrator.items import seal_reasoning
 from orchestrator.schema import Requirement, Toolset
 from orchestrator.toolcalls import ToolCaller, classify, open_code_item, open_mcp_item
 from orchestrator.tools import Endpoints, ToolSessions
-from orchestrator.worker.client import Generate, GenerateRequest
+from orchestrator.worker.client import Generate, GenerateRequest, TokenLogprob
 
 
 @dataclass
@@ -76,6 +76,8 @@ class Run:
     include: set[str] = field(default_factory=set)
     results: dict[str, str] = field(default_factory=dict)  # web_search_call id -> the tool's text
     tool_log: list[tuple[str, str]] = field(default_factory=list)  # (namespace, outcome) per call, for metrics
+    logprobs: int | None = None  # top_logprobs to report per output_text token; None: logprobs not included
+    last_token: int = 0
 
 
 class _Item:
@@ -85,6 +87,8 @@ class _Item:
         self.run, self.header = run, header
         self.index: int | None = None
         self.kind = "hidden"
+        self.logprobs: list[dict[str, Any]] = []  # output_text logprobs, when include asks for them
+        self.pending: list[tuple[int, TokenLogprob]] = []  # tokens whose text has not shown yet (split UTF-8)
         b, recipient = run.builder, header.recipient
         if recipient is None or recipient == "assistant":
             if header.channel == "analysis":
@@ -113,11 +117,19 @@ class _Item:
                 self.kind, self.index = "mcp", open_mcp_item(run, ns, fn)
             run.open_tool_index = self.index  # browser items open once the call is complete (ToolCaller)
 
-    def delta(self, text: str) -> None:
+    def delta(self, text: str, lp: TokenLogprob | None = None) -> None:
+        if lp is not None and self.kind == "message":
+            self.pending.append((self.run.last_token, lp))
         if self.index is None or not text:
             return
         b = self.run.builder
-        if self.kind == "reasoning":
+        if self.kind == "message" and self.run.logprobs is not None:
+            entries = [_logprob(t, x, self.run.logprobs) for t, x in self.pending]
+            self.logprobs += entries
+            self.pending = []
+            b.item_event(self.index, "response.output_text.delta", content_index=0, delta=text,
+                         logprobs=[_without_bytes(e) for e in entries])  # fmt: skip
+        elif self.kind == "reasoning":
             b.item_event(self.index, "response.reasoning_text.delta", content_index=0, delta=text)
         elif self.kind == "message":
             b.item_event(self.index, "response.output_text.delta", content_index=0, delta=text, logprobs=[])
@@ -142,12 +154,13 @@ class _Item:
             if "reasoning.encrypted_content" in self.run.include:
                 item["encrypted_content"] = seal_reasoning(text)
         elif self.kind == "message":
-            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": self.logprobs}
             for i, ann in enumerate(annotations or []):
                 part["annotations"].append(ann)
                 b.item_event(self.index, "response.output_text.annotation.added", content_index=0,
                              annotation_index=i, annotation=ann)  # fmt: skip
-            b.item_event(self.index, "response.output_text.done", content_index=0, text=text, logprobs=[])
+            b.item_event(self.index, "response.output_text.done", content_index=0, text=text,
+                         logprobs=[_without_bytes(e) for e in self.logprobs])  # fmt: skip
             b.item_event(self.index, "response.content_part.done", content_index=0, part=part)
             item.update(content=[part], status=status)
         elif self.kind == "function_call":
@@ -208,7 +221,7 @@ async def _turn(r: Run, budget: int) -> str:
     prompt_tokens = generated = 0
     finish = None
     last_token = None
-    req = GenerateRequest(prompt, budget, r.temperature, r.top_p, r.conversation)
+    req = GenerateRequest(prompt, budget, r.temperature, r.top_p, r.conversation, r.logprobs)
     try:
         async with contextlib.aclosing(r.generate(req)) as stream:
             async for chunk in stream:
@@ -218,14 +231,15 @@ async def _turn(r: Run, budget: int) -> str:
                     r.usage.cached += chunk.cached_tokens
                 if chunk.finish_reason:
                     finish = chunk.finish_reason
-                for token in chunk.token_ids:
+                for i, token in enumerate(chunk.token_ids):
                     generated += 1
-                    last_token = token
+                    last_token = r.last_token = token
+                    lp = chunk.logprobs[i] if chunk.logprobs and i < len(chunk.logprobs) else None
                     header, delta, msg = parser.feed(token)
                     if header is not None and r.required is not None and _misses(r, header):
                         r.forced = True
                         return "force"  # closing the stream aborts the generation on the worker
-                    item = _feed(r, parser, item, header, delta, msg)
+                    item = _feed(r, parser, item, header, delta, msg, lp)
     finally:
         _account(r, prompt_tokens or len(prompt), generated)
         if item is not None and item.index is not None and r.builder.output[item.index].get("status") == "in_progress":
@@ -252,20 +266,33 @@ def _misses(r: Run, header: h.Header) -> bool:
 
 
 def _feed(r: Run, parser: h.TurnParser, item: _Item | None, header: h.Header | None, delta: str,
-          msg: Message | None) -> _Item | None:  # fmt: skip
+          msg: Message | None, lp: TokenLogprob | None = None) -> _Item | None:  # fmt: skip
     """One sampled token's effect on the output items; returns the item now open."""
     if parser.header is not None and parser.header.channel in ("analysis", "commentary") and not header:
         r.usage.reasoning += 1
     if header is not None:
         item = _Item(r, header)
-    elif delta and item is not None:
-        item.delta(delta)
+    elif item is not None and (delta or lp is not None) and msg is None:
+        item.delta(delta, lp)
     if msg is not None:
         r.messages.append(msg)
         if item is not None:
             item.close(msg, annotations=_annotations(r, msg) if item.kind == "message" else None)
         item = None
     return item
+
+
+def _logprob(token: int, lp: TokenLogprob, top_n: int) -> dict[str, Any]:
+    """An output_text logprob: the sampled token (decoded here, from its id) and the worker's `top_n` best."""
+    text = h.encoding().decode([token])
+    top = [{"token": t, "bytes": list(t.encode()), "logprob": v} for t, v in lp.top[:top_n]]
+    return {"token": text, "bytes": list(text.encode()), "logprob": lp.logprob, "top_logprobs": top}
+
+
+def _without_bytes(entry: dict[str, Any]) -> dict[str, Any]:
+    """The same logprob as the delta/done events carry it (no bytes)."""
+    top = [{"token": t["token"], "logprob": t["logprob"]} for t in entry["top_logprobs"]]
+    return {"token": entry["token"], "logprob": entry["logprob"], "top_logprobs": top}
 
 
 def _account(r: Run, prompt_tokens: int, generated: int) -> None:

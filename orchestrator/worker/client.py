@@ -33,6 +33,7 @@ class GenerateRequest:
     temperature: float | None = None
     top_p: float | None = None
     affinity: str | None = None  # conversation id: stays on the worker holding its prefix
+    logprobs: int | None = None  # top logprobs per token (vLLM `logprobs`); None: none asked
 
 
 @dataclass
@@ -41,6 +42,13 @@ class Chunk:
     prompt_tokens: int | None = None  # first chunk only
     cached_tokens: int | None = None  # usage chunk only
     finish_reason: str | None = None
+    logprobs: list[TokenLogprob | None] | None = None  # one per token id, when asked
+
+
+@dataclass
+class TokenLogprob:
+    logprob: float
+    top: list[tuple[str, float]]  # the most likely tokens at this step, best first
 
 
 Generate = Callable[[GenerateRequest], AsyncIterator[Chunk]]
@@ -183,6 +191,8 @@ class WorkerPool:
             body["temperature"] = req.temperature
         if req.top_p is not None:
             body["top_p"] = req.top_p
+        if req.logprobs is not None:
+            body["logprobs"] = req.logprobs
         async with self._http.stream("POST", f"{worker.url}/v1/completions", json=body) as resp:
             if resp.status_code >= 500 or resp.status_code == 429:
                 raise _RetryableStatus(f"HTTP {resp.status_code}")
@@ -223,7 +233,25 @@ async def parse_sse(lines: AsyncIterator[str]) -> AsyncIterator[Chunk]:
             if ids is None:
                 raise WorkerError("worker does not return token ids (needs vLLM with return_token_ids)")
             prompt = choice.get("prompt_token_ids")
-            yield Chunk(list(ids), len(prompt) if prompt is not None else None, None, choice.get("finish_reason"))
+            yield Chunk(list(ids), len(prompt) if prompt is not None else None, None, choice.get("finish_reason"),
+                        _logprobs(choice.get("logprobs"), len(ids)))  # fmt: skip
         if usage := obj.get("usage"):
             details = usage.get("prompt_tokens_details") or {}
             yield Chunk([], usage.get("prompt_tokens"), details.get("cached_tokens") or 0, None)
+
+
+def _logprobs(data: object, n: int) -> list[TokenLogprob | None] | None:
+    """vLLM's completion `logprobs` ({tokens, token_logprobs, top_logprobs, text_offset}) per token id."""
+    if not isinstance(data, dict) or not isinstance(data.get("token_logprobs"), list):
+        return None
+    values, tops = data["token_logprobs"], data.get("top_logprobs") or []
+    out: list[TokenLogprob | None] = []
+    for i in range(n):
+        value = values[i] if i < len(values) else None
+        if not isinstance(value, int | float):
+            out.append(None)
+            continue
+        top = tops[i] if i < len(tops) and isinstance(tops[i], dict) else {}
+        ranked = sorted(((str(k), float(v)) for k, v in top.items()), key=lambda kv: -kv[1])
+        out.append(TokenLogprob(float(value), ranked))
+    return out

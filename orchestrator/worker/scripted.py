@@ -158,6 +158,18 @@ def _chunk(cid: str, created: int, model: str, choice: dict[str, Any] | None, us
     return f"data: {json.dumps(body, separators=(',', ':'), ensure_ascii=False)}\n\n"
 
 
+def fake_logprob(token: int) -> float:
+    """The scripted logprob of a sampled token: deterministic, so tests can check alignment."""
+    return -round((token % 97) / 100, 2)
+
+
+def _fake_logprobs(token: int, top: int, offset: int) -> dict[str, Any]:
+    """vLLM's completion logprobs for one token: the sampled token plus `top` alternatives (worse ones)."""
+    text, value = encoding().decode([token]), fake_logprob(token)
+    ranked = {text: value, **{f"<alt{k}>": round(value - 1 - k, 2) for k in range(top)}}
+    return {"text_offset": [offset], "token_logprobs": [value], "tokens": [text], "top_logprobs": [ranked]}
+
+
 def build_app(model: ScriptedModel) -> Starlette:
     """`/v1/completions` (token-id prompts, `return_token_ids`, streaming or not), `/v1/models`, `/health`."""
 
@@ -207,9 +219,12 @@ def build_app(model: ScriptedModel) -> Starlette:
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
 
         delay = rule.delay_s if rule is not None and rule.delay_s is not None else scenario.token_delay_s
+        want_logprobs = body.get("logprobs") if isinstance(body.get("logprobs"), int) else None
+        offset = 0
         fail_after = rule.fail_after if rule is not None else None
 
         async def stream():
+            nonlocal offset
             outcome = "aborted"  # unless the stream gets to its end (or to its scripted failure)
             stats.in_flight += 1
             try:
@@ -231,6 +246,9 @@ def build_app(model: ScriptedModel) -> Starlette:
                               "stop_reason": stop_reason if last else None, "token_ids": [tok]}  # fmt: skip
                     if i == 0:
                         choice["prompt_token_ids"] = prompt
+                    if want_logprobs is not None:
+                        choice["logprobs"] = _fake_logprobs(tok, want_logprobs, offset)
+                        offset += len(choice["text"])
                     yield _chunk(cid, created, scenario.model, choice)
                 if include_usage:
                     yield _chunk(cid, created, scenario.model, None, usage)

@@ -74,7 +74,7 @@ def test_required_code_interpreter_runs_python(stack):
         ({"tool_choice": {"type": "mcp", "server_label": "ghost"}}, "'ghost'", "tool_choice"),
         ({"tool_choice": {"type": "code_interpreter"}}, "unsupported tool_choice", "tool_choice"),
         ({"include": ["bogus.field"]}, "Invalid value: 'bogus.field'", "include[0]"),
-        ({"include": ["message.output_text.logprobs"]}, "not supported by this server", "include[0]"),
+        ({"include": ["web_search_call.results"]}, "not supported by this server", "include[0]"),
     ],
 )
 def test_bad_tool_choice_and_include_values_are_400s(stack, body, fragment, param):
@@ -129,3 +129,24 @@ def test_encrypted_reasoning_lets_a_stateless_client_continue(stack):
     sent["encrypted_content"] = "tfr1.garbage!"
     resp = httpx.post(f"{stack.url}/v1/responses", json={"input": [sent], "tools": [WEATHER_TOOL]})
     assert resp.status_code == 400 and "encrypted_content is corrupt" in resp.json()["error"]["message"]
+
+
+def test_output_text_logprobs_come_from_the_worker_per_token_when_included(stack):
+    from orchestrator import harmony as h
+    from orchestrator.worker.scripted import fake_logprob
+
+    stack.script([], default="<|channel|>final<|message|>Héllo wörld, 42!<|return|>")
+    events = list(stack.client.responses.create(model="gpt-oss", input="hi", stream=True, top_logprobs=2,
+                                                include=["message.output_text.logprobs"]))  # fmt: skip
+    resp = check_stream(events)
+    part = resp.output[0].content[0]
+    tokens = h.encoding().encode("Héllo wörld, 42!", allowed_special="all")
+    assert [lp.logprob for lp in part.logprobs] == [fake_logprob(t) for t in tokens]
+    assert "".join(lp.token for lp in part.logprobs) == part.text == "Héllo wörld, 42!"
+    assert all(len(lp.top_logprobs) == 2 and lp.top_logprobs[0].logprob >= lp.top_logprobs[1].logprob
+               for lp in part.logprobs)  # fmt: skip
+    assert bytes(b for lp in part.logprobs for b in lp.bytes).decode() == part.text
+    streamed = [lp.logprob for e in events if e.type == "response.output_text.delta" for lp in e.logprobs]
+    assert streamed == [lp.logprob for lp in part.logprobs]
+    plain = stack.client.responses.create(model="gpt-oss", input="hi")
+    assert plain.output[0].content[0].logprobs == []

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture
 def counted(vllm_worker):  # noqa: F811
     """An orchestrator over the real worker, counting the tokens the worker reports."""
-    seen = {"prompt": 0, "output": 0}
+    seen = {"prompt": 0, "output": 0, "logprobs": []}
     pool = WorkerPool([vllm_worker.base_url])
 
     async def generate(req):
@@ -28,6 +28,8 @@ def counted(vllm_worker):  # noqa: F811
             if chunk.cached_tokens is None and chunk.prompt_tokens is not None:
                 seen["prompt"] += chunk.prompt_tokens
             seen["output"] += len(chunk.token_ids)
+            if chunk.token_ids:
+                seen["logprobs"].append(chunk.logprobs)
             yield chunk
 
     settings = OrchestratorSettings(worker_urls=[vllm_worker.base_url], max_output_tokens=48, date="2026-12-02")
@@ -50,3 +52,15 @@ def test_real_worker_streaming_is_well_formed(counted):
     final = check_stream(events)
     assert final.status in ("completed", "incomplete")
     assert final.usage.output_tokens == seen["output"] > 0
+
+
+def test_real_worker_logprobs_arrive_per_token_when_included(counted):
+    client, seen = counted
+    events = list(client.responses.create(model="m", input="Say hi.", stream=True, temperature=0, top_logprobs=2,
+                                          include=["message.output_text.logprobs"]))  # fmt: skip
+    final = check_stream(events)
+    assert seen["logprobs"] and all(lps is not None and all(lp is not None for lp in lps) for lps in seen["logprobs"])
+    assert all(len(lp.top) >= 2 and lp.logprob <= 0 for lps in seen["logprobs"] for lp in lps)
+    for item in final.output:  # a random model may or may not reach a final message
+        if item.type == "message":
+            assert all(len(lp.top_logprobs) == 2 for lp in item.content[0].logprobs)
