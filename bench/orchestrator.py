@@ -1,7 +1,9 @@
 """Orchestrator figures: streamed tokens/s through parse + events, time per tool turn, 32 concurrent streams,
 and vLLM's own /v1/responses overhead over /v1/completions as the baseline.
 
-Usage: python -m bench.orchestrator [--tokens 20000] [--turns 200] [--streams 32] [--vllm] [--out results.json]
+Also the response store: put + get per response, SQLite and (when redis-server is installed) Redis.
+Usage: python -m bench.orchestrator [--tokens 20000] [--turns 200] [--streams 32] [--store-n 200] [--vllm]
+                                    [--out results.json]
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--turns", type=int, default=200, help="tool turns in the tool-turn measurement")
     p.add_argument("--streams", type=int, default=32, help="concurrent streams over HTTP")
     p.add_argument("--stream-tokens", type=int, default=500, help="tokens per concurrent stream")
+    p.add_argument("--store-n", type=int, default=200, help="responses put and read back per store")
     p.add_argument("--vllm", action="store_true", help="also measure the tiny vLLM CPU worker baseline")
     p.add_argument("--out", default=None)
     return p.parse_args(argv)
@@ -148,6 +151,45 @@ def bench_concurrent(streams: int) -> dict[str, Any]:
             "p50_stream_s": round(sorted(s for _, s in results)[len(results) // 2], 3)}  # fmt: skip
 
 
+def bench_store(n: int) -> list[dict[str, Any]]:
+    """ms per put + get of a stored response (500 streamed tokens: body, events, messages), SQLite and Redis."""
+    import shutil
+    import tempfile
+
+    from orchestrator.store import Record, RedisStore, SQLiteStore
+
+    words = h.encoding().encode(" tok" * 500, allowed_special=set())[:500]
+    r, _ = _run(lambda i: h.encoding().encode("<|channel|>final<|message|>", allowed_special="all") + words
+                + [h.RETURN], [])  # fmt: skip
+    asyncio.run(run(r))
+    size = len(json.dumps(r.builder.events)) + len(json.dumps(r.builder.body))
+
+    async def measure(store) -> float:
+        records = [Record(f"resp_{i}", "conv", r.builder.body, [], h.dump(r.messages), r.builder.events)
+                   for i in range(n)]  # fmt: skip
+        start = time.perf_counter()
+        for rec in records:
+            await store.put(rec)
+            assert await store.get(rec.id) is not None
+        elapsed = time.perf_counter() - start
+        await store.aclose()
+        return elapsed / n * 1000
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        ms = asyncio.run(measure(SQLiteStore(f"{tmp}/bench.sqlite3")))
+    rows.append({"name": "store put+get ms per response (SQLite file, WAL)", "value": round(ms, 3), "n": n,
+                 "record_bytes": size})  # fmt: skip
+    if shutil.which("redis-server"):
+        from conftest import redis_server
+
+        with redis_server() as url:
+            ms = asyncio.run(measure(RedisStore(url)))
+        rows.append({"name": "store put+get ms per response (Redis on loopback)", "value": round(ms, 3), "n": n,
+                     "record_bytes": size})  # fmt: skip
+    return rows
+
+
 def bench_vllm() -> dict[str, Any]:
     """vLLM's own /v1/responses vs /v1/completions for the same prompt and number of tokens."""
     import httpx
@@ -187,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     h.encoding()
     rows = [bench_stream(args.tokens), bench_tool_turns(args.turns), bench_concurrent(args.streams)]
+    rows += bench_store(args.store_n)
     if args.vllm:
         rows.append(bench_vllm())
     info = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count()}
