@@ -87,3 +87,24 @@ def test_all_workers_failing_before_the_first_token_is_a_503_naming_the_last_err
         stack.client.responses.create(model="gpt-oss", input="hi")
     assert err.value.status_code == 503 and "HTTP 500" in err.value.message
     assert (w1.stats.failed, w2.stats.failed) == (1, 1)
+
+
+def test_a_worker_that_goes_down_is_taken_out_by_health_checks_and_healthz_degrades(make_stack, two_workers):
+    from conftest import serving
+
+    from orchestrator.worker.scripted import Scenario, ScriptedModel
+    from orchestrator.worker.scripted import build_app as build_worker
+
+    url2, w2 = two_workers[1]
+    w2.scenario = scenario([], default=FAST)
+    doomed = ScriptedModel(Scenario())
+    with serving(build_worker(doomed)) as url1:
+        stack = make_stack(worker_urls=[url1, url2], health_interval_s=0.05)
+        assert httpx.get(f"{stack.url}/healthz").json()["status"] == "ok"
+    wait_for(lambda: not httpx.get(f"{stack.url}/healthz").json()["workers"][0]["healthy"], "worker 1 marked down")
+    assert stack.client.responses.create(model="gpt-oss", input="hi").output_text == "Quick."
+    assert doomed.stats.requests == 0 and w2.stats.requests == 1
+    assert httpx.get(f"{stack.url}/healthz").status_code == 200  # one healthy worker is enough
+    dead = make_stack(worker_urls=[url1], health_interval_s=0.05)
+    resp = httpx.get(f"{dead.url}/healthz")
+    assert resp.status_code == 503 and resp.json()["status"] == "degraded"
