@@ -121,15 +121,17 @@ class LocalBackend:
         config = self._limits.kernel_config(
             workdir="/mnt/data", capture_path="/tmp/.toolfleet-output", processes=self._limits.pids if uid else None
         )
+        # setpriv, not `user=`/`group=`: event loops such as uvloop refuse those arguments.
+        drop = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"] if uid else []
         try:
             proc = await asyncio.create_subprocess_exec(
+                *drop,
                 *self._argv(config),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,
                 limit=READER_LIMIT,
-                **({"user": uid, "group": uid, "extra_groups": []} if uid else {}),
             )
         except OSError as exc:
             self._give_uid(uid)
