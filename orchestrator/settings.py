@@ -1,4 +1,4 @@
-"""Orchestrator settings: every one a flag and a `TOOLFLEET_` environment variable."""
+"""Orchestrator settings: every one a flag and a `TOOLFLEET_ORCHESTRATOR_` environment variable."""
 
 from __future__ import annotations
 
@@ -6,11 +6,14 @@ import tempfile
 from pathlib import Path
 
 from pydantic import Field
+from pydantic_settings import SettingsConfigDict
 
 from toolkit.settings import ServiceSettings
 
 
 class OrchestratorSettings(ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="TOOLFLEET_ORCHESTRATOR_", cli_kebab_case=True, extra="ignore")
+
     port: int = Field(8080, description="port to bind")
     worker_urls: list[str] = Field(["http://127.0.0.1:8000"], description="vLLM worker base URLs")
     model: str | None = Field(None, description="model name to send (default: what the worker lists)")

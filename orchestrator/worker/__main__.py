@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import structlog
 from pydantic import Field
+from pydantic_settings import SettingsConfigDict
 
 from toolkit.logging import configure_logging
 from toolkit.serve import serve
@@ -14,6 +15,8 @@ from toolkit.settings import ServiceSettings
 
 
 class WorkerSettings(ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="TOOLFLEET_WORKER_", cli_kebab_case=True, extra="ignore")
+
     port: int = Field(8000, description="port to bind")
     scripted: bool = Field(False, description="serve scripted replies (the only mode this command has)")
     scenario: str | None = Field(None, description="scenario file (YAML/JSON); default: one canned answer")
