@@ -121,5 +121,7 @@ class SecurityMiddleware:
             await send_error(send, None, exc, extra)
             return
         rid = header(scope, b"x-request-id") or uuid.uuid4().hex[:16]
-        with structlog.contextvars.bound_contextvars(request_id=rid):
+        trace = header(scope, b"traceparent")
+        trace_id = trace.split("-")[1] if trace and trace.count("-") == 3 else None
+        with structlog.contextvars.bound_contextvars(request_id=rid, trace_id=trace_id):
             await self.app(scope, receive, send)

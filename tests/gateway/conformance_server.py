@@ -1,0 +1,177 @@
+"""An upstream shaped for the MCP conformance suite's server scenarios (`conformance server --url`).
+
+Usage: python tests/gateway/conformance_server.py --port 0     (prints `READY <port>`; serves `/mcp`)
+The suite is run against this server directly and through the gateway; the scores must match.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import socket
+import sys
+
+import mcp_types as types
+import uvicorn
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.transport_security import TransportSecuritySettings
+from pydantic import BaseModel, Field
+from starlette.applications import Starlette
+
+PNG = base64.b64encode(
+    bytes.fromhex(
+        "89504e470d0a1a0a0000000d4948445200000001000000010802000000907753de0000000c4944415408d763f8cfc000000301"
+        "0100c9fe92ef0000000049454e44ae426082"
+    )
+).decode()
+_WAV_HEADER = b"WAVEfmt " + bytes([16, 0, 0, 0, 1, 0, 1, 0, 64, 31, 0, 0, 64, 31, 0, 0, 1, 0, 8, 0])
+WAV = base64.b64encode(b"RIFF" + (36).to_bytes(4, "little") + _WAV_HEADER + b"data" + bytes(4)).decode()
+
+
+class UserInfo(BaseModel):
+    username: str = Field(description="User's response")
+    email: str = Field(description="User's email address")
+
+
+class Defaults(BaseModel):
+    name: str = "John Doe"
+    age: int = 30
+    score: float = 95.5
+    status: str = Field(default="active", json_schema_extra={"enum": ["active", "inactive", "pending"]})
+    verified: bool = True
+
+
+def build() -> MCPServer:
+    mcp = MCPServer("conformance-fixture", version="1.0.0")
+
+    @mcp.tool()
+    def test_simple_text() -> str:
+        """Returns simple text."""
+        return "This is a simple text response for testing."
+
+    @mcp.tool()
+    def test_image_content() -> list[types.ImageContent]:
+        """Returns an image."""
+        return [types.ImageContent(type="image", data=PNG, mime_type="image/png")]
+
+    @mcp.tool()
+    def test_audio_content() -> list[types.AudioContent]:
+        """Returns audio."""
+        return [types.AudioContent(type="audio", data=WAV, mime_type="audio/wav")]
+
+    def _embedded() -> types.EmbeddedResource:
+        res = types.TextResourceContents(uri="test://embedded-resource", mime_type="text/plain", text="Embedded.")
+        return types.EmbeddedResource(type="resource", resource=res)
+
+    @mcp.tool()
+    def test_embedded_resource() -> list[types.EmbeddedResource]:
+        """Returns an embedded resource."""
+        return [_embedded()]
+
+    @mcp.tool()
+    def test_multiple_content_types() -> list[types.TextContent | types.ImageContent | types.EmbeddedResource]:
+        """Returns text, an image and a resource."""
+        return [
+            types.TextContent(type="text", text="Multiple content types test:"),
+            types.ImageContent(type="image", data=PNG, mime_type="image/png"),
+            _embedded(),
+        ]
+
+    @mcp.tool()
+    async def test_tool_with_logging(ctx: Context) -> str:
+        """Logs three messages with delays."""
+        for text in ("Tool execution started", "Tool processing data", "Tool execution completed"):
+            await ctx.info(text)
+            await asyncio.sleep(0.05)
+        return "Tool with logging executed successfully"
+
+    @mcp.tool()
+    def test_error_handling() -> str:
+        """Always fails."""
+        raise RuntimeError("This tool intentionally returns an error for testing")
+
+    @mcp.tool()
+    async def test_tool_with_progress(ctx: Context) -> str:
+        """Reports progress 0, 50, 100."""
+        for value in (0, 50, 100):
+            await ctx.report_progress(value, 100, f"at {value}")
+            await asyncio.sleep(0.05)
+        return "Tool with progress executed successfully"
+
+    @mcp.tool()
+    async def test_sampling(prompt: str, ctx: Context) -> str:
+        """Asks the client's model."""
+        msg = types.SamplingMessage(role="user", content=types.TextContent(type="text", text=prompt))
+        result = await ctx.session.create_message([msg], max_tokens=100, related_request_id=ctx.request_id)
+        text = result.content.text if isinstance(result.content, types.TextContent) else str(result.content)
+        return f"LLM response: {text}"
+
+    @mcp.tool()
+    async def test_elicitation(message: str, ctx: Context) -> str:
+        """Asks the user."""
+        result = await ctx.elicit(message, UserInfo)
+        return f"User response: action={result.action}, content={result.data.model_dump() if result.data else {}}"
+
+    @mcp.tool()
+    async def test_elicitation_sep1034_defaults(ctx: Context) -> str:
+        """Asks with defaults for every primitive type."""
+        result = await ctx.elicit("Please review and update the form fields with defaults", Defaults)
+        return (
+            f"Elicitation completed: action={result.action}, content={result.data.model_dump() if result.data else {}}"
+        )
+
+    @mcp.resource("test://static-text", mime_type="text/plain")
+    def static_text() -> str:
+        return "This is the content of the static text resource."
+
+    @mcp.resource("test://static-binary", mime_type="image/png")
+    def static_binary() -> bytes:
+        return base64.b64decode(PNG)
+
+    @mcp.resource("test://template/{id}/data", mime_type="application/json")
+    def template(id: str) -> str:
+        return f'{{"id":"{id}","templateTest":true,"data":"Data for ID: {id}"}}'
+
+    @mcp.resource("test://watched-resource", mime_type="text/plain")
+    def watched() -> str:
+        return "Watched resource content"
+
+    @mcp.prompt()
+    def test_simple_prompt() -> str:
+        """A simple prompt."""
+        return "This is a simple prompt for testing."
+
+    @mcp.prompt()
+    def test_prompt_with_arguments(arg1: str, arg2: str) -> str:
+        """A prompt with arguments."""
+        return f"Prompt with arguments: arg1='{arg1}', arg2='{arg2}'"
+
+    return mcp
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args(argv)
+    mcp = build()
+    http = mcp.streamable_http_app(transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):  # type: ignore[no-untyped-def]
+        async with mcp.session_manager.run():
+            yield
+
+    app = Starlette(routes=list(http.routes), lifespan=lifespan)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", args.port))
+    sock.listen(1024)
+    print(f"READY {sock.getsockname()[1]}", flush=True)
+    uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on")).run(sockets=[sock])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
