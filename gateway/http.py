@@ -89,6 +89,11 @@ class Response:
             self._done = True
         self._reusable = (headers.get("connection") or "").lower() != "close" and self._left != -1
 
+    @property
+    def complete(self) -> bool:
+        """The whole body has been read."""
+        return self._done
+
     async def _read(self, coro):  # type: ignore[no-untyped-def]
         async with asyncio.timeout(self._read_s):
             return await coro

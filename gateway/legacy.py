@@ -44,6 +44,8 @@ class LegacySession:
     used_tools: bool = False
     streaming: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    modern: dict[str, anyio.CancelScope] = field(default_factory=dict)
+    """2026-era requests in flight, by JSON id: cancelling one closes its upstream stream."""
 
     async def push(self, data: bytes) -> None:
         await self.out.send(b"event: message\ndata: " + data + b"\n\n")
@@ -136,10 +138,44 @@ async def handle_messages(gw: Gateway, ns: Namespace, scope: Scope, receive: Rec
         routing = {"mcp-protocol-version": version}
     headers = [(k, v) for k, v in headers if k.decode() not in routing]
     headers += [(k.encode(), v.encode()) for k, v in routing.items()]
+    if _abort_modern(session, msg):
+        return
     session.tg.start_soon(_forward, gw, session, msg, body, headers)
 
 
+def _abort_modern(session: LegacySession, msg: dict[str, Any]) -> bool:
+    """A cancel for a 2026-era request in flight: streamable HTTP cancels by closing the request's
+    stream (it takes no client notifications), so the bridge closes it instead of forwarding."""
+    params = msg.get("params")
+    if msg.get("method") != "notifications/cancelled" or not isinstance(params, dict):
+        return False
+    scope = session.modern.get(_id_key(params.get("requestId")))
+    if scope is None:
+        return False
+    scope.cancel()
+    return True
+
+
+def _id_key(rid: Any) -> str:
+    return json.dumps(rid)
+
+
 async def _forward(
+    gw: Gateway, session: LegacySession, msg: dict[str, Any], body: bytes, headers: list[tuple[bytes, bytes]]
+) -> None:
+    rid, method = msg.get("id"), msg.get("method")
+    if rid is not None and method is not None and "mcp-method" in {k.decode() for k, _ in headers}:
+        with anyio.CancelScope() as scope:  # a 2026-era request: cancellable by closing its stream
+            session.modern[_id_key(rid)] = scope
+            try:
+                await _forward_one(gw, session, msg, body, headers)
+            finally:
+                session.modern.pop(_id_key(rid), None)
+    else:
+        await _forward_one(gw, session, msg, body, headers)
+
+
+async def _forward_one(
     gw: Gateway, session: LegacySession, msg: dict[str, Any], body: bytes, headers: list[tuple[bytes, bytes]]
 ) -> None:
     ns, rid, method = session.ns, msg.get("id"), msg.get("method")

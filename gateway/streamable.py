@@ -47,7 +47,6 @@ async def _post(gw: Gateway, ns: Namespace, scope: Scope, receive: Receive, send
     rid: Any = None
     method: str | None = None
     sid = header(scope, b"mcp-session-id")
-    extra = [(b"mcp-session-id", sid.encode())] if sid else []
     target: Target | None = None
     try:
         body = await read_body(scope, receive, gw.cfg.security.max_body_bytes)
@@ -64,18 +63,31 @@ async def _post(gw: Gateway, ns: Namespace, scope: Scope, receive: Receive, send
         if target.replica is None:
             await _degraded(gw, ns, target, msg, sid, send)
             return _done(gw, ns, method, "degraded", start, target)
-        target, response = await gw.forward(target, msg, body, scope["headers"])
     except Exception as exc:
-        err = to_error(exc)
-        gw.metrics.errors.labels(ns.name, str(err.code)).inc()
-        if target is not None and target.fresh and target.sid is None:
-            await gw.router.drop_pin(ns, target.key)  # the pin was made for this message: no leak
-        await send_error(send, rid, err, extra)
-        return _done(gw, ns, method, "error", start, target, err)
-    try:
-        outcome = await _relay(gw, ns, target, msg, response, sid, receive, send)
-    finally:
-        await response.aclose()
+        return await _fail(gw, ns, method, rid, sid, target, exc, send, start)
+    # From here on a client that goes away cancels the call: its upstream connection is closed,
+    # which is how the 2026 protocol cancels (and harmless for the others).
+    outcome, failure, response = "cancelled", None, None
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_watch, receive, tg.cancel_scope)
+        try:
+            target, response = await gw.forward(target, msg, body, scope["headers"])
+        except Exception as exc:
+            failure = exc
+        if response is not None:
+            try:
+                outcome = await _relay(gw, ns, target, msg, response, sid, send)
+            except Exception:
+                log.exception("gateway.relay_failed")
+                outcome = "error"
+        tg.cancel_scope.cancel()
+    if failure is not None:
+        return await _fail(gw, ns, method, rid, sid, target, failure, send, start)
+    assert response is not None
+    if outcome == "ok" and not response.complete:  # read the upstream's end, so the connection is reused
+        with anyio.move_on_after(1), contextlib.suppress(Exception):
+            await response.aread()
+    await response.aclose()
     if outcome == "error" and target.fresh and sid is None:  # a session that never started leaves nothing
         if target.sid is not None:
             await gw.router.close_session(target.sid)
@@ -83,6 +95,31 @@ async def _post(gw: Gateway, ns: Namespace, scope: Scope, receive: Receive, send
     if outcome == "ok" and tool_name(msg) == "cleanup_session":
         await gw.router.drop_pin(ns, target.key)
     _done(gw, ns, method, outcome, start, target)
+
+
+async def _watch(receive: Receive, scope: anyio.CancelScope) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    scope.cancel()
+
+
+async def _fail(
+    gw: Gateway,
+    ns: Namespace,
+    method: str | None,
+    rid: Any,
+    sid: str | None,
+    target: Target | None,
+    exc: Exception,
+    send: Send,
+    start: float,
+) -> None:
+    err = to_error(exc)
+    gw.metrics.errors.labels(ns.name, str(err.code)).inc()
+    if target is not None and target.fresh and target.sid is None:
+        await gw.router.drop_pin(ns, target.key)  # the pin was made for this message: no leak
+    await send_error(send, rid, err, [(b"mcp-session-id", sid.encode())] if sid else [])
+    _done(gw, ns, method, "error", start, target, err)
 
 
 def _done(
@@ -130,7 +167,6 @@ async def _relay(
     msg: dict[str, Any],
     response: Response,
     sid: str | None,
-    receive: Receive,
     send: Send,
 ) -> str:
     """Send the upstream's answer to the client; returns the outcome ("ok" or "error")."""
@@ -144,7 +180,7 @@ async def _relay(
     ctype = response.headers.get("content-type", "")
     if ctype.startswith("text/event-stream") and response.status_code == 200:
         await send({"type": "http.response.start", "status": 200, "headers": headers})
-        outcome = await _stream(gw, target, rid, response, rewriter, receive, send)
+        outcome = await _stream(gw, target, rid, response, rewriter, send)
     else:
         try:
             with upstream_errors(target.replica):  # type: ignore[arg-type]
@@ -178,59 +214,40 @@ async def _stream(
     rid: Any,
     response: Response,
     rewriter: Rewriter,
-    receive: Receive,
     send: Send,
 ) -> str:
-    """Relay an SSE response event by event until it ends or the client leaves (which closes the upstream)."""
+    """Relay an SSE response event by event; a request's stream ends at its answer."""
     answered = rid is None
     finished = False
     failure: Exception | None = None
     parser = SseParser()
-
-    async def relay() -> None:
-        nonlocal answered, finished
-        async for chunk in response.aiter_bytes():
-            for event in parser.feed(chunk):
-                data = event_data(event)
-                if data:
-                    new, parsed = await rewriter.apply(data)
-                    if parsed is None:
-                        log.warning("upstream.garbage", namespace=target.ns.name, bytes=len(data))
-                        continue
-                    if new is not data:
-                        event = event_with_data(event, new)
-                    if not answered and _answers(parsed, rid):
-                        # the answer ends a request's stream: finish now rather than wait for the upstream's end
-                        answered = finished = True
-                        await send({"type": "http.response.body", "body": event + b"\n\n", "more_body": False})
-                        return
-                await send({"type": "http.response.body", "body": event + b"\n\n", "more_body": True})
-
-    async with anyio.create_task_group() as tg:
-
-        async def watch() -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            tg.cancel_scope.cancel()
-
-        tg.start_soon(watch)
-        try:
-            with upstream_errors(target.replica):  # type: ignore[arg-type]
-                await relay()
-        except GatewayError as exc:
-            failure = gw.as_lost(target, exc)
-        if not answered:
-            err = failure or BadUpstream(f"replica {target.replica.url} closed the stream without answering")  # type: ignore[union-attr]
-            _, body = error_body(rid, err)
-            event = b"event: message\ndata: " + body + b"\n\n"
-            await send({"type": "http.response.body", "body": event, "more_body": True})
-        if not finished:
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        tg.cancel_scope.cancel()
-    if finished:  # read the upstream's end of stream, so its connection goes back to the pool
-        with anyio.move_on_after(1), contextlib.suppress(Exception):
-            async for _ in response.aiter_bytes():
-                pass
+    try:
+        with upstream_errors(target.replica):  # type: ignore[arg-type]
+            async for chunk in response.aiter_bytes():
+                for event in parser.feed(chunk):
+                    data = event_data(event)
+                    if data:
+                        new, parsed = await rewriter.apply(data)
+                        if parsed is None:
+                            log.warning("upstream.garbage", namespace=target.ns.name, bytes=len(data))
+                            continue
+                        if new is not data:
+                            event = event_with_data(event, new)
+                        if not answered and _answers(parsed, rid):
+                            # the answer ends a request's stream: finish now rather than wait for the upstream's end
+                            await send({"type": "http.response.body", "body": event + b"\n\n", "more_body": False})
+                            return "ok"
+                    await send({"type": "http.response.body", "body": event + b"\n\n", "more_body": True})
+    except GatewayError as exc:
+        failure = gw.as_lost(target, exc)
+    if not answered:
+        err = failure or BadUpstream(f"replica {target.replica.url} closed the stream without answering")  # type: ignore[union-attr]
+        _, body = error_body(rid, err)
+        event = b"event: message\ndata: " + body + b"\n\n"
+        await send({"type": "http.response.body", "body": event, "more_body": False})
+        finished = True
+    if not finished:
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
     return "ok" if answered and failure is None else "error"
 
 
@@ -262,7 +279,10 @@ async def _get(gw: Gateway, ns: Namespace, scope: Scope, receive: Receive, send:
         await send(
             {"type": "http.response.start", "status": 200, "headers": [*headers, (b"mcp-session-id", sid.encode())]}
         )
-        await _stream(gw, target, None, response, gw.rewriter(ns, None), receive, send)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_watch, receive, tg.cancel_scope)
+            await _stream(gw, target, None, response, gw.rewriter(ns, None), send)
+            tg.cancel_scope.cancel()
     finally:
         await response.aclose()
 

@@ -81,11 +81,22 @@ def build(name: str, replica: str, variant: str) -> MCPServer:
         await ctx.info(message)
         return "logged"
 
+    cancelled: list[str] = []
+
     @mcp.tool()
-    async def sleep(seconds: float) -> str:
-        """Sleep, for cancellation and timeout tests."""
-        await asyncio.sleep(seconds)
+    async def sleep(seconds: float, tag: str = "") -> str:
+        """Sleep, for cancellation and timeout tests; a cancelled sleep is recorded under `tag`."""
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:
+            cancelled.append(tag)
+            raise
         return "slept"
+
+    @mcp.tool()
+    def cancelled_sleeps() -> str:
+        """Tags of sleeps that were cancelled, comma-separated."""
+        return ",".join(cancelled)
 
     @mcp.tool()
     async def sample(prompt: str, ctx: Context) -> str:

@@ -98,7 +98,7 @@ def test_foreign_hosts_and_origins_are_refused(guarded: GatewayProc) -> None:
 
 
 def test_a_client_over_its_rate_limit_gets_429(replicas: list[Upstream]) -> None:
-    cfg = gateway_config({"fixture": [replicas[0].url]}, security={"rate_per_s": 1, "rate_burst": 3})
+    cfg = gateway_config({"fixture": [replicas[0].url]}, security={"rate_per_s": 0.2, "rate_burst": 3})
     with running_gateway(cfg) as gw:
         codes = [httpx.get(gw.url("fixture"), trust_env=False).status_code for _ in range(6)]
         assert codes.count(429) >= 2, codes

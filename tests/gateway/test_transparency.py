@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import anyio
 import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
@@ -115,3 +116,26 @@ async def test_server_info_name_is_the_namespace(
     cfg_name = "fixture"
     async with connect(gateway.url(cfg_name, transport), transport, mode="legacy") as client:
         assert client.server_info is not None and client.server_info.name == cfg_name
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_cancelled_call_is_cancelled_upstream(
+    gateway: GatewayProc, replicas: list[Upstream], transport: str, mode: str
+) -> None:
+    tag = f"cancel-{transport}-{mode}"
+    sid = f"resp_{tag}"
+    async with connect(
+        gateway.url("fixture", transport), transport, mode=mode, headers={"x-session-id": sid}
+    ) as client:
+        replica = (await client.call_tool("count", {})).content[0].text.split(":")[0]  # type: ignore[union-attr]
+        with anyio.move_on_after(1):
+            await client.call_tool("sleep", {"seconds": 30, "tag": tag})
+        await client.call_tool("cleanup_session", {})
+    up = next(u for u in replicas if u.replica == replica)
+    async with connect(up.url, "streamable-http") as direct:
+        for _ in range(50):
+            seen = (await direct.call_tool("cancelled_sleeps", {})).content[0].text  # type: ignore[union-attr]
+            if tag in seen.split(","):
+                break
+            await anyio.sleep(0.1)
+        assert tag in seen.split(","), "the upstream never saw the cancellation"
