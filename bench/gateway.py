@@ -8,6 +8,8 @@ Starts the test fixture MCP server (one replica) and the gateway on loopback, th
 replica, through our gateway, and through IBM ContextForge (`mcp-contextforge-gateway`, its own
 venv under .cache/, SQLite) when it can run here. Prints p50/p99 per path and the added latency
 (path minus direct) at each concurrency, plus calls/s.
+Calls to the paths being compared are interleaved (direct, gateway, direct, ...), so drift in the
+machine's load hits every path alike; calls/s is concurrency / mean latency.
 """
 
 from __future__ import annotations
@@ -95,26 +97,38 @@ class McpSession:
         return elapsed
 
 
-async def measure(
-    url: str, tool: str, n: int, warmup: int, concurrency: int, headers: dict[str, str] | None
-) -> dict[str, Any]:
-    limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
-    async with httpx.AsyncClient(trust_env=False, limits=limits, timeout=60) as http:
-        sessions = [await McpSession(http, url, headers).open() for _ in range(concurrency)]
+Path_ = tuple[str, str, dict[str, str] | None]  # url, tool name, extra headers
+
+
+async def measure(paths: dict[str, Path_], n: int, warmup: int, concurrency: int) -> dict[str, dict[str, Any]]:
+    """Time `tools/call` on every path, interleaved call by call so load drift hits all paths alike."""
+    limits = httpx.Limits(max_connections=4 * concurrency + 8, max_keepalive_connections=4 * concurrency + 8)
+    async with httpx.AsyncClient(trust_env=False, limits=limits, timeout=120) as http:
+        sessions = [
+            {name: await McpSession(http, url, headers).open() for name, (url, _, headers) in paths.items()}
+            for _ in range(concurrency)
+        ]
         per = max(1, n // concurrency)
+        samples: dict[str, list[float]] = {name: [] for name in paths}
 
-        async def worker(s: McpSession, count: int, out: list[float]) -> None:
+        async def worker(mine: dict[str, McpSession], count: int, out: dict[str, list[float]]) -> None:
             for i in range(count):
-                out.append(await s.call(tool, {"text": f"ping {i}"}))
+                for name, session in mine.items():
+                    out[name].append(await session.call(paths[name][1], {"text": f"ping {i}"}))
 
-        await asyncio.gather(*(worker(s, max(1, warmup // concurrency), []) for s in sessions))
-        samples: list[float] = []
-        start = time.perf_counter()
-        await asyncio.gather(*(worker(s, per, samples) for s in sessions))
-        wall = time.perf_counter() - start
-    samples.sort()
-    q = statistics.quantiles(samples, n=100)
-    return {"p50_ms": q[49] * 1000, "p99_ms": q[98] * 1000, "calls_per_s": len(samples) / wall, "n": len(samples)}
+        await asyncio.gather(*(worker(m, max(1, warmup // concurrency), {k: [] for k in paths}) for m in sessions))
+        await asyncio.gather(*(worker(m, per, samples) for m in sessions))
+    out: dict[str, dict[str, Any]] = {}
+    for name, values in samples.items():
+        q = statistics.quantiles(sorted(values), n=100)
+        mean = statistics.fmean(values)
+        out[name] = {
+            "p50_ms": q[49] * 1000,
+            "p99_ms": q[98] * 1000,
+            "calls_per_s": concurrency / mean,
+            "n": len(values),
+        }
+    return out
 
 
 # ---- the peer: IBM ContextForge (mcp-contextforge-gateway), in its own venv, on loopback with SQLite ----
@@ -258,17 +272,21 @@ def main(argv: list[str] | None = None) -> int:
                 paths["contextforge"] = (peer.url, peer.tool, peer.headers)
             except Exception as exc:  # the peer is optional: say exactly why it did not run
                 notes.append(f"contextforge not measured: {exc}")
+        groups = [{k: v for k, v in paths.items() if k != "contextforge"}]
+        if "contextforge" in paths:
+            groups.append({"direct": paths["direct"], "contextforge": paths["contextforge"]})
         for concurrency in args.concurrency:
-            base: dict[str, Any] | None = None
-            for name, (url, tool, headers) in paths.items():
-                row = {"path": name, "concurrency": concurrency}
-                row |= asyncio.run(measure(url, tool, args.n, args.warmup, concurrency, headers))
-                if base is None:
-                    base = row
-                else:
-                    row["added_p50_ms"] = row["p50_ms"] - base["p50_ms"]
-                    row["added_p99_ms"] = row["p99_ms"] - base["p99_ms"]
-                rows.append(row)
+            for index, group in enumerate(groups):
+                result = asyncio.run(measure(group, args.n, args.warmup, concurrency))
+                base = result["direct"]
+                for name, stats in result.items():
+                    if name == "direct" and index > 0:
+                        continue  # the direct path is reported once per concurrency
+                    row: dict[str, Any] = {"path": name, "concurrency": concurrency, **stats}
+                    if name != "direct":
+                        row["added_p50_ms"] = stats["p50_ms"] - base["p50_ms"]
+                        row["added_p99_ms"] = stats["p99_ms"] - base["p99_ms"]
+                    rows.append(row)
     Path(args.out).write_text(json.dumps(env_info() | {"rows": rows, "notes": notes}, indent=2))
     print_table(rows)
     for note in notes:
