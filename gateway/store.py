@@ -55,6 +55,7 @@ class MemoryStore:
         self._used: dict[tuple[str, str], float] = {}
         self._sessions: dict[str, SessionRecord] = {}
         self._blobs: dict[str, Any] = {}
+        self._counts: dict[str, dict[str, int]] = {}
 
     async def get_pin(self, ns: str, key: str) -> Pin | None:
         return self._pins.get(ns, {}).get(key)
@@ -62,21 +63,25 @@ class MemoryStore:
     async def claim_pin(self, ns: str, key: str, replica: str) -> Pin:
         pins = self._pins.setdefault(ns, {})
         self._used[ns, key] = time.time()
-        return pins.setdefault(key, Pin(replica))
+        if key not in pins:
+            pins[key] = Pin(replica)
+            counts = self._counts.setdefault(ns, {})
+            counts[replica] = counts.get(replica, 0) + 1
+        return pins[key]
 
     async def drop_pin(self, ns: str, key: str) -> Pin | None:
         self._used.pop((ns, key), None)
-        return self._pins.get(ns, {}).pop(key, None)
+        pin = self._pins.get(ns, {}).pop(key, None)
+        if pin is not None:
+            self._counts[ns][pin.replica] -= 1
+        return pin
 
     async def touch(self, ns: str, key: str) -> None:
         if (ns, key) in self._used:
             self._used[ns, key] = time.time()
 
     async def counts(self, ns: str) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for pin in self._pins.get(ns, {}).values():
-            out[pin.replica] = out.get(pin.replica, 0) + 1
-        return out
+        return dict(self._counts.get(ns, {}))
 
     async def mark_lost(self, ns: str, replica: str) -> int:
         pins = self._pins.get(ns, {})
@@ -128,7 +133,9 @@ class RedisStore:
             pipe.hsetnx(f"{self._p}pin:{ns}", key, json.dumps(asdict(Pin(replica))))
             pipe.hget(f"{self._p}pin:{ns}", key)
             pipe.zadd(f"{self._p}used:{ns}", {key: time.time()})
-            _, raw, _ = await pipe.execute()
+            created, raw, _ = await pipe.execute()
+        if created:
+            await self._r.hincrby(f"{self._p}count:{ns}", replica, 1)
         return Pin(**json.loads(raw))
 
     async def drop_pin(self, ns: str, key: str) -> Pin | None:
@@ -136,8 +143,13 @@ class RedisStore:
             pipe.hget(f"{self._p}pin:{ns}", key)
             pipe.hdel(f"{self._p}pin:{ns}", key)
             pipe.zrem(f"{self._p}used:{ns}", key)
-            raw, _, _ = await pipe.execute()
-        return Pin(**json.loads(raw)) if raw else None
+            raw, removed, _ = await pipe.execute()
+        if not raw:
+            return None
+        pin = Pin(**json.loads(raw))
+        if removed:
+            await self._r.hincrby(f"{self._p}count:{ns}", pin.replica, -1)
+        return pin
 
     async def touch(self, ns: str, key: str) -> None:
         await self._r.zadd(f"{self._p}used:{ns}", {key: time.time()}, xx=True)
@@ -147,10 +159,8 @@ class RedisStore:
         return {k: Pin(**json.loads(v)) for k, v in raw.items()}
 
     async def counts(self, ns: str) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for pin in (await self._all(ns)).values():
-            out[pin.replica] = out.get(pin.replica, 0) + 1
-        return out
+        raw = await self._r.hgetall(f"{self._p}count:{ns}")
+        return {replica: int(n) for replica, n in raw.items()}
 
     async def mark_lost(self, ns: str, replica: str) -> int:
         lost = json.dumps(asdict(Pin(replica, lost=True)))
