@@ -136,3 +136,40 @@ async def test_an_upstream_that_answers_garbage_gets_a_precise_error_and_leaks_n
                 assert (await http.get(f"{gw.base}/healthz")).status_code == 200
     finally:
         up.kill()
+
+
+MODERN = "2026-07-28"
+
+
+def _modern_call(tool: str, args: dict[str, object]) -> tuple[dict[str, object], dict[str, str]]:
+    meta = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": {}}
+    body = {
+        "jsonrpc": "2.0",
+        "id": 5,
+        "method": "tools/call",
+        "params": {"name": tool, "arguments": args, "_meta": meta},
+    }
+    headers = {
+        "accept": "application/json, text/event-stream",
+        "mcp-protocol-version": MODERN,
+        "mcp-method": "tools/call",
+        "mcp-name": tool,
+    }
+    return body, headers
+
+
+async def test_only_safe_methods_are_retried_on_another_replica() -> None:
+    with fixtures("r1", "r2") as ups:
+        cfg = gateway_config({"fixture": [u.url for u in ups]}, health={"interval_s": 600})
+        with running_gateway(cfg) as gw:
+            ups[0].kill()  # the gateway has not noticed: its next pick is r1
+            async with connect(gw.url("fixture"), "streamable-http", mode="legacy") as client:
+                assert await call_text(client, "add", {"a": 1, "b": 2}) == "3"  # initialize was retried on r2
+                assert client.server_info is not None and client.server_info.name == "fixture"
+        ups[0] = start_fixture("r1", port=ups[0].port)
+        with running_gateway(cfg) as gw:
+            ups[0].kill()
+            body, headers = _modern_call("add", {"a": 1, "b": 2})  # a stateless call: not safe to repeat
+            async with httpx.AsyncClient(trust_env=False) as http:
+                answer = (await http.post(gw.url("fixture"), json=body, headers=headers)).json()
+            assert answer["error"]["code"] == UNAVAILABLE and ups[0].url in answer["error"]["message"]
