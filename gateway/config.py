@@ -72,6 +72,11 @@ class GatewayConfig(_Frozen):
     security: SecurityConfig = SecurityConfig()
     sessions: SessionConfig = SessionConfig()
     store: str = Field("memory", description="'memory' or a redis:// URL for a pin table shared by replicas")
+    state_file: str | None = Field(
+        None,
+        description="with the memory store: a JSON file keeping approved tool hashes and last known discovery "
+        "answers across restarts (Redis keeps them itself)",
+    )
 
     @field_validator("namespaces")
     @classmethod

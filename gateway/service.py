@@ -29,7 +29,7 @@ HANDSHAKE_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 class Gateway:
     def __init__(self, cfg: GatewayConfig, *, store: Store | None = None) -> None:
         self.cfg = cfg
-        self.store = store or open_store(cfg.store)
+        self.store = store or open_store(cfg.store, cfg.state_file)
         self.router = Router(self.store)
         self.metrics = GatewayMetrics()
         self.client = make_client()
@@ -167,6 +167,7 @@ class Gateway:
             blob = await self.store.get_blob(f"discovery:{ns.name}") or {}
             ns.initialize_result = ns.initialize_result or blob.get("initialize")
             ns.tools = ns.tools if ns.tools is not None else blob.get("tools")
+            ns.guard.approved = await self.store.get_blob(f"tools:{ns.name}") or ns.guard.approved
 
     def degraded(self, ns: Namespace, msg: dict[str, Any]) -> dict[str, Any]:
         """Answer discovery from the last known answers while no replica can; anything else is Unavailable."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 
@@ -48,14 +49,17 @@ class Store(Protocol):
 
 
 class MemoryStore:
-    """One gateway process's pin table."""
+    """One gateway process's pin table; blobs (tool approvals, discovery answers) optionally kept in a file."""
 
-    def __init__(self) -> None:
+    def __init__(self, state_file: str | None = None) -> None:
+        self._state_file = Path(state_file) if state_file else None
         self._pins: dict[str, dict[str, Pin]] = {}
         self._used: dict[tuple[str, str], float] = {}
         self._sessions: dict[str, SessionRecord] = {}
         self._blobs: dict[str, Any] = {}
         self._counts: dict[str, dict[str, int]] = {}
+        if self._state_file is not None and self._state_file.exists():
+            self._blobs = json.loads(self._state_file.read_text())
 
     async def get_pin(self, ns: str, key: str) -> Pin | None:
         return self._pins.get(ns, {}).get(key)
@@ -109,6 +113,10 @@ class MemoryStore:
 
     async def put_blob(self, name: str, value: Any) -> None:
         self._blobs[name] = value
+        if self._state_file is not None:  # small and rare (approvals, discovery changes): write it whole
+            tmp = self._state_file.with_suffix(".tmp")
+            tmp.write_text(json.dumps(self._blobs))
+            tmp.replace(self._state_file)
 
     async def aclose(self) -> None:
         return None
@@ -195,5 +203,5 @@ class RedisStore:
         await self._r.aclose()
 
 
-def open_store(url: str) -> Store:
-    return MemoryStore() if url == "memory" else RedisStore(url)
+def open_store(url: str, state_file: str | None = None) -> Store:
+    return MemoryStore(state_file) if url == "memory" else RedisStore(url)

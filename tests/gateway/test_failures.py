@@ -173,3 +173,23 @@ async def test_only_safe_methods_are_retried_on_another_replica() -> None:
             async with httpx.AsyncClient(trust_env=False) as http:
                 answer = (await http.post(gw.url("fixture"), json=body, headers=headers)).json()
             assert answer["error"]["code"] == UNAVAILABLE and ups[0].url in answer["error"]["message"]
+
+
+async def test_a_state_file_keeps_discovery_and_tool_approvals_across_a_restart(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    state = tmp_path / "gateway-state.json"
+    with fixtures("r1") as ups:
+        cfg = gateway_config({"fixture": [ups[0].url]}, state_file=str(state))
+        gw = GatewayProc(cfg)
+        try:
+            gw.start()
+            gw.stop()
+            ups[0].kill()
+            gw.start()  # no replica is up: discovery comes from the state file
+            out = await arun_mcp1_client(gw.url("fixture", "sse"), [{"op": "list_tools"}], transport="sse")
+            assert out["server_info"]["name"] == "fixture"
+            assert "echo" in {t["name"] for t in out["results"][0]["tools"]}
+            async with httpx.AsyncClient(trust_env=False) as http:
+                approved = (await http.get(f"{gw.base}/admin/tools")).json()["fixture"]["approved"]
+            assert "echo" in approved
+        finally:
+            gw.stop()
