@@ -10,6 +10,7 @@ import os
 import re
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -38,6 +39,18 @@ class HeaderPolicy(_Frozen):
 
 class NamespaceConfig(_Frozen):
     replicas: tuple[str, ...] = Field(min_length=1, description="upstream streamable-HTTP endpoints, e.g. .../mcp")
+
+    @field_validator("replicas")
+    @classmethod
+    def _urls(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for url in value:
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"replica {url!r} must be an http:// or https:// URL")
+            if parts.username or parts.password:
+                raise ValueError("put upstream credentials in headers.static, not in the replica URL (it is logged)")
+        return value
+
     headers: HeaderPolicy = HeaderPolicy()
     timeout_s: float = Field(600.0, description="longest a forwarded call may take")
     connect_timeout_s: float = 2.0

@@ -10,12 +10,17 @@ streaming reads, and timeouts from `asyncio.timeout`. Failures surface as `OSErr
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 MAX_HEAD = 64 * 1024
 READ_SIZE = 64 * 1024
+
+
+_Key = tuple[str, str, int]
+"""(scheme, host, port): one pool of idle connections per upstream origin."""
 
 
 class ProtocolError(Exception):
@@ -67,7 +72,7 @@ class Response:
     def __init__(
         self,
         pool: Pool,
-        key: tuple[str, int],
+        key: _Key,
         conn: _Conn,
         status: int,
         headers: Headers,
@@ -155,21 +160,25 @@ class Response:
 class Pool:
     """Idle keep-alive connections per (host, port)."""
 
-    def __init__(self, *, max_idle: int = 64) -> None:
-        self._idle: dict[tuple[str, int], list[_Conn]] = {}
+    def __init__(self, *, max_idle: int = 64, tls: ssl.SSLContext | None = None) -> None:
+        self._tls = tls or ssl.create_default_context()
+        self._idle: dict[_Key, list[_Conn]] = {}
         self._max_idle = max_idle
 
-    def release(self, key: tuple[str, int], conn: _Conn) -> None:
+    def release(self, key: _Key, conn: _Conn) -> None:
         idle = self._idle.setdefault(key, [])
         if len(idle) < self._max_idle and conn.usable():
             idle.append(conn)
         else:
             conn.close()
 
-    async def _connect(self, key: tuple[str, int], timeouts: Timeouts) -> _Conn:
+    async def _connect(self, key: _Key, timeouts: Timeouts) -> _Conn:
         try:
             async with asyncio.timeout(timeouts.connect):
-                reader, writer = await asyncio.open_connection(key[0], key[1], limit=MAX_HEAD)
+                tls = self._tls if key[0] == "https" else None
+                reader, writer = await asyncio.open_connection(
+                    key[1], key[2], limit=MAX_HEAD, ssl=tls, server_hostname=key[1] if tls else None
+                )
         except (OSError, TimeoutError) as exc:
             raise ConnectFailed(f"{type(exc).__name__}: {exc}") from exc
         return _Conn(reader, writer)
@@ -178,11 +187,11 @@ class Pool:
         self, method: str, url: str, headers: dict[str, str], body: bytes | None, timeouts: Timeouts
     ) -> Response:
         parts = urlsplit(url)
-        if parts.scheme != "http" or not parts.hostname:
-            raise ProtocolError(f"only http:// upstreams are supported here, not {url!r}")
-        key = (parts.hostname, parts.port or 80)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ProtocolError(f"upstreams are http:// or https:// URLs, not {url!r}")
+        key = (parts.scheme, parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        lines = [f"{method} {target} HTTP/1.1\r\nhost: {parts.netloc}\r\n"]
+        lines = [f"{method} {target} HTTP/1.1\r\nhost: {parts.netloc.rpartition('@')[2]}\r\n"]
         lines += [f"{k}: {v}\r\n" for k, v in headers.items()]
         if body is not None or method in ("POST", "PUT"):
             lines.append(f"content-length: {len(body or b'')}\r\n")
@@ -206,7 +215,7 @@ class Pool:
             raise
 
     async def _exchange(
-        self, key: tuple[str, int], conn: _Conn, head: bytes, body: bytes | None, method: str, timeouts: Timeouts
+        self, key: _Key, conn: _Conn, head: bytes, body: bytes | None, method: str, timeouts: Timeouts
     ) -> Response:
         conn.writer.write(head + body if body else head)
         async with asyncio.timeout(timeouts.read):

@@ -1,0 +1,155 @@
+"""Unit tables for the gateway's pure parts: config, header rules, message checks, error mapping, SSE parsing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from gateway.config import HeaderPolicy, parse_config
+from gateway.errors import (
+    BadUpstream,
+    BodyTooLarge,
+    GatewayError,
+    InvalidRequest,
+    ParseError,
+    RateLimited,
+    SessionLost,
+    Unauthorized,
+    Unavailable,
+    UnknownNamespace,
+    UnknownSession,
+    UpstreamTimeout,
+    error_body,
+    to_error,
+)
+from gateway.headers import HeaderRules
+from gateway.messages import Rewriter, envelope_headers, parse_message
+from gateway.upstream import SseParser, event_data
+
+
+def test_config_expands_env_and_rejects_bad_namespaces_and_urls(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GW_TOKEN", "s3cret")
+    cfg = parse_config("namespaces: {python: {replicas: ['http://p:8802/mcp']}}\nsecurity: {tokens: ['${GW_TOKEN}']}")
+    assert cfg.security.tokens == ("s3cret",) and cfg.namespaces["python"].tool_pinning == "refuse"
+    for bad in (
+        "namespaces: {metrics: {replicas: ['http://p/mcp']}}",
+        "namespaces: {'a/b': {replicas: ['http://p/mcp']}}",
+        "namespaces: {x: {replicas: []}}",
+        "namespaces: {x: {replicas: ['ftp://p/mcp']}}",
+        "namespaces: {x: {replicas: ['http://user:pw@p/mcp']}}",
+        "namespaces: {x: {replicas: ['http://p/mcp'], typo: 1}}",
+    ):
+        with pytest.raises(ValidationError):
+            parse_config(bad)
+
+
+def test_header_rules_allow_rename_add_and_never_pass_hop_by_hop() -> None:
+    rules = HeaderRules(
+        HeaderPolicy(
+            forward=("X-Session-Id", "traceparent"), rename={"X-Up-Auth": "Authorization"}, static={"X-A": "1"}
+        )
+    )
+    raw = [
+        (b"x-session-id", b"resp_1"),
+        (b"traceparent", b"00-aa-bb-01"),
+        (b"x-up-auth", b"Bearer up"),
+        (b"authorization", b"Bearer gateway-token"),
+        (b"connection", b"keep-alive, traceparent"),
+        (b"transfer-encoding", b"chunked"),
+        (b"host", b"gw:8800"),
+        (b"mcp-session-id", b"gateway-sid"),
+        (b"mcp-protocol-version", b"2025-11-25"),
+        (b"accept", b"application/json, text/event-stream"),
+        (b"cookie", b"c=1"),
+    ]
+    assert rules.apply(raw) == {
+        "x-session-id": "resp_1",
+        "authorization": "Bearer up",
+        "mcp-protocol-version": "2025-11-25",
+        "accept": "application/json, text/event-stream",
+        "x-a": "1",
+    }  # traceparent was named hop-by-hop by `connection`, so it is dropped too
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        (b"{", ParseError),
+        (b"\xff", ParseError),
+        (b"[]", InvalidRequest),
+        (b"3", InvalidRequest),
+        (b'{"jsonrpc": "1.0", "id": 1, "method": "ping"}', InvalidRequest),
+        (b'{"jsonrpc": "2.0", "id": true, "method": "ping"}', InvalidRequest),
+        (b'{"jsonrpc": "2.0", "id": 1}', InvalidRequest),
+        (b'{"jsonrpc": "2.0", "method": "x", "params": "no"}', InvalidRequest),
+    ],
+)
+def test_malformed_messages_are_refused_precisely(body: bytes, error: type[GatewayError]) -> None:
+    with pytest.raises(error):
+        parse_message(body)
+
+
+def test_wellformed_messages_pass() -> None:
+    assert parse_message(b'{"jsonrpc": "2.0", "id": "a", "result": {}}')["id"] == "a"
+    assert parse_message(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}')["method"]
+
+
+@pytest.mark.parametrize(
+    ("exc", "status", "code"),
+    [
+        (ParseError("x"), 400, -32700),
+        (InvalidRequest("x"), 400, -32600),
+        (BodyTooLarge("x"), 413, -32600),
+        (UnknownNamespace("x"), 404, -32601),
+        (UnknownSession("x"), 404, -32001),
+        (SessionLost("x"), 200, -32002),
+        (Unavailable("x"), 200, -32003),
+        (UpstreamTimeout("x"), 200, -32004),
+        (BadUpstream("x"), 200, -32005),
+        (Unauthorized("x"), 401, -32010),
+        (RateLimited("x"), 429, -32029),
+        (json.JSONDecodeError("x", "", 0), 400, -32700),
+        (RuntimeError("secret detail"), 200, -32603),
+    ],
+)
+def test_every_exception_maps_to_one_jsonrpc_error(exc: BaseException, status: int, code: int) -> None:
+    got_status, body = error_body(7, exc)
+    answer = json.loads(body)
+    assert (got_status, answer["error"]["code"], answer["id"]) == (status, code, 7)
+    assert "secret detail" not in answer["error"]["message"]
+    assert to_error(exc).code == code
+
+
+def test_sse_parser_handles_crlf_split_across_chunks() -> None:
+    parser = SseParser()
+    events = parser.feed(b'event: message\r\ndata: {"a":') + parser.feed(b"1}\r") + parser.feed(b"\n\r\n: c\r\n\r\n")
+    assert events == [b'event: message\ndata: {"a":1}', b": c"]
+    assert event_data(events[0]) == b'{"a":1}' and event_data(events[1]) is None
+
+
+async def test_rewriter_names_the_namespace_everywhere_serverinfo_appears() -> None:
+    msg = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "result": {
+            "serverInfo": {"name": "upstream"},
+            "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "upstream", "version": "1"}},
+        },
+    }
+    data, _ = await Rewriter("python", "initialize").apply(json.dumps(msg).encode())
+    out = json.loads(data)
+    assert out["result"]["serverInfo"]["name"] == "python"
+    assert out["result"]["_meta"]["io.modelcontextprotocol/serverInfo"] == {"name": "python", "version": "1"}
+    untouched = b'{"jsonrpc":"2.0","id":2,"result":{"content":[]}}'
+    assert (await Rewriter("python", "tools/call").apply(untouched))[0] is untouched
+
+
+def test_modern_requests_carry_their_envelope_as_routing_headers() -> None:
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+    msg = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "añadir", "_meta": meta}}
+    headers = envelope_headers(msg)
+    assert headers["mcp-protocol-version"] == "2026-07-28" and headers["mcp-method"] == "tools/call"
+    assert headers["mcp-name"].startswith("=?base64?")
+    assert envelope_headers({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}) == {}
