@@ -57,23 +57,26 @@ async def probe_forever(gw: Gateway) -> None:
 
 
 async def cleanup(gw: Gateway, ns: Namespace, key: str, pin: Pin) -> None:
-    """Call `cleanup_session` for an abandoned session on its replica, then drop its pin."""
+    """Call `cleanup_session` (when the namespace has it) for a session on its replica, end the upstream
+    MCP session the gateway opened for it, then drop its pin."""
     replica = ns.replicas.get(pin.replica)
     known = any(isinstance(t, dict) and t.get("name") == "cleanup_session" for t in ns.tools or [])
     rec = await gw.store.get_session(key[2:]) if key.startswith("s:") else None
-    if replica is not None and replica.available and not pin.lost and known:
+    own_session = rec is not None and rec.upstream_sid is not None
+    if replica is not None and replica.available and not pin.lost and (known or own_session):
         headers = dict(ns.cfg.headers.static)
         if key.startswith("h:"):
             headers["x-session-id"] = key[2:]
         session = ProbeSession(gw.client, replica, headers, gw.cfg.health.timeout_s)
         try:
             with anyio.fail_after(gw.cfg.health.timeout_s * 3):
-                if rec is not None and rec.upstream_sid:
-                    session.sid = rec.upstream_sid
+                if own_session:
+                    session.sid = rec.upstream_sid  # type: ignore[union-attr]
                 else:
                     await session.open()
-                await session.request("tools/call", {"name": "cleanup_session", "arguments": {}})
-                await session.close()
+                if known:
+                    await session.request("tools/call", {"name": "cleanup_session", "arguments": {}})
+                await session.close()  # ends the upstream MCP session too
         except (GatewayError, TimeoutError) as exc:
             log.info("session.cleanup_failed", namespace=ns.name, session_id=key[2:], error=str(exc))
     if rec is not None:

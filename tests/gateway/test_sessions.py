@@ -96,3 +96,19 @@ async def test_a_client_that_leaves_without_cleanup_is_cleaned_after_the_idle_ti
                     assert time.monotonic() < deadline, "idle session was never cleaned up"
                     await anyio.sleep(0.2)
             assert metric(gw.base, "toolfleet_gateway_sessions_active", namespace="fixture", replica=ups[0].url) == 0
+
+
+async def test_a_client_ending_its_mcp_session_cleans_it_up_on_the_replica(
+    gateway: GatewayProc, replicas: list[Upstream], transport: str
+) -> None:
+    async with connect(gateway.url("fixture", transport), transport, mode="legacy") as client:
+        replica, key, _ = (await call_text(client, "count")).split(":")
+    # streamable HTTP: the client's DELETE; legacy SSE: the closed event stream
+    up = next(u for u in replicas if u.replica == replica)
+    async with connect(up.url, "streamable-http") as direct:
+        for _ in range(50):
+            if key in (await call_text(direct, "cleaned_sessions")).split(","):
+                break
+            await anyio.sleep(0.1)
+        else:
+            raise AssertionError(f"session {key} was never cleaned up on {replica}")
