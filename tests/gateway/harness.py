@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -178,6 +179,14 @@ class GatewayProc:
     def logs(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
+    def close(self) -> None:
+        """Stop the gateway and remove its config and log; the log's tail goes to stderr first."""
+        self.stop()
+        tail = self.logs()[-4000:]
+        if tail:
+            sys.stderr.write(f"--- gateway log tail ({self.log_path}) ---\n{tail}\n")
+        shutil.rmtree(self.dir, ignore_errors=True)
+
 
 @contextlib.contextmanager
 def running_gateway(cfg: dict[str, Any], *, ready: bool = True, **kw: Any) -> Iterator[GatewayProc]:
@@ -185,7 +194,7 @@ def running_gateway(cfg: dict[str, Any], *, ready: bool = True, **kw: Any) -> It
     try:
         yield gw.start(ready=ready)
     finally:
-        gw.stop()
+        gw.close()
 
 
 @contextlib.contextmanager
@@ -209,6 +218,7 @@ def redis_server() -> Iterator[str]:
         yield f"redis://127.0.0.1:{port}/0"
     finally:
         _stop(proc)
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 @contextlib.asynccontextmanager

@@ -192,4 +192,4 @@ async def test_a_state_file_keeps_discovery_and_tool_approvals_across_a_restart(
                 approved = (await http.get(f"{gw.base}/admin/tools")).json()["fixture"]["approved"]
             assert "echo" in approved
         finally:
-            gw.stop()
+            gw.close()

@@ -36,8 +36,8 @@ async def test_sessions_survive_a_gateway_restart_and_are_shared_by_gateway_repl
                 assert await call_text(client, "count") == f"{replica}:{sid}:3"
                 await call_text(client, "cleanup_session")
         finally:
-            first.stop()
-            second.stop()
+            first.close()
+            second.close()
 
 
 async def test_an_mcp_session_continues_through_a_gateway_restart() -> None:
@@ -54,4 +54,4 @@ async def test_an_mcp_session_continues_through_a_gateway_restart() -> None:
             replica, key, _ = first.split(":")
             assert second == f"{replica}:{key}:2"
         finally:
-            gw.stop()
+            gw.close()

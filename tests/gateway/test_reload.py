@@ -51,7 +51,7 @@ async def test_sighup_swaps_backends_and_adds_namespaces_without_dropping_calls_
                 lambda: _until(lambda: httpx.get(f"{gw.base}/beta/mcp", trust_env=False).status_code == 404)
             )
         finally:
-            gw.stop()
+            gw.close()
 
 
 async def test_a_broken_config_is_refused_and_the_running_one_kept() -> None:
@@ -67,4 +67,4 @@ async def test_a_broken_config_is_refused_and_the_running_one_kept() -> None:
                 lambda: _until(lambda: httpx.get(f"{gw.base}/gamma/mcp", trust_env=False).status_code != 404)
             )
         finally:
-            gw.stop()
+            gw.close()
