@@ -42,18 +42,25 @@ async def probe(gw: Gateway, ns: Namespace, replica: Replica) -> None:
         await gw.store.put_blob(f"discovery:{ns.name}", {"initialize": init, "tools": reviewed})
 
 
-async def probe_all(gw: Gateway) -> None:
+async def probe_all(gw: Gateway, *, only_down: bool = False) -> None:
     async with anyio.create_task_group() as tg:
         for ns in list(gw.namespaces.values()):
             for replica in list(ns.replicas.values()):
-                tg.start_soon(probe, gw, ns, replica)
+                if not only_down or not replica.healthy:
+                    tg.start_soon(probe, gw, ns, replica)
 
 
 async def probe_forever(gw: Gateway) -> None:
+    """Every replica each `interval_s`; a replica that is down (an open circuit) every `open_s` too."""
+    last_full = -float("inf")
     while True:
-        await probe_all(gw)
-        gw.started = True
-        await anyio.sleep(gw.cfg.health.interval_s)
+        now = anyio.current_time()
+        full = now - last_full >= gw.cfg.health.interval_s
+        await probe_all(gw, only_down=not full)
+        if full:
+            last_full = now
+            gw.started = True
+        await anyio.sleep(min(gw.cfg.health.interval_s, gw.cfg.health.open_s))
 
 
 async def cleanup(gw: Gateway, ns: Namespace, key: str, pin: Pin) -> None:

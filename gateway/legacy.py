@@ -224,6 +224,8 @@ async def _degraded(gw: Gateway, session: LegacySession, target: Target, msg: di
 
 async def _answer(gw: Gateway, session: LegacySession, target: Target, msg: dict[str, Any], response: Response) -> None:
     rid, method = msg.get("id"), msg.get("method")
+    if response.status_code == 404 and target.upstream_sid and target.key:
+        raise await gw.forgotten(target)
     if method == "initialize" and response.status_code == 200 and not session.opened:
         await gw.router.open_session(target, response.headers.get("mcp-session-id"), sid=session.sid)
         session.opened = True

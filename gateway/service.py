@@ -131,6 +131,16 @@ class Gateway:
                 raise self.as_lost(target, exc) from exc
         raise AssertionError("unreachable")
 
+    async def forgotten(self, target: Target) -> SessionLost:
+        """The replica answered 404 for the upstream session we hold: it restarted or dropped it."""
+        assert target.key is not None and target.replica is not None
+        await self.store.lose(target.ns.name, target.key)
+        key, url, ns = target.key[2:], target.replica.url, target.ns.name
+        return SessionLost(
+            f"session {key!r} was lost: its replica {url} of {ns!r} no longer knows it",
+            data={"session": key, "namespace": ns, "replica": url},
+        )
+
     @staticmethod
     def as_lost(target: Target, exc: Exception) -> Exception:
         """A replica failure seen by a pinned session means its state is gone: say so, naming the session."""

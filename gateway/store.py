@@ -39,6 +39,10 @@ class Store(Protocol):
     async def touch(self, ns: str, key: str) -> None: ...
     async def counts(self, ns: str) -> dict[str, int]: ...
     async def mark_lost(self, ns: str, replica: str) -> int: ...
+    async def lose(self, ns: str, key: str) -> None:
+        """Mark one session lost (its replica forgot it)."""
+        ...
+
     async def idle_pins(self, ns: str, idle_s: float) -> list[tuple[str, Pin]]: ...
     async def get_session(self, sid: str) -> SessionRecord | None: ...
     async def put_session(self, sid: str, record: SessionRecord) -> None: ...
@@ -93,6 +97,11 @@ class MemoryStore:
         for key in hit:
             pins[key] = Pin(replica, lost=True)
         return len(hit)
+
+    async def lose(self, ns: str, key: str) -> None:
+        pins = self._pins.get(ns, {})
+        if key in pins:
+            pins[key] = Pin(pins[key].replica, lost=True)
 
     async def idle_pins(self, ns: str, idle_s: float) -> list[tuple[str, Pin]]:
         cutoff = time.time() - idle_s
@@ -176,6 +185,10 @@ class RedisStore:
         if hit:
             await self._r.hset(f"{self._p}pin:{ns}", mapping=hit)
         return len(hit)
+
+    async def lose(self, ns: str, key: str) -> None:
+        if (pin := await self.get_pin(ns, key)) is not None:
+            await self._r.hset(f"{self._p}pin:{ns}", key, json.dumps(asdict(Pin(pin.replica, lost=True))))
 
     async def idle_pins(self, ns: str, idle_s: float) -> list[tuple[str, Pin]]:
         keys = await self._r.zrangebyscore(f"{self._p}used:{ns}", 0, time.time() - idle_s)

@@ -171,6 +171,9 @@ async def _relay(
 ) -> str:
     """Send the upstream's answer to the client; returns the outcome ("ok" or "error")."""
     rid, method = msg.get("id"), msg.get("method")
+    if response.status_code == 404 and target.upstream_sid and target.key:
+        await send_error(send, rid, await gw.forgotten(target), [(b"mcp-session-id", sid.encode())] if sid else [])
+        return "error"
     headers = [(k, v) for k, v in response.headers.raw if k.lower() in PASS_HEADERS]
     if method == "initialize" and sid is None and response.status_code == 200:
         sid = await gw.router.open_session(target, response.headers.get("mcp-session-id"))

@@ -14,6 +14,7 @@ from tests.gateway.harness import (
     GatewayProc,
     call_text,
     connect,
+    eventually,
     fixtures,
     gateway_config,
     metric,
@@ -193,3 +194,47 @@ async def test_a_state_file_keeps_discovery_and_tool_approvals_across_a_restart(
             assert "echo" in approved
         finally:
             gw.close()
+
+
+async def test_a_replica_that_restarted_unnoticed_still_loses_its_sessions_loudly(transport: str) -> None:
+    with fixtures("r1") as ups:
+        cfg = gateway_config({"fixture": [ups[0].url]}, health={"interval_s": 600})
+        with running_gateway(cfg) as gw:
+            sid = _sid()
+            url = gw.url("fixture", transport)
+            async with connect(url, transport, headers={"x-session-id": sid}, mode="legacy") as client:
+                assert (await call_text(client, "count")).endswith(":1")
+                port = ups[0].port
+                ups[0].kill()
+                ups[0] = start_fixture("r1-restarted", port=port)  # back before any probe: state is gone
+                with pytest.raises(MCPError) as lost:
+                    await call_text(client, "count")
+            # noticed either through a broken stream ("went away") or the replica's 404 ("no longer knows")
+            assert lost.value.error.code == SESSION_LOST and sid in lost.value.error.message
+            await eventually(lambda: _state(gw, ups[0].url) == "up", what="the restarted replica back in service")
+            async with connect(url, transport, headers={"x-session-id": sid}, mode="legacy") as client:
+                with pytest.raises(MCPError) as again:  # never a silent fresh state
+                    await call_text(client, "count")
+                assert again.value.error.code == SESSION_LOST
+                with pytest.raises(MCPError):
+                    await call_text(client, "cleanup_session")  # ... which drops the pin
+                assert await call_text(client, "count") == f"r1-restarted:{sid}:1"
+
+
+async def test_an_upstream_404_for_a_held_session_is_a_lost_session() -> None:
+    init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}
+    accept = {"accept": "application/json, text/event-stream"}
+    with fixtures("r1") as ups:
+        cfg = gateway_config({"fixture": [ups[0].url]}, health={"interval_s": 600})
+        with running_gateway(cfg) as gw:
+            async with httpx.AsyncClient(trust_env=False, headers=accept) as http:
+                first = await http.post(
+                    gw.url("fixture"), json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init}
+                )
+                headers = {"mcp-session-id": first.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+                port = ups[0].port
+                ups[0].kill()
+                ups[0] = start_fixture("r1-restarted", port=port)
+                call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "count", "arguments": {}}}
+                answer = (await http.post(gw.url("fixture"), json=call, headers=headers)).json()
+            assert answer["error"]["code"] == SESSION_LOST and "no longer knows" in answer["error"]["message"]
