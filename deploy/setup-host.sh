@@ -10,7 +10,7 @@ say() { echo "[setup] $*"; }
 
 need=()
 for pair in dockerd:docker.io docker-compose:docker-compose bwrap:bubblewrap debootstrap:debootstrap \
-            redis-server:redis-server pgrep:procps curl:curl; do
+            redis-server:redis-server pgrep:procps curl:curl npm:npm setpriv:util-linux; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import anyio
 import structlog
-import uvicorn
 
 from gateway.app import build_app
 from gateway.config import GatewayConfig, load_config
 from gateway.service import Gateway
 from gateway.settings import GatewaySettings
 from toolkit.logging import configure_logging
+from toolkit.serve import serve
 
 log = structlog.get_logger(__name__)
 
@@ -68,16 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     app = build_app(gw)
     if settings.config is not None:
         gw.background.append(lambda: watch(gw, settings.config, settings.watch_s))  # type: ignore[arg-type]
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level.lower(),
-        access_log=False,
-        lifespan="on",
-        timeout_graceful_shutdown=10,
-    )
-    uvicorn.Server(config).run()
+    serve(app, settings)
     return 0
 
 
