@@ -8,14 +8,12 @@ import shutil
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import openai
 import pytest
-import uvicorn
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
 from fixture_tools import browser_server, container_server, python_server, recording_container_server, weather_server
@@ -25,27 +23,13 @@ from orchestrator.settings import OrchestratorSettings
 from orchestrator.store import SQLiteStore
 from orchestrator.worker.scripted import Scenario, ScriptedModel
 from orchestrator.worker.scripted import build_app as build_worker
+from tests.support.asgi import serve_asgi
 from toolkit.settings import ToolServerSettings
 
 
-@contextlib.contextmanager
-def serving(app: Any) -> Iterator[str]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("server did not start")
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        sock.close()
+def serving(app: Any) -> contextlib.AbstractContextManager[str]:
+    """The app on an ephemeral loopback port (the shared helper, which also sets TCP_NODELAY)."""
+    return serve_asgi(app)
 
 
 def free_port() -> int:
