@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -298,14 +299,16 @@ def vllm_server(
     log_path = Path(log_name)
     _log(f"starting vLLM on {base_url} (log {log_path})")
     ok = False
+    # vLLM leaves IPC sockets and dist files in its temp dir: give it one of its own, removed below.
+    scratch = tempfile.mkdtemp(prefix=f"toolfleet-vllm-{port}-")
     with os.fdopen(fd, "wb") as log_fh:
         proc = subprocess.Popen(
             cmd,
             stdin=subprocess.DEVNULL,
             stdout=log_fh,
             stderr=subprocess.STDOUT,
-            env=vllm_env(model),
-            cwd=tempfile.gettempdir(),
+            env={**vllm_env(model), "TMPDIR": scratch},
+            cwd=scratch,
             start_new_session=True,  # its own process group, killed as one
         )
     try:
@@ -326,6 +329,7 @@ def vllm_server(
         ok = True
     finally:
         kill_process_group(proc)
+        shutil.rmtree(scratch, ignore_errors=True)
         if ok and not keep_log:
             with contextlib.suppress(OSError):
                 log_path.unlink()
