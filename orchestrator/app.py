@@ -98,21 +98,12 @@ def create_app(
     app.add_middleware(LatencyMiddleware, metrics=metrics)
     app.state.service = service
 
-    @app.exception_handler(RequestError)
-    async def _request_error(request: Request, exc: RequestError) -> JSONResponse:
+    async def _error(request: Request, exc: Exception) -> JSONResponse:
         return error_response(exc)
 
-    @app.exception_handler(StoreUnavailable)
-    async def _store_error(request: Request, exc: StoreUnavailable) -> JSONResponse:
-        return error_response(exc)
-
-    @app.exception_handler(ValidationError)
-    async def _validation_error(request: Request, exc: ValidationError) -> JSONResponse:
-        return error_response(exc)
-
-    @app.exception_handler(Exception)
-    async def _other_error(request: Request, exc: Exception) -> JSONResponse:
-        return error_response(exc)
+    # The known kinds are registered apart from `Exception`, whose handler Starlette runs as a 500 path.
+    for kind in (RequestError, StoreUnavailable, ValidationError, Exception):
+        app.add_exception_handler(kind, _error)
 
     @app.post("/v1/responses")
     async def create(request: Request) -> Response:
