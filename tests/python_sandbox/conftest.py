@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -14,7 +15,9 @@ from tests.support.service import Service, running_service
 TIMEOUT_S = 3
 
 
+@functools.cache
 def docker_client() -> docker.DockerClient | None:
+    """One client for the test run (None when no engine or no sandbox image)."""
     try:
         client = docker.from_env()
         client.ping()
