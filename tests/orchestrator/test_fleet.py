@@ -99,3 +99,36 @@ def test_unstored_response_releases_its_python_session(make_stack, gateway_url):
     resp = stack.client.responses.create(model="gpt-oss", input="go", tools=[{"type": "code_interpreter"}], store=False)
     assert resp.output[0].status == "completed"
     assert httpx.get(f"http://127.0.0.1:{py_port}/healthz").json().get("sessions", 0) == before
+
+
+def test_one_conversation_uses_python_browser_and_a_function_across_the_chain(make_stack, gateway_url):
+    url, _ = gateway_url
+    stack = make_stack(tools_url=url, python_url=None, browser_url=None, container_url=None)
+    stack.script([  # the most advanced state of the conversation first
+        ("functions\\.get_weather to=assistant", "<|channel|>final<|message|>Sunny, and 42 it is.<|return|>"),
+        ("Search results for", "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+                               '{"city": "Paris"}<|call|>'),
+        ("python to=assistant", '<|channel|>analysis to=browser.search <|constrain|>json<|message|>{"query": "tea"}'
+                                "<|call|>"),
+        ("plan a trip", PY_CALL.format(code="answer = 6 * 7\nprint(answer)")),
+    ])  # fmt: skip
+    weather = {
+        "type": "function",
+        "name": "get_weather",
+        "description": "Weather of a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    }
+    tools = [{"type": "code_interpreter", "container": {"type": "auto"}}, {"type": "web_search_preview"}, weather]
+    first = stack.client.responses.create(model="gpt-oss", input="plan a trip", tools=tools)
+    kinds = [item.type for item in first.output if item.type != "reasoning"]
+    assert kinds == ["code_interpreter_call", "web_search_call", "function_call"]
+    assert first.output[0].outputs[0].logs.strip() == "42"
+    call = first.output[-1]
+    assert call.name == "get_weather" and call.arguments == '{"city": "Paris"}'
+    second = stack.client.responses.create(
+        model="gpt-oss", tools=tools, previous_response_id=first.id,
+        input=[{"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}],
+    )  # fmt: skip
+    assert second.output_text == "Sunny, and 42 it is."
+    prompt = stack.model.encode_prompt_text(-1)
+    assert "print(answer)" in prompt and "Search results for" in prompt and "sunny" in prompt  # the whole chain
