@@ -91,6 +91,16 @@ class RunResult:
         return text if text else "[no output]"
 
 
+class ChannelKernel:
+    """A kernel reached over a `KernelChannel`; each backend adds how to free what carries it."""
+
+    def __init__(self, channel: KernelChannel) -> None:
+        self.channel = channel
+
+    async def run(self, code: str, timeout_s: float) -> RunResult:
+        return RunResult.from_reply(await self.channel.request(code, timeout_s))
+
+
 class Kernel(Protocol):
     """One session's resident interpreter."""
 

@@ -23,7 +23,14 @@ import docker
 import docker.errors
 import structlog
 
-from tools.python_sandbox.core import KERNEL_SOURCE, READER_LIMIT, KernelChannel, KernelDied, RunResult, SandboxError
+from tools.python_sandbox.core import (
+    KERNEL_SOURCE,
+    READER_LIMIT,
+    ChannelKernel,
+    KernelChannel,
+    KernelDied,
+    SandboxError,
+)
 from tools.python_sandbox.settings import PythonSandboxSettings
 
 log = structlog.get_logger(__name__)
@@ -70,18 +77,15 @@ async def _demux(raw: asyncio.StreamReader, stdout: asyncio.StreamReader) -> Non
         stdout.feed_eof()
 
 
-class DockerKernel:
+class DockerKernel(ChannelKernel):
     def __init__(self, backend: DockerBackend, container_id: str, channel: KernelChannel, demux: asyncio.Task) -> None:
+        super().__init__(channel)
         self._backend = backend
         self.container_id = container_id
-        self._channel = channel
         self._demux = demux
 
-    async def run(self, code: str, timeout_s: float) -> RunResult:
-        return RunResult.from_reply(await self._channel.request(code, timeout_s))
-
     async def aclose(self) -> None:
-        self._channel.close()
+        self.channel.close()
         self._demux.cancel()
         await self._backend.remove(self.container_id)
 
@@ -185,7 +189,7 @@ class DockerBackend:
             await self.remove(container_id)
             raise
         try:
-            await kernel._channel.wait_ready(timeout_s=30)
+            await kernel.channel.wait_ready(timeout_s=30)
         except KernelDied as exc:
             await kernel.aclose()
             raise SandboxError(f"sandbox container did not come up: {exc}") from exc

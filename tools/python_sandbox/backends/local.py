@@ -13,10 +13,18 @@ import contextlib
 import os
 import shutil
 import signal
+from collections.abc import Callable
 
 import structlog
 
-from tools.python_sandbox.core import KERNEL_SOURCE, READER_LIMIT, KernelChannel, KernelDied, RunResult, SandboxError
+from tools.python_sandbox.core import (
+    KERNEL_SOURCE,
+    READER_LIMIT,
+    ChannelKernel,
+    KernelChannel,
+    KernelDied,
+    SandboxError,
+)
 from tools.python_sandbox.settings import PythonSandboxSettings
 
 log = structlog.get_logger(__name__)
@@ -33,21 +41,20 @@ _ENV = {
 }
 
 
-class LocalKernel:
-    def __init__(self, proc: asyncio.subprocess.Process, channel: KernelChannel, release_uid: object) -> None:
+class LocalKernel(ChannelKernel):
+    def __init__(
+        self, proc: asyncio.subprocess.Process, channel: KernelChannel, release_uid: Callable[[], None]
+    ) -> None:
+        super().__init__(channel)
         self._proc = proc
-        self._channel = channel
         self._release_uid = release_uid
 
-    async def run(self, code: str, timeout_s: float) -> RunResult:
-        return RunResult.from_reply(await self._channel.request(code, timeout_s))
-
     async def aclose(self) -> None:
-        self._channel.close()
+        self.channel.close()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self._proc.pid, signal.SIGKILL)
         await self._proc.wait()
-        self._release_uid()  # type: ignore[operator]
+        self._release_uid()
 
 
 class LocalBackend:
@@ -139,7 +146,7 @@ class LocalBackend:
         assert proc.stdin and proc.stdout and proc.stderr
         kernel = LocalKernel(proc, KernelChannel(proc.stdout, proc.stdin), lambda: self._give_uid(uid))
         try:
-            await kernel._channel.wait_ready(timeout_s=30)
+            await kernel.channel.wait_ready(timeout_s=30)
         except KernelDied as exc:
             detail = (await proc.stderr.read(4000)).decode(errors="replace").strip() if proc.returncode else ""
             await kernel.aclose()
