@@ -104,6 +104,9 @@ class ToolServer(Generic[S]):
             try:
                 yield
                 outcome = "ok"
+            except ToolError:
+                outcome = "tool_error"  # the caller's misuse or a sandbox refusal, answered as an error result
+                raise
             finally:
                 elapsed = time.perf_counter() - start
                 self.metrics.observe(tool, outcome, elapsed)
