@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Build the images the fleet runs: the python sandbox image (and, where no registry is reachable,
+# Build the images the fleet runs: the python and container sandbox images (and, where no registry is reachable,
 # first a local base image tagged like the official one, from debootstrap).
-# Usage: deploy/build-images.sh [sandbox|all]   (default sandbox: what the tests need; all adds the
+# Usage: deploy/build-images.sh [sandbox|all]   (default sandbox: both sandbox images, what the tests need; all adds the
 #        toolfleet service image the compose file runs). Idempotent: docker's cache skips unchanged steps.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -27,6 +27,10 @@ if [ -f "$ca" ]; then cp "$ca" "$ctx/ca.crt"; else : >"$ctx/ca.crt"; fi
 echo "[build-images] building toolfleet/python-sandbox:latest"
 docker build -q --force-rm --network host -t toolfleet/python-sandbox:latest "$ctx" >/dev/null
 echo "[build-images] toolfleet/python-sandbox:latest ready"
+echo "[build-images] building toolfleet/container-sandbox:latest"
+docker build -q --force-rm --network host -t toolfleet/container-sandbox:latest \
+  -f "$here/container-sandbox.Dockerfile" "$ctx" >/dev/null
+echo "[build-images] toolfleet/container-sandbox:latest ready"
 
 if [ "${1:-sandbox}" = all ]; then
   cp "$ctx/ca.crt" "$here/.ca.crt"
