@@ -4,6 +4,7 @@
 # default user (uid 1000 here). Everything else is for the model: bash, git, pip, procps, ...
 # Build with deploy/build-images.sh (it tags a debootstrap base as python:3.11-slim-bookworm where
 # no registry is reachable). minbase has no useradd, so the user is written into /etc/passwd.
+# Login shells (`bash -lc`, what models send) keep ~/.local/bin on PATH (pip install --user).
 FROM python:3.11-slim-bookworm
 RUN export DEBIAN_FRONTEND=noninteractive \
  && apt-get update -qq \
@@ -12,6 +13,8 @@ RUN export DEBIAN_FRONTEND=noninteractive \
  && rm -rf /var/lib/apt/lists/* \
  && echo 'sandbox:x:1000:1000:sandbox:/workspace:/bin/bash' >>/etc/passwd \
  && echo 'sandbox:x:1000:' >>/etc/group \
+ && echo 'case ":$PATH:" in *":$HOME/.local/bin:"*) ;; *) PATH="$HOME/.local/bin:$PATH" ;; esac' \
+      >/etc/profile.d/toolfleet-local-bin.sh \
  && mkdir -p /workspace && chown 1000:1000 /workspace
 ENV PATH=/workspace/.local/bin:/usr/local/bin:/usr/bin:/bin HOME=/workspace LANG=C.UTF-8 \
     PIP_BREAK_SYSTEM_PACKAGES=1 PYTHONDONTWRITEBYTECODE=1

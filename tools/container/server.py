@@ -62,7 +62,7 @@ def build_server(settings: ContainerSettings, backend: Backend) -> ToolServer[Co
         )
 
     kit: ToolServer[ContainerSession] = ToolServer(
-        mcp, settings, new_session, lifespan=lifespan, progress_interval_s=15.0
+        mcp, settings, new_session, lifespan=lifespan, progress_interval_s=settings.progress_s
     )
     users = {settings.user, *settings.allowed_users}
 

@@ -151,6 +151,7 @@ class DockerBackend:
             env={"HOME": settings.workdir, "LANG": "C.UTF-8"},
             network=settings.network,
             tmpfs_mode="1777",  # other allowed users may work there too
+            tmpfs_exec=True,  # scripts, pip-installed tools and builds run from the workdir
             init=True,
         )
         self.runtime = ContainerRuntime(settings, role=ROLE, image=settings.image)
