@@ -23,8 +23,7 @@ from typing import Any
 
 import docker
 
-from bench.python_sandbox import row
-from tests.support.mcp2 import mcp_session
+from bench.sessions import concurrent_throughput, first_calls, row, warm_calls
 from tests.support.service import running_service
 
 IMAGE = "toolfleet/container-sandbox:latest"
@@ -41,47 +40,12 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-async def timed_exec(session: Any, cmd: list[str]) -> float:
+async def timed_exec(session: Any) -> float:
     start = time.perf_counter()
-    result = await session.call_tool("exec", {"cmd": cmd})
+    result = await session.call_tool("exec", {"cmd": ["true"]})
     elapsed = (time.perf_counter() - start) * 1000
     assert not result.is_error and result.structured_content["exit_code"] == 0, result.content
     return elapsed
-
-
-async def warm_execs(url: str, n: int) -> list[float]:
-    async with mcp_session(url, "streamable-http", {"x-session-id": "bench-warm"}) as session:
-        for _ in range(20):
-            await timed_exec(session, ["true"])
-        samples = [await timed_exec(session, ["true"]) for _ in range(n)]
-        await session.call_tool("cleanup_session", {})
-    return samples
-
-
-async def first_execs(url: str, sessions: int, arrival_s: float) -> list[float]:
-    """Time from a new session's first `tools/call` to its answer (the MCP handshake is not included)."""
-    samples = []
-    for _ in range(sessions):
-        async with mcp_session(url, "streamable-http", {"x-session-id": f"bench-{uuid.uuid4().hex[:8]}"}) as s:
-            samples.append(await timed_exec(s, ["true"]))
-            await s.call_tool("cleanup_session", {})
-        await asyncio.sleep(arrival_s)
-    return samples
-
-
-async def concurrent_throughput(url: str, sessions: int = 8, calls: int = 50) -> dict[str, Any]:
-    async def one(i: int) -> list[float]:
-        async with mcp_session(url, "streamable-http", {"x-session-id": f"bench-conc-{i}"}) as session:
-            await timed_exec(session, ["true"])
-            out = [await timed_exec(session, ["true"]) for _ in range(calls)]
-            await session.call_tool("cleanup_session", {})
-            return out
-
-    start = time.perf_counter()
-    per_session = await asyncio.gather(*(one(i) for i in range(sessions)))
-    wall = time.perf_counter() - start
-    flat = [x for xs in per_session for x in xs]
-    return row(f"{sessions} concurrent sessions, warm exec true", flat, calls_per_s=round(len(flat) / wall, 1))
 
 
 def docker_run_baseline(n: int) -> list[float]:
@@ -122,12 +86,12 @@ async def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     instance = f"bench-ctr-{uuid.uuid4().hex[:8]}"
     with start(instance, pool=2) as server:
         await asyncio.sleep(2)  # let the pool fill before the first measured session
-        rows.append(row("warm exec true", await warm_execs(server.url, args.n)))
-        firsts = await first_execs(server.url, args.sessions, args.arrival_s)
+        rows.append(row("warm exec true", await warm_calls(server.url, args.n, timed_exec)))
+        firsts = await first_calls(server.url, args.sessions, args.arrival_s, timed_exec)
         rows.append(row("first exec of a new session, warm pool", firsts, pool_size=2, arrival_s=args.arrival_s))
-        rows.append(await concurrent_throughput(server.url))
+        rows.append(await concurrent_throughput(server.url, "warm exec true", timed_exec))
     with start(f"{instance}-nopool", pool=0) as server:
-        firsts = await first_execs(server.url, args.sessions, args.arrival_s)
+        firsts = await first_calls(server.url, args.sessions, args.arrival_s, timed_exec)
         rows.append(row("first exec of a new session, no pool", firsts, pool_size=0))
     rows.append(row("baseline: docker run --rm per command", docker_run_baseline(args.baseline_n)))
     rows.append(row("baseline: docker exec per command", docker_exec_baseline(args.baseline_n)))

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
-
 import structlog
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ImageContent, TextContent
 
-from toolkit.server import HIDDEN, ToolServer
+from toolkit.server import HIDDEN, ToolServer, backend_lifespan
 from tools.python_sandbox.core import Backend, Kernel, KernelDied, RunResult, SandboxError
 from tools.python_sandbox.settings import PythonSandboxSettings
 
@@ -28,15 +25,7 @@ The drive at '/mnt/data' can be used to save and persist user files. Internet ac
 def build_server(settings: PythonSandboxSettings, backend: Backend) -> ToolServer[Kernel]:
     mcp = MCPServer("python", instructions=INSTRUCTIONS.format(timeout=settings.timeout_s))
 
-    @contextlib.asynccontextmanager
-    async def lifespan() -> AsyncIterator[None]:
-        await backend.start()
-        try:
-            yield
-        finally:
-            await backend.aclose()
-
-    kit: ToolServer[Kernel] = ToolServer(mcp, settings, backend.new_kernel, lifespan=lifespan)
+    kit: ToolServer[Kernel] = ToolServer(mcp, settings, backend.new_kernel, lifespan=backend_lifespan(backend))
 
     @mcp.tool(
         name="python",
