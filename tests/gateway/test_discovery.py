@@ -22,6 +22,7 @@ from tests.gateway.harness import (
     call_text,
     connect,
     eventually,
+    fixtures,
     free_port,
     metric,
     redis_server,
@@ -100,9 +101,38 @@ def test_a_discovered_namespace_builds_replica_urls_from_addresses() -> None:
     cfg = parse_config("namespaces: {python: {discover: {dns: tasks.python, port: 8802}}}")
     discover = cfg.namespaces["python"].discover
     assert discover is not None and (discover.path, discover.interval_s) == ("/mcp", 5.0)
-    assert discover.url("10.0.0.7") == "http://10.0.0.7:8802/mcp" and discover.url("fd00::7").startswith(
-        "http://[fd00::7]"
-    )
+    assert discover.url("10.0.0.7") == "http://10.0.0.7:8802/mcp"
+    assert discover.url("fd00::7") == "http://[fd00::7]:8802/mcp"
+
+
+async def test_a_call_that_finds_no_replica_resolves_the_name_again_and_is_served() -> None:
+    """A swarm starts the gateway before its tools: the name has no address yet, then it has one."""
+    with fixtures("late") as (late,):
+        answers = Answers()
+        gw = _gateway(answers, late.port)
+        try:
+            ns = gw.namespaces["python"]
+            await refresh(gw, ns)
+            assert ns.replicas == {}
+            answers.addresses = ["127.0.0.1"]  # the tool server's task started; the next lookup names it
+            replica = await gw.router.pick(ns)  # no periodic lookup ran in between
+            assert replica.url == late.url and replica.available
+        finally:
+            gw.client.close()
+
+
+async def test_a_reload_that_keeps_the_name_keeps_the_replicas_found_and_their_health() -> None:
+    answers = Answers("127.0.0.2")
+    gw = _gateway(answers, free_port())
+    try:
+        await refresh(gw, gw.namespaces["python"])
+        before = gw.namespaces["python"].replicas
+        changed = gw.cfg.namespaces["python"].model_copy(update={"timeout_s": 30.0})
+        gw.apply(gw.cfg.model_copy(update={"namespaces": {"python": changed}}))
+        after = gw.namespaces["python"]
+        assert after.cfg.timeout_s == 30.0 and after.replicas == before  # the same Replica objects
+    finally:
+        gw.client.close()
 
 
 def _mount_namespaces() -> bool:
