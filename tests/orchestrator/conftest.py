@@ -132,6 +132,8 @@ def make_stack(scripted, tool_urls):
             "container_url": tool_urls["container"],
             "date": "2026-12-02",
             "health_interval_s": 0.5,
+            "mcp_allow": ["http://127.0.0.1:*"],  # the fixture MCP servers listen on loopback
+            "mcp_refusal_floor_s": 0.0,
             **overrides,
         }
         settings = OrchestratorSettings(**values)
