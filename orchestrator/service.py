@@ -302,7 +302,10 @@ def _scoped(owner: str, item_id: str) -> str:
 
 def _host(url: str) -> str:
     """The host of a URL, for logs (its path and query may carry credentials)."""
-    return urllib.parse.urlsplit(url).hostname or "?"
+    try:
+        return urllib.parse.urlsplit(url).hostname or "?"
+    except ValueError:  # not a URL at all
+        return "?"
 
 
 def _function(tool: dict[str, Any]) -> dict[str, Any]:
