@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Prepare a fresh Debian 12 machine (as root) for the fleet and its tests. Idempotent.
-#  - Debian packages: docker.io (engine), docker-compose, bubblewrap, debootstrap, redis-server
+#  - Debian packages: docker.io (engine), docker-compose, bubblewrap, debootstrap, redis-server,
+#    iproute2 and util-linux (unshare: the orchestrator SSRF tests run in a lo-only network namespace)
 #  - a running Docker engine (started here when none answers; log in /var/log/dockerd.log)
 #  - the project virtualenv .venv with the pinned dependencies and test tools
 #  - the python sandbox image (deploy/build-images.sh)
@@ -10,7 +11,8 @@ say() { echo "[setup] $*"; }
 
 need=()
 for pair in dockerd:docker.io docker-compose:docker-compose bwrap:bubblewrap debootstrap:debootstrap \
-            redis-server:redis-server pgrep:procps curl:curl npm:npm setpriv:util-linux; do
+            redis-server:redis-server pgrep:procps curl:curl npm:npm setpriv:util-linux unshare:util-linux \
+            ip:iproute2; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then
