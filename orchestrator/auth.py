@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -25,7 +26,6 @@ log = structlog.get_logger(__name__)
 
 ANONYMOUS = "anonymous"
 OPEN_PATHS = frozenset({"/healthz"})
-_LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def key_id(key: str) -> str:
@@ -108,8 +108,15 @@ class AuthMiddleware:
             await self.app(scope, receive, send)
 
 
+def _loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 def warn_if_open(settings: OrchestratorSettings, keys: ApiKeys) -> None:
     """A service reachable beyond loopback without keys lets anyone read and run everything: say so."""
-    if not keys.enabled and settings.host not in _LOOPBACK:
+    if not keys.enabled and not _loopback(settings.host):
         message = "listening beyond loopback with no API keys: every client can use every response"
         log.warning("auth.disabled", host=settings.host, message=message)

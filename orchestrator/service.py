@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import datetime
 import time
-import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +20,7 @@ from orchestrator.mcp_policy import McpPolicy, ServerRefused, refusal
 from orchestrator.schema import McpServer, RequestError, ResponsesRequest, Toolset, check_include, toolset
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.store import Record, Store
-from orchestrator.tools import Discovery, Endpoints, ToolSessions, ToolUnavailable, cleanup_sessions
+from orchestrator.tools import Discovery, Endpoints, ToolSessions, ToolUnavailable, cleanup_sessions, loggable
 from orchestrator.turns import Limits, Run, run
 from orchestrator.worker.client import Generate, WorkerError, WorkerUnavailable
 
@@ -156,7 +155,7 @@ class ResponsesService:
                 server.address = verdict.address
             return await self.discovery.list(server.url, server.headers, server.address)
         except (ServerRefused, ToolUnavailable) as exc:
-            log.info("mcp.refused", server_label=server.label, host=_host(server.url), reason=str(exc))
+            log.info("mcp.refused", server_label=server.label, url=loggable(server.url), reason=str(exc))
             await asyncio.sleep(max(0.0, self.policy.floor_s - (time.monotonic() - started)))
             raise refusal(server.label) from None
 
@@ -298,14 +297,6 @@ class ResponsesService:
 
 def _scoped(owner: str, item_id: str) -> str:
     return f"{owner}/{item_id}"
-
-
-def _host(url: str) -> str:
-    """The host of a URL, for logs (its path and query may carry credentials)."""
-    try:
-        return urllib.parse.urlsplit(url).hostname or "?"
-    except ValueError:  # not a URL at all
-        return "?"
 
 
 def _function(tool: dict[str, Any]) -> dict[str, Any]:

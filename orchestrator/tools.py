@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +62,15 @@ def _client(url: str, headers: dict[str, str], timeout_s: float, address: str | 
     pinned = {"transport": PinnedTransport(url, address), "trust_env": False} if address else {}
     http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(timeout_s, connect=5.0), **pinned)
     return Client(streamable_http_client(url, http_client=http), mode="legacy", read_timeout_seconds=timeout_s)
+
+
+def loggable(url: str) -> str:
+    """A URL without user-info, query or fragment (where clients put tokens), for logs."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return "(not a URL)"
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
 
 
 def private_session_id(conversation: str, url: str) -> str:
@@ -133,7 +143,7 @@ class ToolSessions:
             return ToolOutcome(f"Error: the tool `{name}` failed: {_error_text(exc)}", True, outcome="error")
         finally:
             ms = round((time.perf_counter() - start) * 1000, 2)
-            log.info("tool.call", url=url, tool=name, ms=ms, outcome=outcome, session_id=self.session_id)
+            log.info("tool.call", url=loggable(url), tool=name, ms=ms, outcome=outcome, session_id=self.session_id)
 
     async def aclose(self) -> None:
         try:  # no shield scope around this: the clients' own scopes must exit first (anyio nesting)

@@ -291,8 +291,9 @@ def test_mcp_authorization_and_headers_reach_only_their_server_and_are_redacted_
 def test_a_client_may_not_set_the_session_id_or_hop_by_hop_headers_of_an_mcp_tool(make_stack, weather_with_log):
     url, recorded = weather_with_log
     stack = keyed(make_stack)
-    for name in ("X-Session-Id", "host", "Transfer-Encoding"):
-        tool = {"type": "mcp", "server_label": "weather", "server_url": url, "headers": {name: "conv_theirs"}}
+    cases = [("weather", name) for name in ("X-Session-Id", "host", "Transfer-Encoding")] + [("python", "x-session-id")]
+    for label, name in cases:  # a built-in namespace too: no client picks the session of another key's python
+        tool = {"type": "mcp", "server_label": label, "server_url": url, "headers": {name: "conv_theirs"}}
         with pytest.raises(openai.BadRequestError) as err:
             sdk(stack, KEY_A).responses.create(model="gpt-oss", input="x", tools=[tool])
         assert name in err.value.message and err.value.param == "tools[0].headers"
