@@ -5,7 +5,7 @@ some address from inside the fleet. The policy, in order:
 
 1. The URL must be `http` or `https`, name a host and carry no user-info.
 2. `mcp_deny` patterns refuse it; `mcp_allow` patterns accept it (the operator's word, no address check).
-3. A URL the gateway fronts (`{tools_url}/{namespace}/mcp`) is accepted.
+3. A URL the gateway fronts (`{tools_url}/{namespace}/mcp`, plainly spelled, no `/admin...`) is accepted.
 4. Otherwise the mode decides: `public` (default) resolves the host once and accepts it only when every
    address is public (`toolkit.netguard`); `allowlist` and `gateway-only` refuse it.
 
@@ -91,7 +91,9 @@ class McpPolicy:
         same_origin = _origin(url) == _origin(base)
         prefix = base.path.rstrip("/")
         rest = url.path[len(prefix) :] if url.path.startswith(prefix) else ""
-        return same_origin and not url.query and bool(_GATEWAY_PATH.fullmatch(rest))
+        plain = url.raw_path.decode("ascii", "replace") == url.path  # no query, no percent-encoding
+        # The gateway treats every path under /admin as its operator API: never a namespace of clients.
+        return same_origin and plain and bool(_GATEWAY_PATH.fullmatch(rest)) and not rest.startswith("/admin")
 
 
 def _origin(url: httpx2.URL) -> tuple[str, str, int]:
