@@ -20,7 +20,15 @@ from orchestrator.mcp_policy import McpPolicy, ServerRefused, refusal
 from orchestrator.schema import McpServer, RequestError, ResponsesRequest, Toolset, check_include, toolset
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.store import Record, Store
-from orchestrator.tools import Discovery, Endpoints, ToolSessions, ToolUnavailable, cleanup_sessions, loggable
+from orchestrator.tools import (
+    Discovery,
+    Endpoints,
+    Listing,
+    ToolSessions,
+    ToolUnavailable,
+    cleanup_sessions,
+    loggable,
+)
 from orchestrator.turns import Limits, Run, run
 from orchestrator.worker.client import Generate, WorkerError, WorkerUnavailable
 
@@ -146,7 +154,7 @@ class ResponsesService:
             )))  # fmt: skip
         return out, listings
 
-    async def _list_mcp(self, server: McpServer) -> Any:
+    async def _list_mcp(self, server: McpServer) -> Listing:
         """The tool list of a client-named server the policy admits; one uniform 400 for any refusal or failure."""
         started = time.monotonic()
         try:
