@@ -40,9 +40,10 @@ from toolkit.settings import ToolServerSettings  # noqa: E402
 PUBLIC = "1.2.3.4"  # global unicast, but here only an address of the namespace's lo
 LO_ADDRESSES = ["10.0.0.5", "172.16.0.5", "192.168.0.5", "169.254.169.254", "100.64.0.5", "100.100.100.200",
                 PUBLIC, "fd00::5", "fd00:ec2::254"]  # fmt: skip
-HOSTS = {"internal.test": "10.0.0.5", "meta.test": "169.254.169.254", "loop.test": "127.0.0.1",
-         "v6loop.test": "::1", "mapped.test": "::ffff:127.0.0.1", "ula.test": "fd00::5",
-         "public.test": PUBLIC, "pin.test": "127.0.0.1"}  # fmt: skip
+HOSTS = [("internal.test", "10.0.0.5"), ("meta.test", "169.254.169.254"), ("loop.test", "127.0.0.1"),
+         ("v6loop.test", "::1"), ("mapped.test", "::ffff:127.0.0.1"), ("ula.test", "fd00::5"),
+         ("public.test", PUBLIC), ("pin.test", "127.0.0.1"),
+         ("mixed.test", PUBLIC), ("mixed.test", "10.0.0.5")]  # fmt: skip
 P = 18_555  # the counting listeners' port (a fixed port is fine: nothing else lives in this namespace)
 
 # Refused in the default mode, each with the connection it must not make. {P} is the listeners' port.
@@ -64,6 +65,7 @@ REFUSED = {
     "dns-private": "http://internal.test:{P}/mcp", "dns-metadata": "http://meta.test:{P}/mcp",
     "dns-loopback": "http://loop.test:{P}/mcp", "dns-v6-loopback": "http://v6loop.test:{P}/mcp",
     "dns-mapped": "http://mapped.test:{P}/mcp", "dns-ula": "http://ula.test:{P}/mcp",
+    "dns-public-and-private": "http://mixed.test:{P}/mcp", "v6-link-local-zone": "http://[fe80::1%25lo]:{P}/mcp",
     "dns-unresolvable": "http://nowhere.test:{P}/mcp", "userinfo": "http://public.test@127.0.0.1:{P}/mcp",
     "scheme-file": "file:///etc/passwd", "scheme-gopher": "gopher://127.0.0.1:{P}/_x",
     "not-a-url": "http://[::1:{P}/mcp",

@@ -298,3 +298,23 @@ def test_a_client_may_not_set_the_session_id_or_hop_by_hop_headers_of_an_mcp_too
             sdk(stack, KEY_A).responses.create(model="gpt-oss", input="x", tools=[tool])
         assert name in err.value.message and err.value.param == "tools[0].headers"
     assert recorded.seen == []  # refused before any connection
+
+
+def test_a_sqlite_file_from_before_api_keys_gets_an_owner_column_and_its_responses_belong_to_anonymous(tmp_path):
+    import sqlite3
+
+    import anyio
+
+    from orchestrator.store import SQLiteStore
+
+    path = tmp_path / "old.sqlite3"
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute("CREATE TABLE responses (id TEXT PRIMARY KEY, created REAL, conversation TEXT, body TEXT,"
+                   " input_items TEXT, messages TEXT, events TEXT, tools TEXT)")  # fmt: skip
+        db.execute("INSERT INTO responses VALUES ('resp_old', strftime('%s','now'), 'conv_x', '{}', '[]', '[]', '[]',"
+                   " '{}')")  # fmt: skip
+        db.commit()
+    store = SQLiteStore(str(path))
+    record = anyio.run(store.get, "resp_old")
+    anyio.run(store.aclose)
+    assert record is not None and record.owner == "anonymous"

@@ -33,7 +33,7 @@ def probe() -> dict[str, Any]:
     if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("ip"):
         pytest.skip("needs root, unshare and ip (iproute2) for a network namespace")
     with tempfile.NamedTemporaryFile("w", prefix="toolfleet-hosts-", suffix=".txt") as hosts:
-        hosts.write("127.0.0.1 localhost\n::1 localhost\n" + "".join(f"{ip} {name}\n" for name, ip in HOSTS.items()))
+        hosts.write("127.0.0.1 localhost\n::1 localhost\n" + "".join(f"{ip} {name}\n" for name, ip in HOSTS))
         hosts.flush()
         args = ["unshare", "-n", "-m", "sh", "-c", _setup_script(hosts.name)]
         proc = subprocess.run(args, capture_output=True, text=True, timeout=300, env={**os.environ, "NO_PROXY": "*"})
