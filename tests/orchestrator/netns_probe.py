@@ -32,6 +32,7 @@ from orchestrator.app import create_app  # noqa: E402
 from orchestrator.mcp_policy import PinnedTransport  # noqa: E402
 from orchestrator.settings import OrchestratorSettings  # noqa: E402
 from orchestrator.store import SQLiteStore  # noqa: E402
+from orchestrator.tools import Discovery  # noqa: E402
 from orchestrator.worker.scripted import Scenario, ScriptedModel  # noqa: E402
 from orchestrator.worker.scripted import build_app as build_worker  # noqa: E402
 from tests.support.asgi import serve_asgi  # noqa: E402
@@ -160,7 +161,8 @@ async def pinned_probe(port: int) -> dict[str, Any]:
     url = f"http://pin.test:{port}/healthz"
     async with httpx_pinned(url) as http:
         r = await http.get(url)
-    return {"status": r.status_code}
+    listing = await Discovery().list(f"http://pin.test:{port}/mcp", None, PUBLIC)  # the orchestrator's own client
+    return {"status": r.status_code, "listed": listing.name}
 
 
 def httpx_pinned(url: str):
