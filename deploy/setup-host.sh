@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepare a fresh Debian 12 machine (as root) for the fleet and its tests. Idempotent.
-#  - Debian packages: docker.io (engine), docker-compose, bubblewrap, debootstrap, redis-server, iproute2
-#    (the gateway tests run services in a private network or mount namespace: unshare, ip)
+#  - Debian packages: docker.io (engine), docker-compose, bubblewrap, debootstrap, redis-server,
+#    iproute2 and util-linux (unshare, ip: tests that run services in a private network or mount namespace)
 #  - a running Docker engine (started here when none answers; log in /var/log/dockerd.log)
 #  - the project virtualenv .venv with the pinned dependencies and test tools
 #  - the python sandbox image (deploy/build-images.sh)

@@ -13,8 +13,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
+from orchestrator.auth import ApiKeys, AuthMiddleware, load_keys, warn_if_open
+from orchestrator.limits import RequestRate
+from orchestrator.mcp_policy import McpPolicy
 from orchestrator.metrics import LatencyMiddleware, OrchestratorMetrics
-from orchestrator.schema import RequestError, ResponsesRequest
+from orchestrator.schema import RequestError, ResponsesRequest, error_body
 from orchestrator.service import RUNNING, ResponsesService
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.store import SQLiteStore, Store, StoreUnavailable
@@ -27,9 +30,11 @@ REPLAY_POLL_S = 0.25  # a stream of a response running on another replica follow
 
 def error_response(exc: BaseException) -> JSONResponse:
     """The single exception-to-wire boundary."""
+    headers: dict[str, str] = {}
     match exc:
         case RequestError():
-            status, etype, msg, param, code = exc.status, "invalid_request_error", str(exc), exc.param, exc.code
+            status, etype, msg, param, code = exc.status, exc.etype, str(exc), exc.param, exc.code
+            headers = exc.headers
         case StoreUnavailable():
             log.warning("store.unavailable", error=str(exc))
             status, etype, msg, param, code = 503, "server_error", str(exc), None, "store_unavailable"
@@ -40,7 +45,7 @@ def error_response(exc: BaseException) -> JSONResponse:
         case _:
             log.error("request.crashed", error=repr(exc))
             status, etype, msg, param, code = 500, "server_error", "internal error", None, None
-    return JSONResponse({"error": {"message": msg, "type": etype, "param": param, "code": code}}, status)
+    return JSONResponse(error_body(msg, etype, param, code), status, headers=headers)
 
 
 def _sse(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[str]:
@@ -73,13 +78,15 @@ def create_app(
                                ttl_s=settings.retention_s, prefix=settings.redis_prefix)  # fmt: skip
         else:
             store = SQLiteStore(settings.store_path, max_responses=settings.max_responses, ttl_s=settings.retention_s)
-    service = ResponsesService(settings, generate=generate, store=store)
+    service = ResponsesService(settings, generate=generate, store=store, policy=McpPolicy.from_settings(settings))
+    keys = ApiKeys(load_keys(settings))
     metrics = OrchestratorMetrics(pool, lambda: len(service.live))
     service.on_settled = metrics.settled
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await store.check()  # a Redis store that cannot be reached stops the start-up with a clear error
+        warn_if_open(settings, keys)
         if pool is not None:
             await pool.start()
         reaper = asyncio.create_task(_every(settings.reap_interval_s, service.reap_idle, "reaper"))
@@ -95,6 +102,8 @@ def create_app(
             await store.aclose()
 
     app = FastAPI(title="toolfleet orchestrator", lifespan=lifespan)
+    rate = RequestRate(settings.rate_limit_rps, settings.rate_limit_burst)
+    app.add_middleware(AuthMiddleware, keys=keys, rate=rate, metrics_token=settings.metrics_token)
     app.add_middleware(LatencyMiddleware, metrics=metrics)
     app.state.service = service
 
@@ -117,7 +126,7 @@ def create_app(
         if not isinstance(data, dict):
             raise RequestError("the request body must be a JSON object")
         req = ResponsesRequest.model_validate(data)
-        live = await service.create(req)
+        live = await service.create(req, request.state.owner)
         b = live.builder
         if req.stream:
             return StreamingResponse(_stream(live, req.background), media_type="text/event-stream")
@@ -146,8 +155,8 @@ def create_app(
                 live.task.cancel()  # the client went away: abort the generation
 
     @app.get("/v1/responses/{rid}")
-    async def get(rid: str, stream: bool = False, starting_after: int = -1) -> Response:
-        live, record = await service.find(rid)
+    async def get(request: Request, rid: str, stream: bool = False, starting_after: int = -1) -> Response:
+        live, record = await service.find(rid, request.state.owner)
         if stream:
             if live is not None:
                 return StreamingResponse(_sse(live.builder.follow(starting_after)), media_type="text/event-stream")
@@ -169,8 +178,8 @@ def create_app(
         return JSONResponse(live.builder.snapshot() if live else record.body)
 
     @app.delete("/v1/responses/{rid}")
-    async def delete(rid: str) -> Response:
-        live = service.live.get(rid)
+    async def delete(request: Request, rid: str) -> Response:
+        live, _ = await service.find(rid, request.state.owner)  # another key's id: 404 like a missing one
         if live is not None and live.task:
             live.task.cancel()
             await live.done.wait()
@@ -179,12 +188,14 @@ def create_app(
         return JSONResponse({"id": rid, "object": "response.deleted", "deleted": True})
 
     @app.post("/v1/responses/{rid}/cancel")
-    async def cancel(rid: str) -> Response:
-        return JSONResponse(await service.cancel(rid))
+    async def cancel(request: Request, rid: str) -> Response:
+        return JSONResponse(await service.cancel(rid, request.state.owner))
 
     @app.get("/v1/responses/{rid}/input_items")
-    async def input_items(rid: str, limit: int = 20, order: str = "desc", after: str | None = None) -> Response:
-        _, record = await service.find(rid)
+    async def input_items(
+        request: Request, rid: str, limit: int = 20, order: str = "desc", after: str | None = None
+    ) -> Response:
+        _, record = await service.find(rid, request.state.owner)
         if record is None:
             raise RequestError(f"response {rid!r} is still running; its input items are listed once it ends",
                                None, 409)  # fmt: skip

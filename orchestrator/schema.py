@@ -13,9 +13,17 @@ BUILTIN_TYPES = {"web_search_preview": "browser", "web_search": "browser", "code
 class RequestError(ValueError):
     """The caller's request is invalid: HTTP 400 with this message."""
 
+    etype = "invalid_request_error"
+
     def __init__(self, message: str, param: str | None = None, status: int = 400, code: str | None = None) -> None:
         super().__init__(message)
         self.param, self.status, self.code = param, status, code
+        self.headers: dict[str, str] = {}
+
+
+def error_body(message: str, etype: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+    """OpenAI's error shape, the body of every 4xx/5xx the orchestrator answers."""
+    return {"error": {"message": message, "type": etype, "param": param, "code": code}}
 
 
 class Reasoning(BaseModel):
@@ -63,6 +71,8 @@ class McpServer:
     allowed: set[str] | None  # None: all tools
     approval: Any  # "always" | "never" | {"always": {...}, "never": {...}}
     description: str | None = None
+    client_named: bool = False  # the request named server_url: the MCP server policy applies
+    address: str | None = None  # the checked IP to connect to (set once the policy admits the server)
 
     def needs_approval(self, tool: str) -> bool:
         rule = self.approval
@@ -137,6 +147,30 @@ def _tool_names(value: Any) -> set[str] | None:
     raise RequestError("allowed_tools must be a list of names or {tool_names: [...]}", "tools")
 
 
+# Headers a client may not set on an MCP tool: the orchestrator's session id, and what HTTP itself owns.
+RESERVED_HEADERS = frozenset(
+    "x-session-id mcp-session-id host content-length transfer-encoding connection upgrade te trailer keep-alive"
+    " proxy-authorization".split()
+)
+
+
+def _client_headers(tool: dict[str, Any], i: int) -> dict[str, str]:
+    """An MCP tool's `headers`, plus `authorization` as a bearer token; reserved names are a 400."""
+    raw = tool.get("headers") or {}
+    if not isinstance(raw, dict):
+        raise RequestError("mcp headers must be an object of strings", f"tools[{i}].headers")
+    headers = {str(k): str(v) for k, v in raw.items()}
+    if reserved := sorted(k for k in headers if k.lower() in RESERVED_HEADERS):
+        raise RequestError(f"mcp headers may not set {', '.join(reserved)}", f"tools[{i}].headers")
+    token = tool.get("authorization")
+    if token is not None:
+        if not isinstance(token, str) or not token:
+            raise RequestError("mcp authorization must be a non-empty string", f"tools[{i}].authorization")
+        headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+        headers["Authorization"] = f"Bearer {token}"
+    return headers
+
+
 def toolset(tools: list[dict[str, Any]], tool_choice: Any, gateway_url: Any) -> Toolset:
     """Sort the request's tools into built-in namespaces, MCP servers and functions."""
     out = Toolset()
@@ -161,7 +195,7 @@ def toolset(tools: list[dict[str, Any]], tool_choice: Any, gateway_url: Any) -> 
             label = tool.get("server_label")
             if not isinstance(label, str) or not label.isidentifier():
                 raise RequestError("mcp tools need a server_label that is an identifier", f"tools[{i}].server_label")
-            headers = {str(k): str(v) for k, v in (tool.get("headers") or {}).items()}
+            headers = _client_headers(tool, i)
             if label in ("browser", "python", "container"):
                 out.builtins[label] = headers
                 continue
@@ -170,7 +204,8 @@ def toolset(tools: list[dict[str, Any]], tool_choice: Any, gateway_url: Any) -> 
                 raise RequestError(f"mcp server {label!r} needs a server_url", f"tools[{i}].server_url")
             allowed = _tool_names(tool.get("allowed_tools"))
             approval = tool.get("require_approval", "always")
-            out.mcp[label] = McpServer(label, url, headers, allowed, approval, tool.get("server_description"))
+            out.mcp[label] = McpServer(label, url, headers, allowed, approval, tool.get("server_description"),
+                                       client_named=bool(tool.get("server_url")))  # fmt: skip
         else:
             raise RequestError(f"unsupported tool type {kind!r}", f"tools[{i}].type")
     out.required = _requirement(tool_choice, out)

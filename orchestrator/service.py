@@ -15,10 +15,20 @@ import structlog
 from orchestrator import harmony as h
 from orchestrator.events import ResponseBuilder, new_id
 from orchestrator.items import normalize, to_messages
-from orchestrator.schema import RequestError, ResponsesRequest, Toolset, check_include, toolset
+from orchestrator.limits import check_running
+from orchestrator.mcp_policy import McpPolicy, ServerRefused, refusal
+from orchestrator.schema import McpServer, RequestError, ResponsesRequest, Toolset, check_include, toolset
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.store import Record, Store
-from orchestrator.tools import Discovery, Endpoints, ToolSessions, ToolUnavailable, cleanup_sessions
+from orchestrator.tools import (
+    Discovery,
+    Endpoints,
+    Listing,
+    ToolSessions,
+    ToolUnavailable,
+    cleanup_sessions,
+    loggable,
+)
 from orchestrator.turns import Limits, Run, run
 from orchestrator.worker.client import Generate, WorkerError, WorkerUnavailable
 
@@ -32,6 +42,7 @@ _FALLBACK = {
 
 
 RUNNING = ("queued", "in_progress")
+REDACTED = "<redacted>"
 CANCEL_WAIT_S = 15.0
 
 
@@ -41,6 +52,7 @@ class Live:
 
     builder: ResponseBuilder
     request: ResponsesRequest
+    owner: str
     task: asyncio.Task[None] | None = None
     http_status: int = 200
     error_code: str | None = None  # for the HTTP error body; response.error.code is OpenAI's fixed set
@@ -49,8 +61,9 @@ class Live:
 
 class ResponsesService:
     def __init__(self, settings: OrchestratorSettings, *, generate: Generate, store: Store,
-                 model_names: Any = None) -> None:  # fmt: skip
+                 model_names: Any = None, policy: McpPolicy | None = None) -> None:  # fmt: skip
         self.settings = settings
+        self.policy = policy or McpPolicy.from_settings(settings)
         self.generate = generate
         self.store = store
         self.discovery = Discovery()
@@ -62,13 +75,15 @@ class ResponsesService:
 
     # --- creating ---------------------------------------------------------------------------------
 
-    async def create(self, req: ResponsesRequest) -> Live:
+    async def create(self, req: ResponsesRequest, owner: str) -> Live:
+        """Start a response owned by `owner` (the caller's key id)."""
         if req.background and not req.store:
             raise RequestError("background responses need store=true", "background")
+        check_running(sum(lv.owner == owner for lv in self.live.values()), self.settings.max_concurrent_per_key)
         prev = None
         if req.previous_response_id:
             prev = await self.store.get(req.previous_response_id)
-            if prev is None:
+            if prev is None or prev.owner != owner:  # another key's response is as missing as a deleted one
                 raise RequestError(f"previous response {req.previous_response_id!r} not found",
                                    "previous_response_id", 404, "previous_response_not_found")  # fmt: skip
             if prev.body.get("status") in RUNNING:
@@ -78,14 +93,14 @@ class ResponsesService:
         tools = toolset(req.tools, req.tool_choice, self._gateway_url)
         namespaces, listings = await self._namespaces(tools)
         rid = new_id("resp")
-        conversation = prev.conversation if prev else f"conv_{rid[5:]}"
+        conversation = prev.conversation if prev else new_id("conv")  # random: not derived from the response id
         body = self._body(req, rid, prev)
         builder = ResponseBuilder(body)
         state = (prev.tools if prev else {}) or {}
         calls = dict(state.get("calls", {}))
         items = normalize(req.input)
         searched = [str(i["id"]) for i in items if i.get("type") == "web_search_call"]
-        new_input = to_messages(items, calls, await self.store.get_results(searched) if searched else {})
+        new_input = to_messages(items, calls, await self._results(owner, searched) if searched else {})
         approvals = {i["approval_request_id"]: bool(i.get("approve")) for i in items
                      if i.get("type") == "mcp_approval_response" and i.get("approval_request_id")}  # fmt: skip
         date = self.settings.date or datetime.date.today().isoformat()
@@ -104,10 +119,11 @@ class ResponsesService:
                 pages={int(k): tuple(v) for k, v in state.get("pages", {}).items()},
                 required=tools.required, include=include,
                 logprobs=(req.top_logprobs or 0) if "message.output_text.logprobs" in include else None)  # fmt: skip
-        live = Live(builder, req)
+        live = Live(builder, req, owner)
         builder.start(queued=req.background)
         if req.background:  # other replicas sharing the store can see it running (and ask to cancel it)
-            await self.store.put(Record(rid, conversation, builder.snapshot(), items, [], list(builder.events)))
+            await self.store.put(Record(rid, conversation, builder.snapshot(), items, [], list(builder.events),
+                                        owner=owner))  # fmt: skip
         self.live[rid] = live
         live.task = asyncio.create_task(self._execute(live, r, listings, len(head), items))
         return live
@@ -129,11 +145,7 @@ class ResponsesService:
                 log.warning("tool.discovery_failed", namespace=ns, error=str(exc))
                 out.append(_FALLBACK[ns]())
         for label, server in tools.mcp.items():
-            try:
-                listing = await self.discovery.list(server.url, server.headers)
-            except ToolUnavailable as exc:
-                raise RequestError(f"Error retrieving tool list from MCP server {label!r}: {exc}", "tools", 424,
-                                   "mcp_list_tools_failed") from None  # fmt: skip
+            listing = await self._list_mcp(server)
             shown = [t for t in listing.tools if not t["hidden"]]
             listings[label] = shown
             allowed = [t for t in shown if server.allowed is None or t["name"] in server.allowed]
@@ -141,6 +153,24 @@ class ResponsesService:
                 {"name": t["name"], "description": t["description"], "parameters": t["parameters"]} for t in allowed
             )))  # fmt: skip
         return out, listings
+
+    async def _list_mcp(self, server: McpServer) -> Listing:
+        """The tool list of a client-named server the policy admits; one uniform 400 for any refusal or failure."""
+        started = time.monotonic()
+        try:
+            if server.client_named:
+                verdict = await self.policy.check(server.url)
+                server.address = verdict.address
+            return await self.discovery.list(server.url, server.headers, server.address)
+        except (ServerRefused, ToolUnavailable) as exc:
+            log.info("mcp.refused", server_label=server.label, url=loggable(server.url), reason=str(exc))
+            await asyncio.sleep(max(0.0, self.policy.floor_s - (time.monotonic() - started)))
+            raise refusal(server.label) from None
+
+    async def _results(self, owner: str, item_ids: list[str]) -> dict[str, str]:
+        """Stored web_search results of `owner`'s own items (keyed by owner, so ids of other keys find nothing)."""
+        found = await self.store.get_results([_scoped(owner, i) for i in item_ids])
+        return {i: found[_scoped(owner, i)] for i in item_ids if _scoped(owner, i) in found}
 
     def _body(self, req: ResponsesRequest, rid: str, prev: Record | None) -> dict[str, Any]:
         model = req.model or self.settings.model or "gpt-oss"
@@ -198,10 +228,11 @@ class ResponsesService:
         try:
             if req.store:
                 state = {"calls": r.calls, "pending": r.pending, "pages": r.pages}
-                record = Record(b.id, r.conversation, b.body, items, h.dump(r.messages[n_head:]), b.events, state)
+                record = Record(b.id, r.conversation, b.body, items, h.dump(r.messages[n_head:]), b.events, state,
+                                live.owner)  # fmt: skip
                 await self.store.put(record)
                 if r.results:
-                    await self.store.put_results(r.results)
+                    await self.store.put_results({_scoped(live.owner, k): v for k, v in r.results.items()})
                 if r.sessions.used:
                     await self.store.touch_conversation(r.conversation, r.sessions.used)
             elif r.sessions.used:
@@ -215,17 +246,18 @@ class ResponsesService:
 
     # --- reading and managing -----------------------------------------------------------------------
 
-    async def find(self, rid: str) -> tuple[Live | None, Record | None]:
+    async def find(self, rid: str, owner: str) -> tuple[Live | None, Record | None]:
+        """The live response or the stored record `owner` created; 404 for any other key (no existence oracle)."""
         live = self.live.get(rid)
-        if live is not None and live.request.store:
+        if live is not None and live.request.store and live.owner == owner:
             return live, None
-        record = await self.store.get(rid)
-        if record is None:
+        record = None if live is not None else await self.store.get(rid)
+        if record is None or record.owner != owner:
             raise RequestError(f"response {rid!r} not found", "response_id", 404, "not_found")
         return None, record
 
-    async def cancel(self, rid: str) -> dict[str, Any]:
-        live, record = await self.find(rid)
+    async def cancel(self, rid: str, owner: str) -> dict[str, Any]:
+        live, record = await self.find(rid, owner)
         if live is None:
             if record and record.body.get("status") == "cancelled":
                 return record.body
@@ -271,6 +303,10 @@ class ResponsesService:
                 await task
 
 
+def _scoped(owner: str, item_id: str) -> str:
+    return f"{owner}/{item_id}"
+
+
 def _function(tool: dict[str, Any]) -> dict[str, Any]:
     return {"name": tool["name"], "description": tool.get("description") or "", "parameters": tool.get("parameters")}
 
@@ -283,4 +319,9 @@ def _echo(tool: dict[str, Any]) -> dict[str, Any]:
     elif tool.get("type") == "function":
         tool.setdefault("parameters", {"type": "object", "properties": {}})
         tool.setdefault("strict", False)
+    elif tool.get("type") == "mcp":  # credentials go to the server only: never stored, never echoed
+        if tool.pop("authorization", None) is not None:
+            tool["authorization"] = REDACTED
+        if isinstance(tool.get("headers"), dict):
+            tool["headers"] = {str(k): REDACTED for k in tool["headers"]}
     return tool

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import Field
-from pydantic_settings import SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import NoDecode, SettingsConfigDict
 
 from toolkit.settings import ServiceSettings
 
@@ -40,6 +42,44 @@ class OrchestratorSettings(ServiceSettings):
     identity: str | None = Field(None, description="model identity line of the system message")
     date: str | None = Field(None, description="conversation start date (default: today)")
     health_interval_s: float = Field(5.0, description="worker health-check period")
+    api_keys: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="client API keys (comma-separated); none: no authentication"
+    )
+    api_keys_file: str | None = Field(None, description="file of client API keys, one per line (# comments)")
+    metrics_token: str | None = Field(None, description="bearer token /metrics asks for (default: open)")
+    rate_limit_rps: float = Field(0.0, description="requests per second per API key (0: no limit)")
+    rate_limit_burst: int = Field(0, description="requests a key may send at once (default: 2 x rps, at least 1)")
+    max_concurrent_per_key: int = Field(64, description="responses one API key may have running (0: no limit)")
+    mcp_policy: str = Field(
+        "public", description="client-named MCP servers: public (public addresses), allowlist or gateway-only"
+    )
+    mcp_allow: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="URL patterns (fnmatch) always allowed as MCP server_url, comma-separated"
+    )
+    mcp_deny: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="URL patterns (fnmatch) never allowed as MCP server_url, comma-separated"
+    )
+    mcp_refusal_floor_s: float = Field(
+        0.5, description="a refused or unreachable MCP server is answered no sooner than this (timing oracle)"
+    )
+
+    @field_validator("api_keys", "mcp_allow", "mcp_deny", mode="before")
+    @classmethod
+    def _comma_list(cls, value: object) -> object:
+        """A flag or environment value `a,b` (or a JSON list) as a list; keys never hold commas or spaces."""
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return value
+
+    @field_validator("mcp_policy")
+    @classmethod
+    def _known_policy(cls, value: str) -> str:
+        if value not in ("public", "allowlist", "gateway-only"):
+            raise ValueError("mcp_policy is public, allowlist or gateway-only")
+        return value
 
     def endpoint_overrides(self) -> dict[str, str]:
         pairs = {"browser": self.browser_url, "python": self.python_url, "container": self.container_url}

@@ -30,6 +30,7 @@ class Record:
     messages: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     tools: dict[str, Any] = field(default_factory=dict)  # request's tools, for chained approvals and mcp lists
+    owner: str = "anonymous"  # the creating API key's id (orchestrator.auth.key_id): other keys get 404
 
 
 class Store(Protocol):
@@ -64,6 +65,9 @@ class SQLiteStore:
                 " body TEXT, input_items TEXT, messages TEXT, events TEXT, tools TEXT)"
             )
             self._db.execute("CREATE INDEX IF NOT EXISTS responses_created ON responses(created)")
+            columns = {r[1] for r in self._db.execute("PRAGMA table_info(responses)")}
+            if "owner" not in columns:  # a file from before API keys: its responses belong to `anonymous`
+                self._db.execute("ALTER TABLE responses ADD COLUMN owner TEXT NOT NULL DEFAULT 'anonymous'")
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS conversations (id TEXT PRIMARY KEY, last_used REAL, urls TEXT)"
             )
@@ -73,10 +77,14 @@ class SQLiteStore:
     async def put(self, record: Record) -> None:
         row = (
             record.id, time.time(), record.conversation, json.dumps(record.body), json.dumps(record.input_items),
-            json.dumps(record.messages), json.dumps(record.events), json.dumps(record.tools),
+            json.dumps(record.messages), json.dumps(record.events), json.dumps(record.tools), record.owner,
         )  # fmt: skip
         with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO responses VALUES (?,?,?,?,?,?,?,?)", row)
+            self._db.execute(
+                "INSERT OR REPLACE INTO responses (id, created, conversation, body, input_items, messages, events,"
+                " tools, owner) VALUES (?,?,?,?,?,?,?,?,?)",
+                row,
+            )
             self._puts += 1
             if self._puts % 64 == 1:
                 self._prune()
@@ -96,13 +104,13 @@ class SQLiteStore:
     async def get(self, response_id: str) -> Record | None:
         with self._lock:
             row = self._db.execute(
-                "SELECT id, conversation, body, input_items, messages, events, tools, created FROM responses"
+                "SELECT id, conversation, body, input_items, messages, events, tools, created, owner FROM responses"
                 " WHERE id = ?",
                 (response_id,),
             ).fetchone()
         if row is None or row[7] < time.time() - self.ttl_s:
             return None
-        return Record(row[0], row[1], *(json.loads(x) for x in row[2:7]))
+        return Record(row[0], row[1], *(json.loads(x) for x in row[2:7]), owner=row[8])
 
     async def delete(self, response_id: str) -> bool:
         with self._lock:
@@ -218,7 +226,8 @@ class RedisStore:
 
     async def put(self, record: Record) -> None:
         data = {
-            k: getattr(record, k) for k in ("id", "conversation", "body", "input_items", "messages", "events", "tools")
+            k: getattr(record, k)
+            for k in ("id", "conversation", "body", "input_items", "messages", "events", "tools", "owner")
         }
         index = f"{self._p}index"
         now = time.time()

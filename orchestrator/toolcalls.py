@@ -84,17 +84,14 @@ class ToolCaller:
         self._answer(recipient, outcome.text, msg.channel)
         return True
 
-    def _url(self, ns: str) -> tuple[str | None, dict[str, str]]:
-        if ns in self.r.toolset.mcp:
-            server = self.r.toolset.mcp[ns]
-            return server.url, server.headers
-        return self.r.endpoints.url_for(ns), self.r.toolset.builtins.get(ns, {})
-
     async def _invoke(self, ns: str, fn: str, args: dict[str, Any]) -> ToolOutcome:
-        url, headers = self._url(ns)
+        if (server := self.r.toolset.mcp.get(ns)) is not None:  # at the address its listing was checked at
+            return await self.r.sessions.call(server.url, fn, args, server.headers, address=server.address,
+                                              client_named=server.client_named)  # fmt: skip
+        url = self.r.endpoints.url_for(ns)
         if url is None:
             return ToolOutcome(f"Error: no tool server is configured for `{ns}`.", True, outcome="unavailable")
-        return await self.r.sessions.call(url, fn, args, headers)
+        return await self.r.sessions.call(url, fn, args, self.r.toolset.builtins.get(ns, {}))
 
     async def _browser(self, msg: Message, fn: str) -> ToolOutcome:
         from orchestrator.turns import tool_args

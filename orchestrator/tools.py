@@ -7,7 +7,9 @@ model reads (an error says what went wrong), so the model can retry or answer wi
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +20,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from orchestrator.harmony import Namespace
+from orchestrator.mcp_policy import PinnedTransport
 
 log = structlog.get_logger(__name__)
 
@@ -54,9 +57,26 @@ class Endpoints:
         return f"{self.tools_url.rstrip('/')}/{namespace}/mcp" if self.tools_url else None
 
 
-def _client(url: str, headers: dict[str, str], timeout_s: float) -> Client:
-    http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(timeout_s, connect=5.0))
+def _client(url: str, headers: dict[str, str], timeout_s: float, address: str | None = None) -> Client:
+    """An MCP client of `url`; with `address`, every connection goes to that checked IP (no proxy, no DNS)."""
+    pinned = {"transport": PinnedTransport(url, address), "trust_env": False} if address else {}
+    http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(timeout_s, connect=5.0), **pinned)
     return Client(streamable_http_client(url, http_client=http), mode="legacy", read_timeout_seconds=timeout_s)
+
+
+def loggable(url: str) -> str:
+    """A URL without user-info, query or fragment (where clients put tokens), for logs."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return "(not a URL)"
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
+
+
+def private_session_id(conversation: str, url: str) -> str:
+    """The `x-session-id` a client-named server gets: stable per conversation and server, but neither the
+    conversation id that the fleet's own tool servers see nor any other server's id."""
+    return "conv_" + hashlib.sha256(f"{conversation}\0{url}".encode()).hexdigest()[:32]
 
 
 def _error_text(exc: BaseException) -> str:
@@ -75,12 +95,12 @@ class ToolSessions:
         self._clients: dict[tuple[str, tuple[tuple[str, str], ...]], Client] = {}
         self._stack = contextlib.AsyncExitStack()
 
-    async def _get(self, url: str, headers: dict[str, str] | None) -> Client:
-        merged = {**(headers or {}), "x-session-id": self.session_id}
+    async def _get(self, url: str, headers: dict[str, str] | None, address: str | None, session_id: str) -> Client:
+        merged = {**(headers or {}), "x-session-id": session_id}
         key = (url, tuple(sorted(merged.items())))
         if key not in self._clients:
             try:  # no timeout scope here: the client's task group outlives this block (httpx times out connects)
-                client = await self._stack.enter_async_context(_client(url, merged, self.timeout_s))
+                client = await self._stack.enter_async_context(_client(url, merged, self.timeout_s, address))
             except BaseException as exc:
                 if isinstance(exc, anyio.get_cancelled_exc_class()):
                     raise
@@ -89,13 +109,18 @@ class ToolSessions:
         return self._clients[key]
 
     async def call(
-        self, url: str, name: str, args: dict[str, Any], headers: dict[str, str] | None = None
-    ) -> ToolOutcome:
+        self, url: str, name: str, args: dict[str, Any], headers: dict[str, str] | None = None,
+        *, address: str | None = None, client_named: bool = False,
+    ) -> ToolOutcome:  # fmt: skip
+        """Call `name` on `url`. A `client_named` server gets its own session id and no `cleanup_session`
+        later (it is reached only while its request's checked address and credentials are at hand)."""
         start = time.perf_counter()
         outcome = "error"
         try:
-            client = await self._get(url, headers)
-            self.used.add(url)
+            session_id = private_session_id(self.session_id, url) if client_named else self.session_id
+            client = await self._get(url, headers, address, session_id)
+            if not client_named:
+                self.used.add(url)
             with anyio.fail_after(self.timeout_s):
                 result = await client.call_tool(name, args)
             texts, images = [], []
@@ -118,7 +143,7 @@ class ToolSessions:
             return ToolOutcome(f"Error: the tool `{name}` failed: {_error_text(exc)}", True, outcome="error")
         finally:
             ms = round((time.perf_counter() - start) * 1000, 2)
-            log.info("tool.call", url=url, tool=name, ms=ms, outcome=outcome, session_id=self.session_id)
+            log.info("tool.call", url=loggable(url), tool=name, ms=ms, outcome=outcome, session_id=self.session_id)
 
     async def aclose(self) -> None:
         try:  # no shield scope around this: the clients' own scopes must exit first (anyio nesting)
@@ -159,17 +184,17 @@ class Discovery:
 
     def __init__(self, *, ttl_s: float = 60.0) -> None:
         self.ttl_s = ttl_s
-        self._cache: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[float, Listing]] = {}
+        self._cache: dict[tuple[str, str | None, tuple[tuple[str, str], ...]], tuple[float, Listing]] = {}
 
-    async def list(self, url: str, headers: dict[str, str] | None = None) -> Listing:
-        """Raises ToolUnavailable when the server cannot be listed."""
-        key = (url, tuple(sorted((headers or {}).items())))
+    async def list(self, url: str, headers: dict[str, str] | None = None, address: str | None = None) -> Listing:
+        """Raises ToolUnavailable when the server cannot be listed; `address`: connect to that IP only."""
+        key = (url, address, tuple(sorted((headers or {}).items())))
         hit = self._cache.get(key)
         if hit and time.monotonic() - hit[0] < self.ttl_s:
             return hit[1]
         try:
             with anyio.fail_after(15):
-                async with _client(url, dict(headers or {}), 15) as client:
+                async with _client(url, dict(headers or {}), 15, address) as client:
                     result = await client.list_tools()
                     info = client.server_info
                     listing = Listing(

@@ -133,6 +133,8 @@ def make_stack(scripted, tool_urls):
             "tools_url": None,  # each tool server is named above; nothing falls back to a gateway on the fixed port
             "date": "2026-12-02",
             "health_interval_s": 0.5,
+            "mcp_allow": ["http://127.0.0.1:*"],  # the fixture MCP servers listen on loopback
+            "mcp_refusal_floor_s": 0.0,
             **overrides,
         }
         settings = OrchestratorSettings(**values)

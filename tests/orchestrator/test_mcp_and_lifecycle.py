@@ -72,14 +72,14 @@ def test_denied_approval_tells_the_model(stack, tool_urls):
     assert not [o for o in second.output if o.type == "mcp_call"] and second.output_text == "OK, skipped."
 
 
-def test_unreachable_mcp_server_is_a_424(stack):
+def test_unreachable_mcp_server_is_the_uniform_400(stack):
     with pytest.raises(openai.APIStatusError) as err:
         stack.client.responses.create(
             model="gpt-oss",
             input="x",
             tools=[{"type": "mcp", "server_label": "dead", "server_url": "http://127.0.0.1:9/mcp"}],
         )
-    assert err.value.status_code == 424 and "dead" in err.value.message
+    assert err.value.status_code == 400 and err.value.code == "mcp_server_unavailable" and "dead" in err.value.message
 
 
 def test_background_response_can_be_polled_cancelled_and_replayed(stack):

@@ -1,0 +1,122 @@
+"""Client API keys: a bearer `Authorization` (the openai SDK's `api_key`) on every route but `/healthz`.
+
+The key's id, a SHA-256 of the key, is the *owner* of every response the key creates: stored with the
+record, so every replica sharing the store answers another key's ids with 404. Keys themselves are
+held only in memory and never logged. Without configured keys every caller is the one owner
+`anonymous` (the single-user default on loopback; a start-up warning says so beyond it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+from collections.abc import Iterable
+from pathlib import Path
+
+import structlog
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from orchestrator.limits import LimitExceeded, RequestRate
+from orchestrator.schema import error_body
+from orchestrator.settings import OrchestratorSettings
+
+log = structlog.get_logger(__name__)
+
+ANONYMOUS = "anonymous"
+OPEN_PATHS = frozenset({"/healthz"})
+
+
+def key_id(key: str) -> str:
+    """The owner id of a key: safe to store and log, and the same on every replica."""
+    return "key_" + hashlib.sha256(b"toolfleet-api-key\0" + key.encode()).hexdigest()[:32]
+
+
+def load_keys(settings: OrchestratorSettings) -> list[str]:
+    """Keys from the flag / environment variable and the keys file (one per line, `#` comments)."""
+    keys = list(settings.api_keys)
+    if settings.api_keys_file:
+        for line in Path(settings.api_keys_file).read_text().splitlines():
+            if (key := line.split("#", 1)[0].strip()) and key not in keys:
+                keys.append(key)
+    return keys
+
+
+def _bearer(scope: Scope) -> str | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+    return None
+
+
+def _unauthorized(message: str, code: str | None) -> JSONResponse:
+    return JSONResponse(error_body(message, "invalid_request_error", None, code), 401,
+                        headers={"www-authenticate": "Bearer"})  # fmt: skip
+
+
+class ApiKeys:
+    """The configured keys by their digest; `owner` answers the key id of a presented key."""
+
+    def __init__(self, keys: Iterable[str]) -> None:
+        self._ids = {hashlib.sha256(k.encode()).digest(): key_id(k) for k in keys}
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._ids)
+
+    def owner(self, token: str) -> str | None:
+        digest = hashlib.sha256(token.encode()).digest()
+        found = None
+        for known, kid in self._ids.items():  # compare with every key in constant time
+            if hmac.compare_digest(known, digest):
+                found = kid
+        return found
+
+
+class AuthMiddleware:
+    """Authenticates every request but `OPEN_PATHS` (and `/metrics` unless it has a token), applies the
+    per-key request rate, and leaves the owner in `request.state.owner`."""
+
+    def __init__(self, app: ASGIApp, *, keys: ApiKeys, rate: RequestRate, metrics_token: str | None) -> None:
+        self.app, self.keys, self.rate, self.metrics_token = app, keys, rate, metrics_token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+            return await self.app(scope, receive, send)
+        token = _bearer(scope)
+        if scope["path"] == "/metrics":
+            if self.metrics_token and not hmac.compare_digest((token or "").encode(), self.metrics_token.encode()):
+                return await _unauthorized("/metrics needs its bearer token.", "invalid_api_key")(scope, receive, send)
+            return await self.app(scope, receive, send)
+        owner = ANONYMOUS
+        if self.keys.enabled:
+            if token is None:
+                message = "You didn't provide an API key. Send it as a bearer token: Authorization: Bearer KEY."
+                return await _unauthorized(message, None)(scope, receive, send)
+            if (found := self.keys.owner(token)) is None:
+                return await _unauthorized("Incorrect API key provided.", "invalid_api_key")(scope, receive, send)
+            owner = found
+        try:
+            self.rate.admit(owner)
+        except LimitExceeded as exc:
+            body = error_body(str(exc), exc.etype, None, exc.code)
+            return await JSONResponse(body, 429, headers=exc.headers)(scope, receive, send)
+        scope.setdefault("state", {})["owner"] = owner
+        with structlog.contextvars.bound_contextvars(key_id=owner):
+            await self.app(scope, receive, send)
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def warn_if_open(settings: OrchestratorSettings, keys: ApiKeys) -> None:
+    """A service reachable beyond loopback without keys lets anyone read and run everything: say so."""
+    if not keys.enabled and not _loopback(settings.host):
+        message = "listening beyond loopback with no API keys: every client can use every response"
+        log.warning("auth.disabled", host=settings.host, message=message)
