@@ -88,6 +88,7 @@ class ScriptedChatModel:
         self.vocab: dict[str, int] = {}
         self._seen: deque[list[int]] = deque(maxlen=cache_prompts)
         self.requests: deque[dict[str, Any]] = deque(maxlen=cache_prompts)  # bodies, for tests to inspect
+        self.usages: deque[dict[str, Any]] = deque(maxlen=cache_prompts)  # the usage of each completion
         self.stats = Stats()
 
     def ids(self, text: str) -> list[int]:
@@ -154,6 +155,7 @@ def build_chat_app(model: ScriptedChatModel) -> Starlette:
                  "total_tokens": len(prompt) + len(output),
                  "prompt_tokens_details": {"cached_tokens": cached_prefix(model._seen, prompt)}}  # fmt: skip
         model._seen.append(prompt + output)
+        model.usages.append(usage)
         cid, created, name = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), model.scenario.model
         with_ids = bool(body.get("return_token_ids"))
         if not body.get("stream"):
