@@ -22,6 +22,7 @@ automatic path choice sees no Harmony `<|start|>` token and picks the chat path)
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import re
@@ -56,12 +57,14 @@ class ChatScenario:
     rules: list[ChatRule] = field(default_factory=list)
     default: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_REPLY))
     model: str = "scripted-chat"
+    token_delay_s: float = 0.0
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ChatScenario:
         rules = [ChatRule(re.compile(r["match"], re.S | re.M), dict(r.get("reply") or {}), r.get("status"))
                  for r in data.get("rules", [])]  # fmt: skip
-        return cls(rules, dict(data.get("default") or DEFAULT_REPLY), data.get("model", "scripted-chat"))
+        return cls(rules, dict(data.get("default") or DEFAULT_REPLY), data.get("model", "scripted-chat"),
+                   float(data.get("token_delay_s", 0.0)))  # fmt: skip
 
     @classmethod
     def load(cls, path: str | Path) -> ChatScenario:
@@ -175,6 +178,8 @@ def build_chat_app(model: ScriptedChatModel) -> Starlette:
                          "finish_reason": None}  # fmt: skip
                 yield chunk([first], **({"prompt_token_ids": prompt} if with_ids else {}))
                 for i, (delta, ids) in enumerate(steps):
+                    if model.scenario.token_delay_s:
+                        await asyncio.sleep(model.scenario.token_delay_s)
                     last = i == len(steps) - 1
                     choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish if last else None}
                     if with_ids:
