@@ -105,9 +105,11 @@ def bench_chat_stream(n: int) -> dict[str, Any]:
     r, _ = _run(None, [], chat_deltas=lambda i: deltas)
     start = time.perf_counter()
     asyncio.run(run(r))
+    wire = sum(len(json.dumps(e, separators=(",", ":"))) for e in r.builder.events)  # as the Harmony row
     elapsed = time.perf_counter() - start
-    return {"name": "chat path: streamed tokens/s (deltas + events, one core)", "tokens": n,
-            "seconds": round(elapsed, 4), "value": round(n / elapsed), "events": len(r.builder.events)}  # fmt: skip
+    return {"name": "chat path: streamed tokens/s (deltas + events + JSON, one core)", "tokens": n,
+            "seconds": round(elapsed, 4), "value": round(n / elapsed), "events": len(r.builder.events),
+            "wire_bytes": wire}  # fmt: skip
 
 
 def bench_chat_tool_turns(turns: int) -> dict[str, Any]:
