@@ -1,5 +1,7 @@
 """Orchestrator figures: streamed tokens/s through parse + events, time per tool turn, 32 concurrent streams,
-and vLLM's own /v1/responses overhead over /v1/completions as the baseline.
+and vLLM's own /v1/responses overhead over /v1/completions as the baseline. Each for the Harmony path and
+the chat path (chat-template workers over /v1/chat/completions); with --vllm, the chat path against
+vLLM's own /v1/responses on the same tiny chat model and request.
 
 Also the response store: put + get per response, SQLite and (when redis-server is installed) Redis.
 Usage: python -m bench.orchestrator [--tokens 20000] [--turns 200] [--streams 32] [--store-n 200] [--vllm]
@@ -25,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "orchestrator"))
 
 from orchestrator import harmony as h  # noqa: E402
+from orchestrator.chat import ChatTurns, chat_tools  # noqa: E402
 from orchestrator.events import ResponseBuilder  # noqa: E402
 from orchestrator.schema import toolset  # noqa: E402
 from orchestrator.tools import Endpoints, ToolOutcome, ToolSessions  # noqa: E402
@@ -51,7 +54,9 @@ class _InstantTools(ToolSessions):
         return ToolOutcome("42\n")
 
 
-def _run(reply_for, tools: list[dict[str, Any]], max_tool_calls: int = 10_000) -> tuple[Run, list[int]]:
+def _run(
+    reply_for, tools: list[dict[str, Any]], max_tool_calls: int = 10_000, chat_deltas=None
+) -> tuple[Run, list[int]]:
     body = {"id": "resp_bench", "object": "response", "created_at": 0, "model": "m", "output": [], "tools": []}
     counts = [0]
 
@@ -63,10 +68,22 @@ def _run(reply_for, tools: list[dict[str, Any]], max_tool_calls: int = 10_000) -
             yield Chunk([t])
         yield Chunk([], len(req.prompt), 0, "stop")
 
-    system = h.system_message(effort="low", date="2026-12-02", namespaces=[h.Namespace("python", "python tool")])
-    r = Run(ResponseBuilder(body), [system, h.user("go")], toolset(tools, "auto", lambda _: None),
+    async def chat(req) -> AsyncIterator[dict[str, Any]]:  # vLLM's chunk objects, one delta per token
+        deltas = chat_deltas(counts[0])
+        counts[0] += 1
+        yield {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}], "prompt_token_ids": [0] * 9}
+        for d in deltas:
+            yield {"choices": [{"index": 0, "delta": d, "finish_reason": None, "token_ids": [1]}]}
+        yield {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": len(deltas)}}
+
+    namespaces = [h.Namespace("python", "python tool")]
+    system = h.system_message(effort="low", date="2026-12-02", namespaces=namespaces)
+    ts = toolset(tools, "auto", lambda _: None)
+    r = Run(ResponseBuilder(body), [system, h.user("go")], ts,
             Endpoints(None, {"python": "http://127.0.0.1:9/mcp"}), _InstantTools(session_id="c"), generate,
             Limits(10**9, max_tool_calls, max_tool_calls + 8), "c")  # fmt: skip
+    if chat_deltas is not None:
+        r.model = ChatTurns(chat, chat_tools(namespaces if tools else [], ts.functions))
     return r, counts
 
 
@@ -81,6 +98,31 @@ def bench_stream(n: int) -> dict[str, Any]:
     return {"name": "streamed tokens/s (parse + events + JSON, one core)", "tokens": len(reply),
             "seconds": round(elapsed, 4), "value": round(len(reply) / elapsed), "events": len(r.builder.events),
             "wire_bytes": wire}  # fmt: skip
+
+
+def bench_chat_stream(n: int) -> dict[str, Any]:
+    deltas = [{"content": " tok"}] * n
+    r, _ = _run(None, [], chat_deltas=lambda i: deltas)
+    start = time.perf_counter()
+    asyncio.run(run(r))
+    wire = sum(len(json.dumps(e, separators=(",", ":"))) for e in r.builder.events)  # as the Harmony row
+    elapsed = time.perf_counter() - start
+    return {"name": "chat path: streamed tokens/s (deltas + events + JSON, one core)", "tokens": n,
+            "seconds": round(elapsed, 4), "value": round(n / elapsed), "events": len(r.builder.events),
+            "wire_bytes": wire}  # fmt: skip
+
+
+def bench_chat_tool_turns(turns: int) -> dict[str, Any]:
+    call = [{"tool_calls": [{"index": 0, "id": "c", "type": "function", "function": {"name": "python"}}]},
+            {"tool_calls": [{"index": 0, "function": {"arguments": '{"code": "print(6*7)"}'}}]}]  # fmt: skip
+    final = [{"content": "42"}]
+    r, counts = _run(None, [{"type": "code_interpreter"}], chat_deltas=lambda i: call if i < turns else final)
+    start = time.perf_counter()
+    asyncio.run(run(r))
+    elapsed = time.perf_counter() - start
+    assert counts[0] == turns + 1, counts
+    return {"name": "chat path: orchestrator ms per tool turn (tool excluded)", "turns": turns,
+            "value": round(elapsed / turns * 1000, 3)}  # fmt: skip
 
 
 def bench_tool_turns(turns: int) -> dict[str, Any]:
@@ -225,13 +267,55 @@ def bench_vllm() -> dict[str, Any]:
             "overhead_ms": round((r - c) * 1000, 2), "value": round(r / c, 3), "unit": "ratio"}  # fmt: skip
 
 
+def bench_vllm_chat() -> dict[str, Any]:
+    """The chat path (this orchestrator over a tiny vLLM chat worker) vs vLLM's own /v1/responses on that
+    worker, for the same request; the ratio is ours over vLLM's (median of 5, same output tokens checked)."""
+    import httpx
+
+    from orchestrator.app import create_app
+    from orchestrator.settings import OrchestratorSettings
+    from orchestrator.store import SQLiteStore
+    from tests.support.asgi import serve_asgi
+    from tests.support.vllm import CHAT_SERVE_ARGS, tiny_chat_model, vllm_server
+
+    n, reps = 32, 5
+    body = {"input": "Say hello.", "max_output_tokens": n, "temperature": 0, "store": False}
+    with tiny_chat_model() as model, vllm_server(model=model, extra_args=CHAT_SERVE_ARGS) as server:
+        settings = OrchestratorSettings(worker_urls=[server.base_url], log_level="WARNING")
+        with serve_asgi(create_app(settings, store=SQLiteStore(":memory:"))) as ours:
+
+            def timed(base: str) -> tuple[float, int]:
+                t = time.perf_counter()
+                resp = httpx.post(f"{base}/v1/responses", json=body | {"model": server.model}, timeout=300)
+                resp.raise_for_status()
+                return time.perf_counter() - t, resp.json()["usage"]["output_tokens"]
+
+            try:
+                timed(server.base_url)
+            except httpx.HTTPStatusError as exc:
+                return {"name": "chat path vs vLLM /v1/responses (tiny chat model)", "value": None,
+                        "error": f"vLLM's /v1/responses refused: {exc.response.text[:300]}"}  # fmt: skip
+            timed(ours)
+            theirs_s, ours_s = [], []
+            for _ in range(reps):  # interleaved, so drift hits both
+                t, theirs_tokens = timed(server.base_url)
+                theirs_s.append(t)
+                t, ours_tokens = timed(ours)
+                ours_s.append(t)
+    v, o = sorted(theirs_s)[reps // 2], sorted(ours_s)[reps // 2]
+    return {"name": "chat path /v1/responses over vLLM's own /v1/responses (tiny chat CPU worker, median)",
+            "tokens_vllm": theirs_tokens, "tokens_ours": ours_tokens, "vllm_s": round(v, 4), "ours_s": round(o, 4),
+            "overhead_ms": round((o - v) * 1000, 2), "value": round(o / v, 3), "unit": "ratio"}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     h.encoding()
-    rows = [bench_stream(args.tokens), bench_tool_turns(args.turns), bench_concurrent(args.streams)]
+    rows = [bench_stream(args.tokens), bench_chat_stream(args.tokens), bench_tool_turns(args.turns),
+            bench_chat_tool_turns(args.turns), bench_concurrent(args.streams)]  # fmt: skip
     rows += bench_store(args.store_n)
     if args.vllm:
-        rows.append(bench_vllm())
+        rows += [bench_vllm(), bench_vllm_chat()]
     info = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count()}
     if args.out:
         Path(args.out).write_text(json.dumps(info | {"rows": rows}, indent=2))

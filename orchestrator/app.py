@@ -21,7 +21,7 @@ from orchestrator.schema import RequestError, ResponsesRequest, error_body
 from orchestrator.service import RUNNING, ResponsesService
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.store import SQLiteStore, Store, StoreUnavailable
-from orchestrator.worker.client import Generate, WorkerPool
+from orchestrator.worker.client import Chat, Generate, WorkerPool
 
 log = structlog.get_logger(__name__)
 MAX_BODY = 16 * 1024 * 1024
@@ -62,14 +62,15 @@ def create_app(
     generate: Generate | None = None,
     store: Store | None = None,
     pool: WorkerPool | None = None,
+    chat: Chat | None = None,
 ) -> FastAPI:
-    """The app; tests pass `generate` (e.g. a pool over the scripted worker) and a store."""
+    """The app; tests pass `generate` / `chat` (e.g. a pool over a scripted worker) and a store."""
     settings = settings or OrchestratorSettings()
     if generate is None:
-        pool = pool or WorkerPool(
-            settings.worker_urls, model=settings.model, health_interval_s=settings.health_interval_s
-        )
+        pool = pool or WorkerPool(settings.worker_urls, model=settings.model, api=settings.worker_api,
+                                  apis=settings.worker_apis, health_interval_s=settings.health_interval_s)  # fmt: skip
         generate = pool.generate
+    chat = chat or (pool.chat if pool is not None else None)
     if store is None:
         if settings.store == "redis":
             from orchestrator.store import RedisStore
@@ -78,7 +79,8 @@ def create_app(
                                ttl_s=settings.retention_s, prefix=settings.redis_prefix)  # fmt: skip
         else:
             store = SQLiteStore(settings.store_path, max_responses=settings.max_responses, ttl_s=settings.retention_s)
-    service = ResponsesService(settings, generate=generate, store=store, policy=McpPolicy.from_settings(settings))
+    service = ResponsesService(settings, generate=generate, store=store, policy=McpPolicy.from_settings(settings),
+                               chat=chat, api_for=pool.api_for if pool is not None else None)  # fmt: skip
     keys = ApiKeys(load_keys(settings))
     metrics = OrchestratorMetrics(pool, lambda: len(service.live))
     service.on_settled = metrics.settled
@@ -151,8 +153,8 @@ def create_app(
             async for chunk in _sse(live.builder.follow()):
                 yield chunk
         finally:
-            if not background and live.task and not live.task.done():
-                live.task.cancel()  # the client went away: abort the generation
+            if not background and live.task and not live.task.done() and not live.builder.finished:
+                live.task.cancel()  # the client went away: abort the generation (not the settling after it)
 
     @app.get("/v1/responses/{rid}")
     async def get(request: Request, rid: str, stream: bool = False, starting_after: int = -1) -> Response:

@@ -29,8 +29,8 @@ from orchestrator.tools import (
     cleanup_sessions,
     loggable,
 )
-from orchestrator.turns import Limits, Run, run
-from orchestrator.worker.client import Generate, WorkerError, WorkerUnavailable
+from orchestrator.turns import HARMONY, Limits, Run, TurnModel, run
+from orchestrator.worker.client import Chat, Generate, WorkerError, WorkerUnavailable
 
 log = structlog.get_logger(__name__)
 
@@ -61,10 +61,13 @@ class Live:
 
 class ResponsesService:
     def __init__(self, settings: OrchestratorSettings, *, generate: Generate, store: Store,
-                 model_names: Any = None, policy: McpPolicy | None = None) -> None:  # fmt: skip
+                 model_names: Any = None, policy: McpPolicy | None = None, chat: Chat | None = None,
+                 api_for: Any = None) -> None:  # fmt: skip
         self.settings = settings
         self.policy = policy or McpPolicy.from_settings(settings)
         self.generate = generate
+        self.chat = chat
+        self.api_for = api_for or (lambda model: None)  # model name -> "harmony" | "chat" | None (not known)
         self.store = store
         self.discovery = Discovery()
         self.endpoints = Endpoints(settings.tools_url, settings.endpoint_overrides())
@@ -92,6 +95,7 @@ class ResponsesService:
         include = check_include(req.include)
         tools = toolset(req.tools, req.tool_choice, self._gateway_url)
         namespaces, listings = await self._namespaces(tools)
+        model = self._turn_model(req, include, namespaces, tools)
         rid = new_id("resp")
         conversation = prev.conversation if prev else new_id("conv")  # random: not derived from the response id
         body = self._body(req, rid, prev)
@@ -118,7 +122,8 @@ class ResponsesService:
                 pending=dict(state.get("pending", {})), approvals=approvals, new_input=new_input,
                 pages={int(k): tuple(v) for k, v in state.get("pages", {}).items()},
                 required=tools.required, include=include,
-                logprobs=(req.top_logprobs or 0) if "message.output_text.logprobs" in include else None)  # fmt: skip
+                logprobs=(req.top_logprobs or 0) if "message.output_text.logprobs" in include else None,
+                model=model)  # fmt: skip
         live = Live(builder, req, owner)
         builder.start(queued=req.background)
         if req.background:  # other replicas sharing the store can see it running (and ask to cancel it)
@@ -127,6 +132,20 @@ class ResponsesService:
         self.live[rid] = live
         live.task = asyncio.create_task(self._execute(live, r, listings, len(head), items))
         return live
+
+    def _turn_model(self, req: ResponsesRequest, include: set[str], namespaces: list[h.Namespace],
+                    tools: Toolset) -> TurnModel:  # fmt: skip
+        """Harmony, or the chat path when the worker that serves `req.model` is a chat-template worker."""
+        if (self.api_for(req.model) or self.settings.worker_api) != "chat":
+            return HARMONY
+        from orchestrator.chat import ChatTurns, chat_tools
+
+        if self.chat is None:
+            raise RequestError("this orchestrator has no chat-completions worker client", "model", 503)
+        if "message.output_text.logprobs" in include:
+            raise RequestError("include 'message.output_text.logprobs' is not supported for chat-template models "
+                               "(the chat-completions path)", "include", 400, "unsupported_value")  # fmt: skip
+        return ChatTurns(self.chat, chat_tools(namespaces, tools.functions))
 
     def _gateway_url(self, label: str) -> str | None:
         return self.endpoints.url_for(label) if self.settings.tools_url else None
@@ -215,9 +234,11 @@ class ResponsesService:
             if not b.finished:
                 b.finish("failed", error={"code": "server_error", "message": f"internal error: {type(exc).__name__}"})
         finally:
-            await r.sessions.aclose()
-            with anyio.CancelScope(shield=True):
-                await self._settle(live, r, n_head, items)
+            try:
+                await r.sessions.aclose()
+            finally:  # a cancel that lands while the sessions close must not skip storing the response
+                with anyio.CancelScope(shield=True):
+                    await self._settle(live, r, n_head, items)
 
     async def _settle(self, live: Live, r: Run, n_head: int, items: list[dict]) -> None:
         b, req = live.builder, live.request

@@ -12,7 +12,7 @@ import contextlib
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from openai_harmony import Message
 
@@ -47,6 +47,40 @@ class Usage:
                      reasoning=self.reasoning, tool_output=self.tool_output)  # fmt: skip
 
 
+JSON_RETRIES = 2  # function calls with invalid JSON arguments sent back to the model per response
+
+
+@dataclass
+class Turn:
+    """What one generation asked for: "call" (with the calls, each with the output item it streamed into,
+    if any), "return" (an answer, or the end of the stream), "length", "force" or "retry" (generate again)."""
+
+    outcome: str
+    calls: list[tuple[Message, int | None]] = field(default_factory=list)
+
+
+class TurnModel(Protocol):
+    """The model-facing part of a turn: render the conversation for the worker, generate, and parse the
+    output into items, events and messages. Harmony (token ids, `/v1/completions`) and chat (messages,
+    `/v1/chat/completions`, vLLM's own template and parsers) implement it; the loop above is shared."""
+
+    async def turn(self, r: Run, budget: int) -> Turn: ...
+
+
+class HarmonyTurns:
+    """Harmony workers: the prompt rendered to token ids here, the sampled tokens parsed here."""
+
+    async def turn(self, r: Run, budget: int) -> Turn:
+        outcome = await _turn(r, budget)
+        last = r.messages[-1] if r.messages else None
+        if outcome == "call" and last is not None and last.author.role == h.Role.ASSISTANT and last.recipient:
+            return Turn("call", [(last, r.open_tool_index)])
+        return Turn("return" if outcome == "call" else outcome)
+
+
+HARMONY = HarmonyTurns()
+
+
 @dataclass
 class Run:
     """Everything one response's loop needs."""
@@ -78,6 +112,8 @@ class Run:
     tool_log: list[tuple[str, str]] = field(default_factory=list)  # (namespace, outcome) per call, for metrics
     logprobs: int | None = None  # top_logprobs to report per output_text token; None: logprobs not included
     last_token: int = 0
+    model: TurnModel = HARMONY
+    json_retries: int = JSON_RETRIES
 
 
 class _Item:
@@ -165,8 +201,11 @@ class _Item:
             item.update(content=[part], status=status)
         elif self.kind == "function_call":
             b.item_event(self.index, "response.function_call_arguments.done", arguments=text, name=item["name"])
+            if complete and self.run.json_retries > 0 and tool_args(text)[1] is not None:
+                status = "incomplete"  # invalid JSON: the model is told and writes the call again (`run`)
             item.update(arguments=text, status=status)
-            self.run.calls[item["call_id"]] = item["name"]
+            if status == "completed":
+                self.run.calls[item["call_id"]] = item["name"]
         elif self.kind in ("code", "mcp"):
             if self.kind == "code":
                 b.item_event(self.index, "response.code_interpreter_call_code.done", code=text)
@@ -189,18 +228,24 @@ async def run(r: Run) -> None:
         remaining = r.limits.max_output_tokens - r.usage.output
         if remaining <= 0:
             return r.builder.finish("incomplete", usage=r.usage.as_dict(), incomplete_reason="max_output_tokens")
-        outcome = await _turn(r, remaining)
-        if outcome == "force":
-            continue  # the model headed for an answer while tool_choice wants a call: prefill the header
-        if outcome == "length":
+        turn = await r.model.turn(r, remaining)
+        if turn.outcome in ("force", "retry"):
+            continue  # force: tool_choice wants a call and the header is prefilled; retry: generate again
+        if turn.outcome == "length":
             return r.builder.finish("incomplete", usage=r.usage.as_dict(), incomplete_reason="max_output_tokens")
-        last = r.messages[-1] if r.messages else None
-        recipient = last.recipient if last is not None and last.author.role == h.Role.ASSISTANT else None
-        if outcome == "call" and recipient and not recipient.startswith("functions."):
+        builtin = [(m, i) for m, i in turn.calls if not (m.recipient or "").startswith("functions.")]
+        functions = [m for m, _ in turn.calls if (m.recipient or "").startswith("functions.")]
+        if builtin:
             if r.tool_calls >= r.limits.max_turns:
                 return r.builder.finish("incomplete", usage=r.usage.as_dict(), incomplete_reason="max_messages")
-            if await caller.call(last):  # False: an approval request ends the response
+            answered = True
+            for msg, index in builtin:
+                r.open_tool_index = index
+                answered = await caller.call(msg) and answered  # False: an approval request ends the response
+            if answered and not functions:
                 continue
+        elif _retry_bad_arguments(r, functions):
+            continue
         if r.required is not None:
             error = {
                 "code": "server_error",
@@ -208,6 +253,18 @@ async def run(r: Run) -> None:
             }
             return r.builder.finish("failed", usage=r.usage.as_dict(), error=error)  # fmt: skip
         return r.builder.finish("completed", usage=r.usage.as_dict())
+
+
+def _retry_bad_arguments(r: Run, functions: list[Message]) -> bool:
+    """Function calls whose arguments are not JSON go back to the model as errors (a bounded number of
+    times per response); their items were closed `incomplete` (`_Item.close`). True: generate again."""
+    errors = [(m, err) for m in functions if (err := tool_args(h.text_of(m))[1]) is not None]
+    if not errors or r.json_retries <= 0:
+        return False
+    r.json_retries -= 1
+    for msg, err in errors:
+        r.messages.append(h.tool_result(msg.recipient or "", err + " Write the call again.", msg.channel))
+    return True
 
 
 async def _turn(r: Run, budget: int) -> str:

@@ -1,9 +1,11 @@
-"""`toolfleet worker --scripted --scenario FILE`: the scripted vLLM-compatible worker (port 8000)."""
+"""`toolfleet worker --scripted --scenario FILE [--api chat]`: a scripted vLLM-compatible worker (port 8000):
+`/v1/completions` with Harmony token ids, or `/v1/chat/completions` as a chat-template model's worker."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import Literal
 
 import structlog
 from pydantic import Field
@@ -21,6 +23,9 @@ class WorkerSettings(ServiceSettings):
     scripted: bool = Field(False, description="serve scripted replies (the only mode this command has)")
     scenario: str | None = Field(None, description="scenario file (YAML/JSON); default: one canned answer")
     token_delay_s: float | None = Field(None, description="pause before each streamed token")
+    api: Literal["harmony", "chat"] = Field(
+        "harmony", description="harmony: /v1/completions (token ids); chat: /v1/chat/completions (parsed deltas)"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -29,17 +34,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not settings.scripted:
         sys.stderr.write("toolfleet worker: only --scripted is provided; run vLLM itself for a real worker\n")
         return 2
+    configure_logging(settings.log_level, service="worker-scripted")
+    app, model, rules = _app(settings)
+    structlog.get_logger(__name__).info(
+        "worker.scripted", model=model, api=settings.api, rules=rules, port=settings.port,
+        note="SCRIPTED worker: replies come from a scenario file, not a model",
+    )  # fmt: skip
+    serve(app, settings)
+    return 0
+
+
+def _app(settings: WorkerSettings) -> tuple[object, str, int]:
+    """(app, model name, rule count) for the chosen wire format."""
+    if settings.api == "chat":
+        from orchestrator.worker.scripted_chat import ChatScenario, ScriptedChatModel, build_chat_app
+
+        chat = ChatScenario.load(settings.scenario) if settings.scenario else ChatScenario()
+        if settings.token_delay_s is not None:
+            chat.token_delay_s = settings.token_delay_s
+        return build_chat_app(ScriptedChatModel(chat)), chat.model, len(chat.rules)
     from orchestrator.worker.scripted import Scenario, ScriptedModel, build_app
 
-    configure_logging(settings.log_level, service="worker-scripted")
     scenario = Scenario.load(settings.scenario) if settings.scenario else Scenario()
     if settings.token_delay_s is not None:
         scenario.token_delay_s = settings.token_delay_s
-    structlog.get_logger(__name__).info(
-        "worker.scripted", model=scenario.model, rules=len(scenario.rules), port=settings.port,
-        note="SCRIPTED worker: replies come from a scenario file, not a model",
-    )  # fmt: skip
-    serve(build_app(ScriptedModel(scenario)), settings)
+    return build_app(ScriptedModel(scenario)), scenario.model, len(scenario.rules)
     return 0
 
 

@@ -1,4 +1,5 @@
-"""vLLM worker client: token-id prompts over `/v1/completions`, balanced over several workers with affinity."""
+"""vLLM worker client: token-id prompts over `/v1/completions` (Harmony workers) or chat messages over
+`/v1/chat/completions` (chat-template workers), balanced over several workers with affinity."""
 
 from __future__ import annotations
 
@@ -9,13 +10,18 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
 
 import httpx
 import structlog
 
-from orchestrator.harmony import STOP_TOKENS
+from orchestrator.harmony import START, STOP_TOKENS
 
 log = structlog.get_logger(__name__)
+
+Api = Literal["harmony", "chat"]
+API_CHOICES = ("auto", "harmony", "chat")
+T = TypeVar("T")
 
 
 class WorkerUnavailable(Exception):
@@ -56,6 +62,16 @@ Generate = Callable[[GenerateRequest], AsyncIterator[Chunk]]
 
 
 @dataclass
+class ChatRequest:
+    body: dict[str, Any]  # a `/v1/chat/completions` body without `model` (the worker's name is filled in)
+    affinity: str | None = None
+
+
+Chat = Callable[[ChatRequest], AsyncIterator[dict[str, Any]]]
+"""The chat path's seam: yields vLLM's chat-completion chunk objects as they arrive."""
+
+
+@dataclass
 class _Worker:
     url: str
     outstanding: int = 0
@@ -64,6 +80,7 @@ class _Worker:
     checked_at: float = field(default=0.0)
     failures_before: int = 0  # failed before the first token (retried elsewhere)
     failures_mid: int = 0  # failed after it (the response fails: 502)
+    api: Api | None = None  # which path drives it; None until detected (auto)
 
 
 class WorkerPool:
@@ -79,10 +96,20 @@ class WorkerPool:
         affinity_size: int = 10_000,
         connect_timeout_s: float = 5.0,
         read_timeout_s: float = 600.0,
+        api: str = "auto",
+        apis: dict[str, str] | None = None,
     ) -> None:
         if not urls:
             raise ValueError("at least one worker URL is needed")
+        chosen = {u.rstrip("/"): a for u, a in (apis or {}).items()}
+        for value in (api, *chosen.values()):
+            if value not in API_CHOICES:
+                raise ValueError(f"worker api {value!r} is not one of {', '.join(API_CHOICES)}")
         self.workers = [_Worker(u.rstrip("/")) for u in urls]
+        self._api_config = {w.url: chosen.get(w.url, api) for w in self.workers}
+        for w in self.workers:
+            if self._api_config[w.url] != "auto":
+                w.api = self._api_config[w.url]  # type: ignore[assignment]
         self.model = model
         timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
         self._http = http or httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=1024))
@@ -115,6 +142,9 @@ class WorkerPool:
             resp = await self._http.get(f"{worker.url}/v1/models", timeout=5.0)
             resp.raise_for_status()
             worker.model = resp.json()["data"][0]["id"]
+            if worker.api is None:
+                worker.api = await self._detect_api(worker)
+                log.info("worker.api", url=worker.url, model=worker.model, api=worker.api)
             if not worker.healthy:
                 log.info("worker.up", url=worker.url)
             worker.healthy = True
@@ -124,12 +154,30 @@ class WorkerPool:
             worker.healthy = False
         worker.checked_at = time.monotonic()
 
+    async def _detect_api(self, worker: _Worker) -> Api:
+        """Harmony when the worker's tokenizer has Harmony's `<|start|>` as one special token (id 200006),
+        else chat; a worker without vLLM's `/tokenize` (a completions-only server) is taken as Harmony."""
+        body = {"model": worker.model, "prompt": "<|start|>", "add_special_tokens": False}
+        resp = await self._http.post(f"{worker.url}/tokenize", json=body, timeout=5.0)
+        if resp.status_code in (404, 405):
+            return "harmony"
+        resp.raise_for_status()
+        return "harmony" if resp.json().get("tokens") == [START] else "chat"
+
+    def api_for(self, model: str | None) -> Api | None:
+        """The path a request for `model` takes: the api of the healthy workers serving that model name,
+        else of any healthy worker (the first in list order breaks a tie); None while none is known."""
+        known = [w for w in self.workers if w.healthy and w.api]
+        named = [w for w in known if model and w.model == model]
+        chosen = named or known
+        return chosen[0].api if chosen else None
+
     async def models(self) -> list[str]:
         names = {w.model for w in self.workers if w.healthy and w.model}
         return sorted(names) or ([self.model] if self.model else [])
 
-    def _candidates(self, affinity: str | None) -> list[_Worker]:
-        healthy = [w for w in self.workers if w.healthy]
+    def _candidates(self, affinity: str | None, api: Api) -> list[_Worker]:
+        healthy = [w for w in self.workers if w.healthy and w.api in (api, None)]
         ordered = sorted(healthy, key=lambda w: w.outstanding)
         pinned = self._affinity.get(affinity) if affinity else None
         if pinned is not None and pinned.healthy:
@@ -146,18 +194,30 @@ class WorkerPool:
 
     async def generate(self, req: GenerateRequest) -> AsyncIterator[Chunk]:
         """Stream the completion; retried on another worker only while no token has been received."""
-        candidates = self._candidates(req.affinity)
+        chunks = self._balanced(req.affinity, "harmony", lambda w: self._stream(w, req), lambda c: bool(c.token_ids))
+        async for chunk in chunks:
+            yield chunk
+
+    async def chat(self, req: ChatRequest) -> AsyncIterator[dict[str, Any]]:
+        """Stream a chat completion from a chat worker; retried elsewhere only before any delta arrived."""
+        chunks = self._balanced(req.affinity, "chat", lambda w: self._chat_stream(w, req), _has_delta)
+        async for chunk in chunks:
+            yield chunk
+
+    async def _balanced(self, affinity: str | None, api: Api, open_stream: Callable[[_Worker], AsyncIterator[T]],
+                        begun: Callable[[T], bool]) -> AsyncIterator[T]:  # fmt: skip
+        candidates = self._candidates(affinity, api)
         if not candidates:
-            raise WorkerUnavailable("no healthy vLLM worker")
+            raise WorkerUnavailable(f"no healthy vLLM worker for the {api} path")
         last_error = "no worker answered"
         for worker in candidates:
             started = False
             worker.outstanding += 1
             try:
-                async for chunk in self._stream(worker, req):
-                    if not started and chunk.token_ids:
+                async for chunk in open_stream(worker):
+                    if not started and begun(chunk):
                         started = True  # from here on the tokens are the client's: no retry
-                        self._pin(req.affinity, worker)
+                        self._pin(affinity, worker)
                     yield chunk
                 return
             except (httpx.TransportError, _RetryableStatus, _StreamError) as exc:
@@ -193,14 +253,26 @@ class WorkerPool:
             body["top_p"] = req.top_p
         if req.logprobs is not None:
             body["logprobs"] = req.logprobs
-        async with self._http.stream("POST", f"{worker.url}/v1/completions", json=body) as resp:
+        async for obj in self._post_stream(worker, "/v1/completions", body):
+            for chunk in _completion_chunks(obj):
+                yield chunk
+
+    async def _chat_stream(self, worker: _Worker, req: ChatRequest) -> AsyncIterator[dict[str, Any]]:
+        if worker.model is None:
+            await self._check(worker)
+        body = {"model": worker.model or self.model or "default", **req.body}
+        async for obj in self._post_stream(worker, "/v1/chat/completions", body):
+            yield obj
+
+    async def _post_stream(self, worker: _Worker, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        async with self._http.stream("POST", f"{worker.url}{path}", json=body) as resp:
             if resp.status_code >= 500 or resp.status_code == 429:
                 raise _RetryableStatus(f"HTTP {resp.status_code}")
             if resp.status_code != 200:
                 text = (await resp.aread()).decode(errors="replace")[:500]
                 raise WorkerError(f"worker {worker.url} refused the request: HTTP {resp.status_code}: {text}")
-            async for chunk in parse_sse(resp.aiter_lines()):
-                yield chunk
+            async for obj in sse_objects(resp.aiter_lines()):
+                yield obj
 
 
 class _RetryableStatus(Exception):
@@ -211,8 +283,8 @@ class _StreamError(WorkerError):
     """vLLM reported an engine error inside the stream (`data: {"error": ...}`)."""
 
 
-async def parse_sse(lines: AsyncIterator[str]) -> AsyncIterator[Chunk]:
-    """vLLM's completion stream: `data: {json}` chunks with `token_ids`, a usage chunk, then `data: [DONE]`."""
+async def sse_objects(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, Any]]:
+    """vLLM's stream framing: `data: {json}` chunks until `data: [DONE]`; an `{"error": ...}` chunk raises."""
     async for line in lines:
         if not line.startswith("data:"):
             continue
@@ -223,21 +295,45 @@ async def parse_sse(lines: AsyncIterator[str]) -> AsyncIterator[Chunk]:
             obj = json.loads(data)
         except json.JSONDecodeError as exc:
             raise WorkerError(f"worker sent a malformed stream chunk: {data[:200]!r}") from exc
+        if not isinstance(obj, dict):
+            raise WorkerError(f"worker sent a stream chunk that is not an object: {data[:200]!r}")
         if not obj.get("choices") and ("error" in obj or obj.get("object") == "error"):
             error = obj.get("error") if isinstance(obj.get("error"), dict) else obj
             raise _StreamError(f"worker error: {error.get('message') or error}")
-        choices = obj.get("choices") or []
-        if choices:
-            choice = choices[0]
-            ids = choice.get("token_ids")
-            if ids is None:
-                raise WorkerError("worker does not return token ids (needs vLLM with return_token_ids)")
-            prompt = choice.get("prompt_token_ids")
-            yield Chunk(list(ids), len(prompt) if prompt is not None else None, None, choice.get("finish_reason"),
-                        _logprobs(choice.get("logprobs"), len(ids)))  # fmt: skip
-        if usage := obj.get("usage"):
-            details = usage.get("prompt_tokens_details") or {}
-            yield Chunk([], usage.get("prompt_tokens"), details.get("cached_tokens") or 0, None)
+        yield obj
+
+
+async def parse_sse(lines: AsyncIterator[str]) -> AsyncIterator[Chunk]:
+    """vLLM's completion stream: `data: {json}` chunks with `token_ids`, a usage chunk, then `data: [DONE]`."""
+    async for obj in sse_objects(lines):
+        for chunk in _completion_chunks(obj):
+            yield chunk
+
+
+def _completion_chunks(obj: dict[str, Any]) -> list[Chunk]:
+    out = []
+    choices = obj.get("choices") or []
+    if choices:
+        choice = choices[0]
+        ids = choice.get("token_ids")
+        if ids is None:
+            raise WorkerError("worker does not return token ids (needs vLLM with return_token_ids)")
+        prompt = choice.get("prompt_token_ids")
+        out.append(Chunk(list(ids), len(prompt) if prompt is not None else None, None, choice.get("finish_reason"),
+                         _logprobs(choice.get("logprobs"), len(ids))))  # fmt: skip
+    if usage := obj.get("usage"):
+        details = usage.get("prompt_tokens_details") or {}
+        out.append(Chunk([], usage.get("prompt_tokens"), details.get("cached_tokens") or 0, None))
+    return out
+
+
+def _has_delta(obj: dict[str, Any]) -> bool:
+    """Whether a chat chunk carries generated output (text, reasoning or a tool call), not just the role."""
+    for choice in obj.get("choices") or []:
+        delta = choice.get("delta") or {}
+        if delta.get("content") or delta.get("reasoning") or delta.get("reasoning_content") or delta.get("tool_calls"):
+            return True
+    return False
 
 
 def _logprobs(data: object, n: int) -> list[TokenLogprob | None] | None:

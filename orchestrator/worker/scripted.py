@@ -28,6 +28,7 @@ import re
 import time
 import uuid
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,15 +128,7 @@ class ScriptedModel:
         return next((rule for rule in self.scenario.rules if rule.match.search(tail)), None)
 
     def cached(self, prompt: list[int]) -> int:
-        best = 0
-        for seen in self._seen:
-            n = 0
-            for a, b in zip(seen, prompt, strict=False):
-                if a != b:
-                    break
-                n += 1
-            best = max(best, n)
-        return min(best, len(prompt) - 1) if prompt else 0
+        return cached_prefix(self._seen, prompt)
 
     def encode_prompt_text(self, index: int) -> str:
         """A prompt this model saw, decoded (tests inspect what the orchestrator rendered)."""
@@ -144,6 +137,20 @@ class ScriptedModel:
     def remember(self, prompt: list[int], output: list[int]) -> None:
         self._seen.append(prompt + output)
         self.prompts.append(prompt)
+
+
+def cached_prefix(seen: Iterable[list[int]], prompt: list[int]) -> int:
+    """Prompt tokens a prefix cache would hold: the longest prefix shared with a sequence seen before
+    (at least the last prompt token is always computed, as in vLLM)."""
+    best = 0
+    for tokens in seen:
+        n = 0
+        for a, b in zip(tokens, prompt, strict=False):
+            if a != b:
+                break
+            n += 1
+        best = max(best, n)
+    return min(best, len(prompt) - 1) if prompt else 0
 
 
 def _chunk(cid: str, created: int, model: str, choice: dict[str, Any] | None, usage: Any = None) -> str:

@@ -288,10 +288,14 @@ def vllm_server(
     extra_args: Sequence[str] = (),
     warmup: bool = True,
     keep_log: bool = False,
+    model: Path | None = None,
 ) -> Iterator[VllmServer]:
-    """Start a vLLM CPU worker, wait for `/health`, warm it up, yield it, and always kill it."""
+    """Start a vLLM CPU worker, wait for `/health`, warm it up, yield it, and always kill it.
+    `model`: another model directory than the tiny gpt-oss (e.g. `tiny_chat_model`); no Harmony warm-up."""
     timeout = timeout or float(os.environ.get("TOOLFLEET_VLLM_START_TIMEOUT", "180"))
-    python, model = ensure_vllm()
+    python, gpt_oss = ensure_vllm()
+    warmup = warmup and model is None
+    model = model or gpt_oss
     port = port or free_port()
     base_url = f"http://127.0.0.1:{port}"
     cmd = vllm_command(python, model, port, tool_servers, extra_args)
@@ -342,6 +346,26 @@ def running_vllm(tool_servers: list[str] | None = None, port: int | None = None,
     """`vllm_server` yielding only the base URL, e.g. "http://127.0.0.1:PORT"."""
     with vllm_server(tool_servers, port, **kwargs) as server:
         yield server.base_url
+
+
+CHAT_BUILD_SCRIPT = REPO_ROOT / "deploy" / "scripts" / "build_tiny_chat_model.py"
+CHAT_SERVE_ARGS = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--reasoning-parser", "qwen3")
+
+
+@contextlib.contextmanager
+def tiny_chat_model() -> Iterator[Path]:
+    """A tiny Qwen3 chat model directory (random weights, offline tokenizer), built into a temp dir
+    with the vLLM venv's python and removed afterwards; serve it with `CHAT_SERVE_ARGS`."""
+    python, _ = ensure_vllm()
+    out = Path(tempfile.mkdtemp(prefix="toolfleet-tiny-chat-"))
+    try:
+        proc = subprocess.run([str(python), str(CHAT_BUILD_SCRIPT), "--out", str(out / "model")],
+                              capture_output=True, text=True, timeout=300, env=vllm_env(out))  # fmt: skip
+        if proc.returncode != 0:
+            raise VllmStartError(f"{CHAT_BUILD_SCRIPT} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        yield out / "model"
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,165 @@
+"""Harmony messages as OpenAI chat messages, and the request's tools as chat function definitions.
+
+Function names: a client function keeps its name, `python` stays `python`, and a namespace's tool
+`ns.fn` (browser.search, container.exec, an MCP server's tool) is offered as `ns_fn`. The map back to
+Harmony recipients comes with the definitions; a name that two tools would share is a 400.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from openai_harmony import DeveloperContent, Message, ToolNamespaceConfig
+
+from orchestrator import harmony as h
+from orchestrator.schema import RequestError, Requirement
+
+_PYTHON_PARAMETERS = {
+    "type": "object",
+    "properties": {"code": {"type": "string", "description": "Python source to run in the stateful session"}},
+    "required": ["code"],
+}
+# The container contract (DESIGN.md), offered when the container server cannot be listed.
+_CONTAINER_EXEC = {
+    "name": "exec",
+    "description": "Run a command in this conversation's persistent container.",
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "cmd": {"type": "array", "items": {"type": "string"}, "description": "program and arguments"},
+            "workdir": {"type": "string"},
+            "env": {"type": "object", "additionalProperties": {"type": "string"}},
+            "session_name": {"type": "string"},
+            "timeout": {"type": "integer", "description": "seconds"},
+            "user": {"type": "string"},
+        },
+        "required": ["cmd"],
+    },
+}
+
+
+def chat_name(recipient: str) -> str:
+    """The function name a Harmony recipient is offered under on the chat path."""
+    if recipient.startswith("functions."):
+        return recipient.removeprefix("functions.")
+    return recipient.replace(".", "_", 1)
+
+
+@dataclass
+class ChatTools:
+    """The `tools` of a chat request and the Harmony recipient behind each function name."""
+
+    functions: list[dict[str, Any]] = field(default_factory=list)
+    recipients: dict[str, str] = field(default_factory=dict)  # function name -> recipient
+
+    def recipient(self, name: str) -> str:
+        """A name the model wrote; one that is not offered stays itself (the tool caller says it is unknown)."""
+        return self.recipients.get(name, name)
+
+    def choice(self, required: Requirement | None) -> tuple[list[dict[str, Any]], Any]:
+        """(tools, tool_choice) for a turn: `tool_choice` of the request as the chat API spells it. A
+        requirement for one namespace or server offers only its functions, with `required`."""
+        if not self.functions:
+            return [], None
+        if required is None:
+            return self.functions, "auto"
+        if required.exact:
+            return self.functions, {"type": "function", "function": {"name": chat_name(required.recipient)}}
+        allowed = [f for f in self.functions if required.met_by(self.recipients[f["function"]["name"]])]
+        return allowed or self.functions, "required"
+
+
+def _namespace_tools(ns: h.Namespace) -> Iterable[dict[str, Any]]:
+    if ns.tools:
+        return ns.tools
+    if ns.name == "browser":  # not listed (server down): the tools gpt-oss was trained on
+        return [{"name": t.name, "description": t.description, "parameters": t.parameters}
+                for t in ToolNamespaceConfig.browser().tools]  # fmt: skip
+    return [_CONTAINER_EXEC] if ns.name == "container" else []
+
+
+def chat_tools(namespaces: list[h.Namespace], functions: list[dict[str, Any]]) -> ChatTools:
+    out = ChatTools()
+
+    def add(recipient: str, description: str, parameters: Any) -> None:
+        name = chat_name(recipient)
+        if name in out.recipients:
+            raise RequestError(f"two tools would be offered to the model as function {name!r}", "tools")
+        out.recipients[name] = recipient
+        params = parameters or {"type": "object", "properties": {}}
+        out.functions.append({"type": "function", "function": {"name": name, "description": description or "",
+                                                                "parameters": params}})  # fmt: skip
+
+    for ns in namespaces:
+        if ns.name == "python":
+            add("python", ns.description, _PYTHON_PARAMETERS)
+            continue
+        for tool in _namespace_tools(ns):
+            add(f"{ns.name}.{tool['name']}", tool.get("description") or ns.description, tool.get("parameters"))
+    for f in functions:
+        add(f"functions.{f['name']}", f.get("description") or "", f.get("parameters"))
+    return out
+
+
+def to_chat(messages: list[Message]) -> list[dict[str, Any]]:
+    """The conversation as chat messages. Consecutive assistant messages (reasoning, text, calls) merge into
+    one; tool results answer the oldest open call of the same tool. Call ids are the call's position, so a
+    turn's messages extend the previous turn's (the worker's prefix cache hits). Reasoning before the last
+    user message is dropped, as Harmony drops analysis before the last final answer."""
+    users = [i for i, m in enumerate(messages) if m.author.role == h.Role.USER]
+    last_user = users[-1] if users else -1
+    out: list[dict[str, Any]] = []
+    open_calls: list[tuple[str, str]] = []  # (recipient, call id) awaiting a tool result
+    for i, msg in enumerate(messages):
+        role = msg.author.role
+        if role == h.Role.SYSTEM:
+            continue  # Harmony's system message (identity, date, tools) - the chat template has its own
+        if role == h.Role.DEVELOPER:
+            text = _developer_text(msg)
+            if text:
+                out.append({"role": "system", "content": text})
+        elif role == h.Role.USER:
+            out.append({"role": "user", "content": h.text_of(msg)})
+        elif role == h.Role.TOOL:
+            name = msg.author.name or ""
+            match = next((k for k, (r, _) in enumerate(open_calls) if r == name), None)
+            call_id = open_calls.pop(match)[1] if match is not None else f"call_{i}"
+            out.append({"role": "tool", "tool_call_id": call_id, "content": h.text_of(msg)})
+        elif role == h.Role.ASSISTANT:
+            _assistant(out, msg, i, i > last_user, open_calls)
+    return out
+
+
+def _developer_text(msg: Message) -> str:
+    parts = [c.instructions or "" if isinstance(c, DeveloperContent) else getattr(c, "text", "") for c in msg.content]
+    return "".join(parts)
+
+
+def _assistant(out: list[dict[str, Any]], msg: Message, i: int, keep_reasoning: bool,
+               open_calls: list[tuple[str, str]]) -> None:  # fmt: skip
+    text, recipient = h.text_of(msg), msg.recipient
+    current = out[-1] if out and out[-1]["role"] == "assistant" else None
+    if recipient and recipient != "assistant":
+        call_id = f"call_{i}"
+        arguments = text if recipient != "python" or msg.content_type == "json" else json.dumps({"code": text})
+        call = {"id": call_id, "type": "function", "function": {"name": chat_name(recipient), "arguments": arguments}}
+        if current is None:
+            current = {"role": "assistant", "content": ""}
+            out.append(current)
+        current.setdefault("tool_calls", []).append(call)
+        open_calls.append((recipient, call_id))
+    elif msg.channel == "analysis":
+        if not keep_reasoning:
+            return
+        if current is None or current["content"] or current.get("tool_calls") or current.get("reasoning"):
+            out.append({"role": "assistant", "content": "", "reasoning": text})
+        else:
+            current["reasoning"] = text
+    else:
+        if current is None or current["content"] or current.get("tool_calls"):
+            out.append({"role": "assistant", "content": text})
+        else:
+            current["content"] = text

@@ -1,0 +1,171 @@
+"""The chat path's own behaviour: path choice, the chat request it sends, usage, errors. The chat worker
+here is SCRIPTED (vLLM's /v1/chat/completions wire format; replies chosen by rules)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+from conftest import serving
+from invariants import check_stream
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from test_basic import WEATHER_TOOL
+
+from orchestrator.worker.scripted_chat import ChatScenario, ScriptedChatModel, build_chat_app
+
+CI = {"type": "code_interpreter"}
+PY_42 = {"name": "python", "arguments": {"code": "print(42)"}}
+
+
+@pytest.fixture
+def chat_worker() -> Iterator[tuple[str, ScriptedChatModel]]:
+    model = ScriptedChatModel()
+    with serving(build_chat_app(model)) as url:
+        yield url, model
+
+
+@pytest.fixture
+def chat_stack(make_stack, chat_worker):
+    url, model = chat_worker
+    stack = make_stack(worker_urls=[url])
+    stack.model = model
+    return stack
+
+
+def script(model: ScriptedChatModel, rules: list[tuple[str, dict]], **extra) -> None:
+    model.scenario = ChatScenario.from_dict({"rules": [{"match": m, "reply": r} | extra for m, r in rules]})
+
+
+def test_one_orchestrator_serves_a_harmony_and_a_chat_worker_each_by_its_model_name(make_stack, scripted,
+                                                                                   chat_worker):  # fmt: skip
+    chat_url, chat_model = chat_worker
+    stack = make_stack(worker_urls=[scripted[0], chat_url])  # --worker-api auto: each worker's path detected
+    chat = stack.client.responses.create(model="scripted-chat", input="hi")
+    assert chat.output_text == "Hello from the scripted chat worker." and len(chat_model.requests) == 1
+    gpt = stack.client.responses.create(model="scripted-gpt-oss", input="hi")
+    assert gpt.output_text == "Hello from the scripted worker." and len(chat_model.requests) == 1
+
+
+def test_a_worker_configured_as_harmony_is_not_sent_chat_requests(make_stack, chat_worker):
+    url, model = chat_worker
+    stack = make_stack(worker_urls=[url], worker_apis={url: "harmony"})
+    with pytest.raises(openai.APIStatusError) as err:  # a chat worker has no /v1/completions: a clear 502
+        stack.client.responses.create(model="scripted-chat", input="hi")
+    assert err.value.status_code == 502 and "404" in err.value.message and not model.requests
+
+
+def test_the_chat_request_offers_builtins_and_functions_and_threads_tool_call_ids(chat_stack):
+    model = chat_stack.model
+    script(model, [
+        ("^tool python: 42", {"content": "It is 42."}),
+        ("^user: compute", {"reasoning": "Use python.", "tool_calls": [PY_42]}),
+    ])  # fmt: skip
+    resp = chat_stack.client.responses.create(model="m", input="compute", instructions="Be brief.",
+                                              tools=[CI, {"type": "web_search_preview"}, WEATHER_TOOL])  # fmt: skip
+    assert resp.output_text == "It is 42."
+    first, second = model.requests[-2], model.requests[-1]
+    names = [t["function"]["name"] for t in first["tools"]]
+    assert names == ["browser_search", "browser_open", "browser_find", "python", "get_weather"]
+    assert first["tool_choice"] == "auto" and first["stream"] and first["return_token_ids"]
+    assert first["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "compute"}]
+    call, result = second["messages"][-2], second["messages"][-1]
+    assert call["role"] == "assistant" and call["reasoning"] == "Use python."
+    assert call["tool_calls"][0]["function"] == {"name": "python", "arguments": '{"code": "print(42)"}'}
+    assert result == {"role": "tool", "tool_call_id": call["tool_calls"][0]["id"], "content": "42\n"}
+
+
+def test_usage_is_the_chat_workers_own_token_counts_turn_by_turn(chat_stack):
+    model = chat_stack.model
+    script(model, [
+        ("^tool python: ", {"content": "done here"}),
+        ("^user: ", {"reasoning": "think a bit first", "tool_calls": [PY_42]}),
+    ])  # fmt: skip
+    model.usages.clear()
+    events = list(chat_stack.client.responses.create(model="m", input="go", tools=[CI], stream=True))
+    resp = check_stream(events)
+    first, second = model.usages
+    assert resp.usage.input_tokens == first["prompt_tokens"] + second["prompt_tokens"]
+    assert resp.usage.output_tokens == first["completion_tokens"] + second["completion_tokens"]
+    cached = first["prompt_tokens_details"]["cached_tokens"] + second["prompt_tokens_details"]["cached_tokens"]
+    assert resp.usage.input_tokens_details.cached_tokens == cached > 0  # turn 2 extends turn 1's prompt
+    tool_output = second["prompt_tokens"] - first["prompt_tokens"] - first["completion_tokens"]
+    assert resp.usage.output_tokens_details.tool_output_tokens == tool_output > 0
+    assert resp.usage.output_tokens_details.reasoning_tokens == len(model.ids("think a bit first"))
+
+
+def test_two_tool_calls_in_one_turn_both_run_before_the_model_answers(chat_stack):
+    calls = [{"name": "python", "arguments": {"code": "a = 1\nprint(a)"}},
+             {"name": "python", "arguments": {"code": "print(a + 1)"}}]  # fmt: skip
+    script(chat_stack.model, [("^tool python: 2", {"content": "1 then 2"}), ("^user: ", {"tool_calls": calls})])
+    events = list(chat_stack.client.responses.create(model="m", input="go", tools=[CI], stream=True))
+    resp = check_stream(events)
+    assert [o.type for o in resp.output] == ["code_interpreter_call", "code_interpreter_call", "message"]
+    assert [o.outputs[0].logs for o in resp.output[:2]] == ["1\n", "2\n"] and resp.output_text == "1 then 2"
+
+
+def test_named_and_namespace_tool_choices_become_chat_tool_choices(chat_stack):
+    model = chat_stack.model
+    script(model, [("^tool_choice: ", {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}]})])
+    chat_stack.client.responses.create(model="m", input="w", tools=[WEATHER_TOOL, CI],
+                                       tool_choice={"type": "function", "name": "get_weather"})  # fmt: skip
+    assert model.requests[-1]["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
+    script(model, [("^tool_choice: ", {"tool_calls": [{"name": "browser_search", "arguments": {"query": "x"}}]})],
+           )  # fmt: skip
+    chat_stack.client.responses.create(model="m", input="w", tools=[WEATHER_TOOL, {"type": "web_search_preview"}],
+                                       tool_choice={"type": "web_search_preview"})  # fmt: skip
+    forced = next(r for r in model.requests if r.get("tool_choice") == "required")
+    assert [t["function"]["name"] for t in forced["tools"]] == ["browser_search", "browser_open", "browser_find"]
+    assert model.requests[-1]["tool_choice"] == "auto"  # only the first call is forced
+
+
+def test_a_model_that_ignores_required_fails_the_response_clearly(chat_stack):
+    script(chat_stack.model, [("^user: ", {"content": "no tools for me"})])
+    resp = chat_stack.client.responses.create(model="m", input="w", tools=[WEATHER_TOOL], tool_choice="required")
+    assert resp.status == "failed" and "tool_choice requires a tool call" in resp.error.message
+
+
+def test_bad_python_arguments_go_back_to_the_model(chat_stack):
+    script(chat_stack.model, [
+        ("^tool python: Error: the tool arguments are not valid JSON", {"content": "sorry"}),
+        ("^user: ", {"tool_calls": [{"name": "python", "arguments": "{print(1)"}]}),
+    ])  # fmt: skip
+    events = list(chat_stack.client.responses.create(model="m", input="go", tools=[CI], stream=True))
+    resp = check_stream(events)
+    assert resp.output[0].type == "code_interpreter_call" and resp.output[0].status == "failed"
+    assert resp.output_text == "sorry"
+
+
+def test_unsupported_requests_and_name_clashes_are_clear_400s(chat_stack):
+    with pytest.raises(openai.BadRequestError, match="not supported for chat-template models"):
+        chat_stack.client.responses.create(model="m", input="x", include=["message.output_text.logprobs"])
+    clash = {"type": "function", "name": "browser_search", "parameters": {"type": "object"}}
+    with pytest.raises(openai.BadRequestError, match="browser_search"):
+        chat_stack.client.responses.create(model="m", input="x", tools=[{"type": "web_search_preview"}, clash])
+
+
+def test_a_chat_worker_error_before_any_delta_is_a_503(chat_stack):
+    script(chat_stack.model, [("^user: ", {})], status=503)
+    with pytest.raises(openai.APIStatusError) as err:
+        chat_stack.client.responses.create(model="m", input="x")
+    assert err.value.status_code == 503
+
+
+def test_the_scripted_chat_worker_speaks_the_sdks_chat_completion_types(chat_worker):
+    url, model = chat_worker
+    script(
+        model, [("^user: ", {"reasoning": "hm", "content": "ok", "tool_calls": [{"name": "f", "arguments": {"a": 1}}]})]
+    )
+    body = {"model": "scripted-chat", "messages": [{"role": "user", "content": "x"}], "return_token_ids": True}
+    whole = ChatCompletion.model_validate(httpx.post(f"{url}/v1/chat/completions", json=body).json())
+    msg = whole.choices[0].message
+    assert msg.content == "ok" and msg.tool_calls[0].function.arguments == '{"a": 1}'
+    assert whole.choices[0].finish_reason == "tool_calls" and whole.usage.completion_tokens > 0
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+    chunks = list(client.chat.completions.create(model="scripted-chat", messages=body["messages"], stream=True,
+                                                 stream_options={"include_usage": True}))  # fmt: skip
+    assert all(isinstance(c, ChatCompletionChunk) for c in chunks) and chunks[-1].usage.total_tokens > 0
+    args = "".join(c.choices[0].delta.tool_calls[0].function.arguments or "" for c in chunks
+                   if c.choices and c.choices[0].delta.tool_calls)  # fmt: skip
+    assert args == '{"a": 1}'
