@@ -4,42 +4,43 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
 
 from tests.support.mcp2 import mcp_session
-from tests.support.service import REPO, Service
+from tests.support.service import Service
+from toolkit import cli
 from tools.browser.server import options_from_headers
 
 
-def index(directory: Path, index_dir: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "toolkit.cli", "browser", "index", str(directory), "--index-dir",
-                           str(index_dir)], cwd=REPO, capture_output=True, text=True, timeout=60)  # fmt: skip
+def index(directory: Path, index_dir: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """`toolfleet browser index DIR` through the CLI's own entry point."""
+    code = cli.main(["browser", "index", str(directory), "--index-dir", str(index_dir)])
+    out = capsys.readouterr()
+    return code, out.out, out.err
 
 
-def test_index_builds_then_updates_only_what_changed(tmp_path: Path) -> None:
+def test_index_builds_then_updates_only_what_changed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     corpus, idx = tmp_path / "corpus", tmp_path / "index"
     corpus.mkdir()
     for i in range(3):
         (corpus / f"doc{i}.md").write_text(f"# Doc {i}\n\nbody {i}\n")
-    first = index(corpus, idx)
-    assert first.returncode == 0, first.stderr
-    assert "indexed 3 documents (3 new, 0 changed), 0 removed, 0 unchanged" in first.stdout
-    assert "3/3 documents" in first.stderr  # the progress bar
+    code, out, err = index(corpus, idx, capsys)
+    assert code == 0, err
+    assert "indexed 3 documents (3 new, 0 changed), 0 removed, 0 unchanged" in out
+    assert "3/3 documents" in err  # the progress bar
     (corpus / "doc0.md").write_text("# Doc 0\n\nnew body\n")
     os.utime(corpus / "doc0.md", ns=(1, 1))
     (corpus / "doc2.md").unlink()
-    second = index(corpus, idx)
-    assert "indexed 1 documents (0 new, 1 changed), 1 removed, 1 unchanged" in second.stdout, second.stdout
+    _, out, _ = index(corpus, idx, capsys)
+    assert "indexed 1 documents (0 new, 1 changed), 1 removed, 1 unchanged" in out, out
 
 
-def test_index_of_a_missing_directory_is_a_usage_error(tmp_path: Path) -> None:
-    out = index(tmp_path / "nope", tmp_path / "index")
-    assert out.returncode == 2 and "is not a directory" in out.stderr
+def test_index_of_a_missing_directory_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = index(tmp_path / "nope", tmp_path / "index", capsys)
+    assert code == 2 and "is not a directory" in err
 
 
 @pytest.mark.parametrize(
