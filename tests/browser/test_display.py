@@ -78,3 +78,13 @@ def test_search_results_are_a_page_titled_by_the_query_with_hit_line_ranges() ->
     )
     assert [h["lines"] for h in page.hits] == [[0, 1], [3, 3]]
     assert View(page, 0, 3).structured(0)["hits"][0]["url"] == "https://a.org/1"
+
+
+def test_an_instructions_file_replaces_the_browser_description(tmp_path) -> None:
+    from tools.browser.__main__ import build_browser
+    from tools.browser.server import build_server
+    from tools.browser.settings import BrowserSettings
+
+    (tmp_path / "desc.txt").write_text("Browse with care.")
+    settings = BrowserSettings(instructions_file=tmp_path / "desc.txt", index_dir=tmp_path / "index")
+    assert build_server(settings, build_browser(settings)).mcp.instructions == "Browse with care."
