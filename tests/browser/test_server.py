@@ -78,7 +78,7 @@ async def test_a_web_page_scrolls_finds_across_the_wrap_and_shows_its_source(
         _, short = await call(s, "open", cursor=0, loc=2, num_lines=3)
         assert short["lines"] == [2, 4]
         text, found = await call(s, "find", pattern="quite particular", cursor=0)
-        assert found["url"] == f"{web}/tea" and found["title"] == "Tea facts"
+        assert found["url"] == f"{web}/tea" and found["title"] == "Tea facts" and found["pattern"] == "quite particular"
         assert text.startswith(f"[{found['cursor']}] Find results for text: `quite particular` in `Tea facts`")
         # a phrase cut by the wrap at 80 columns
         lines = (await call(s, "open", cursor=0, loc=10, num_lines=2))[0].splitlines()[3:]

@@ -250,7 +250,7 @@ def find_page(pattern: str, doc: Document, matches: list[tuple[int, int]]) -> Do
     elif lines:
         lines.pop()
     title = f"Find results for text: `{pattern}` in `{doc.title}`"
-    return Document(url=doc.url, title=title, lines=lines, links=links, origin=doc)
+    return Document(url=doc.url, title=title, lines=lines, links=links, origin=doc, pattern=pattern)
 
 
 def source_page(doc: Document) -> Document:
