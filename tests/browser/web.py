@@ -83,6 +83,13 @@ async def nul_text(request: Request) -> Response:
     return Response(b"\x00\x01\x02 not text", media_type="text/plain")
 
 
+async def lines(request: Request) -> Response:
+    """A plain-text page of `n` numbered lines (the find benchmark's 10,000-line page)."""
+    n = int(request.path_params["n"])
+    text = "".join(f"line {i}: the quick brown fox jumps over the lazy dog {i % 97}\n" for i in range(n))
+    return PlainTextResponse(text)
+
+
 async def broken(request: Request) -> Response:
     return PlainTextResponse("server error", status_code=500)
 
@@ -91,7 +98,7 @@ def web_app() -> Starlette:
     return Starlette(routes=[
         Route("/chain/{n:int}", chain), Route("/loop", loop), Route("/to", to), Route("/slow", slow),
         Route("/bomb", bomb), Route("/huge", huge), Route("/latin1", latin1), Route("/binary", binary),
-        Route("/nul", nul_text), Route("/broken", broken), Route("/{name}", page),
+        Route("/nul", nul_text), Route("/broken", broken), Route("/lines/{n:int}", lines), Route("/{name}", page),
     ])  # fmt: skip
 
 
