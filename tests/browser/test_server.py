@@ -101,6 +101,7 @@ BAD = [
     ("open", {"cursor": 0, "loc": 1.5}, "whole number"),
     ("open", {"id": "tea.html"}, "not a full URL"),
     ("open", {"id": "ftp://127.0.0.1/x"}, "only http and https"),
+    ("open", {"id": "corpus://local/../../../etc/passwd.txt"}, "only http and https"),  # not a corpus file
     ("find", {"pattern": "    "}, "pattern is empty"),
     ("find", {"pattern": "oolong", "cursor": 1}, "not search results"),
     ("find", {"pattern": "no such phrase anywhere", "cursor": 0}, "no match"),
