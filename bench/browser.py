@@ -237,6 +237,29 @@ async def open_ratio_rows(n: int, tmp: Path) -> list[dict[str, Any]]:
             row("in-process open, reference: html2text per call", reference, ours_faster_x=ratio)]  # fmt: skip
 
 
+def extraction_rows(n: int) -> list[dict[str, Any]]:
+    """HTML to text on one real page: ours (selectolax DOM walk, link markers kept) vs the other extractors."""
+    pydoc = Path("/usr/share/doc/python3-doc/html/library/functions.html")
+    html, name = (pydoc.read_text(), "python3-doc functions.html") if pydoc.is_file() else (TEA, "the fixture tea page")
+    rows = [
+        row(f"extract {name}: selectolax walk (ours, with links)", timed(lambda: html_document(html, "https://x/"), n))
+    ]
+    try:
+        import trafilatura
+
+        ms = timed(lambda: trafilatura.extract(html, include_links=True), n)
+        rows.append(row(f"extract {name}: trafilatura (main text, links as markdown)", ms))
+    except ImportError:
+        rows.append(row("extract: trafilatura not installed - not measured"))
+    try:
+        import html2text
+
+        rows.append(row(f"extract {name}: html2text", timed(lambda: html2text.html2text(html), n)))
+    except ImportError:
+        rows.append(row("extract: html2text not installed - not measured"))
+    return rows
+
+
 async def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -259,6 +282,7 @@ async def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
                 rows += await server_rows(svc.url, web, queries, args.n)
                 rows.append(row("server RSS after the runs", rss_mb=rss_mb(svc.proc.pid)))
         rows += await in_process_rows(big_index, queries, args.n)
+        rows += extraction_rows(max(5, args.n // 10))
         rows += await open_ratio_rows(args.n, tmp)
     return rows
 
