@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 
+import httpx
 import pytest
 from mcp.client.session import ClientSession
 from openai_harmony import ToolNamespaceConfig
@@ -175,3 +177,20 @@ async def test_an_mcp_1x_client_browses_over_sse(browser: Service, web: str) -> 
     opened = out["results"][1]["result"]
     assert opened["structuredContent"]["title"] == "Tea facts"
     assert "Black tea is oxidised" in out["results"][2]["result"]["content"][0]["text"]
+
+
+async def test_failed_fetches_leave_no_sockets_or_sessions_behind(browser: Service, web: str) -> None:
+    def fds() -> int:
+        return len(os.listdir(f"/proc/{browser.proc.pid}/fd"))
+
+    async with mcp_session(browser.url, "streamable-http", sid()) as s:
+        await call(s, "open", id=f"{web}/tea")  # the fetcher's pooled connection exists before counting
+        before = fds()
+        for _ in range(5):
+            for path in ("/loop", "/bomb", "/broken", "/binary", "/nul"):
+                await error(s, "open", id=f"{web}{path}")
+        after = fds()
+        await s.call_tool("cleanup_session", {})
+    assert after - before <= 3, (before, after)  # 25 failed fetches: no socket each
+    async with httpx.AsyncClient(timeout=5) as client:
+        assert (await client.get(f"{browser.url}/healthz")).json()["status"] == "ok"
