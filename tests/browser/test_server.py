@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 
+import anyio
 import httpx
 import pytest
 from mcp.client.session import ClientSession
@@ -194,3 +195,18 @@ async def test_failed_fetches_leave_no_sockets_or_sessions_behind(browser: Servi
     assert after - before <= 3, (before, after)  # 25 failed fetches: no socket each
     async with httpx.AsyncClient(timeout=5) as client:
         assert (await client.get(f"{browser.url}/healthz")).json()["status"] == "ok"
+
+
+async def test_an_idle_session_is_reaped_after_the_ttl(web: str, corpus_dir, tmp_path) -> None:
+    from tests.browser.web import browser_args
+    from tests.support.service import running_service
+
+    args = browser_args(web, corpus_dir, tmp_path / "index", "--session-ttl-s", "1", "--reap-interval-s", "0.2")
+    with running_service(args) as svc:
+        headers = sid()
+        async with mcp_session(svc.url, "streamable-http", headers) as s:
+            await call(s, "open", id=f"{web}/coffee")
+        await anyio.sleep(2)
+        async with mcp_session(svc.url, "streamable-http", headers) as s:
+            assert "no page is open yet" in await error(s, "open", cursor=0)
+        assert "session.reaped" in svc.log()
