@@ -127,3 +127,11 @@ async def test_the_python_documentation_is_searched_and_browsed_offline(tmp_path
             link = int(re.search(r"【(\d+)†[^】]*functools[^】]*】", text).group(1))
             followed = (await s.call_tool("open", {"id": link})).structured_content
             assert followed["url"].startswith("https://docs.python.org/3.11/library/functools.html")
+
+
+def test_the_allowlist_comes_from_the_flag_or_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tools.browser.settings import BrowserSettings
+
+    monkeypatch.setenv("TOOLFLEET_BROWSER_ALLOW_HOSTS", "127.0.0.1:8080, Intranet.example")
+    assert BrowserSettings.from_args([], prog="t").allow_hosts == ["127.0.0.1:8080", "intranet.example"]
+    assert BrowserSettings.from_args(["--allow-hosts", "a:1,b"], prog="t").allow_hosts == ["a:1", "b"]
