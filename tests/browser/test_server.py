@@ -145,10 +145,14 @@ async def test_faulty_pages_are_tool_errors(browser: Service, web: str, path: st
         assert text.startswith("[0] Tea facts")
 
 
-async def test_a_non_utf8_page_is_decoded_by_its_declared_charset(browser: Service, web: str) -> None:
+async def test_non_utf8_pages_are_decoded_by_declaration_bom_or_the_web_default(browser: Service, web: str) -> None:
     async with mcp_session(browser.url, "sse", sid()) as s:
         text, st = await call(s, "open", id=f"{web}/latin1")
-    assert st["title"] == "Café" and "crème brûlée" in text
+        assert st["title"] == "Café" and "crème brûlée" in text
+        text, st = await call(s, "open", id=f"{web}/cp1252")  # no charset anywhere
+        assert st["title"] == "Café menu" and "crème brûlée € 5" in text
+        text, _ = await call(s, "open", id=f"{web}/utf16")
+        assert "Über Tee: grün, schwarz" in text
 
 
 async def test_sessions_are_isolated_and_cleanup_session_frees_the_pages(browser: Service, web: str) -> None:
