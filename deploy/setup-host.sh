@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prepare a fresh Debian 12 machine (as root) for the fleet and its tests. Idempotent.
 #  - Debian packages: docker.io (engine), docker-compose, bubblewrap, debootstrap, redis-server,
-#    iproute2 and util-linux (unshare, ip: tests that run services in a private network or mount namespace)
+#    iproute2 and util-linux (unshare, ip: tests that run services in a private network or mount namespace),
+#    python3-doc (the browser's test corpus)
 #  - a running Docker engine (started here when none answers; log in /var/log/dockerd.log)
 #  - the project virtualenv .venv with the pinned dependencies and test tools
 #  - the python sandbox image (deploy/build-images.sh)
@@ -15,6 +16,8 @@ for pair in dockerd:docker.io docker-compose:docker-compose bwrap:bubblewrap deb
             ip:iproute2; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
 done
+# the browser tests index a real offline HTML corpus: the Python documentation
+[ -d /usr/share/doc/python3-doc/html ] || need+=(python3-doc)
 if [ ${#need[@]} -gt 0 ]; then
   say "installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
