@@ -107,7 +107,7 @@ CASES = {
     "browser citations": Case(
         [(ToolSaid("browser.find", "Find results"), Say("Green tea is Chinese 【1†L1】.")),
          (ToolSaid("browser.open", "Tea facts"), Call("browser.find", {"pattern": "green"})),
-         (ToolSaid("browser.search", "Search results"), Call("browser.open", {"id": 0, "cursor": 0})),
+         (ToolSaid("browser.search", "†Tea facts†example.com"), Call("browser.open", {"id": 0, "cursor": 0})),
          (User("tea"), Call("browser.search", {"query": "tea"}))],
         [{"input": "tea?", "tools": [WEB]}], _citations),
     "container exec": Case(
