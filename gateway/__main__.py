@@ -16,6 +16,7 @@ from gateway.service import Gateway
 from gateway.settings import GatewaySettings
 from toolkit.logging import configure_logging
 from toolkit.serve import serve
+from toolkit.tracing import setup_tracing
 
 log = structlog.get_logger(__name__)
 
@@ -76,6 +77,7 @@ def routes(settings: GatewaySettings) -> GatewayConfig:
 def main(argv: Sequence[str] | None = None) -> int:
     settings = GatewaySettings.from_args(list(argv) if argv is not None else sys.argv[1:], "toolfleet gateway")
     configure_logging(settings.log_level, service="gateway")
+    setup_tracing(settings, service="gateway")
     gw = Gateway(routes(settings))
     app = build_app(gw)
     if settings.config is not None:

@@ -22,8 +22,9 @@ HOP_BY_HOP = frozenset(
         "content-length",
     }
 )
-PROTOCOL = frozenset({"accept", "content-type", "last-event-id"})
-"""Headers the MCP transport itself needs; `mcp-*` headers (but the session id, which we map) go too."""
+PROTOCOL = frozenset({"accept", "content-type", "last-event-id", "traceparent", "tracestate"})
+"""Headers the MCP transport itself needs, and W3C trace context (so a trace reaches every upstream);
+`mcp-*` headers (but the session id, which we map) go too."""
 
 
 class HeaderRules:

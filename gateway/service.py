@@ -5,12 +5,13 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import structlog
 from anyio.abc import TaskGroup
+from opentelemetry.trace import SpanKind
 
 from gateway.config import GatewayConfig
 from gateway.errors import SessionLost, ToolNotApproved, Unavailable
@@ -20,6 +21,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.routing import Namespace, Router, Target
 from gateway.store import Store, open_store
 from gateway.upstream import Replica, make_client, open_stream
+from toolkit.tracing import annotate, extract, inject, span
 
 if TYPE_CHECKING:
     from gateway.discovery import Resolver
@@ -140,9 +142,17 @@ class Gateway:
     async def forward(
         self, target: Target, msg: dict[str, Any], body: bytes, client_headers: Iterable[tuple[bytes, bytes]]
     ) -> tuple[Target, Response]:
-        """POST one message to the target's replica; a safe method on a fresh pin is retried on another."""
+        """POST one message to the target's replica; a safe method on a fresh pin is retried on another.
+        One span per message, child of the client's trace context, which goes upstream as this span's."""
         ns = target.ns
         headers = ns.rules.apply(client_headers)
+        with traced_forward(target, msg, headers):
+            return await self._post(target, msg, body, headers)
+
+    async def _post(
+        self, target: Target, msg: dict[str, Any], body: bytes, headers: dict[str, str]
+    ) -> tuple[Target, Response]:
+        ns = target.ns
         timeout = Timeouts(connect=ns.cfg.connect_timeout_s, read=ns.cfg.timeout_s)
         for attempt in range(2):
             assert target.replica is not None
@@ -222,3 +232,28 @@ class Gateway:
         if method == "ping":
             return {}
         raise Unavailable(f"namespace {ns.name!r} has no healthy replica", data={"namespace": ns.name})
+
+
+@contextlib.contextmanager
+def traced_forward(target: Target, msg: dict[str, Any], headers: dict[str, str]) -> Iterator[None]:
+    """The span of one forwarded message: continues the client's `traceparent` (in `headers`) and replaces
+    it there with its own, so the tool server's span is this span's child."""
+    parent = extract(headers)
+    key = target.key[2:] if target.key else None
+    with span(
+        f"gateway {target.ns.name} {msg.get('method') or 'response'}",
+        kind=SpanKind.CLIENT,
+        parent=parent,
+        namespace=target.ns.name,
+        session_id=key,
+        method=msg.get("method"),
+        tool=tool_name(msg),
+        replica=target.replica.url if target.replica else None,
+    ) as current:
+        inject(headers)
+        try:
+            yield
+        except Exception as exc:
+            annotate(current, outcome=type(exc).__name__)
+            raise
+        annotate(current, outcome="ok")

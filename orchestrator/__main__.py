@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from toolkit.logging import configure_logging
 from toolkit.serve import serve
+from toolkit.tracing import setup_tracing
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -15,6 +16,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     settings = OrchestratorSettings.from_args(list(sys.argv[1:] if argv is None else argv), "toolfleet orchestrator")
     configure_logging(settings.log_level, service="orchestrator")
+    setup_tracing(settings, service="orchestrator")
     encoding()  # unpack the vocabulary and load harmony before the first request
     from orchestrator.app import create_app
 

@@ -22,6 +22,7 @@ from orchestrator.service import RUNNING, ResponsesService
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.store import SQLiteStore, Store, StoreUnavailable
 from orchestrator.worker.client import Chat, Generate, WorkerPool
+from toolkit.tracing import TracingMiddleware
 
 log = structlog.get_logger(__name__)
 MAX_BODY = 16 * 1024 * 1024
@@ -107,6 +108,7 @@ def create_app(
     rate = RequestRate(settings.rate_limit_rps, settings.rate_limit_burst)
     app.add_middleware(AuthMiddleware, keys=keys, rate=rate, metrics_token=settings.metrics_token)
     app.add_middleware(LatencyMiddleware, metrics=metrics)
+    app.add_middleware(TracingMiddleware)  # outermost: every request is a span, auth refusals too
     app.state.service = service
 
     async def _error(request: Request, exc: Exception) -> JSONResponse:

@@ -31,6 +31,7 @@ from orchestrator.tools import (
 )
 from orchestrator.turns import HARMONY, Limits, Run, TurnModel, run
 from orchestrator.worker.client import Chat, Generate, WorkerError, WorkerUnavailable
+from toolkit.tracing import annotate, span
 
 log = structlog.get_logger(__name__)
 
@@ -130,8 +131,18 @@ class ResponsesService:
             await self.store.put(Record(rid, conversation, builder.snapshot(), items, [], list(builder.events),
                                         owner=owner))  # fmt: skip
         self.live[rid] = live
-        live.task = asyncio.create_task(self._execute(live, r, listings, len(head), items))
+        live.task = asyncio.create_task(self._traced(live, r, listings, len(head), items))
         return live
+
+    async def _traced(self, live: Live, r: Run, listings: dict[str, Any], n_head: int, items: list[dict]) -> None:
+        """`_execute` under one span per response (a child of the request's), its ids on every log line."""
+        ids = {"response_id": live.builder.id, "conversation_id": r.conversation}
+        with span("response", **ids) as current, structlog.contextvars.bound_contextvars(**ids):
+            try:
+                await self._execute(live, r, listings, n_head, items)
+            finally:
+                status = live.builder.body.get("status")
+                annotate(current, outcome="ok" if status == "completed" else str(status))
 
     def _turn_model(self, req: ResponsesRequest, include: set[str], namespaces: list[h.Namespace],
                     tools: Toolset) -> TurnModel:  # fmt: skip

@@ -18,9 +18,11 @@ import httpx2
 import structlog
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from opentelemetry.trace import SpanKind
 
 from orchestrator.harmony import Namespace
 from orchestrator.mcp_policy import PinnedTransport
+from toolkit.tracing import annotate, inject, span
 
 log = structlog.get_logger(__name__)
 
@@ -60,8 +62,15 @@ class Endpoints:
 def _client(url: str, headers: dict[str, str], timeout_s: float, address: str | None = None) -> Client:
     """An MCP client of `url`; with `address`, every connection goes to that checked IP (no proxy, no DNS)."""
     pinned = {"transport": PinnedTransport(url, address), "trust_env": False} if address else {}
-    http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(timeout_s, connect=5.0), **pinned)
+    http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(timeout_s, connect=5.0),
+                              event_hooks={"request": [_trace_context]}, **pinned)  # fmt: skip
     return Client(streamable_http_client(url, http_client=http), mode="legacy", read_timeout_seconds=timeout_s)
+
+
+async def _trace_context(request: httpx2.Request) -> None:
+    """Every MCP HTTP request carries the calling span's `traceparent` (the SDK sends each message in its
+    sender's context), so the gateway and tool server continue this response's trace."""
+    inject(request.headers)  # type: ignore[arg-type]
 
 
 def loggable(url: str) -> str:
@@ -114,6 +123,17 @@ class ToolSessions:
     ) -> ToolOutcome:  # fmt: skip
         """Call `name` on `url`. A `client_named` server gets its own session id and no `cleanup_session`
         later (it is reached only while its request's checked address and credentials are at hand)."""
+        ns = urllib.parse.urlsplit(url).path.strip("/").partition("/")[0] or None
+        with span(f"tool {name}", kind=SpanKind.CLIENT, tool=name, url=loggable(url), session_id=self.session_id,
+                  namespace=ns) as current:  # fmt: skip
+            outcome = await self._call(url, name, args, headers, address=address, client_named=client_named)
+            annotate(current, outcome=outcome.kind)
+            return outcome
+
+    async def _call(
+        self, url: str, name: str, args: dict[str, Any], headers: dict[str, str] | None,
+        *, address: str | None, client_named: bool,
+    ) -> ToolOutcome:  # fmt: skip
         start = time.perf_counter()
         outcome = "error"
         try:

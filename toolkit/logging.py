@@ -1,7 +1,7 @@
 """structlog JSON logging, configured once by each service entrypoint.
 
 Our own events and every stdlib logger (uvicorn, the MCP SDK, httpx) leave as one JSON object per
-line on stderr, with the bound context (service, namespace, session and request ids).
+line on stderr, with the bound context (service, namespace, session and request ids) and the current trace id.
 """
 
 from __future__ import annotations
@@ -11,8 +11,11 @@ import sys
 
 import structlog
 
+from toolkit.tracing import trace_ids
+
 _SHARED = [
     structlog.contextvars.merge_contextvars,
+    trace_ids,
     structlog.stdlib.add_log_level,
     structlog.stdlib.add_logger_name,
     structlog.processors.TimeStamper(fmt="iso", utc=True),

@@ -20,6 +20,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.sse import SseServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
+from opentelemetry.trace import SpanKind
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -28,6 +29,7 @@ from starlette.routing import Mount, Route
 from toolkit.metrics import ToolMetrics
 from toolkit.sessions import S, SessionRegistry, TooManySessions
 from toolkit.settings import ToolServerSettings
+from toolkit.tracing import annotate, extract, span
 
 log = structlog.get_logger(__name__)
 
@@ -108,17 +110,22 @@ class ToolServer(Generic[S]):
 
     async def _cleanup_session(self, ctx: Context) -> str:
         key = session_key(ctx)
-        async with self.observed("cleanup_session", key):
+        async with self.observed("cleanup_session", key, ctx):
             freed = await self.sessions.close(key)
         return f"session {key} cleaned up" if freed else f"session {key} held nothing"
 
     @contextlib.asynccontextmanager
-    async def observed(self, tool: str, key: str) -> AsyncIterator[None]:
-        """One `tool.call` log event and the metrics for a call; the outcome is set by what escapes."""
+    async def observed(self, tool: str, key: str, ctx: Context) -> AsyncIterator[None]:
+        """One `tool.call` log event, span and the metrics for a call; the outcome is set by what escapes.
+        The span continues the trace the caller (the gateway) sent in the MCP request's headers."""
         start = time.perf_counter()
         outcome = "error"
-        with structlog.contextvars.bound_contextvars(
-            namespace=self.namespace, session_id=key, tool=tool, request_id=uuid.uuid4().hex[:12]
+        rid = uuid.uuid4().hex[:12]
+        parent = extract(getattr(ctx.request_context.request, "headers", None) or {})
+        ids = {"namespace": self.namespace, "session_id": key, "tool": tool, "request_id": rid}
+        with (
+            structlog.contextvars.bound_contextvars(**ids),
+            span(f"{self.namespace}.{tool}", kind=SpanKind.SERVER, parent=parent, **ids) as current,
         ):
             try:
                 yield
@@ -129,13 +136,14 @@ class ToolServer(Generic[S]):
             finally:
                 elapsed = time.perf_counter() - start
                 self.metrics.observe(tool, outcome, elapsed)
+                annotate(current, outcome=outcome)
                 log.info("tool.call", ms=round(elapsed * 1000, 2), outcome=outcome)
 
     @contextlib.asynccontextmanager
     async def session(self, ctx: Context, tool: str) -> AsyncIterator[tuple[str, S]]:
         """The caller's session state for the length of one call, with heartbeats for long calls."""
         key = session_key(ctx)
-        async with self.observed(tool, key):
+        async with self.observed(tool, key, ctx):
             try:
                 state = await self.sessions.acquire(key)
             except TooManySessions as exc:

@@ -18,6 +18,10 @@ class ServiceSettings(BaseSettings):
     host: str = Field("127.0.0.1", description="address to bind")
     port: int = Field(0, description="port to bind")
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
+    tracing: bool = Field(True, description="OpenTelemetry spans and trace ids in logs (off: no-op tracer)")
+    otlp_endpoint: str | None = Field(
+        None, description="OTLP/HTTP traces URL to export spans to (needs the otlp extra); unset = no export"
+    )
 
     @classmethod
     def from_args(cls, argv: Sequence[str] | None, prog: str) -> Self:

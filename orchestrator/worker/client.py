@@ -16,6 +16,7 @@ import httpx
 import structlog
 
 from orchestrator.harmony import START, STOP_TOKENS
+from toolkit.tracing import outgoing
 
 log = structlog.get_logger(__name__)
 
@@ -265,7 +266,14 @@ class WorkerPool:
             yield obj
 
     async def _post_stream(self, worker: _Worker, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        async with self._http.stream("POST", f"{worker.url}{path}", json=body) as resp:
+        with outgoing(f"worker {path}", worker=worker.url, model=body.get("model")) as headers:
+            async for obj in self._post_traced(worker, path, body, headers):
+                yield obj
+
+    async def _post_traced(
+        self, worker: _Worker, path: str, body: dict[str, Any], headers: dict[str, str]
+    ) -> AsyncIterator[dict[str, Any]]:
+        async with self._http.stream("POST", f"{worker.url}{path}", json=body, headers=headers) as resp:
             if resp.status_code >= 500 or resp.status_code == 429:
                 raise _RetryableStatus(f"HTTP {resp.status_code}")
             if resp.status_code != 200:

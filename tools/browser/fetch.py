@@ -17,8 +17,10 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 import anyio
 import charset_normalizer
 import httpx
+from opentelemetry.trace import SpanKind
 
 from toolkit.netguard import AddressRefused, resolve_checked
+from toolkit.tracing import span
 
 TEXT_TYPES = ("text/html", "application/xhtml+xml", "text/plain", "text/markdown", "text/x-markdown",
               "application/json", "text/xml", "application/xml", "text/csv")  # fmt: skip
@@ -139,7 +141,7 @@ class Fetcher:
 
     async def fetch(self, url: str) -> Fetched:
         try:
-            with anyio.fail_after(self.limits.timeout_s):
+            with span("browser.fetch", kind=SpanKind.CLIENT, url=url), anyio.fail_after(self.limits.timeout_s):
                 return await self._follow(url)
         except TimeoutError as exc:
             raise FetchError(f"{url} did not answer within {self.limits.timeout_s:g} s") from exc

@@ -11,6 +11,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent
 
 from toolkit.server import HIDDEN, ToolServer, backend_lifespan
+from toolkit.tracing import span
 from tools.container.core import Backend, ContainerSession, SandboxError, SandboxGone, UsageError
 from tools.container.settings import ContainerSettings
 
@@ -62,7 +63,8 @@ def build_server(settings: ContainerSettings, backend: Backend) -> ToolServer[Co
         try:
             async with kit.session(ctx, tool) as (key, session):
                 try:
-                    return await work(session)
+                    with span("sandbox.exec", namespace="container", tool=tool, session_id=key):
+                        return await work(session)
                 except SandboxGone as exc:
                     await kit.sessions.close(key)
                     raise ToolError(f"{exc}; its files are lost and the next call starts a fresh container") from exc

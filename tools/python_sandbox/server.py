@@ -11,6 +11,7 @@ from mcp_types import ImageContent, TextContent
 from openai_harmony import ToolNamespaceConfig
 
 from toolkit.server import HIDDEN, ToolServer, backend_lifespan
+from toolkit.tracing import span
 from tools.python_sandbox.core import Backend, Kernel, KernelDied, RunResult, SandboxError
 from tools.python_sandbox.settings import PythonSandboxSettings
 
@@ -63,7 +64,8 @@ def build_server(settings: PythonSandboxSettings, backend: Backend) -> ToolServe
 async def _run(kit: ToolServer[Kernel], key: str, kernel: Kernel, code: str, timeout_s: float) -> RunResult:
     """Run the code; if the interpreter died, give the session a fresh one and say so plainly."""
     try:
-        return await kernel.run(code, timeout_s)
+        with span("sandbox.run", namespace="python", session_id=key):
+            return await kernel.run(code, timeout_s)
     except KernelDied as exc:
         log.warning("kernel.died", reason=str(exc))
         try:

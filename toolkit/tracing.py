@@ -1,0 +1,186 @@
+"""OpenTelemetry tracing for every service: set up once, W3C trace context in and out, one span helper.
+
+A client's `traceparent` (or a new trace) travels orchestrator -> worker -> gateway -> tool server ->
+sandbox; each hop opens a span here and sends the context on with `inject`. Exporting is off unless
+asked for: `--otlp-endpoint` (the `otlp` extra) ships spans to a collector, and the environment
+variable `TOOLFLEET_TRACE_FILE` appends each finished span as one JSON line to a file, which is how
+the tests collect one trace across real processes. Without either, spans still exist (log lines get
+their trace id and the context is propagated), they are just not exported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import structlog
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.propagate import extract as _extract
+from opentelemetry.propagate import inject as _inject
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from toolkit.settings import ServiceSettings
+
+TRACE_FILE_ENV = "TOOLFLEET_TRACE_FILE"
+"""Path that every process of a test run appends its finished spans to (JSON lines)."""
+
+ATTR = "toolfleet."
+"""Prefix of our span attributes: response_id, conversation_id, session_id, namespace, tool, outcome."""
+
+_tracer = trace.get_tracer("toolfleet")
+
+Headers = Mapping[str, str] | Iterable[tuple[bytes, bytes]]
+
+
+class JsonLinesExporter(SpanExporter):
+    """Appends each span as one JSON object per line; a lock keeps lines whole across threads."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        lines = "".join(json.dumps(_as_dict(s)) + "\n" for s in spans)
+        with self._lock, open(self.path, "a", encoding="utf-8") as f:
+            f.write(lines)
+        return SpanExportResult.SUCCESS
+
+
+def _as_dict(span: ReadableSpan) -> dict[str, Any]:
+    ctx, parent = span.get_span_context(), span.parent
+    return {
+        "name": span.name,
+        "service": span.resource.attributes.get("service.name"),
+        "trace_id": f"{ctx.trace_id:032x}",
+        "span_id": f"{ctx.span_id:016x}",
+        "parent_id": f"{parent.span_id:016x}" if parent else None,
+        "kind": span.kind.name,
+        "status": span.status.status_code.name,
+        "attributes": dict(span.attributes or {}),
+    }
+
+
+def setup_tracing(settings: ServiceSettings, *, service: str) -> None:
+    """Install the SDK tracer provider for this process (entrypoints only; libraries just open spans)."""
+    if not settings.tracing:
+        return  # the API's no-op tracer: spans cost nothing and only forward an incoming context
+    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    if path := os.environ.get(TRACE_FILE_ENV):
+        provider.add_span_processor(SimpleSpanProcessor(JsonLinesExporter(path)))
+    if otlp_endpoint := settings.otlp_endpoint:
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        except ImportError as exc:
+            raise SystemExit("--otlp-endpoint needs the exporter: pip install 'toolfleet[otlp]'") from exc
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=otlp_endpoint)))
+    trace.set_tracer_provider(provider)
+
+
+def extract(headers: Headers) -> otel_context.Context | None:
+    """The trace context a caller sent (`traceparent` / `tracestate`), as a parent for our span; None when
+    there is none (or it is malformed), so the span nests under the current one or starts a trace."""
+    if not isinstance(headers, Mapping):
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in headers}
+    ctx = _extract({k.lower(): v for k, v in headers.items()})
+    return ctx if trace.get_current_span(ctx).get_span_context().is_valid else None
+
+
+def inject(headers: dict[str, str]) -> dict[str, str]:
+    """Write the current span's context into outgoing `headers` (replacing the caller's) and return them."""
+    headers.pop("traceparent", None)
+    headers.pop("tracestate", None)
+    _inject(headers)
+    return headers
+
+
+@contextlib.contextmanager
+def span(
+    name: str,
+    *,
+    kind: SpanKind = SpanKind.INTERNAL,
+    parent: otel_context.Context | None = None,
+    **attributes: Any,
+) -> Iterator[Span]:
+    """A current span named `name` with `toolfleet.*` attributes; an escaping exception marks it failed."""
+    attrs = {ATTR + k: v for k, v in attributes.items() if v is not None}
+    with _tracer.start_as_current_span(name, context=parent, kind=kind, attributes=attrs) as current:
+        yield current
+
+
+@contextlib.contextmanager
+def outgoing(name: str, **attributes: Any) -> Iterator[dict[str, str]]:
+    """A client span that is never made current, so it is safe across an async generator's yields; yields
+    the headers that carry it to the callee."""
+    attrs = {ATTR + k: v for k, v in attributes.items() if v is not None}
+    current = _tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attrs)
+    headers: dict[str, str] = {}
+    _inject(headers, context=trace.set_span_in_context(current))
+    try:
+        yield headers
+    except Exception as exc:
+        current.record_exception(exc)
+        current.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+        raise
+    finally:
+        current.end()
+
+
+def annotate(current: Span, **attributes: Any) -> None:
+    """Add `toolfleet.*` attributes (the outcome, an id learnt late) to a span; `outcome` != ok marks an error."""
+    for key, value in attributes.items():
+        if value is not None:
+            current.set_attribute(ATTR + key, value)
+    outcome = attributes.get("outcome")
+    if outcome is not None and outcome != "ok":
+        current.set_status(Status(StatusCode.ERROR, str(outcome)))
+
+
+def trace_ids(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
+    """structlog processor: the current span's trace and span ids on every log line."""
+    ctx = trace.get_current_span().get_span_context()
+    if ctx.is_valid:
+        event["trace_id"] = f"{ctx.trace_id:032x}"
+        event["span_id"] = f"{ctx.span_id:016x}"
+    return event
+
+
+class TracingMiddleware:
+    """Pure ASGI: one server span per HTTP request, child of the caller's `traceparent`, with a request id
+    (the caller's `x-request-id` or a new one) bound for the log lines of that request."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        rid = headers.get("x-request-id") or uuid.uuid4().hex[:16]
+        name = f"{scope['method']} {scope['path']}"
+        with span(name, kind=SpanKind.SERVER, parent=extract(headers), request_id=rid) as current:
+            with structlog.contextvars.bound_contextvars(request_id=rid):
+                status = 500
+
+                async def send_status(message: dict[str, Any]) -> None:
+                    nonlocal status
+                    if message["type"] == "http.response.start":
+                        status = message["status"]
+                    await send(message)
+
+                try:
+                    await self.app(scope, receive, send_status)
+                finally:
+                    current.set_attribute("http.response.status_code", status)
+                    if status >= 500:
+                        current.set_status(Status(StatusCode.ERROR, f"HTTP {status}"))
