@@ -155,8 +155,9 @@ def trace_ids(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]
 
 
 class TracingMiddleware:
-    """Pure ASGI: one server span per HTTP request, child of the caller's `traceparent`, with a request id
-    (the caller's `x-request-id` or a new one) bound for the log lines of that request."""
+    """Pure ASGI: one server span per HTTP request, child of the caller's `traceparent` (or the framework's
+    own server span, when it made one), with a request id (the caller's `x-request-id` or a new one) on
+    the span and bound for the log lines of that request."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -168,7 +169,14 @@ class TracingMiddleware:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         rid = headers.get("x-request-id") or uuid.uuid4().hex[:16]
         name = f"{scope['method']} {scope['path']}"
-        with span(name, kind=SpanKind.SERVER, parent=extract(headers), request_id=rid) as current:
+        framework = trace.get_current_span()  # FastAPI opens its own server span (from the same traceparent)
+        opened = (
+            contextlib.nullcontext(framework)
+            if framework.is_recording()
+            else span(name, kind=SpanKind.SERVER, parent=extract(headers))
+        )
+        with opened as current:
+            current.set_attribute(ATTR + "request_id", rid)
             with structlog.contextvars.bound_contextvars(request_id=rid):
                 status = 500
 
