@@ -22,9 +22,10 @@ HOP_BY_HOP = frozenset(
         "content-length",
     }
 )
-PROTOCOL = frozenset({"accept", "content-type", "last-event-id", "traceparent", "tracestate"})
-"""Headers the MCP transport itself needs, and W3C trace context (so a trace reaches every upstream);
-`mcp-*` headers (but the session id, which we map) go too."""
+PROTOCOL = frozenset({"accept", "content-type", "last-event-id"})
+"""Headers the MCP transport itself needs; `mcp-*` headers (but the session id, which we map) go too."""
+TRACE_CONTEXT = frozenset({"traceparent", "tracestate"})
+"""W3C trace context goes to every upstream by default (the gateway's own span replaces the parent id)."""
 
 
 class HeaderRules:
@@ -45,7 +46,7 @@ class HeaderRules:
                 continue
             if name in HOP_BY_HOP or name == "mcp-session-id":
                 continue
-            if name in PROTOCOL or name.startswith("mcp-"):
+            if name in PROTOCOL or name in TRACE_CONTEXT or name.startswith("mcp-"):
                 out[name] = raw_value.decode("latin-1")
             elif (target := self._names.get(name)) is not None:
                 out[target] = raw_value.decode("latin-1")

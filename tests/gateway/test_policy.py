@@ -53,7 +53,9 @@ async def test_only_allowed_renamed_and_static_headers_reach_the_upstream(guarde
         got = json.loads(await call_text(client, "whoami"))["headers"]
         await call_text(client, "cleanup_session")
     assert got["x-session-id"] == "resp_headers"
-    assert got["traceparent"] == sent["traceparent"]  # W3C trace context propagated
+    trace_id, parent = sent["traceparent"].split("-")[1:3]
+    assert got["traceparent"].split("-")[1] == trace_id  # W3C trace context propagated, in the same trace,
+    assert got["traceparent"].split("-")[2] != parent  # as a child of the gateway's own span
     assert got["x-tenant"] == "acme"
     assert got["authorization"] == "Bearer upstream-secret"  # renamed; the gateway's own token never leaks
     assert got["x-gateway"] == "toolfleet"
