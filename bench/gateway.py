@@ -1,13 +1,16 @@
 """Added latency of a `tools/call` through the gateway versus directly, and the same for a peer gateway.
 
     python bench/gateway.py [--n 1000] [--warmup 200] [--concurrency 1 32] [--peer contextforge|none]
-                            [--out results-gateway.json]
+                            [--untraced | --no-untraced] [--out results-gateway.json]
 
 Starts the test fixture MCP server (one replica) and the gateway on loopback, then times
 `tools/call echo` over streamable HTTP with a plain keep-alive HTTP client: direct to the
 replica, through our gateway, and through IBM ContextForge (`mcp-contextforge-gateway`, its own
 venv under .cache/, SQLite) when it can run here. Prints p50/p99 per path and the added latency
-(path minus direct) at each concurrency, plus calls/s.
+(path minus direct) at each concurrency, plus calls/s. Every call carries a W3C `traceparent`, as
+the orchestrator's do; `toolfleet` runs with tracing on (the default: spans, no exporter), and
+`toolfleet-untraced` is a second gateway started with `TOOLFLEET_GATEWAY_TRACING=false`, so the
+two rows show what tracing costs.
 Calls to the paths being compared are interleaved (direct, gateway, direct, ...), so drift in the
 machine's load hits every path alike; calls/s is concurrency / mean latency.
 """
@@ -41,7 +44,11 @@ if str(REPO) not in sys.path:
 
 from tests.gateway.harness import fixtures, free_port, gateway_config, running_gateway  # noqa: E402
 
-HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+HEADERS = {
+    "accept": "application/json, text/event-stream",
+    "content-type": "application/json",
+    "traceparent": f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-01",
+}
 VERSION = "2025-11-25"
 
 
@@ -51,6 +58,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=200)
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
     p.add_argument("--peer", choices=["contextforge", "none"], default="contextforge")
+    p.add_argument("--untraced", action=argparse.BooleanOptionalAction, default=True,
+                   help="also time a gateway with tracing off")  # fmt: skip
     p.add_argument("--out", default="results-gateway.json")
     return p.parse_args(argv)
 
@@ -243,11 +252,11 @@ def started_contextforge(upstream: str) -> Iterator[Peer]:
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    print(f"{'path':<14}{'conc':>5}{'p50 ms':>9}{'p99 ms':>9}{'calls/s':>10}{'+p50 ms':>9}{'+p99 ms':>9}")
+    print(f"{'path':<20}{'conc':>5}{'p50 ms':>9}{'p99 ms':>9}{'calls/s':>10}{'+p50 ms':>9}{'+p99 ms':>9}")
     for r in rows:
         added = f"{r['added_p50_ms']:>9.3f}{r['added_p99_ms']:>9.3f}" if "added_p50_ms" in r else f"{'':>18}"
         print(
-            f"{r['path']:<14}{r['concurrency']:>5}{r['p50_ms']:>9.3f}{r['p99_ms']:>9.3f}{r['calls_per_s']:>10.0f}{added}"
+            f"{r['path']:<20}{r['concurrency']:>5}{r['p50_ms']:>9.3f}{r['p99_ms']:>9.3f}{r['calls_per_s']:>10.0f}{added}"
         )
 
 
@@ -266,6 +275,10 @@ def main(argv: list[str] | None = None) -> int:
             "direct": (up.url, "echo", None),
             "toolfleet": (gw.url("bench"), "echo", None),
         }
+        if args.untraced:
+            off = {"TOOLFLEET_GATEWAY_TRACING": "false"}
+            untraced = stack.enter_context(running_gateway(gateway_config({"bench": [up.url]}), env=off))
+            paths["toolfleet-untraced"] = (untraced.url("bench"), "echo", None)
         if args.peer == "contextforge":
             try:
                 peer = stack.enter_context(started_contextforge(up.url))
