@@ -1,0 +1,62 @@
+"""The kit's tracing helpers: W3C context in and out, trace ids on log lines, the JSON-lines span exporter."""
+
+from __future__ import annotations
+
+import json
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+from toolkit.tracing import JsonLinesExporter, extract, inject, trace_ids
+
+TRACE, SPAN = 0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331
+TRACEPARENT = f"00-{TRACE:032x}-{SPAN:016x}-01"
+
+
+def _current() -> NonRecordingSpan:
+    return NonRecordingSpan(SpanContext(TRACE, SPAN, is_remote=False, trace_flags=TraceFlags(1)))
+
+
+def test_extract_reads_traceparent_from_asgi_or_mapping_headers_and_refuses_garbage() -> None:
+    for headers in ({"TraceParent": TRACEPARENT}, [(b"traceparent", TRACEPARENT.encode())]):
+        ctx = extract(headers)
+        assert ctx is not None and trace.get_current_span(ctx).get_span_context().trace_id == TRACE
+    for bad in ({}, {"traceparent": "00-zz-yy-01"}, {"traceparent": f"00-{0:032x}-{SPAN:016x}-01"}):
+        assert extract(bad) is None  # None: the span nests under the current one or starts a new trace
+
+
+def test_inject_replaces_the_callers_trace_context_with_the_current_span() -> None:
+    with trace.use_span(_current()):
+        headers = inject({"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01", "tracestate": "a=b", "x": "y"})
+    assert headers == {"traceparent": TRACEPARENT, "x": "y"}
+
+
+def test_log_lines_carry_the_current_trace_and_span_ids_and_nothing_outside_a_span() -> None:
+    with trace.use_span(_current()):
+        assert trace_ids(None, "info", {"event": "e"}) == {
+            "event": "e",
+            "trace_id": f"{TRACE:032x}",
+            "span_id": f"{SPAN:016x}",
+        }
+    assert trace_ids(None, "info", {"event": "e", "trace_id": "bound"}) == {"event": "e", "trace_id": "bound"}
+
+
+def test_the_file_exporter_writes_one_json_line_per_span_with_its_parent_link(tmp_path) -> None:
+    path = tmp_path / "spans.jsonl"
+    provider = TracerProvider(resource=Resource.create({"service.name": "unit"}))
+    provider.add_span_processor(SimpleSpanProcessor(JsonLinesExporter(str(path))))
+    tracer = provider.get_tracer("test")
+    with tracer.start_as_current_span("outer") as outer, tracer.start_as_current_span("inner", attributes={"k": 1}):
+        pass
+    inner, outer_line = (json.loads(line) for line in path.read_text().splitlines())
+    ids = outer.get_span_context()
+    assert outer_line == {
+        "name": "outer", "service": "unit", "trace_id": f"{ids.trace_id:032x}", "span_id": f"{ids.span_id:016x}",
+        "parent_id": None, "kind": "INTERNAL", "status": "UNSET", "attributes": {},
+    }  # fmt: skip
+    assert inner["parent_id"] == outer_line["span_id"] and inner["trace_id"] == outer_line["trace_id"]
+    assert inner["attributes"] == {"k": 1}
+    provider.shutdown()
