@@ -175,20 +175,6 @@ class TracingMiddleware:
             if framework.is_recording()
             else span(name, kind=SpanKind.SERVER, parent=extract(headers))
         )
-        with opened as current:
-            current.set_attribute(ATTR + "request_id", rid)
-            with structlog.contextvars.bound_contextvars(request_id=rid):
-                status = 500
-
-                async def send_status(message: dict[str, Any]) -> None:
-                    nonlocal status
-                    if message["type"] == "http.response.start":
-                        status = message["status"]
-                    await send(message)
-
-                try:
-                    await self.app(scope, receive, send_status)
-                finally:
-                    current.set_attribute("http.response.status_code", status)
-                    if status >= 500:
-                        current.set_status(Status(StatusCode.ERROR, f"HTTP {status}"))
+        with opened as current, structlog.contextvars.bound_contextvars(request_id=rid):
+            current.set_attribute(ATTR + "request_id", rid)  # the status code is the framework span's to record
+            await self.app(scope, receive, send)
