@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import socket
+
 import uvicorn
 from starlette.types import ASGIApp
 
 from toolkit.settings import ServiceSettings
+from toolkit.tracing import flush_tracing
+
+
+class _Server(uvicorn.Server):
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """After the app's own shutdown, send the last spans (before uvicorn re-raises the signal)."""
+        await super().shutdown(sockets=sockets)
+        await asyncio.to_thread(flush_tracing)
 
 
 def serve(app: ASGIApp, settings: ServiceSettings) -> None:
@@ -19,4 +30,4 @@ def serve(app: ASGIApp, settings: ServiceSettings) -> None:
         timeout_graceful_shutdown=5,
         log_config=None,  # uvicorn logs through our JSON handler (toolkit.logging)
     )
-    uvicorn.Server(config).run()
+    _Server(config).run()

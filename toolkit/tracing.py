@@ -86,6 +86,14 @@ def setup_tracing(settings: ServiceSettings, *, service: str) -> None:
     trace.set_tracer_provider(provider)
 
 
+def flush_tracing(timeout_s: float = 3.0) -> None:
+    """Export the spans still queued (blocking, bounded); uvicorn re-raises SIGTERM after a graceful
+    shutdown, which kills the process before the SDK's own at-exit flush could run."""
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, TracerProvider):
+        provider.force_flush(int(timeout_s * 1000))
+
+
 def extract(headers: Headers) -> otel_context.Context | None:
     """The trace context a caller sent (`traceparent` / `tracestate`), as a parent for our span; None when
     there is none (or it is malformed), so the span nests under the current one or starts a trace."""
