@@ -32,7 +32,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from toolkit.settings import ServiceSettings
 
 TRACE_FILE_ENV = "TOOLFLEET_TRACE_FILE"
-"""Path that every process of a test run appends its finished spans to (JSON lines)."""
+"""Path that every process of a test run appends its finished spans to (JSON lines). Test use only:
+each span is written synchronously as it ends (O_APPEND keeps the processes' lines apart)."""
 
 ATTR = "toolfleet."
 """Prefix of our span attributes: response_id, conversation_id, session_id, namespace, tool, outcome."""
