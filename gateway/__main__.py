@@ -11,7 +11,7 @@ import anyio
 import structlog
 
 from gateway.app import build_app
-from gateway.config import GatewayConfig, load_config
+from gateway.config import GatewayConfig, load_config, local_fleet
 from gateway.service import Gateway
 from gateway.settings import GatewaySettings
 from toolkit.logging import configure_logging
@@ -60,11 +60,23 @@ async def watch(gw: Gateway, path: Path, every_s: float) -> None:
                 reload(gw, path)
 
 
+def routes(settings: GatewaySettings) -> GatewayConfig:
+    """The routes file when one is given, else the local fleet (and the log says so, and how to override it)."""
+    if settings.config is not None:
+        return load_config(settings.config)
+    cfg = local_fleet()
+    log.info(
+        "config.default",
+        message="no routes file given: serving the local fleet; --config FILE (TOOLFLEET_GATEWAY_CONFIG) overrides it",
+        routes={name: list(ns.replicas) for name, ns in cfg.namespaces.items()},
+    )
+    return cfg
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     settings = GatewaySettings.from_args(list(argv) if argv is not None else sys.argv[1:], "toolfleet gateway")
     configure_logging(settings.log_level, service="gateway")
-    cfg = load_config(settings.config) if settings.config else GatewayConfig()
-    gw = Gateway(cfg)
+    gw = Gateway(routes(settings))
     app = build_app(gw)
     if settings.config is not None:
         gw.background.append(lambda: watch(gw, settings.config, settings.watch_s))  # type: ignore[arg-type]

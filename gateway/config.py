@@ -100,6 +100,17 @@ class GatewayConfig(_Frozen):
         return value
 
 
+LOCAL_FLEET = {"browser": 8801, "python": 8802, "container": 8803}
+"""The tool servers' default ports (DESIGN.md's port table): the routes of a fleet started by hand."""
+
+
+def local_fleet() -> GatewayConfig:
+    """The routes used when no routes file is given: each built-in tool on this machine, at its default port."""
+    return GatewayConfig(
+        namespaces={ns: NamespaceConfig(replicas=(f"http://127.0.0.1:{port}/mcp",)) for ns, port in LOCAL_FLEET.items()}
+    )
+
+
 def _expand(node: object) -> object:
     if isinstance(node, str):
         return os.path.expandvars(node)

@@ -42,6 +42,25 @@ async def probe(gw: Gateway, ns: Namespace, replica: Replica) -> None:
         await gw.store.put_blob(f"discovery:{ns.name}", {"initialize": init, "tools": reviewed})
 
 
+async def probe_now(gw: Gateway, ns: Namespace) -> None:
+    """A call found no available replica in `ns`: probe the unavailable ones once, now, instead of letting
+    it fail until the next scheduled probe (a swarm starts services in no order). Callers arriving while
+    a round runs wait for that round rather than start another."""
+    running = gw.reviving.get(ns.name)
+    if running is not None:
+        await running.wait()
+        return
+    done = gw.reviving[ns.name] = anyio.Event()
+    try:
+        async with anyio.create_task_group() as tg:
+            for replica in list(ns.replicas.values()):
+                if not replica.available:
+                    tg.start_soon(probe, gw, ns, replica)
+    finally:
+        del gw.reviving[ns.name]
+        done.set()
+
+
 async def probe_all(gw: Gateway, *, only_down: bool = False) -> None:
     async with anyio.create_task_group() as tg:
         for ns in list(gw.namespaces.values()):

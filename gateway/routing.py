@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,10 +77,25 @@ def new_session_id() -> str:
     return uuid.uuid4().hex
 
 
+async def _no_revive(ns: Namespace) -> None:
+    return None
+
+
 class Router:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.namespaces: dict[str, Namespace] = {}
+        self.revive: Callable[[Namespace], Awaitable[None]] = _no_revive
+        """Probe a namespace's unavailable replicas now (the gateway sets it; see `health.probe_now`)."""
+
+    async def pick(self, ns: Namespace, exclude: frozenset[str] = frozenset()) -> Replica:
+        """A replica for a new session. When none is available the replicas that are down are probed once
+        first, so a gateway that started before its tools does not refuse calls until its circuits close."""
+        try:
+            return ns.pick(await self.store.counts(ns.name), exclude)
+        except Unavailable:
+            await self.revive(ns)
+            return ns.pick(await self.store.counts(ns.name), exclude)
 
     def namespace(self, name: str) -> Namespace:
         ns = self.namespaces.get(name)
@@ -99,11 +115,11 @@ class Router:
             return Target(ns, replica, rec.key, sid, rec.upstream_sid)
         key = header_key(xsid)
         if key is None:
-            return Target(ns, ns.pick(await self.store.counts(ns.name)), fresh=True)
+            return Target(ns, await self.pick(ns), fresh=True)
         pin = await self.store.get_pin(ns.name, key)
         if pin is not None:
             return Target(ns, await self._pinned(ns, key, pin.replica, msg), key)
-        chosen = ns.pick(await self.store.counts(ns.name))
+        chosen = await self.pick(ns)
         pin = await self.store.claim_pin(ns.name, key, chosen.url)
         return Target(ns, await self._pinned(ns, key, pin.replica, msg), key, fresh=pin.replica == chosen.url)
 
@@ -119,7 +135,7 @@ class Router:
             if not pin.lost:
                 await self.store.mark_lost(ns.name, pin.replica)
             if msg.get("method") in SAFE_METHODS:
-                return ns.pick(await self.store.counts(ns.name))
+                return await self.pick(ns)
             if tool_name(msg) == "cleanup_session":
                 await self.store.drop_pin(ns.name, key)
             raise SessionLost(
@@ -132,7 +148,7 @@ class Router:
     async def repick(self, target: Target, failed: Replica) -> Target:
         """A fresh target for a safe method whose first replica failed before answering."""
         ns = target.ns
-        chosen = ns.pick(await self.store.counts(ns.name), exclude=frozenset({failed.url}))
+        chosen = await self.pick(ns, exclude=frozenset({failed.url}))
         if target.key is not None:
             await self.store.drop_pin(ns.name, target.key)
             await self.store.claim_pin(ns.name, target.key, chosen.url)

@@ -36,10 +36,18 @@ class Gateway:
         self.started = False
         self._tg: TaskGroup | None = None
         self.legacy: dict[str, Any] = {}
+        """Open legacy SSE connections by gateway session id (they live and die with this process)."""
         self.background: list[Callable[[], Awaitable[None]]] = []
         """Extra long-running jobs for `running` (the entrypoint adds the config watcher)."""
-        """Open legacy SSE connections by gateway session id (they live and die with this process)."""
+        self.reviving: dict[str, anyio.Event] = {}
+        """Namespaces whose down replicas are being probed for a waiting call, and the round's end."""
+        self.router.revive = self._revive
         self.apply(cfg)
+
+    async def _revive(self, ns: Namespace) -> None:
+        from gateway.health import probe_now
+
+        await probe_now(self, ns)
 
     @property
     def namespaces(self) -> dict[str, Namespace]:

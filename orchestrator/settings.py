@@ -17,7 +17,9 @@ class OrchestratorSettings(ServiceSettings):
     port: int = Field(8080, description="port to bind")
     worker_urls: list[str] = Field(["http://127.0.0.1:8000"], description="vLLM worker base URLs")
     model: str | None = Field(None, description="model name to send (default: what the worker lists)")
-    tools_url: str | None = Field(None, description="gateway base URL: namespace NS is at {url}/NS/mcp")
+    tools_url: str | None = Field(
+        "http://127.0.0.1:8800", description="gateway base URL: namespace NS is at {url}/NS/mcp; '' = no gateway"
+    )
     browser_url: str | None = Field(None, description="browser MCP endpoint (overrides --tools-url)")
     python_url: str | None = Field(None, description="python MCP endpoint (overrides --tools-url)")
     container_url: str | None = Field(None, description="container MCP endpoint (overrides --tools-url)")

@@ -121,15 +121,20 @@ class ToolServer(Generic[S]):
                 state = await self.sessions.acquire(key)
             except TooManySessions as exc:
                 raise ToolError(str(exc)) from exc
+            failure: Exception | None = None
             try:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._heartbeat, ctx)
                     try:
                         yield key, state
+                    except Exception as exc:  # raised below, outside the group, so it is not wrapped
+                        failure = exc
                     finally:
                         tg.cancel_scope.cancel()
             finally:
                 self.sessions.release(key)
+            if failure is not None:
+                raise failure
 
     async def _heartbeat(self, ctx: Context) -> None:
         """Progress every few seconds, so SSE clients (vLLM gives up after 300 s of silence) wait."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Self
 
 from pydantic import Field
@@ -35,3 +36,12 @@ class ToolServerSettings(ServiceSettings):
         default_factory=list,
         description="Host headers accepted (DNS-rebinding guard); empty = loopback only when bound to loopback",
     )
+    instructions_file: Path | None = Field(
+        None, description="file whose text replaces the namespace description the model reads (other wordings)"
+    )
+
+    def instructions(self, default: str) -> str:
+        """The namespace description: the operator's file when one is named, else `default`."""
+        if self.instructions_file is None:
+            return default
+        return self.instructions_file.read_text(encoding="utf-8").strip()

@@ -16,6 +16,7 @@ from tests.gateway.harness import (
     connect,
     eventually,
     fixtures,
+    free_port,
     gateway_config,
     metric,
     running_gateway,
@@ -100,6 +101,27 @@ async def test_discovery_is_answered_from_the_last_known_tools_while_no_replica_
                 assert await call_text(client, "add", {"a": 1, "b": 2}) == "3"
         finally:
             back.kill()
+
+
+async def test_a_gateway_started_before_its_tool_answers_the_first_call_without_waiting_out_the_circuit(
+    transport: str,
+) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    cfg = gateway_config({"fixture": [url]}, health={"interval_s": 600, "open_s": 600})  # no re-probe in this test
+    with running_gateway(cfg, ready=False) as gw:
+        await eventually(lambda: _state(gw, url) == "down", what="the start-up probe finding no tool server")
+        body, headers = _modern_call("add", {"a": 1, "b": 2})
+        async with httpx.AsyncClient(trust_env=False) as http:  # still no tool: the probe made for this call fails
+            early = (await http.post(gw.url("fixture"), json=body, headers=headers)).json()
+        assert early["error"]["code"] == UNAVAILABLE
+        late = start_fixture("late", port=port)  # what a swarm does: the tool comes up after the gateway
+        try:
+            async with connect(gw.url("fixture", transport), transport, headers={"x-session-id": _sid()}) as client:
+                assert await call_text(client, "add", {"a": 2, "b": 3}) == "5"
+            assert _state(gw, url) == "up"
+        finally:
+            late.kill()
 
 
 async def test_a_slow_upstream_gets_a_timeout_error_and_the_gateway_keeps_serving() -> None:

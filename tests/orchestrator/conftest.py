@@ -130,6 +130,7 @@ def make_stack(scripted, tool_urls):
             "browser_url": tool_urls["browser"],
             "python_url": tool_urls["python"],
             "container_url": tool_urls["container"],
+            "tools_url": None,  # each tool server is named above; nothing falls back to a gateway on the fixed port
             "date": "2026-12-02",
             "health_interval_s": 0.5,
             **overrides,

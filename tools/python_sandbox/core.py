@@ -14,15 +14,13 @@ from typing import Any, Protocol
 
 import structlog
 
+from toolkit.containers import SandboxError as SandboxError  # the kit's "our side broke", raised by both backends
+
 log = structlog.get_logger(__name__)
 
 KERNEL_SOURCE = (Path(__file__).with_name("kernel.py")).read_text()
 READER_LIMIT = 64 * 1024 * 1024
 """Largest reply frame accepted from a kernel (capped text plus a few PNGs)."""
-
-
-class SandboxError(Exception):
-    """Our side broke (engine down, image missing): the call fails with an error result, the server lives on."""
 
 
 class KernelDied(Exception):

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from toolkit.settings import ToolServerSettings
+from toolkit.containers import DockerSandboxSettings
 from tools.python_sandbox.core import Limits
 
 
-class PythonSandboxSettings(ToolServerSettings):
+class PythonSandboxSettings(DockerSandboxSettings):
     model_config = SettingsConfigDict(env_prefix="TOOLFLEET_PYTHON_", cli_kebab_case=True, extra="ignore")
 
     port: int = 8802
@@ -23,9 +23,6 @@ class PythonSandboxSettings(ToolServerSettings):
     max_output_chars: int = Field(20_000, description="output beyond this is cut, with a note")
     # docker backend
     image: str = Field("toolfleet/python-sandbox:latest", description="image each session runs in (docker)")
-    pool_size: int = Field(2, description="warm containers kept ready so a new session starts at once (docker)")
-    docker_url: str | None = Field(None, description="Docker engine URL; default from DOCKER_HOST")
-    instance: str = Field("", description="label value naming this server's containers; default host:port")
     # local backend
     local_python: str = Field("/usr/bin/python3", description="interpreter run inside bubblewrap (local)")
     local_uid_base: int = Field(200_000, description="first host uid of per-session users when run as root (local)")

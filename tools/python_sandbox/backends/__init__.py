@@ -20,7 +20,7 @@ def choose_backend_name(requested: str) -> str:
         if requested not in BACKENDS:
             raise ValueError(f"unknown python backend {requested!r}; choose one of {', '.join(BACKENDS)} or auto")
         return requested
-    from tools.python_sandbox.backends.docker import engine_reachable
+    from toolkit.containers import engine_reachable
 
     if engine_reachable():
         return "docker"

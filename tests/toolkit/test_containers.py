@@ -1,0 +1,62 @@
+"""The shared container runtime's owner leases: a SIGKILLed replica's sandboxes are removed by a successor."""
+
+from __future__ import annotations
+
+import signal
+import uuid
+
+import pytest
+
+from tests.python_sandbox.conftest import docker_client, server_args
+from tests.python_sandbox.test_lifecycle import sandbox_uid, wait_until
+from tests.support.service import running_service
+
+LEASE = ["--lease-s", "2", "--janitor-interval-s", "0.5"]
+
+
+def labelled(label: str, value: str, *, running_only: bool = False) -> list[str]:
+    client = docker_client()
+    assert client is not None
+    found = client.api.containers(all=not running_only, filters={"label": f"{label}={value}"})
+    return [c["Id"] for c in found]  # the low-level listing: no per-container inspect racing a removal
+
+
+@pytest.fixture(autouse=True)
+def _needs_docker() -> None:
+    if docker_client() is None:
+        pytest.skip("needs a Docker engine and toolfleet/python-sandbox:latest (deploy/build-images.sh)")
+
+
+async def test_a_successor_under_another_name_removes_a_sigkilled_replicas_sandboxes() -> None:
+    run = uuid.uuid4().hex[:8]
+    dead, successor = f"pytest-lease-a-{run}", f"pytest-lease-b-{run}"
+    with running_service(server_args("docker", dead, *LEASE)) as victim:
+        for i in range(2):
+            await sandbox_uid(victim, f"lease-{i}")
+        assert wait_until(lambda: len(labelled("toolfleet.instance", dead)) == 3)  # two sessions, one pool
+        assert len(labelled("toolfleet.lease", dead, running_only=True)) == 1
+        victim.stop(signal.SIGKILL)
+    assert len(labelled("toolfleet.instance", dead)) == 3  # orphaned: nobody of that name will come back
+    # the killed owner's attached stdin closed, so its lease container's watchdog ended at once
+    assert wait_until(lambda: labelled("toolfleet.lease", dead, running_only=True) == [], 5)
+    with running_service(server_args("docker", successor, *LEASE)) as heir:
+        assert wait_until(lambda: labelled("toolfleet.instance", dead) == [], 10)
+        assert wait_until(lambda: labelled("toolfleet.lease", dead) == [], 5)
+        assert "janitor.removed" in heir.log()
+        # the successor's own sandboxes are left alone by its janitor and by itself
+        await sandbox_uid(heir, "heir-session")
+        assert len(labelled("toolfleet.instance", successor)) >= 1
+    assert labelled("toolfleet.instance", successor) == [] and labelled("toolfleet.lease", successor) == []
+
+
+async def test_a_live_replicas_sandboxes_survive_another_replicas_janitor() -> None:
+    run = uuid.uuid4().hex[:8]
+    first, second = f"pytest-live-a-{run}", f"pytest-live-b-{run}"
+    with running_service(server_args("docker", first, *LEASE)) as a:
+        await sandbox_uid(a, "kept")
+        with running_service(server_args("docker", second, *LEASE)):
+            before = set(labelled("toolfleet.instance", first))
+            # several janitor rounds and lease periods pass: heartbeats keep the first replica's lease live
+            assert not wait_until(lambda: set(labelled("toolfleet.instance", first)) != before, 6)
+            assert len(labelled("toolfleet.lease", first, running_only=True)) == 1
+        assert await sandbox_uid(a, "kept") == 65534

@@ -1,0 +1,410 @@
+"""One container runtime for every tool that runs sandboxes (python's docker backend, the container tool).
+
+What it owns, so no tool server repeats it:
+- labels: `toolfleet.role=<role>` and `toolfleet.instance=<instance>` on every sandbox, plus
+  `toolfleet.owner=<instance>` naming the owner lease the sandbox depends on;
+- leftovers: at start an instance removes what an earlier process of the same name left, at stop
+  everything it made;
+- owner leases, for sandboxes of a replica that died without cleaning up (SIGKILL, OOM, node loss,
+  or a successor under another name). Labels cannot change after create, so the heartbeat is a
+  tiny *lease container* per owner (`toolfleet.lease=<instance>`) whose pid 1 is a watchdog:
+  `sh` reading stdin, exiting when the owner's attached stream closes (the owner's process died:
+  the kernel closes its socket) or when no heartbeat byte arrived for `lease_s` (the owner hangs,
+  or its engine connection is partitioned). The owner writes a byte every `lease_s / 3`. A lease
+  is live exactly while that container runs; the engine itself is the shared record, so this
+  needs no clock agreement, no shared disk and no extra service. Any live replica's janitor
+  removes sandboxes whose owner's lease is not running, and dead leases;
+- the warm pool, resource limits, the OCI runtime (`runc`, or gVisor's `runsc` where the engine
+  has it configured) and the translation of Docker SDK errors where they enter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import os
+import socket
+import struct
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+import anyio
+import docker
+import docker.errors
+import structlog
+from pydantic import Field
+
+from toolkit.settings import ToolServerSettings
+
+log = structlog.get_logger(__name__)
+
+ROLE_LABEL = "toolfleet.role"
+INSTANCE_LABEL = "toolfleet.instance"
+OWNER_LABEL = "toolfleet.owner"
+LEASE_LABEL = "toolfleet.lease"
+LEASE_ROLE = "lease"
+
+_WATCHDOG = 'while [ -n "$(timeout {lease_s:g} head -c1)" ]; do :; done'
+"""The lease container's pid 1: alive while heartbeat bytes keep coming on the attached stdin."""
+
+
+class SandboxError(Exception):
+    """Our side broke (engine down, image missing): the call fails with an error result, the server lives on."""
+
+
+class DockerSandboxSettings(ToolServerSettings):
+    """Flags every docker-backed tool server shares (`--instance`, `--pool-size`, `--oci-runtime`, ...)."""
+
+    pool_size: int = Field(2, description="warm containers kept ready so a new session starts at once (docker)")
+    docker_url: str | None = Field(None, description="Docker engine URL; default from DOCKER_HOST")
+    instance: str = Field("", description="label value naming this server's containers; default host-port")
+    oci_runtime: str = Field("runc", description="OCI runtime of sandboxes: runc, or runsc (gVisor) when configured")
+    lease_s: float = Field(30.0, description="an owner whose heartbeat is silent this long loses its sandboxes")
+    janitor_interval_s: float = Field(30.0, description="how often sandboxes of dead owners are looked for")
+
+    def instance_name(self) -> str:
+        return self.instance or f"{socket.gethostname()}-{self.port}"
+
+
+def engine_reachable(url: str | None = None) -> bool:
+    try:
+        client = docker.DockerClient(base_url=url) if url else docker.from_env()
+        with contextlib.closing(client):
+            return bool(client.ping())
+    except docker.errors.DockerException:
+        return False
+
+
+@contextlib.contextmanager
+def docker_errors(what: str) -> Iterator[None]:
+    """Translate the Docker SDK's exceptions where they enter."""
+    try:
+        yield
+    except docker.errors.ImageNotFound as exc:
+        raise SandboxError(f"{what}: image not found ({exc.explanation}); run deploy/build-images.sh") from exc
+    except docker.errors.DockerException as exc:
+        raise SandboxError(f"{what}: {exc}") from exc
+
+
+@dataclass
+class SandboxSpec:
+    """What one sandbox container is: hardened by default (read-only root, no capabilities, no network)."""
+
+    image: str
+    command: list[str]
+    user: str
+    workdir: str
+    writable: list[str]
+    """Size-capped tmpfs mounts owned by `user`: the only writable paths."""
+    memory_bytes: int
+    cpus: float
+    pids: int
+    disk_bytes: int
+    env: dict[str, str] = field(default_factory=dict)
+    network: str = "none"
+    stdin: bool = True
+
+    def kwargs(self) -> dict[str, Any]:
+        uid, _, gid = self.user.partition(":")
+        tmpfs_opts = f"rw,nosuid,nodev,size={self.disk_bytes},uid={uid},gid={gid or uid},mode=0700"
+        return dict(
+            image=self.image,
+            command=self.command,
+            stdin_open=self.stdin,
+            tty=False,
+            detach=True,
+            network_mode=self.network,
+            user=self.user,
+            read_only=True,
+            tmpfs={path: tmpfs_opts for path in self.writable},
+            working_dir=self.workdir,
+            mem_limit=self.memory_bytes,
+            memswap_limit=self.memory_bytes,
+            nano_cpus=int(self.cpus * 1e9),
+            pids_limit=self.pids,
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            ipc_mode="private",
+            environment=self.env,
+        )
+
+
+class AttachedStream:
+    """A started container's attached stdin/stdout: stdout frames feed `reader`, stderr frames are logged."""
+
+    def __init__(self, container_id: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.container_id = container_id
+        self.reader = reader
+        self.writer = writer
+        self._demux: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def open(cls, container_id: str, sock: socket.socket, limit: int) -> AttachedStream:
+        raw, writer = await asyncio.open_connection(sock=sock, limit=limit)
+        stream = cls(container_id, asyncio.StreamReader(limit=limit), writer)
+        stream._demux = asyncio.create_task(stream._split(raw))
+        return stream
+
+    async def _split(self, raw: asyncio.StreamReader) -> None:
+        """Docker's multiplexed stream: an 8-byte header (kind, size) before each frame."""
+        try:
+            while True:
+                header = await raw.readexactly(8)
+                kind, size = header[0], struct.unpack(">I", header[4:])[0]
+                payload = await raw.readexactly(size)
+                if kind == 1:
+                    self.reader.feed_data(payload)
+                else:
+                    text = payload[:2000].decode("utf-8", "replace")
+                    log.warning("sandbox.stderr", container=self.container_id[:12], text=text)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            self.reader.feed_eof()
+
+    def close(self) -> None:
+        self.writer.close()
+        if self._demux is not None:
+            self._demux.cancel()
+
+
+class ContainerRuntime:
+    """Creates, labels, leases and removes one instance's sandboxes of one role on a Docker engine."""
+
+    def __init__(self, settings: DockerSandboxSettings, *, role: str, image: str) -> None:
+        self.role = role
+        self.image = image
+        self.instance = settings.instance_name()
+        self._settings = settings
+        self._client: docker.DockerClient | None = None
+        self._lease: AttachedStream | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def client(self) -> docker.DockerClient:
+        if self._client is None:
+            raise SandboxError("the container runtime is not started")
+        return self._client
+
+    async def start(self) -> None:
+        """Connect, check image and OCI runtime, remove this instance's leftovers, take the lease."""
+        self._client = await anyio.to_thread.run_sync(self._connect)
+        stale = await self.remove_all()
+        await self._take_lease()
+        self._tasks = [asyncio.create_task(self._heartbeat()), asyncio.create_task(self._janitor())]
+        log.info("runtime.ready", role=self.role, instance=self.instance, removed_stale=stale)
+
+    def _connect(self) -> docker.DockerClient:
+        url = self._settings.docker_url
+        with docker_errors("cannot reach the Docker engine"):
+            client = docker.DockerClient(base_url=url) if url else docker.from_env()
+            client.ping()
+        with docker_errors(f"image {self.image}"):
+            client.images.get(self.image)
+        runtime = self._settings.oci_runtime
+        with docker_errors("cannot read the engine's OCI runtimes"):
+            known = client.info().get("Runtimes") or {}
+        if runtime not in known:
+            client.close()
+            raise SandboxError(
+                f"OCI runtime {runtime!r} is not configured in the Docker engine (it has {', '.join(sorted(known))}); "
+                "for gVisor install runsc and add it under `runtimes` in /etc/docker/daemon.json"
+            )
+        return client
+
+    def labels(self) -> dict[str, str]:
+        return {ROLE_LABEL: self.role, INSTANCE_LABEL: self.instance, OWNER_LABEL: self.instance}
+
+    def _create_attached(self, kwargs: dict[str, Any]) -> tuple[str, socket.socket]:
+        """Blocking: create, attach before start (so no output is lost), start; removed again on failure."""
+        kwargs = {"runtime": self._settings.oci_runtime, **kwargs}
+        with docker_errors("cannot start a sandbox container"):
+            container = self.client.containers.create(**kwargs)
+            try:
+                attached = container.attach_socket(params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+                raw = getattr(attached, "_sock", attached)
+                sock = socket.socket(fileno=os.dup(raw.fileno()))
+                attached.close()
+                container.start()
+            except BaseException:
+                with contextlib.suppress(docker.errors.DockerException):
+                    container.remove(force=True)
+                raise
+            return container.id, sock
+
+    async def start_attached(self, spec: SandboxSpec, *, limit: int) -> AttachedStream:
+        """A new labelled sandbox, started, with its stdin/stdout attached."""
+        kwargs = {**spec.kwargs(), "labels": self.labels()}
+        container_id, sock = await anyio.to_thread.run_sync(self._create_attached, kwargs)
+        try:
+            return await AttachedStream.open(container_id, sock, limit)
+        except BaseException:
+            sock.close()
+            await self.remove(container_id)
+            raise
+
+    async def exec(self, container_id: str, argv: list[str], *, user: str) -> tuple[int, bytes]:
+        """Run argv in a running sandbox as `user` (`docker exec`); its exit code and stdout."""
+
+        def run() -> tuple[int, bytes]:
+            with docker_errors("cannot exec in the sandbox container"):
+                api = self.client.api
+                exec_id = api.exec_create(container_id, argv, stdout=True, stderr=False, user=user)["Id"]
+                out = api.exec_start(exec_id)
+                return int(api.exec_inspect(exec_id)["ExitCode"] or 0), out
+
+        return await anyio.to_thread.run_sync(run)
+
+    async def remove(self, container_id: str) -> None:
+        def remove() -> None:
+            with contextlib.suppress(docker.errors.NotFound), docker_errors("cannot remove a sandbox container"):
+                self.client.api.remove_container(container_id, force=True)
+
+        with anyio.CancelScope(shield=True):
+            try:
+                await anyio.to_thread.run_sync(remove)
+            except SandboxError as exc:
+                log.warning("container.remove_failed", container=container_id[:12], error=str(exc))
+
+    def _list(self, *labels: str) -> list[dict[str, Any]]:
+        with docker_errors("cannot list sandbox containers"):
+            return self.client.api.containers(all=True, filters={"label": list(labels)})
+
+    async def remove_all(self) -> int:
+        """Remove every container of this instance and its old leases (leftovers of a crash, or all at stop)."""
+
+        def listing() -> list[str]:
+            mine = self._list(f"{ROLE_LABEL}={self.role}", f"{INSTANCE_LABEL}={self.instance}")
+            leases = self._list(f"{LEASE_LABEL}={self.instance}")
+            return [c["Id"] for c in mine + leases]
+
+        ids = await anyio.to_thread.run_sync(listing)
+        for container_id in ids:
+            await self.remove(container_id)
+        return len(ids)
+
+    async def _take_lease(self) -> None:
+        spec = SandboxSpec(
+            image=self.image,
+            command=["sh", "-c", _WATCHDOG.format(lease_s=self._settings.lease_s)],
+            user="65534:65534",
+            workdir="/",
+            writable=[],
+            memory_bytes=32 * 2**20,
+            cpus=0.1,
+            pids=8,
+            disk_bytes=0,
+        )
+        labels = {ROLE_LABEL: LEASE_ROLE, LEASE_LABEL: self.instance}
+        # detach=False is how the SDK sets StdinOnce: the owner's attached stdin closing ends the watchdog
+        kwargs = {**spec.kwargs(), "detach": False, "labels": labels}
+        container_id, sock = await anyio.to_thread.run_sync(self._create_attached, kwargs)
+        self._lease = await AttachedStream.open(container_id, sock, 2**16)
+
+    async def _heartbeat(self) -> None:
+        """Renew the lease every third of `lease_s`; a lease found dead is taken again."""
+        while True:
+            await asyncio.sleep(self._settings.lease_s / 3)
+            assert self._lease is not None
+            try:
+                self._lease.writer.write(b"x")
+                await self._lease.writer.drain()
+                if self._lease.reader.at_eof():
+                    raise ConnectionError("lease container exited")
+            except (ConnectionError, OSError) as exc:
+                log.warning("lease.lost", instance=self.instance, error=str(exc))
+                self._lease.close()
+                await self.remove(self._lease.container_id)
+                with contextlib.suppress(SandboxError):
+                    await self._take_lease()
+
+    async def _janitor(self) -> None:
+        while True:
+            await asyncio.sleep(self._settings.janitor_interval_s)
+            try:
+                removed = await self.remove_orphans()
+            except SandboxError as exc:
+                log.warning("janitor.failed", error=str(exc))
+                continue
+            if removed:
+                log.info("janitor.removed", containers=removed)
+
+    async def remove_orphans(self) -> int:
+        """Remove sandboxes (of any role) whose owner's lease is not running, and leases that ended."""
+
+        def listing() -> list[str]:
+            sandboxes = self._list(OWNER_LABEL)  # listed before the leases: a lease outlives its sandboxes' create
+            leases = self._list(LEASE_LABEL)
+            live = {c["Labels"][LEASE_LABEL] for c in leases if c["State"] == "running"}
+            live.add(self.instance)
+            dead = [c for c in sandboxes if c["Labels"].get(OWNER_LABEL) not in live]
+            ended = [c for c in leases if c["State"] != "running" and c["Labels"][LEASE_LABEL] != self.instance]
+            return [c["Id"] for c in dead + ended]
+
+        ids = await anyio.to_thread.run_sync(listing)
+        for container_id in ids:
+            await self.remove(container_id)
+        return len(ids)
+
+    async def aclose(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._lease is not None:
+            self._lease.close()
+        if self._client is not None:
+            await self.remove_all()
+            self._client.close()
+
+
+class Pooled(Protocol):
+    async def aclose(self) -> None: ...
+
+
+P = TypeVar("P", bound=Pooled)
+
+
+class WarmPool(Generic[P]):
+    """Keeps `size` sandboxes ready so a new session starts at once; refills one at a time, backs off on failure."""
+
+    def __init__(self, spawn: Callable[[], Awaitable[P]], size: int) -> None:
+        self._spawn = spawn
+        self._size = size
+        self._ready: collections.deque[P] = collections.deque()
+        self._wanted = asyncio.Event()
+        self._filler: asyncio.Task[None] | None = None
+
+    def __len__(self) -> int:
+        return len(self._ready)
+
+    def start(self) -> None:
+        if self._size > 0:
+            self._filler = asyncio.create_task(self._fill())
+
+    async def take(self) -> P:
+        """A ready sandbox when one is waiting, else a fresh one."""
+        self._wanted.set()
+        return self._ready.popleft() if self._ready else await self._spawn()
+
+    async def _fill(self) -> None:
+        while True:
+            while len(self._ready) < self._size:
+                try:
+                    self._ready.append(await self._spawn())
+                except SandboxError as exc:
+                    log.warning("pool.fill_failed", error=str(exc))
+                    await asyncio.sleep(2)
+            self._wanted.clear()
+            await self._wanted.wait()
+
+    async def aclose(self) -> None:
+        if self._filler is not None:
+            self._filler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._filler
+        while self._ready:
+            await self._ready.popleft().aclose()

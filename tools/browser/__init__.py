@@ -1,0 +1,1 @@
+"""The browser tool server: gpt-oss search / open / find over MCP, offline by default."""

