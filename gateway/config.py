@@ -24,6 +24,12 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+BROWSER_OPTIONS = ("x-browser-allowed-domains", "x-browser-external-access", "x-browser-context-size",
+                   "x-browser-user-location")  # fmt: skip
+NAMESPACE_FORWARD: dict[str, tuple[str, ...]] = {"browser": BROWSER_OPTIONS}
+"""Headers a namespace's server reads besides the common ones, forwarded unless its policy lists `forward` itself."""
+
+
 class HeaderPolicy(_Frozen):
     """Which client headers reach the upstream; hop-by-hop headers never do."""
 
@@ -97,6 +103,11 @@ class GatewayConfig(_Frozen):
         for name in value:
             if not _NAMESPACE.match(name) or name in RESERVED:
                 raise ValueError(f"namespace {name!r} must match {_NAMESPACE.pattern} and not be one of {RESERVED}")
+        for name, ns in value.items():
+            extra = NAMESPACE_FORWARD.get(name)
+            if extra and "forward" not in ns.headers.model_fields_set:
+                headers = ns.headers.model_copy(update={"forward": ns.headers.forward + extra})
+                value[name] = ns.model_copy(update={"headers": headers})
         return value
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -137,6 +138,33 @@ def _tool_names(value: Any) -> set[str] | None:
     raise RequestError("allowed_tools must be a list of names or {tool_names: [...]}", "tools")
 
 
+CONTEXT_SIZES = ("low", "medium", "high")
+
+
+def browser_headers(tool: dict[str, Any], where: str) -> dict[str, str]:
+    """A web_search tool's options as the browser's x-browser-* request headers (DESIGN: browser options)."""
+    if tool.get("type") not in ("web_search", "web_search_preview"):
+        return {}
+    out: dict[str, str] = {}
+    domains = (tool.get("filters") or {}).get("allowed_domains") if isinstance(tool.get("filters"), dict) else None
+    if domains is not None:
+        if not isinstance(domains, list) or not all(isinstance(d, str) and d and "," not in d for d in domains):
+            raise RequestError("filters.allowed_domains must be a list of domain names", f"{where}.filters")
+        if domains:
+            out["x-browser-allowed-domains"] = ",".join(domains)
+    if tool.get("external_web_access") is False:
+        out["x-browser-external-access"] = "off"
+    if (size := tool.get("search_context_size")) is not None:
+        if size not in CONTEXT_SIZES:
+            raise RequestError("search_context_size must be low, medium or high", f"{where}.search_context_size")
+        out["x-browser-context-size"] = size
+    if (location := tool.get("user_location")) is not None:
+        if not isinstance(location, dict):
+            raise RequestError("user_location must be an object", f"{where}.user_location")
+        out["x-browser-user-location"] = json.dumps(location, separators=(",", ":"))
+    return out
+
+
 def toolset(tools: list[dict[str, Any]], tool_choice: Any, gateway_url: Any) -> Toolset:
     """Sort the request's tools into built-in namespaces, MCP servers and functions."""
     out = Toolset()
@@ -145,7 +173,7 @@ def toolset(tools: list[dict[str, Any]], tool_choice: Any, gateway_url: Any) -> 
     for i, tool in enumerate(tools):
         kind = tool.get("type")
         if kind in BUILTIN_TYPES:
-            out.builtins.setdefault(BUILTIN_TYPES[kind], {})
+            out.builtins.setdefault(BUILTIN_TYPES[kind], {}).update(browser_headers(tool, f"tools[{i}]"))
         elif kind == "shell":
             env = (tool.get("environment") or {}).get("type") if isinstance(tool.get("environment"), dict) else None
             if env not in (None, "container_auto"):

@@ -101,7 +101,7 @@ class ResponsesService:
                 ToolSessions(session_id=conversation, timeout_s=self.settings.tool_timeout_s),
                 self.generate, limits, conversation, req.temperature, req.top_p, calls=calls,
                 pending=dict(state.get("pending", {})), approvals=approvals, new_input=new_input,
-                pages={int(k): tuple(v) for k, v in state.get("pages", {}).items()},
+                pages={int(k): v for k, v in state.get("pages", {}).items() if isinstance(v, dict)},
                 required=tools.required, include=include,
                 logprobs=(req.top_logprobs or 0) if "message.output_text.logprobs" in include else None)  # fmt: skip
         live = Live(builder, req)

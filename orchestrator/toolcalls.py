@@ -7,7 +7,6 @@ Whatever goes wrong, the model gets a tool message saying so and the loop goes o
 
 from __future__ import annotations
 
-import re
 import shlex
 from typing import TYPE_CHECKING, Any
 
@@ -19,8 +18,6 @@ from orchestrator.tools import ToolOutcome
 
 if TYPE_CHECKING:
     from orchestrator.turns import Run
-
-_PAGE = re.compile(r"^\[(\d+)\] (.*?)(?: \((\S+)\))?$", re.M)
 
 
 def classify(r: Run, recipient: str) -> tuple[str, str, str]:
@@ -108,15 +105,13 @@ class ToolCaller:
         if fn not in ("search", "open", "find"):
             err = f"Error: the browser has no function `{fn}`; use search, open or find."
         outcome = ToolOutcome(err, True, outcome="rejected") if err else await self._invoke("browser", fn, args or {})
-        if not outcome.is_error:
-            for m in _PAGE.finditer(outcome.text):
-                if m.group(3):
-                    self.r.pages[int(m.group(1))] = (m.group(2), m.group(3))
-            first = _PAGE.search(outcome.text)
-            if first and first.group(3) and fn in ("open", "find"):
-                action["url"] = first.group(3)
+        page = browser_page(outcome.structured) if not outcome.is_error else None
+        if page is not None:  # the server's structuredContent, never a parse of the page text
+            self.r.pages[page["cursor"]] = page
+            if page["url"] and fn in ("open", "find"):
+                action["url"] = page["url"]
             if fn == "search" and "web_search_call.action.sources" in self.r.include:
-                action["sources"] = [{"type": "url", "url": u} for u in _source_urls(outcome)]
+                action["sources"] = [{"type": "url", "url": hit["url"]} for hit in page["hits"]]
         self.r.results[b.output[index]["id"]] = outcome.text  # kept with the response: history may cite it
         item = b.output[index]
         item.update(status="failed" if outcome.is_error else "completed", action=action)
@@ -130,7 +125,7 @@ class ToolCaller:
         page = self.r.pages.get(int(args["cursor"])) if isinstance(args.get("cursor"), int) else None
         if page is None and self.r.pages:
             page = self.r.pages[max(self.r.pages)]
-        url = page[1] if page else ""
+        url = (page or {}).get("url") or ""
         if fn == "find":
             return {"type": "find_in_page", "pattern": str(args.get("pattern", "")), "url": url}
         target = args.get("id")
@@ -251,15 +246,27 @@ def _shell_output(outcome: ToolOutcome) -> dict[str, Any]:
     return {"stdout": outcome.text, "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}
 
 
-_URL = re.compile(r"https?://[^\s)\]】>\"']+")
+def browser_page(structured: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The browser's structuredContent for one page: {cursor, url, title, lines, hits}, or None when absent.
+
+    A find page's url and title are already its source page's; a search page has its hits, each with
+    the lines it fills, so a citation of those lines resolves to the hit."""
+    s = structured or {}
+    if not isinstance(s.get("cursor"), int):
+        return None
+    hits = [{"url": h["url"], "title": str(h.get("title") or h["url"]), "lines": h.get("lines")}
+            for h in s.get("hits") or [] if isinstance(h, dict) and isinstance(h.get("url"), str)]  # fmt: skip
+    url = s.get("url") if isinstance(s.get("url"), str) else None
+    return {"cursor": s["cursor"], "url": url, "title": str(s.get("title") or url or ""), "hits": hits}
 
 
-def _source_urls(outcome: ToolOutcome) -> list[str]:
-    """The URLs a search found: the server's link map (structuredContent `links`), else URLs in the text."""
-    links = (outcome.structured or {}).get("links")
-    found = list(links.values()) if isinstance(links, dict) else links if isinstance(links, list) else []
-    found += _URL.findall(outcome.text)
-    return list(dict.fromkeys(u for u in found if isinstance(u, str) and u.startswith(("http://", "https://"))))
+def cited(page: dict[str, Any], line: int) -> tuple[str, str] | None:
+    """(title, url) that a citation of `line` of this page stands for: the page itself, or a search hit."""
+    for hit in page.get("hits") or []:
+        span = hit.get("lines")
+        if isinstance(span, list) and len(span) == 2 and span[0] <= line <= span[1]:
+            return hit["title"], hit["url"]
+    return (page["title"], page["url"]) if page.get("url") else None
 
 
 def open_code_item(r: Run) -> int:

@@ -20,7 +20,7 @@ from orchestrator import harmony as h
 from orchestrator.events import ResponseBuilder, new_id, usage
 from orchestrator.items import seal_reasoning
 from orchestrator.schema import Requirement, Toolset
-from orchestrator.toolcalls import ToolCaller, classify, open_code_item, open_mcp_item
+from orchestrator.toolcalls import ToolCaller, cited, classify, open_code_item, open_mcp_item
 from orchestrator.tools import Endpoints, ToolSessions
 from orchestrator.worker.client import Generate, GenerateRequest, TokenLogprob
 
@@ -68,7 +68,7 @@ class Run:
     container_id: str = "auto"
     renderer: h.Renderer = field(default_factory=h.Renderer)
     open_tool_index: int | None = None  # a code/mcp item streamed while the call was being written
-    pages: dict[int, tuple[str, str]] = field(default_factory=dict)  # browser cursor -> (title, url)
+    pages: dict[int, dict[str, Any]] = field(default_factory=dict)  # browser cursor -> toolcalls.browser_page
     usage: Usage = field(default_factory=Usage)
     tool_calls: int = 0
     required: Requirement | None = None  # tool_choice not yet satisfied in this response
@@ -312,9 +312,10 @@ def _annotations(r: Run, msg: Message) -> list[dict[str, Any]]:
     text, out = h.text_of(msg), []
     for m in re.finditer(r"【(\d+)†L(\d+)(?:-L(\d+))?】", text):
         page = pages.get(int(m.group(1)))
-        if page:
+        target = cited(page, int(m.group(2))) if page else None
+        if target:
             out.append({"type": "url_citation", "start_index": m.start(), "end_index": m.end(),
-                        "url": page[1], "title": page[0]})  # fmt: skip
+                        "url": target[1], "title": target[0]})  # fmt: skip
     return out
 
 

@@ -81,7 +81,7 @@ async def resolve_checked(host: str, port: int) -> list[str]:
     addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
     for address in addresses:
         if reason := check_address(address):
-            raise AddressRefused(f"{host} resolves to {reason}")
+            raise AddressRefused(reason if address == host.strip("[]") else f"{host} resolves to {reason}")
     if not addresses:
         raise AddressRefused(f"{host} has no address")
     return addresses

@@ -7,17 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.web import web_app
+from tests.browser.web import browser_args, web_app, write_corpus
 from tests.support.asgi import serve_asgi
 from tests.support.service import Service, running_service
-
-CORPUS = {
-    "guide/tea.html": "<html><head><title>Corpus tea guide</title></head><body><h1>Tea guide</h1>"
-    "<p>Oolong tea is partly oxidised. Read <a href='../notes/kettle.md'>the kettle notes</a>.</p></body></html>",
-    "notes/kettle.md": "# Kettle notes\n\nBoil water to 95 degrees for oolong.\n",
-    "notes/plain.txt": "Plain text about samovars and water.\n",
-    "ignored.bin": "not a document",
-}
 
 
 @pytest.fixture(scope="session")
@@ -28,17 +20,7 @@ def web() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def corpus_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("corpus")
-    for rel, text in CORPUS.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    return root
-
-
-def browser_args(web: str, corpus: Path, index: Path, *extra: str) -> list[str]:
-    host = web.removeprefix("http://")
-    return ["-m", "tools.browser", "--corpus-dir", str(corpus), "--index-dir", str(index), "--allow-hosts", host,
-            "--fetch-timeout-s", "3", *extra]  # fmt: skip
+    return write_corpus(tmp_path_factory.mktemp("corpus"))
 
 
 @pytest.fixture(scope="module")

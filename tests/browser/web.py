@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+from pathlib import Path
 
 import anyio
 from starlette.applications import Starlette
@@ -92,3 +93,27 @@ def web_app() -> Starlette:
         Route("/bomb", bomb), Route("/huge", huge), Route("/latin1", latin1), Route("/binary", binary),
         Route("/nul", nul_text), Route("/broken", broken), Route("/{name}", page),
     ])  # fmt: skip
+
+
+CORPUS = {
+    "guide/tea.html": "<html><head><title>Corpus tea guide</title></head><body><h1>Tea guide</h1>"
+    "<p>Oolong tea is partly oxidised. Read <a href='../notes/kettle.md'>the kettle notes</a>.</p></body></html>",
+    "notes/kettle.md": "# Kettle notes\n\nBoil water to 95 degrees for oolong.\n",
+    "notes/plain.txt": "Plain text about samovars and water.\n",
+    "ignored.bin": "not a document",
+}
+
+
+def write_corpus(root: Path) -> Path:
+    """The small test corpus (HTML, Markdown, text, and a file that is none of them) under `root`."""
+    for rel, text in CORPUS.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def browser_args(web: str, corpus: Path, index: Path, *extra: str) -> list[str]:
+    """`python -m tools.browser` flags for a server over the test corpus that may fetch the fixture web."""
+    host = web.removeprefix("http://")
+    return ["-m", "tools.browser", "--corpus-dir", str(corpus), "--index-dir", str(index), "--allow-hosts", host,
+            "--fetch-timeout-s", "3", *extra]  # fmt: skip

@@ -36,46 +36,56 @@ PAGES = {
 }
 
 
-def _render(cursor: int, url: str) -> str:
+def _page(cursor: int, url: str) -> CallToolResult:
+    """A page in the display format, and its structuredContent as the browser contract has it."""
     title, lines = PAGES[url]
     body = "\n".join(f"L{i}: {line}" for i, line in enumerate(lines))
-    return f"[{cursor}] {title} ({url})\n**viewing lines [0 - {len(lines) - 1}] of {len(lines) - 1}**\n\n{body}"
+    text = f"[{cursor}] {title} ({url})\n**viewing lines [0 - {len(lines) - 1}] of {len(lines) - 1}**\n\n{body}"
+    structured = {"cursor": cursor, "url": url, "title": title, "lines": [0, len(lines) - 1], "total_lines": len(lines)}
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
 
 
 def browser_server(settings: ToolServerSettings) -> ToolServer:
+    """The browser contract (display text + structuredContent) over two fixed pages; tests/browser has the real one."""
     mcp = MCPServer("browser", instructions="Tool for browsing the fixture web.")
     server: ToolServer = ToolServer(mcp, settings, _new_state)
 
     @mcp.tool(name="search", description="Searches for information related to `query`.")
     async def search(query: str, ctx: Context, topn: int = 10, source: str | None = None) -> CallToolResult:
-        """The page text as the model was trained on it; the link map (id -> URL) as structured content."""
         async with server.session(ctx, "search") as (_, st):
             st.pages.append(("search", query))
             cursor = len(st.pages) - 1
-            links = [f"* 【{i}†{t}†{u.split('/')[2]}】" for i, (u, (t, _)) in enumerate(PAGES.items())]
-            text = f"[{cursor}] Search results for `{query}`\n**viewing lines [0 - 1] of 1**\n\nL0: " + "\nL1: ".join(
-                links
-            )
-            urls = {str(i): u for i, u in enumerate(PAGES)}
-            return CallToolResult(content=[TextContent(type="text", text=text)], structured_content={"links": urls})
+            lines, hits = [], []
+            for i, (u, (t, body)) in enumerate(PAGES.items()):
+                hits.append({"url": u, "title": t, "snippet": body[0], "lines": [len(lines), len(lines) + 1]})
+                lines += [f"* 【{i}†{t}†{u.split('/')[2]}】", body[0]]
+            text = f"[{cursor}] {query}\n**viewing lines [0 - {len(lines) - 1}] of {len(lines) - 1}**\n\n"
+            text += "\n".join(f"L{i}: {line}" for i, line in enumerate(lines))
+            structured = {"cursor": cursor, "url": None, "title": query, "lines": [0, len(lines) - 1],
+                          "total_lines": len(lines), "hits": hits}  # fmt: skip
+            return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
 
     @mcp.tool(name="open", description="Opens the link `id` from the page indicated by `cursor`.")
-    async def open_(ctx: Context, id: int | str = -1, cursor: int = -1, loc: int = -1, num_lines: int = -1) -> str:
+    async def open_(ctx: Context, id: int | str = -1, cursor: int = -1, loc: int = -1, num_lines: int = -1):
         async with server.session(ctx, "open") as (_, st):
             url = id if isinstance(id, str) else list(PAGES)[id if id >= 0 else 0]
             if url not in PAGES:
                 raise ValueError(f"unknown page {url}")
             st.pages.append(("page", url))
-            return _render(len(st.pages) - 1, url)
+            return _page(len(st.pages) - 1, url)
 
     @mcp.tool(name="find", description="Finds exact matches of `pattern` in the current page.")
-    async def find(pattern: str, ctx: Context, cursor: int = -1) -> str:
+    async def find(pattern: str, ctx: Context, cursor: int = -1) -> CallToolResult:
         async with server.session(ctx, "find") as (_, st):
             _, url = st.pages[cursor]
             title, lines = PAGES[url]
             hits = [f"L{i}: {line}" for i, line in enumerate(lines) if pattern.lower() in line.lower()]
             st.pages.append(("find", url))
-            return f"[{len(st.pages) - 1}] Find results for `{pattern}` in `{title}` ({url})\n\n" + "\n".join(hits)
+            cursor = len(st.pages) - 1
+            text = f"[{cursor}] Find results for text: `{pattern}` in `{title}` ({url})\n\n" + "\n".join(hits)
+            structured = {"cursor": cursor, "url": url, "title": title, "lines": [0, len(hits) - 1],
+                          "total_lines": len(hits), "pattern": pattern}  # fmt: skip
+            return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
 
     return server
 

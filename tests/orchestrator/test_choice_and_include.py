@@ -85,7 +85,7 @@ def test_bad_tool_choice_and_include_values_are_400s(stack, body, fragment, para
 
 
 def test_web_search_sources_are_included_only_when_asked(stack):
-    stack.script([("Search results for", DIRECT), ("tea", SEARCH)])
+    stack.script([("†Tea facts†example.com", DIRECT), ("tea", SEARCH)])
     tools = [{"type": "web_search_preview"}]
     plain = stack.client.responses.create(model="gpt-oss", input="tea?", tools=tools)
     assert plain.output[0].type == "web_search_call" and plain.output[0].action.sources is None
@@ -97,7 +97,7 @@ def test_web_search_sources_are_included_only_when_asked(stack):
 
 
 def test_a_web_search_call_in_client_kept_history_keeps_its_earlier_result(stack):
-    stack.script([("Search results for", DIRECT), ("tea", SEARCH)])
+    stack.script([("†Tea facts†example.com", DIRECT), ("tea", SEARCH)])
     tools = [{"type": "web_search_preview"}]
     first = stack.client.responses.create(model="gpt-oss", input="tea?", tools=tools,
                                           include=["web_search_call.action.sources"])  # fmt: skip
@@ -105,7 +105,7 @@ def test_a_web_search_call_in_client_kept_history_keeps_its_earlier_result(stack
     history = [{"role": "user", "content": "tea?"}, first.output[0].model_dump(exclude_none=True)]
     stack.client.responses.create(model="gpt-oss", input=history, tools=tools, store=False)
     prompt = stack.model.encode_prompt_text(-1)
-    assert "Search results for `tea`" in prompt and "【0†Tea facts†example.com】" in prompt
+    assert "[0] tea\n**viewing lines" in prompt and "【0†Tea facts†example.com】" in prompt
     unknown = dict(history[1], id="ws_from_elsewhere")
     stack.client.responses.create(model="gpt-oss", input=[history[0], unknown], tools=tools)
     prompt = stack.model.encode_prompt_text(-1)

@@ -106,7 +106,7 @@ def test_one_conversation_uses_python_browser_and_a_function_across_the_chain(ma
     stack = make_stack(tools_url=url, python_url=None, browser_url=None, container_url=None)
     stack.script([  # the most advanced state of the conversation first
         ("functions\\.get_weather to=assistant", "<|channel|>final<|message|>Sunny, and 42 it is.<|return|>"),
-        ("Search results for", "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+        ("†Tea facts†example.com", "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
                                '{"city": "Paris"}<|call|>'),
         ("python to=assistant", '<|channel|>analysis to=browser.search <|constrain|>json<|message|>{"query": "tea"}'
                                 "<|call|>"),
@@ -131,4 +131,4 @@ def test_one_conversation_uses_python_browser_and_a_function_across_the_chain(ma
     )  # fmt: skip
     assert second.output_text == "Sunny, and 42 it is."
     prompt = stack.model.encode_prompt_text(-1)
-    assert "print(answer)" in prompt and "Search results for" in prompt and "sunny" in prompt  # the whole chain
+    assert "print(answer)" in prompt and "†Tea facts†example.com" in prompt and "sunny" in prompt  # the whole chain

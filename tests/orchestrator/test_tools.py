@@ -57,7 +57,7 @@ def test_browser_calls_become_web_search_calls_with_real_urls_and_citations(stac
     stack.script([
         ("Find results for", CITED),
         ("Tea facts \\(https", FIND),
-        ("Search results for", OPEN),
+        ("†Tea facts†example.com", OPEN),
         ("tea", SEARCH),
     ])  # fmt: skip
     events = list(

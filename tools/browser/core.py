@@ -132,6 +132,8 @@ class Browser:
 
     async def open(self, s: Session, target: int | str | None, cursor: int | None, loc: int | None,
                    num_lines: int | None, view_source: bool, opt: Options) -> int:  # fmt: skip
+        if num_lines is not None and num_lines < 1:
+            raise BrowserError("num_lines must be at least 1")
         if isinstance(target, str):
             doc, start = await self._load(s, target, opt), loc
         elif target is not None:
@@ -144,7 +146,7 @@ class Browser:
         else:
             current = s.view(cursor)
             doc = current.doc
-            if loc is None:
+            if loc is None and not view_source:
                 if current.end >= len(doc.lines) - 1:
                     raise BrowserError("this view already reaches the end of the page; give `loc` to jump back")
                 loc = current.end + 1
@@ -198,8 +200,6 @@ class Browser:
         last = len(doc.lines) - 1
         if loc < 0 or loc > last:
             raise BrowserError(f"loc {loc} is outside the page (lines 0 - {last})")
-        if num_lines is not None and num_lines < 1:
-            raise BrowserError("num_lines must be at least 1")
         tokens = int(self.settings.view_tokens * CONTEXT_SCALE.get(opt.context_size, 1.0))
         end = doc.view_end(loc, num_lines=num_lines, max_tokens=tokens, max_lines=self.settings.max_num_lines)
         return View(doc, loc, end)
@@ -250,7 +250,7 @@ def find_page(pattern: str, doc: Document, matches: list[tuple[int, int]]) -> Do
     elif lines:
         lines.pop()
     title = f"Find results for text: `{pattern}` in `{doc.title}`"
-    return Document(url=doc.url, title=title, lines=lines, links=links, origin=doc)
+    return Document(url=doc.url, title=title, lines=lines, links=links, origin=doc, pattern=pattern)
 
 
 def source_page(doc: Document) -> Document:

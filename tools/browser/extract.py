@@ -136,6 +136,6 @@ def text_document(text: str, url: str | None, *, markdown: bool = False) -> Docu
         title = heading.group(1).strip() if heading else ""
     if not title:
         first = next((line.strip() for line in text.splitlines() if line.strip()), "")
-        title = first[:80] if not markdown else (url or "untitled")
+        title = first[:80].strip() if not markdown else (url or "untitled")
     paragraphs = re.split(r"\n\s*\n", escape_text(text))
     return Document(url=url, title=title or (url or "untitled"), lines=_lines([_PARA.join(paragraphs)]), source=text)

@@ -47,6 +47,7 @@ class Document:
     source: str = ""  # the raw body, for view_source
     origin: Document | None = None  # the page a find result (or a source view) came from
     hits: list[dict] | None = None  # a search page's hits: url, title, snippet, lines
+    pattern: str | None = None  # a find page's pattern
     _tokens: dict[int, int] = field(default_factory=dict, repr=False)
 
     def line_tokens(self, i: int) -> int:
@@ -88,6 +89,8 @@ class View:
                      "total_lines": len(doc.lines)}  # fmt: skip
         if doc.hits is not None:
             out["hits"] = doc.hits
+        if doc.pattern is not None:
+            out["pattern"] = doc.pattern
         return out
 
 

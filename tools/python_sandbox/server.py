@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import AsyncIterator
 
 import structlog
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ImageContent, TextContent
+from openai_harmony import ToolNamespaceConfig
 
 from toolkit.server import HIDDEN, ToolServer
 from tools.python_sandbox.core import Backend, Kernel, KernelDied, RunResult, SandboxError
@@ -16,17 +18,26 @@ from tools.python_sandbox.settings import PythonSandboxSettings
 
 log = structlog.get_logger(__name__)
 
-INSTRUCTIONS = """\
-Use this tool to execute Python code in your chain of thought. The code will not be shown to the user. \
-This tool should be used for internal reasoning, but not for code that is intended to be visible to the user \
-(e.g. when creating plots, tables, or files).
-When you send a message containing Python code to python, it will be executed in a stateful Jupyter notebook \
-environment. python will respond with the output of the execution or time out after {timeout:g} seconds. \
-The drive at '/mnt/data' can be used to save and persist user files. Internet access for this session is disabled."""
+_TIMEOUT = re.compile(r"time out after [0-9.]+ seconds")
+_INTERNET = re.compile(r"Internet access for this session is [^.]*\.(?: Depends on the cluster\.)?")
+
+
+def instructions(timeout_s: float) -> str:
+    """Harmony's own python description (`ToolNamespaceConfig.python()`) with this server's facts put in.
+
+    The library's text states a placeholder timeout and "Internet access ... UNKNOWN"; ours has a
+    set timeout and no network. Where the library's wording changes, the facts are appended."""
+    text = ToolNamespaceConfig.python().description
+    timeout = f"time out after {timeout_s:g} seconds"
+    internet = "Internet access for this session is disabled."
+    text, timeouts = _TIMEOUT.subn(timeout, text)
+    text, internets = _INTERNET.subn(internet, text)
+    extra = ([] if timeouts else [f"Calls {timeout}."]) + ([] if internets else [internet])
+    return " ".join([text.strip(), *extra])
 
 
 def build_server(settings: PythonSandboxSettings, backend: Backend) -> ToolServer[Kernel]:
-    mcp = MCPServer("python", instructions=INSTRUCTIONS.format(timeout=settings.timeout_s))
+    mcp = MCPServer("python", instructions=settings.instructions(instructions(settings.timeout_s)))
 
     @contextlib.asynccontextmanager
     async def lifespan() -> AsyncIterator[None]:

@@ -7,6 +7,8 @@ The endpoint is the operator's (not the model's), so it is not behind the SSRF g
 
 from __future__ import annotations
 
+import html
+import re
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
@@ -14,6 +16,8 @@ import httpx
 
 from tools.browser.backends import Hit, SearchOptions, SearchUnavailable
 from tools.browser.settings import BrowserSettings
+
+_TAG = re.compile(r"<[^>]+>")
 
 
 def in_domains(url: str, domains: tuple[str, ...]) -> bool:
@@ -74,4 +78,5 @@ def site_query(query: str, domains: tuple[str, ...]) -> str:
 
 
 def text(value: Any) -> str:
-    return " ".join(str(value or "").split())
+    """A title or snippet as plain text: the highlighting tags some APIs add removed, entities decoded."""
+    return " ".join(html.unescape(_TAG.sub("", str(value or ""))).split())

@@ -1,0 +1,95 @@
+"""`toolfleet browser index DIR` (progress, summary, updates) and the x-browser-* request options, enforced."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.support.mcp2 import mcp_session
+from tests.support.service import Service
+from toolkit import cli
+from tools.browser.server import options_from_headers
+
+
+def index(directory: Path, index_dir: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """`toolfleet browser index DIR` through the CLI's own entry point."""
+    code = cli.main(["browser", "index", str(directory), "--index-dir", str(index_dir)])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_index_builds_then_updates_only_what_changed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    corpus, idx = tmp_path / "corpus", tmp_path / "index"
+    corpus.mkdir()
+    for i in range(3):
+        (corpus / f"doc{i}.md").write_text(f"# Doc {i}\n\nbody {i}\n")
+    code, out, err = index(corpus, idx, capsys)
+    assert code == 0, err
+    assert "indexed 3 documents (3 new, 0 changed), 0 removed, 0 unchanged" in out
+    assert "3/3 documents" in err  # the progress bar
+    (corpus / "doc0.md").write_text("# Doc 0\n\nnew body\n")
+    os.utime(corpus / "doc0.md", ns=(1, 1))
+    (corpus / "doc2.md").unlink()
+    _, out, _ = index(corpus, idx, capsys)
+    assert "indexed 1 documents (0 new, 1 changed), 1 removed, 1 unchanged" in out, out
+
+
+def test_index_of_a_missing_directory_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = index(tmp_path / "nope", tmp_path / "index", capsys)
+    assert code == 2 and "is not a directory" in err
+
+
+@pytest.mark.parametrize(
+    ("headers", "message"),
+    [
+        ({"x-browser-external-access": "maybe"}, "must be on or off"),
+        ({"x-browser-context-size": "huge"}, "low, medium or high"),
+        ({"x-browser-user-location": "{not json"}, "JSON object"),
+        ({"x-browser-user-location": "[1]"}, "JSON object"),
+    ],
+)
+def test_bad_option_headers_are_refused_with_the_header_named(headers: dict[str, str], message: str) -> None:
+    with pytest.raises(Exception, match=message):
+        options_from_headers(headers)
+
+
+def test_option_headers_parse() -> None:
+    opt = options_from_headers({"x-browser-allowed-domains": "www.Example.com, other.org,", "x-browser-external-access":
+                                "off", "x-browser-context-size": "low", "x-browser-user-location":
+                                json.dumps({"type": "approximate", "country": "GB"})})  # fmt: skip
+    assert opt.allowed_domains == ("example.com", "other.org") and opt.external is False
+    assert opt.context_size == "low" and opt.user_location["country"] == "GB"
+
+
+def headers(**extra: str) -> dict[str, str]:
+    return {"x-session-id": uuid.uuid4().hex, **extra}
+
+
+async def test_external_access_off_keeps_the_session_on_the_corpus(browser: Service, web: str) -> None:
+    async with mcp_session(browser.url, "streamable-http", headers(**{"x-browser-external-access": "off"})) as s:
+        refused = await s.call_tool("open", {"id": f"{web}/tea"})
+        assert refused.is_error and "web access is off" in refused.content[0].text
+        found = await s.call_tool("search", {"query": "kettle"})
+        assert found.structured_content["hits"][0]["url"].startswith("corpus://local/")
+        opened = await s.call_tool("open", {"id": 0})
+        assert not opened.is_error and opened.structured_content["title"] == "Kettle notes"
+
+
+async def test_allowed_domains_refuse_other_sites_and_filter_search(browser: Service, web: str) -> None:
+    async with mcp_session(browser.url, "sse", headers(**{"x-browser-allowed-domains": "example.com"})) as s:
+        refused = await s.call_tool("open", {"id": f"{web}/tea"})
+        assert refused.is_error and "outside the domains this request allows (example.com)" in refused.content[0].text
+        found = await s.call_tool("search", {"query": "kettle"})
+        assert found.structured_content["hits"] == []  # corpus://local is not example.com
+
+
+async def test_context_size_sets_the_view_size(browser: Service, web: str) -> None:
+    sizes = {}
+    for size in ("low", "medium", "high"):
+        async with mcp_session(browser.url, "streamable-http", headers(**{"x-browser-context-size": size})) as s:
+            sizes[size] = (await s.call_tool("open", {"id": f"{web}/tea"})).structured_content["lines"][1]
+    assert sizes["low"] < sizes["medium"] < sizes["high"]
