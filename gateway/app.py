@@ -65,6 +65,7 @@ def _status(gw: Gateway) -> dict[str, object]:
     return {
         name: {
             "replicas": {r.url: "up" if r.available else "down" for r in ns.replicas.values()},
+            **({"discover": f"{ns.cfg.discover.dns}:{ns.cfg.discover.port}"} if ns.cfg.discover else {}),
             "discovery_cached": ns.tools is not None,
             "pending_tools": sorted(ns.guard.pending),
         }

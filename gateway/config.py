@@ -13,10 +13,11 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 RESERVED = {"healthz", "readyz", "metrics", "admin"}
 _NAMESPACE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_]([A-Za-z0-9_-]{0,62})(\.[A-Za-z0-9_]([A-Za-z0-9_-]{0,62}))*\.?$")
 _LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
 
 
@@ -43,8 +44,45 @@ class HeaderPolicy(_Frozen):
         return tuple(h.lower() for h in value)
 
 
+class DnsDiscovery(_Frozen):
+    """Replicas found by name: every address the name resolves to (A and AAAA) is one replica, at
+    `http://ADDRESS:port/path`. A compose service scaled with `--scale`, `tasks.NAME` on a swarm (the plain
+    service name there is one virtual IP) or a headless Kubernetes Service all answer this way."""
+
+    dns: str = Field(description="the name to resolve")
+    port: int = Field(ge=1, le=65535, description="the tool servers' port")
+    path: str = Field("/mcp", description="their streamable-HTTP path")
+    interval_s: float = Field(5.0, gt=0, description="resolve again this often")
+
+    @field_validator("dns")
+    @classmethod
+    def _hostname(cls, value: str) -> str:
+        if not _HOSTNAME.match(value):
+            raise ValueError(f"discover.dns {value!r} is not a host name")
+        return value
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError("discover.path must start with /")
+        return value
+
+    def url(self, address: str) -> str:
+        """The replica URL of one resolved address (IPv6 in brackets)."""
+        host = f"[{address}]" if ":" in address else address
+        return f"http://{host}:{self.port}{self.path}"
+
+
 class NamespaceConfig(_Frozen):
-    replicas: tuple[str, ...] = Field(min_length=1, description="upstream streamable-HTTP endpoints, e.g. .../mcp")
+    replicas: tuple[str, ...] = Field((), description="upstream streamable-HTTP endpoints, e.g. .../mcp")
+    discover: DnsDiscovery | None = Field(None, description="find the replicas by DNS instead of listing them")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> NamespaceConfig:
+        if bool(self.replicas) == (self.discover is not None):
+            raise ValueError("a namespace needs either replicas (a non-empty list) or discover, not both")
+        return self
 
     @field_validator("replicas")
     @classmethod

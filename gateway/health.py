@@ -5,6 +5,7 @@ from __future__ import annotations
 import anyio
 import structlog
 
+from gateway.discovery import refresh
 from gateway.errors import GatewayError
 from gateway.probe import ProbeSession
 from gateway.routing import Namespace
@@ -52,9 +53,10 @@ async def probe_now(gw: Gateway, ns: Namespace) -> None:
         return
     done = gw.reviving[ns.name] = anyio.Event()
     try:
+        fresh = {r.url for r in await refresh(gw, ns)}  # a discovered namespace resolves its name again first
         async with anyio.create_task_group() as tg:
             for replica in list(ns.replicas.values()):
-                if not replica.available:
+                if not replica.available and replica.url not in fresh:
                     tg.start_soon(probe, gw, ns, replica)
     finally:
         del gw.reviving[ns.name]

@@ -35,13 +35,27 @@ class Namespace:
         self.cfg = cfg
         self.rules = HeaderRules(cfg.headers)
         self.guard = ToolGuard(name, cfg.tool_pinning, store)
-        self.replicas: dict[str, Replica] = {
-            url: Replica(name, url, failures_to_open=gw.health.failures_to_open, open_s=gw.health.open_s)
-            for url in cfg.replicas
-        }
+        self._health = gw.health
+        self.replicas: dict[str, Replica] = {url: self._replica(url) for url in cfg.replicas}
+        """By URL; a discovered namespace's change as its name resolves (see `adopt`)."""
         self.initialize_result: dict[str, Any] | None = None
         self.tools: list[Any] | None = None
+        self.resolved_at = -float("inf")
+        """When the namespace's discovery name was last resolved (anyio clock)."""
         self._rr = itertools.count()
+
+    def _replica(self, url: str, *, healthy: bool = True) -> Replica:
+        h = self._health
+        return Replica(self.name, url, failures_to_open=h.failures_to_open, open_s=h.open_s, healthy=healthy)
+
+    def adopt(self, urls: set[str]) -> tuple[list[Replica], list[Replica]]:
+        """Make `urls` the replica set; returns (added, removed). Added replicas start unproven."""
+        removed = [r for url, r in self.replicas.items() if url not in urls]
+        added = [self._replica(url, healthy=False) for url in sorted(urls) if url not in self.replicas]
+        for replica in removed:
+            del self.replicas[replica.url]
+        self.replicas.update({r.url: r for r in added})
+        return added, removed
 
     def healthy(self) -> list[Replica]:
         return [r for r in self.replicas.values() if r.available]

@@ -6,7 +6,7 @@ import contextlib
 import copy
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import structlog
@@ -21,15 +21,22 @@ from gateway.routing import Namespace, Router, Target
 from gateway.store import Store, open_store
 from gateway.upstream import Replica, make_client, open_stream
 
+if TYPE_CHECKING:
+    from gateway.discovery import Resolver
+
 log = structlog.get_logger(__name__)
 
 HANDSHAKE_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 
 
 class Gateway:
-    def __init__(self, cfg: GatewayConfig, *, store: Store | None = None) -> None:
+    def __init__(self, cfg: GatewayConfig, *, store: Store | None = None, resolver: Resolver | None = None) -> None:
+        from gateway.discovery import getaddrinfo
+
         self.cfg = cfg
         self.store = store or open_store(cfg.store, cfg.state_file)
+        self.resolver: Resolver = resolver or getaddrinfo
+        """How discovered namespaces resolve their name (tests inject their own)."""
         self.router = Router(self.store)
         self.metrics = GatewayMetrics()
         self.client = make_client()
@@ -64,12 +71,15 @@ class Gateway:
                 continue
             ns = Namespace(name, ns_cfg, cfg, self.store)
             if prev is not None:  # keep what was learned about replicas that stay
-                ns.replicas.update({u: r for u, r in prev.replicas.items() if u in ns.replicas})
+                same_name = ns_cfg.discover is not None and ns_cfg.discover == prev.cfg.discover
+                ns.replicas.update({u: r for u, r in prev.replicas.items() if u in ns.replicas or same_name})
+                if same_name:
+                    ns.resolved_at = prev.resolved_at
                 ns.initialize_result, ns.tools = prev.initialize_result, prev.tools
                 ns.guard.approved, ns.guard.pending = prev.guard.approved, prev.guard.pending
             ns.guard.on_flag = functools.partial(self._flag, name)
             for replica in ns.replicas.values():
-                self._watch(replica)
+                self.watch(replica)
             new[name] = ns
         self.cfg = cfg
         self.router.namespaces = new
@@ -78,7 +88,9 @@ class Gateway:
     def _flag(self, namespace: str, tool: str) -> None:
         self.metrics.tool_changes.labels(namespace, tool).inc()
 
-    def _watch(self, replica: Replica) -> None:
+    def watch(self, replica: Replica) -> None:
+        """Follow a replica's health: its sessions are lost when it goes down; the gauge tracks it."""
+
         def down(r: Replica) -> None:
             if self._tg is not None:
                 self._tg.start_soon(self.router.replica_down, r)
@@ -89,8 +101,16 @@ class Gateway:
         replica.on_down, replica.on_state = down, state
         state(replica)
 
+    async def forget(self, replica: Replica) -> None:
+        """A replica left its namespace (its address vanished from DNS): its sessions are lost."""
+        await self.router.replica_down(replica)
+        for gauge in (self.metrics.healthy, self.metrics.sessions):
+            with contextlib.suppress(KeyError):
+                gauge.remove(replica.namespace, replica.url)
+
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
+        from gateway.discovery import discover_forever
         from gateway.health import probe_forever, reap_forever
 
         await self.load_discovery()
@@ -98,6 +118,7 @@ class Gateway:
             self._tg = tg
             tg.start_soon(probe_forever, self)
             tg.start_soon(reap_forever, self)
+            tg.start_soon(discover_forever, self)
             for job in self.background:
                 tg.start_soon(job)
             try:

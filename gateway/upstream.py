@@ -24,10 +24,12 @@ DEFAULT_TIMEOUTS = Timeouts(connect=2.0, read=600.0)
 class Replica:
     """One upstream MCP endpoint; `available` is False while its circuit is open or a probe failed."""
 
-    def __init__(self, namespace: str, url: str, *, failures_to_open: int, open_s: float) -> None:
+    def __init__(self, namespace: str, url: str, *, failures_to_open: int, open_s: float, healthy: bool = True) -> None:
         self.namespace = namespace
         self.url = url
-        self.healthy = True
+        self.healthy = healthy
+        """Listed replicas start trusted; discovered ones wait for their first probe (the name may resolve
+        before the server listens)."""
         self.failures = 0
         self.open_until = 0.0
         self._failures_to_open = failures_to_open

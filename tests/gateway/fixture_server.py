@@ -1,6 +1,6 @@
 """A fixture MCP server that exercises every MCP feature, run as a real process by the gateway tests.
 
-Usage: python tests/gateway/fixture_server.py --port 0 --replica r1 [--name fixture] [--variant a]
+Usage: python tests/gateway/fixture_server.py --port 0 --replica r1 [--name fixture] [--variant a] [--host 127.0.0.1]
 Prints `READY <port>` on stdout once it listens. `/mcp` (streamable HTTP) and `/sse` (legacy SSE).
 """
 
@@ -146,6 +146,7 @@ def build(name: str, replica: str, variant: str) -> MCPServer:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--host", default="127.0.0.1", help="a loopback address (IPv4 or IPv6)")
     parser.add_argument("--name", default="fixture")
     parser.add_argument("--replica", default="r1")
     parser.add_argument("--variant", default="a")
@@ -169,9 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and without
     # it every streamed response waits ~40 ms for a delayed ACK (Nagle).
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", args.port))
+    sock.bind((args.host, args.port))
     sock.listen(1024)
     print(f"READY {sock.getsockname()[1]}", flush=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))

@@ -51,19 +51,28 @@ class Upstream:
     replica: str
     port: int
     proc: subprocess.Popen[Any]
+    host: str = "127.0.0.1"
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/mcp"
 
     def kill(self) -> None:
         _stop(self.proc, signal.SIGKILL)
 
 
 def start_fixture(
-    replica: str, *, variant: str = "a", name: str = "fixture", port: int = 0, garbage: str | None = None
+    replica: str,
+    *,
+    variant: str = "a",
+    name: str = "fixture",
+    port: int = 0,
+    garbage: str | None = None,
+    host: str = "127.0.0.1",
 ) -> Upstream:
     cmd = [PY, str(FIXTURE), "--port", str(port), "--replica", replica, "--variant", variant, "--name", name]
+    cmd += ["--host", host]
     if garbage is not None:
         cmd = [PY, str(FIXTURE.with_name("garbage_server.py")), "--port", str(port), "--mode", garbage]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -73,9 +82,9 @@ def start_fixture(
     if not line.startswith("READY "):
         _stop(proc, signal.SIGKILL)
         raise RuntimeError(f"fixture server {replica} did not start: {line!r}")
-    up = Upstream(replica, int(line.split()[1]), proc)
+    up = Upstream(replica, int(line.split()[1]), proc, host)
     if garbage is None:
-        _wait_http(f"http://127.0.0.1:{up.port}/healthz")
+        _wait_http(up.url.removesuffix("/mcp") + "/healthz")
     return up
 
 
@@ -124,9 +133,17 @@ class GatewayProc:
     """`python -m gateway` on a free loopback port with a YAML config written for the test."""
 
     def __init__(
-        self, cfg: dict[str, Any], *, port: int | None = None, env: dict[str, str] | None = None, watch_s: float = 0
+        self,
+        cfg: dict[str, Any],
+        *,
+        port: int | None = None,
+        env: dict[str, str] | None = None,
+        watch_s: float = 0,
+        wrap: list[str] | None = None,
     ) -> None:
         self.watch_s = watch_s
+        self.wrap = wrap or []
+        """A command the gateway runs under (e.g. `unshare -m` with a hosts file of the test's own)."""
         self.dir = Path(tempfile.mkdtemp(prefix="gw-test-"))
         self.config_path = self.dir / "gateway.yaml"
         self.log_path = self.dir / "gateway.log"
@@ -149,6 +166,7 @@ class GatewayProc:
 
     def start(self, *, ready: bool = True) -> GatewayProc:
         cmd = [
+            *self.wrap,
             PY,
             "-m",
             "gateway",

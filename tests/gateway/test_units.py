@@ -40,6 +40,12 @@ def test_config_expands_env_and_rejects_bad_namespaces_and_urls(monkeypatch: pyt
         "namespaces: {x: {replicas: ['ftp://p/mcp']}}",
         "namespaces: {x: {replicas: ['http://user:pw@p/mcp']}}",
         "namespaces: {x: {replicas: ['http://p/mcp'], typo: 1}}",
+        "namespaces: {x: {}}",  # neither replicas nor discover
+        "namespaces: {x: {replicas: ['http://p/mcp'], discover: {dns: p, port: 8802}}}",  # both
+        "namespaces: {x: {discover: {dns: 'not a name', port: 8802}}}",
+        "namespaces: {x: {discover: {dns: p, port: 0}}}",
+        "namespaces: {x: {discover: {dns: p, port: 8802, path: mcp}}}",
+        "namespaces: {x: {discover: {dns: p}}}",
     ):
         with pytest.raises(ValidationError):
             parse_config(bad)
