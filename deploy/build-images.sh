@@ -2,9 +2,10 @@
 # Build the images the fleet runs (and, where no registry is reachable, first a local base image tagged
 # like the official one, from debootstrap, so the same Dockerfiles build here and on a normal machine).
 # Usage: deploy/build-images.sh [sandbox|all|vllm]...
-#   sandbox  toolfleet/python-sandbox (what the tests' docker backends need; the default)
-#   all      sandbox + toolfleet/toolfleet (every service) + toolfleet/browser (with a baked-in corpus
-#            and index) + the container tool's sandbox image when that tool is in the tree
+#   sandbox  toolfleet/python-sandbox and toolfleet/container-sandbox (what each session runs in; what the
+#            tests' docker backends need; the default)
+#   all      sandbox + toolfleet/toolfleet (every service), toolfleet/browser (with a baked-in corpus
+#            and index) and toolfleet/redis
 #   vllm     toolfleet/vllm-cpu (a real vLLM CPU worker with the tiny gpt-oss model; ~2.6 GB)
 # BASE=image overrides the base (default python:3.11-slim-bookworm). Idempotent: docker's layer cache
 # skips unchanged steps.
@@ -42,6 +43,7 @@ sandbox() {
   local ctx; ctx=$(mktemp -d /tmp/toolfleet-build.XXXXXX); tmp+=("$ctx")
   if [ -f "$ca" ]; then cp "$ca" "$ctx/ca.crt"; else : >"$ctx/ca.crt"; fi
   build toolfleet/python-sandbox:latest "$here/python-sandbox.Dockerfile" "$ctx"
+  build toolfleet/container-sandbox:latest "$here/container-sandbox.Dockerfile" "$ctx"
 }
 
 services() {
@@ -49,15 +51,7 @@ services() {
   build toolfleet/toolfleet:latest "$here/toolfleet.Dockerfile" "$repo" --target runtime
   local ctx; ctx=$(mktemp -d /tmp/toolfleet-build.XXXXXX); tmp+=("$ctx")
   build toolfleet/redis:latest "$here/redis.Dockerfile" "$ctx"
-  if [ -d "$repo/tools/browser" ]; then
-    build toolfleet/browser:latest "$here/toolfleet.Dockerfile" "$repo" --target browser
-  else
-    say "tools/browser is not in this tree yet: no browser image"
-  fi
-  if [ -f "$here/container-sandbox.Dockerfile" ]; then
-    cp "$here/.ca.crt" "$ctx/ca.crt"
-    build toolfleet/container-sandbox:latest "$here/container-sandbox.Dockerfile" "$ctx"
-  fi
+  build toolfleet/browser:latest "$here/toolfleet.Dockerfile" "$repo" --target browser
 }
 
 vllm() {

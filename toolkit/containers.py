@@ -105,10 +105,17 @@ class SandboxSpec:
     env: dict[str, str] = field(default_factory=dict)
     network: str = "none"
     stdin: bool = True
+    tmpfs_mode: str = "0700"
+    tmpfs_exec: bool = False
+    """Allow running programs from the writable paths (the engine mounts them noexec otherwise)."""
+    init: bool = False
+    """Run the engine's tiny init as pid 1 (reaps orphaned processes) when the main process does not."""
 
     def kwargs(self) -> dict[str, Any]:
         uid, _, gid = self.user.partition(":")
-        tmpfs_opts = f"rw,nosuid,nodev,size={self.disk_bytes},uid={uid},gid={gid or uid},mode=0700"
+        tmpfs_opts = f"rw,nosuid,nodev,size={self.disk_bytes},uid={uid},gid={gid or uid},mode={self.tmpfs_mode}"
+        if self.tmpfs_exec:
+            tmpfs_opts += ",exec"
         return dict(
             image=self.image,
             command=self.command,
@@ -128,6 +135,7 @@ class SandboxSpec:
             security_opt=["no-new-privileges"],
             ipc_mode="private",
             environment=self.env,
+            init=self.init,
         )
 
 

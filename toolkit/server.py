@@ -131,6 +131,11 @@ class ToolServer(Generic[S]):
                         failure = exc
                     finally:
                         tg.cancel_scope.cancel()
+            except BaseExceptionGroup as group:
+                # the task group wraps what the call raised; unwrap it so a ToolError stays a ToolError
+                if len(group.exceptions) == 1:
+                    raise group.exceptions[0] from group.exceptions[0].__cause__
+                raise
             finally:
                 self.sessions.release(key)
             if failure is not None:

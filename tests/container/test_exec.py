@@ -1,0 +1,256 @@
+"""The `exec` contract against the real engine: layout, persistence, shells, limits, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from typing import Any
+
+import pytest
+
+from tests.container.conftest import TIMEOUT_S
+from tests.support.mcp2 import TRANSPORTS, mcp_session
+from tests.support.service import Service
+
+
+async def run(server: Service, sid: str, transport: str = "streamable-http", **args: Any) -> Any:
+    async with mcp_session(server.url, transport, {"x-session-id": sid}) as session:
+        return await session.call_tool("exec", args)
+
+
+async def text(server: Service, sid: str, cmd: list[str], **args: Any) -> str:
+    result = await run(server, sid, cmd=cmd, **args)
+    assert not result.is_error, result.content[0].text
+    return result.content[0].text
+
+
+def bash(script: str) -> list[str]:
+    return ["bash", "-lc", script]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_namespace_describes_the_container_and_hides_the_helper_tools(server: Service, transport: str) -> None:
+    async with mcp_session(server.url, transport) as session:
+        tools = {t.name: t for t in (await session.list_tools()).tools}
+    assert set(tools) == {"exec", "write_file", "read_file", "cleanup_session"}
+    assert set(tools["exec"].input_schema["properties"]) == {"cmd", "workdir", "env", "session_name", "timeout", "user"}
+    assert (tools["exec"].meta or {}).get("include_in_prompt") is not False  # exec is in the prompt
+    for hidden in ("write_file", "read_file", "cleanup_session"):
+        assert tools[hidden].meta == {"include_in_prompt": False}
+
+
+async def test_instructions_name_image_persistence_time_limit_and_no_network(server: Service) -> None:
+    async with mcp_session(server.url, "sse") as session:
+        info = await session.initialize()
+    assert info.server_info.name == "container"
+    words = info.instructions
+    assert "toolfleet/container-sandbox:latest" in words and "whole conversation" in words
+    assert f"at most {TIMEOUT_S:g} s" in words and "no network access" in words
+
+
+async def test_the_text_layout_and_structured_content_are_stable(server: Service, session_id: str) -> None:
+    result = await run(server, session_id, cmd=bash("echo out; echo err >&2; exit 3"))
+    assert result.content[0].text == "out\n[stderr]\nerr\n[exit code 3]"
+    assert result.structured_content == {
+        "stdout": "out\n",
+        "stderr": "err\n",
+        "exit_code": 3,
+        "timed_out": False,
+        "truncated": False,
+    }
+    quiet = await run(server, session_id, cmd=["true"])
+    assert quiet.content[0].text == "[exit code 0]"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_files_and_installed_programs_persist_across_calls_and_connections(
+    server: Service, session_id: str, transport: str
+) -> None:
+    await text(
+        server, session_id, bash("mkdir -p .local/bin && printf '#!/bin/sh\\necho tool ran\\n' > .local/bin/mytool")
+    )
+    await text(server, session_id, ["chmod", "+x", ".local/bin/mytool"])
+    result = await run(server, session_id, transport, cmd=bash("mytool && ls .local/bin"))  # a new MCP connection
+    assert result.content[0].text == "tool ran\nmytool\n[exit code 0]"
+    other = await run(server, f"{session_id}-other", transport, cmd=["ls", "-A"])
+    assert other.content[0].text == "[exit code 0]"  # another session has its own, empty container
+
+
+async def test_named_shells_keep_their_own_directory_and_exported_variables(server: Service, session_id: str) -> None:
+    await text(server, session_id, bash("mkdir -p a b && cd a && export WHO=first"), session_name="one")
+    await text(server, session_id, bash("cd b; export WHO=second; unset HOME"), session_name="two")
+    assert (
+        await text(server, session_id, bash('echo "$PWD $WHO"'), session_name="one")
+        == "/workspace/a first\n[exit code 0]"
+    )
+    got = await text(server, session_id, bash('echo "$PWD $WHO ${HOME-unset}"'), session_name="two")
+    assert got == "/workspace/b second unset\n[exit code 0]"
+    assert await text(server, session_id, bash('echo "$PWD ${WHO-none}"')) == "/workspace none\n[exit code 0]"
+    # a plain argv (no shell script) runs in the shell's directory without changing it
+    assert await text(server, session_id, ["pwd"], session_name="one") == "/workspace/a\n[exit code 0]"
+
+
+async def test_env_and_workdir_apply_to_one_call_only(server: Service, session_id: str) -> None:
+    await text(server, session_id, ["mkdir", "-p", "sub/dir"])
+    got = await text(server, session_id, bash('echo "$PWD $GREETING"'), workdir="sub/dir", env={"GREETING": "hi"})
+    assert got == "/workspace/sub/dir hi\n[exit code 0]"
+    assert await text(server, session_id, bash('echo "$PWD ${GREETING-gone}"')) == "/workspace gone\n[exit code 0]"
+    assert await text(server, session_id, ["pwd"], workdir="/tmp") == "/tmp\n[exit code 0]"
+
+
+async def test_commands_run_as_the_default_user_or_an_allowed_one(server: Service, session_id: str) -> None:
+    assert await text(server, session_id, ["id", "-un"]) == "sandbox\n[exit code 0]"
+    assert await text(server, session_id, ["id", "-un"], user="nobody") == "nobody\n[exit code 0]"
+    refused = await run(server, session_id, cmd=["id"], user="root")
+    assert refused.is_error and "user 'root' is not allowed here" in refused.content[0].text
+
+
+async def test_a_timeout_kills_the_whole_process_tree_within_a_second(server: Service, session_id: str) -> None:
+    script = "sleep 300 & (sleep 301 &) ; setsid sleep 302 & bash -c 'sleep 303' ; echo never"
+    start = time.monotonic()
+    result = await run(server, session_id, cmd=bash(script), timeout=1)
+    elapsed = time.monotonic() - start
+    assert result.structured_content["timed_out"] is True and result.structured_content["exit_code"] is None
+    assert "[timed out after 1 s" in result.content[0].text and "never" not in result.content[0].text
+    assert elapsed < 1 + 1.0 + 0.5  # the deadline, the 1 s kill budget, and the MCP round trip
+    left = await text(server, session_id, ["ps", "-eo", "comm="])
+    assert "sleep" not in left  # every sleep, including the re-parented and setsid ones
+    assert await text(server, session_id, ["echo", "still usable"]) == "still usable\n[exit code 0]"
+
+
+async def test_a_timeout_past_the_server_maximum_is_capped_and_said(server: Service, session_id: str) -> None:
+    result = await run(server, session_id, cmd=["true"], timeout=10_000)
+    assert result.content[0].text == "[exit code 0]\n[timeout capped at 8 s]"
+    bad = await run(server, session_id, cmd=["true"], timeout=-1)
+    assert bad.is_error and "positive" in bad.content[0].text
+
+
+async def test_huge_output_keeps_head_and_tail_with_a_note(server: Service, session_id: str) -> None:
+    result = await run(server, session_id, cmd=["python3", "-c", "print('HEAD' + 'x' * 100000 + 'TAIL')"])
+    out = result.structured_content["stdout"]
+    assert result.structured_content["truncated"] is True
+    assert out.startswith("HEADxxx") and out.endswith("xxTAIL\n")
+    assert "[... 98009 bytes cut here ...]" in out and len(out) < 2100
+
+
+async def test_binary_output_is_decoded_with_replacement_characters(server: Service, session_id: str) -> None:
+    result = await run(
+        server, session_id, cmd=["python3", "-c", "import sys; sys.stdout.buffer.write(b'ok\\xff\\xfe\\x00end')"]
+    )
+    assert result.structured_content["stdout"] == "ok\ufffd\ufffd\x00end"
+    assert result.structured_content["exit_code"] == 0
+
+
+async def test_endless_output_stops_at_the_timeout_and_the_call_answers(server: Service, session_id: str) -> None:
+    result = await run(server, session_id, cmd=["yes"], timeout=1)
+    assert result.structured_content["timed_out"] and result.structured_content["truncated"]
+    assert result.structured_content["stdout"].startswith("y\ny\n")
+
+
+async def test_a_memory_bomb_is_killed_and_the_session_lives_on(server: Service, session_id: str) -> None:
+    bomb = "a = []\nwhile True: a.append(bytearray(10**7))"
+    result = await run(server, session_id, cmd=["python3", "-c", bomb], timeout=8)
+    assert result.structured_content["exit_code"] == 137  # SIGKILL from the memory limit's OOM killer
+    assert await text(server, session_id, ["echo", "alive"]) == "alive\n[exit code 0]"
+
+
+async def test_a_fork_bomb_hits_the_pids_limit_and_is_cleared(server: Service, session_id: str) -> None:
+    result = await run(server, session_id, cmd=bash(":(){ :|:& };:"), timeout=2)
+    assert not result.is_error
+    left = await text(server, session_id, ["ps", "-eo", "comm="])
+    assert left.split()[:-2].count("bash") == 0, left
+    assert await text(server, session_id, ["echo", "alive"]) == "alive\n[exit code 0]"
+
+
+async def test_a_background_process_holding_the_output_is_stopped_and_said(server: Service, session_id: str) -> None:
+    result = await run(server, session_id, cmd=bash("sleep 100 & echo started"))
+    assert result.content[0].text.startswith("started\n[exit code 0]\n[1 background process(es) still held the output")
+    detached = await run(server, session_id, cmd=bash("nohup sleep 100 > /dev/null 2>&1 & echo detached"))
+    assert detached.content[0].text == "detached\n[exit code 0]"
+    assert "sleep" in await text(server, session_id, ["ps", "-eo", "comm="])  # a detached one keeps running
+
+
+async def test_network_and_the_docker_socket_are_out_of_reach(server: Service, session_id: str) -> None:
+    links = await text(server, session_id, ["cat", "/proc/net/dev"])
+    assert "lo:" in links and "eth0" not in links  # no interface but loopback
+    result = await run(
+        server, session_id, cmd=["python3", "-c", "import socket; socket.create_connection(('10.0.0.1', 80), 2)"]
+    )
+    assert result.structured_content["exit_code"] == 1 and "unreachable" in result.structured_content["stderr"]
+    sock = await run(server, session_id, cmd=["ls", "/var/run/docker.sock", "/run/docker.sock"])
+    assert sock.structured_content["exit_code"] == 2 and "No such file" in sock.structured_content["stderr"]
+
+
+async def test_the_root_file_system_is_read_only_outside_the_work_dirs(server: Service, session_id: str) -> None:
+    result = await run(server, session_id, cmd=["touch", "/usr/x", "/etc/x"])
+    assert "Read-only file system" in result.structured_content["stderr"]
+    assert await text(server, session_id, ["touch", "/tmp/x", "/workspace/x"]) == "[exit code 0]"
+
+
+async def test_concurrent_sessions_are_isolated(server: Service, session_id: str) -> None:
+    async def one(i: int) -> str:
+        sid = f"{session_id}-{i}"
+        await text(server, sid, bash(f"echo {i} > mine"))
+        return await text(server, sid, bash("cat mine; ls | wc -l; hostname"))
+
+    outs = await asyncio.gather(*(one(i) for i in range(4)))
+    lines = [o.splitlines() for o in outs]
+    assert [(ln[0], ln[1]) for ln in lines] == [(str(i), "1") for i in range(4)]
+    assert len({ln[2] for ln in lines}) == 4  # four containers
+
+
+async def test_bad_input_gets_clear_errors(server: Service, session_id: str) -> None:
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"cmd": []}, "cmd must be a non-empty list"),
+        ({"cmd": "ls -la"}, "Input should be a valid list"),
+        ({"cmd": ["ls"], "workdir": "/no/such/dir"}, "workdir /no/such/dir does not exist"),
+        ({"cmd": ["ls"], "env": {"A=B": "x"}}, "not a valid variable name"),
+    ]
+    for args, message in cases:
+        result = await run(server, session_id, **args)
+        assert result.is_error and message in result.content[0].text, (args, result.content[0].text)
+    missing = await run(server, session_id, cmd=["no-such-binary", "x"])
+    assert (
+        not missing.is_error
+        and missing.content[0].text == "[stderr]\ncommand not found: no-such-binary\n[exit code 127]"
+    )
+
+
+async def test_long_commands_send_progress_notifications(server: Service, session_id: str) -> None:
+    seen: list[float] = []
+
+    async def progress(value: float, total: float | None, message: str | None) -> None:
+        seen.append(value)
+
+    async with mcp_session(server.url, "streamable-http", {"x-session-id": session_id}) as session:
+        result = await session.call_tool("exec", {"cmd": ["sleep", "2.5"]}, progress_callback=progress)
+    assert result.content[0].text == "[exit code 0]" and seen[:2] == [1, 2]
+
+
+async def test_hidden_file_tools_write_and_read_text_and_binary(server: Service, session_id: str) -> None:
+    async with mcp_session(server.url, "streamable-http", {"x-session-id": session_id}) as session:
+        wrote = await session.call_tool("write_file", {"path": "notes/a.txt", "content": "hello"})
+        assert wrote.is_error and "No such file or directory" in wrote.content[0].text
+        await session.call_tool("exec", {"cmd": ["mkdir", "notes"]})
+        wrote = await session.call_tool("write_file", {"path": "notes/a.txt", "content": "hello"})
+        assert wrote.structured_content == {"path": "/workspace/notes/a.txt", "size": 5}
+        blob = base64.b64encode(bytes(range(256))).decode()
+        await session.call_tool("write_file", {"path": "/tmp/b.bin", "content": blob, "encoding": "base64"})
+        back = (await session.call_tool("read_file", {"path": "/tmp/b.bin"})).structured_content
+        assert back["encoding"] == "base64" and base64.b64decode(back["content"]) == bytes(range(256))
+        part = (await session.call_tool("read_file", {"path": "notes/a.txt", "max_bytes": 2})).structured_content
+        assert part == {
+            "path": "/workspace/notes/a.txt",
+            "content": "he",
+            "encoding": "text",
+            "size": 5,
+            "truncated": True,
+        }
+        cat = await session.call_tool("exec", {"cmd": ["cat", "notes/a.txt"]})
+        assert cat.content[0].text == "hello\n[exit code 0]"
+        bad = await session.call_tool("write_file", {"path": "x", "content": "!!", "encoding": "base64"})
+        assert bad.is_error and "not valid base64" in bad.content[0].text
+        missing = await session.call_tool("read_file", {"path": "nope"})
+        assert missing.is_error and "No such file or directory" in missing.content[0].text
+        await session.call_tool("cleanup_session", {})

@@ -1,0 +1,1 @@
+"""The `container` tool: shell commands in a persistent per-session container."""

@@ -1,0 +1,194 @@
+"""The container tool's core, protocol-free: a session's container plus its named shells.
+
+A `Backend` makes one `Sandbox` per session (a container running the agent of `agent.py`); a
+`ContainerSession` keeps, per `session_name`, the shell's working directory and the exported
+variables its scripts changed, and sends each command to the sandbox with them.
+
+Result layout (what `content[0].text` holds; stable, tests pin it):
+
+    <stdout>
+    [stderr]
+    <stderr>
+    [exit code N]      or   [timed out after T s: the command and every process it started were killed]
+    [notes]            e.g. timeout capped, background processes stopped
+
+Empty parts are left out; output cut in the middle carries `[... N bytes cut here ...]` at the cut.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import posixpath
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from toolkit.containers import SandboxError as SandboxError  # the kit's "our side broke"
+
+AGENT_SOURCE = Path(__file__).with_name("agent.py").read_text()
+READER_LIMIT = 16 * 1024 * 1024
+"""Largest reply line accepted from an agent (two capped streams, or one bounded file as base64)."""
+
+
+class UsageError(Exception):
+    """The caller asked for something this tool refuses (bad path, forbidden user): an error result."""
+
+
+class SandboxGone(Exception):
+    """The session's container stopped (its agent was killed, or the container removed)."""
+
+
+class Sandbox(Protocol):
+    """One session's container: answers agent requests, as the default user or as another allowed one."""
+
+    async def request(self, payload: dict[str, Any], *, user: str | None, timeout_s: float) -> dict[str, Any]: ...
+    async def aclose(self) -> None: ...
+
+
+class Backend(Protocol):
+    """Makes sandboxes; `start`/`aclose` bracket the server's life (pool, leftovers, leases)."""
+
+    name: str
+    image: str
+
+    async def start(self) -> None: ...
+    async def new_sandbox(self, session_id: str) -> Sandbox: ...
+    async def aclose(self) -> None: ...
+
+
+@dataclass
+class ExecResult:
+    stdout: str = ""
+    stderr: str = ""
+    exit_code: int | None = 0
+    timed_out: bool = False
+    truncated: bool = False
+    timeout_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def render(self) -> str:
+        parts = [self.stdout.rstrip("\n")] if self.stdout else []
+        if self.stderr:
+            parts.append("[stderr]\n" + self.stderr.rstrip("\n"))
+        if self.timed_out:
+            parts.append(
+                f"[timed out after {self.timeout_s:g} s: the command and every process it started were killed]"
+            )
+        else:
+            parts.append(f"[exit code {self.exit_code}]")
+        return "\n".join(parts + self.notes)
+
+    def structured(self) -> dict[str, Any]:
+        keys = ("stdout", "stderr", "exit_code", "timed_out", "truncated")
+        return {k: getattr(self, k) for k in keys}
+
+
+@dataclass
+class Shell:
+    """A named shell: where it stands and the variables its scripts exported or unset (None = unset)."""
+
+    cwd: str
+    env: dict[str, str | None] = field(default_factory=dict)
+
+
+class ContainerSession:
+    """One session: its sandbox and its shells; commands go to the sandbox with the shell's state."""
+
+    def __init__(self, sandbox: Sandbox, *, workdir: str, max_output_bytes: int, max_file_bytes: int) -> None:
+        self.sandbox = sandbox
+        self._workdir = workdir
+        self._max_output = max_output_bytes
+        self._max_file = max_file_bytes
+        self.shells: dict[str, Shell] = {}
+
+    def _path(self, path: str) -> str:
+        if not path or "\0" in path:
+            raise UsageError("path must be a non-empty string without NUL characters")
+        return posixpath.normpath(posixpath.join(self._workdir, path))
+
+    async def exec(
+        self,
+        cmd: list[str],
+        *,
+        timeout_s: float,
+        workdir: str | None = None,
+        env: dict[str, str] | None = None,
+        session_name: str | None = None,
+        user: str | None = None,
+    ) -> ExecResult:
+        shell = self.shells.setdefault(session_name or "", Shell(self._workdir))
+        cwd = posixpath.normpath(posixpath.join(shell.cwd, workdir)) if workdir else shell.cwd
+        payload = {
+            "op": "exec",
+            "argv": cmd,
+            "cwd": cwd,
+            "env": {**shell.env, **(env or {})},
+            "timeout_s": timeout_s,
+            "max_bytes": self._max_output,
+        }
+        reply = await self.sandbox.request(payload, user=user, timeout_s=timeout_s)
+        if "error" in reply:
+            if reply.get("exit_code") is None:
+                raise UsageError(reply["error"])
+            return ExecResult(stderr=reply["error"] + "\n", exit_code=int(reply["exit_code"]))
+        shell.env.update(reply.get("env_changes") or {})
+        if reply.get("cwd"):
+            shell.cwd = reply["cwd"]
+        result = ExecResult(
+            stdout=reply["stdout"],
+            stderr=reply["stderr"],
+            exit_code=None if reply["timed_out"] else int(reply["exit_code"]),
+            timed_out=bool(reply["timed_out"]),
+            truncated=bool(reply["truncated"]),
+            timeout_s=timeout_s,
+        )
+        if reply.get("stopped_background"):
+            result.notes.append(
+                f"[{reply['stopped_background']} background process(es) still held the output open when the command "
+                "ended and were stopped; redirect their output (cmd > log 2>&1 &) to keep them running]"
+            )
+        return result
+
+    async def write_file(self, path: str, content: str, encoding: str) -> dict[str, Any]:
+        if encoding == "text":
+            data = content.encode()
+        elif encoding == "base64":
+            try:
+                data = base64.b64decode(content, validate=True)
+            except binascii.Error as exc:
+                raise UsageError(f"content is not valid base64: {exc}") from exc
+        else:
+            raise UsageError("encoding must be text or base64")
+        if len(data) > self._max_file:
+            raise UsageError(f"content is {len(data)} bytes; the limit is {self._max_file}")
+        full = self._path(path)
+        payload = {"op": "write", "path": full, "data": base64.b64encode(data).decode()}
+        reply = await self.sandbox.request(payload, user=None, timeout_s=30)
+        if "error" in reply:
+            raise UsageError(f"cannot write {full}: {reply['error']}")
+        return {"path": full, "size": reply["size"]}
+
+    async def read_file(self, path: str, max_bytes: int | None) -> dict[str, Any]:
+        limit = min(max_bytes or self._max_file, self._max_file)
+        if limit <= 0:
+            raise UsageError("max_bytes must be positive")
+        full = self._path(path)
+        reply = await self.sandbox.request({"op": "read", "path": full, "max_bytes": limit}, user=None, timeout_s=30)
+        if "error" in reply:
+            raise UsageError(f"cannot read {full}: {reply['error']}")
+        data = base64.b64decode(reply["data"])
+        try:
+            content, encoding = data.decode("utf-8"), "text"
+        except UnicodeDecodeError:
+            content, encoding = reply["data"], "base64"
+        return {
+            "path": full,
+            "content": content,
+            "encoding": encoding,
+            "size": reply["size"],
+            "truncated": reply["cut"],
+        }
+
+    async def aclose(self) -> None:
+        await self.sandbox.aclose()

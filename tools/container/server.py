@@ -1,0 +1,135 @@
+"""The MCP shell around the container sessions: `exec`, the hidden file tools, instructions, bad input."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import structlog
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import CallToolResult, TextContent
+
+from toolkit.server import HIDDEN, ToolServer
+from tools.container.core import Backend, ContainerSession, SandboxError, SandboxGone, UsageError
+from tools.container.settings import ContainerSettings
+
+log = structlog.get_logger(__name__)
+T = TypeVar("T")
+
+INSTRUCTIONS = """\
+Use `exec` to run shell commands in a Linux container that belongs to this conversation. \
+The container runs the image {image}; it keeps its files, the packages you install and anything \
+you leave running for the whole conversation, and it starts in {workdir}, which is writable (as is /tmp); \
+the rest of the file system is read-only. Pass `cmd` as a list of arguments, for example \
+["bash", "-lc", "ls -la"]. Each `session_name` is its own shell: a `cd` or `export` in a bash or sh \
+script stays with that shell. A command runs at most {timeout:g} s unless you give `timeout` (seconds, \
+at most {max_timeout:g}); then it and every process it started are stopped. Long output is cut in the middle. \
+{network}"""
+
+
+def _network_line(network: str) -> str:
+    if network == "none":
+        return "The container has no network access: installing packages from the internet will not work."
+    return f"The container is attached to the network {network!r}."
+
+
+def build_server(settings: ContainerSettings, backend: Backend) -> ToolServer[ContainerSession]:
+    instructions = INSTRUCTIONS.format(
+        image=backend.image,
+        workdir=settings.workdir,
+        timeout=settings.timeout_s,
+        max_timeout=settings.max_timeout_s,
+        network=_network_line(settings.network),
+    )
+    mcp = MCPServer("container", instructions=instructions)
+
+    @contextlib.asynccontextmanager
+    async def lifespan() -> AsyncIterator[None]:
+        await backend.start()
+        try:
+            yield
+        finally:
+            await backend.aclose()
+
+    async def new_session(key: str) -> ContainerSession:
+        return ContainerSession(
+            await backend.new_sandbox(key),
+            workdir=settings.workdir,
+            max_output_bytes=settings.max_output_bytes,
+            max_file_bytes=settings.max_file_bytes,
+        )
+
+    kit: ToolServer[ContainerSession] = ToolServer(
+        mcp, settings, new_session, lifespan=lifespan, progress_interval_s=settings.progress_s
+    )
+    users = {settings.user, *settings.allowed_users}
+
+    async def in_session(ctx: Context, tool: str, work: Callable[[ContainerSession], Awaitable[T]]) -> T:
+        """Run `work` on the caller's session; our failures and the caller's misuse become error results."""
+        try:
+            async with kit.session(ctx, tool) as (key, session):
+                try:
+                    return await work(session)
+                except SandboxGone as exc:
+                    await kit.sessions.close(key)
+                    raise ToolError(f"{exc}; its files are lost and the next call starts a fresh container") from exc
+        except UsageError as exc:
+            raise ToolError(str(exc)) from exc
+        except SandboxError as exc:
+            raise ToolError(f"container unavailable: {exc}") from exc
+
+    @mcp.tool(name="exec", description="Run a command in this conversation's container.", structured_output=False)
+    async def exec_(
+        cmd: list[str],
+        ctx: Context,
+        workdir: str | None = None,
+        env: dict[str, str] | None = None,
+        session_name: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 (the argument set vLLM's gpt-oss path sends)
+        user: str | None = None,
+    ) -> CallToolResult:
+        timeout_s, notes = _time_limit(timeout, settings)
+        _check_exec(cmd, env, user, users)
+        result = await in_session(
+            ctx,
+            "exec",
+            lambda s: s.exec(cmd, timeout_s=timeout_s, workdir=workdir, env=env, session_name=session_name, user=user),
+        )
+        result.notes += notes
+        return CallToolResult(
+            content=[TextContent(type="text", text=result.render())], structured_content=result.structured()
+        )
+
+    @mcp.tool(name="write_file", meta=HIDDEN, description="Write a file in the container (text or base64).")
+    async def write_file(path: str, content: str, ctx: Context, encoding: str = "text") -> dict[str, Any]:
+        return await in_session(ctx, "write_file", lambda s: s.write_file(path, content, encoding))
+
+    @mcp.tool(name="read_file", meta=HIDDEN, description="Read a file from the container (text, or base64 if binary).")
+    async def read_file(path: str, ctx: Context, max_bytes: int | None = None) -> dict[str, Any]:
+        return await in_session(ctx, "read_file", lambda s: s.read_file(path, max_bytes))
+
+    return kit
+
+
+def _time_limit(timeout: float | None, settings: ContainerSettings) -> tuple[float, list[str]]:
+    if timeout is None:
+        return settings.timeout_s, []
+    if timeout <= 0:
+        raise ToolError("timeout must be a positive number of seconds")
+    if timeout > settings.max_timeout_s:
+        return settings.max_timeout_s, [f"[timeout capped at {settings.max_timeout_s:g} s]"]
+    return timeout, []
+
+
+def _check_exec(cmd: list[str], env: dict[str, str] | None, user: str | None, users: set[str]) -> None:
+    if not cmd or not cmd[0]:
+        raise ToolError('cmd must be a non-empty list of arguments, e.g. ["bash", "-lc", "ls"]')
+    if any("\0" in part for part in cmd):
+        raise ToolError("cmd arguments may not contain NUL characters")
+    for key, value in (env or {}).items():
+        if not key or "=" in key or "\0" in key or "\0" in value:
+            raise ToolError(f"env name {key!r} is not a valid variable name")
+    if user is not None and user not in users:
+        raise ToolError(f"user {user!r} is not allowed here; allowed: {', '.join(sorted(users))}")
