@@ -32,7 +32,7 @@ LABEL org.opencontainers.image.title="toolfleet" org.opencontainers.image.source
 
 # The browser tool with an offline corpus baked in: Debian's python3-doc (the Python documentation as
 # HTML, a few hundred linked pages), indexed at build time so the container starts searching at once.
-# Mount another corpus and index over /srv/corpus and /srv/index to serve your own documents.
+# Mount another corpus over /srv/corpus (and an empty or matching index dir over /srv/index) for your own.
 FROM ${BASE} AS corpus
 RUN apt-get update -qq \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-doc >/dev/null \
@@ -42,6 +42,10 @@ FROM runtime AS browser
 COPY --from=corpus --chown=10001:10001 /corpus /srv/corpus
 ENV TOOLFLEET_BROWSER_CORPUS_DIR=/srv/corpus TOOLFLEET_BROWSER_INDEX_DIR=/srv/index
 USER 0
-RUN install -d -o 10001 -g 10001 /srv/index
+RUN install -d -o 10001 -g 10001 /srv/index /srv/index-baked
 USER 10001:10001
-RUN toolfleet browser index /srv/corpus
+RUN toolfleet browser index /srv/corpus --index-dir /srv/index-baked
+# The search engine takes a lock file next to its index even to read it, so the index cannot live on the
+# fleet's read-only root: the fleet mounts a tmpfs on /srv/index, and an empty index directory gets a copy
+# of the baked one first (the server's start-up update then finds every document unchanged).
+ENTRYPOINT ["sh", "-c", "d=$TOOLFLEET_BROWSER_INDEX_DIR; [ -n \"$(ls -A \"$d\" 2>/dev/null)\" ] || cp -r /srv/index-baked/. \"$d\"/; exec toolfleet \"$@\"", "toolfleet"]
