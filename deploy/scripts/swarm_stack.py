@@ -1,8 +1,8 @@
 """Write the swarm stack file for the fleet: compose.yaml, minus what only compose knows, plus deploy/swarm.yaml.
 
 compose.yaml stays the one description of the fleet. `docker stack deploy` rejects some of its keys
-(profiles, depends_on conditions) and ignores others (restart, group_add, security_opt, shm_size); this
-drops them and merges deploy/swarm.yaml over the rest: mappings merge key by key, anything else (lists,
+(profiles, depends_on conditions) and ignores others (restart, group_add, security_opt, shm_size, tmpfs);
+this drops them (tmpfs becomes tmpfs mounts, which a swarm does honour) and merges deploy/swarm.yaml over the rest: mappings merge key by key, anything else (lists,
 scalars) is replaced. `${VAR}` references are left for `docker stack deploy` to fill in.
 
     python3 deploy/scripts/swarm_stack.py [--compose compose.yaml] [--swarm deploy/swarm.yaml] > stack.yaml
@@ -18,7 +18,26 @@ from typing import Any
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-COMPOSE_ONLY = ("profiles", "depends_on", "restart", "group_add", "security_opt", "shm_size")
+COMPOSE_ONLY = ("profiles", "depends_on", "restart", "group_add", "security_opt", "shm_size", "tmpfs")
+
+
+def tmpfs_mounts(entries: list[str]) -> list[dict[str, Any]]:
+    """compose's `tmpfs: ["/path:opts"]` as the mounts a swarm honours. A swarm tmpfs takes a mode but no
+    owner, so one that compose gives to a uid becomes world-writable (sticky) instead."""
+    mounts = []
+    for entry in entries:
+        target, _, opts = entry.partition(":")
+        options = dict(o.partition("=")[::2] for o in opts.split(",") if o)
+        mode = 0o1777 if "uid" in options else int(options.get("mode", "1777"), 8)
+        mounts.append({"type": "tmpfs", "target": target, "tmpfs": {"mode": mode}})
+    return mounts
+
+
+def service(spec: dict[str, Any]) -> dict[str, Any]:
+    out = {key: value for key, value in spec.items() if key not in COMPOSE_ONLY}
+    if spec.get("tmpfs"):
+        out["volumes"] = [*spec.get("volumes", []), *tmpfs_mounts(spec["tmpfs"])]
+    return out
 
 
 def merge(base: Any, over: Any) -> Any:
@@ -30,10 +49,7 @@ def merge(base: Any, over: Any) -> Any:
 
 
 def stack(compose: dict[str, Any], swarm: dict[str, Any]) -> dict[str, Any]:
-    services = {
-        name: {key: value for key, value in spec.items() if key not in COMPOSE_ONLY}
-        for name, spec in compose["services"].items()
-    }
+    services = {name: service(spec) for name, spec in compose["services"].items()}
     out = {key: value for key, value in compose.items() if not key.startswith("x-")} | {"services": services}
     return merge(out, {key: value for key, value in swarm.items() if not key.startswith("x-")})
 
