@@ -2,8 +2,9 @@
 
 compose.yaml stays the one description of the fleet. `docker stack deploy` rejects some of its keys
 (profiles, depends_on conditions) and ignores others (restart, group_add, security_opt, shm_size, tmpfs);
-this drops them (tmpfs becomes tmpfs mounts, which a swarm does honour) and merges deploy/swarm.yaml over the rest: mappings merge key by key, anything else (lists,
-scalars) is replaced. `${VAR}` references are left for `docker stack deploy` to fill in.
+this drops them (tmpfs becomes tmpfs mounts, which a swarm does honour) and merges deploy/swarm.yaml over
+the rest: mappings merge key by key, anything else (lists, scalars) is replaced. `${VAR}` references are
+left for `docker stack deploy` to fill in.
 
     python3 deploy/scripts/swarm_stack.py [--compose compose.yaml] [--swarm deploy/swarm.yaml] > stack.yaml
 """
