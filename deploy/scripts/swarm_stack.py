@@ -19,19 +19,14 @@ from typing import Any
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
+STACK_VERSION = "3.8"
 COMPOSE_ONLY = ("profiles", "depends_on", "restart", "group_add", "security_opt", "shm_size", "tmpfs")
 
 
 def tmpfs_mounts(entries: list[str]) -> list[dict[str, Any]]:
-    """compose's `tmpfs: ["/path:opts"]` as the mounts a swarm honours. A swarm tmpfs takes a mode but no
-    owner, so one that compose gives to a uid becomes world-writable (sticky) instead."""
-    mounts = []
-    for entry in entries:
-        target, _, opts = entry.partition(":")
-        options = dict(o.partition("=")[::2] for o in opts.split(",") if o)
-        mode = 0o1777 if "uid" in options else int(options.get("mode", "1777"), 8)
-        mounts.append({"type": "tmpfs", "target": target, "tmpfs": {"mode": mode}})
-    return mounts
+    """compose's `tmpfs: ["/path:opts"]` as the mounts a swarm honours. A swarm tmpfs takes no owner and the
+    stack format no mode: it is world-writable with the sticky bit (1777), which every service here can use."""
+    return [{"type": "tmpfs", "target": entry.partition(":")[0]} for entry in entries]
 
 
 def service(spec: dict[str, Any]) -> dict[str, Any]:
@@ -51,7 +46,12 @@ def merge(base: Any, over: Any) -> Any:
 
 def stack(compose: dict[str, Any], swarm: dict[str, Any]) -> dict[str, Any]:
     services = {name: service(spec) for name, spec in compose["services"].items()}
-    out = {key: value for key, value in compose.items() if not key.startswith("x-")} | {"services": services}
+    # The version key: older docker CLIs (Debian's 20.10) load only versioned stack files; newer ones accept it.
+    out = (
+        {"version": STACK_VERSION}
+        | {k: v for k, v in compose.items() if not k.startswith("x-")}
+        | {"services": services}
+    )
     return merge(out, {key: value for key, value in swarm.items() if not key.startswith("x-")})
 
 
