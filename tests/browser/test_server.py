@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 
+import anyio
+import httpx
 import pytest
 from mcp.client.session import ClientSession
 from openai_harmony import ToolNamespaceConfig
@@ -101,6 +104,7 @@ BAD = [
     ("open", {"cursor": 0, "loc": 1.5}, "whole number"),
     ("open", {"id": "tea.html"}, "not a full URL"),
     ("open", {"id": "ftp://127.0.0.1/x"}, "only http and https"),
+    ("open", {"id": "corpus://local/../../../etc/passwd.txt"}, "only http and https"),  # not a corpus file
     ("find", {"pattern": "    "}, "pattern is empty"),
     ("find", {"pattern": "oolong", "cursor": 1}, "not search results"),
     ("find", {"pattern": "no such phrase anywhere", "cursor": 0}, "no match"),
@@ -141,10 +145,14 @@ async def test_faulty_pages_are_tool_errors(browser: Service, web: str, path: st
         assert text.startswith("[0] Tea facts")
 
 
-async def test_a_non_utf8_page_is_decoded_by_its_declared_charset(browser: Service, web: str) -> None:
+async def test_non_utf8_pages_are_decoded_by_declaration_bom_or_the_web_default(browser: Service, web: str) -> None:
     async with mcp_session(browser.url, "sse", sid()) as s:
         text, st = await call(s, "open", id=f"{web}/latin1")
-    assert st["title"] == "Café" and "crème brûlée" in text
+        assert st["title"] == "Café" and "crème brûlée" in text
+        text, st = await call(s, "open", id=f"{web}/cp1252")  # no charset anywhere
+        assert st["title"] == "Café menu" and "crème brûlée € 5" in text
+        text, _ = await call(s, "open", id=f"{web}/utf16")
+        assert "Über Tee: grün, schwarz" in text
 
 
 async def test_sessions_are_isolated_and_cleanup_session_frees_the_pages(browser: Service, web: str) -> None:
@@ -174,3 +182,35 @@ async def test_an_mcp_1x_client_browses_over_sse(browser: Service, web: str) -> 
     opened = out["results"][1]["result"]
     assert opened["structuredContent"]["title"] == "Tea facts"
     assert "Black tea is oxidised" in out["results"][2]["result"]["content"][0]["text"]
+
+
+async def test_failed_fetches_leave_no_sockets_or_sessions_behind(browser: Service, web: str) -> None:
+    def fds() -> int:
+        return len(os.listdir(f"/proc/{browser.proc.pid}/fd"))
+
+    async with mcp_session(browser.url, "streamable-http", sid()) as s:
+        await call(s, "open", id=f"{web}/tea")  # the fetcher's pooled connection exists before counting
+        before = fds()
+        for _ in range(5):
+            for path in ("/loop", "/bomb", "/broken", "/binary", "/nul"):
+                await error(s, "open", id=f"{web}{path}")
+        after = fds()
+        await s.call_tool("cleanup_session", {})
+    assert after - before <= 3, (before, after)  # 25 failed fetches: no socket each
+    async with httpx.AsyncClient(timeout=5) as client:
+        assert (await client.get(f"{browser.url}/healthz")).json()["status"] == "ok"
+
+
+async def test_an_idle_session_is_reaped_after_the_ttl(web: str, corpus_dir, tmp_path) -> None:
+    from tests.browser.web import browser_args
+    from tests.support.service import running_service
+
+    args = browser_args(web, corpus_dir, tmp_path / "index", "--session-ttl-s", "1", "--reap-interval-s", "0.2")
+    with running_service(args) as svc:
+        headers = sid()
+        async with mcp_session(svc.url, "streamable-http", headers) as s:
+            await call(s, "open", id=f"{web}/coffee")
+        await anyio.sleep(2)
+        async with mcp_session(svc.url, "streamable-http", headers) as s:
+            assert "no page is open yet" in await error(s, "open", cursor=0)
+        assert "session.reaped" in svc.log()

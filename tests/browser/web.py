@@ -75,12 +75,29 @@ async def latin1(request: Request) -> Response:
     return Response(html.encode("latin-1"), media_type="text/html")
 
 
+async def cp1252(request: Request) -> Response:
+    """Windows-1252 HTML that declares no charset anywhere (what a browser decodes as windows-1252)."""
+    html = "<html><head><title>Caf\xe9 menu</title></head><body><p>cr\xe8me br\xfbl\xe9e € 5</p></body></html>"
+    return Response(html.encode("cp1252"), headers={"content-type": "text/html"})
+
+
+async def utf16(request: Request) -> Response:
+    return Response("\ufeffÜber Tee: grün, schwarz".encode("utf-16-le"), headers={"content-type": "text/plain"})
+
+
 async def binary(request: Request) -> Response:
     return Response(bytes(range(256)) * 10, media_type="application/octet-stream")
 
 
 async def nul_text(request: Request) -> Response:
     return Response(b"\x00\x01\x02 not text", media_type="text/plain")
+
+
+async def lines(request: Request) -> Response:
+    """A plain-text page of `n` numbered lines (the find benchmark's 10,000-line page)."""
+    n = int(request.path_params["n"])
+    text = "".join(f"line {i}: the quick brown fox jumps over the lazy dog {i % 97}\n" for i in range(n))
+    return PlainTextResponse(text)
 
 
 async def broken(request: Request) -> Response:
@@ -91,7 +108,8 @@ def web_app() -> Starlette:
     return Starlette(routes=[
         Route("/chain/{n:int}", chain), Route("/loop", loop), Route("/to", to), Route("/slow", slow),
         Route("/bomb", bomb), Route("/huge", huge), Route("/latin1", latin1), Route("/binary", binary),
-        Route("/nul", nul_text), Route("/broken", broken), Route("/{name}", page),
+        Route("/cp1252", cp1252), Route("/utf16", utf16),
+        Route("/nul", nul_text), Route("/broken", broken), Route("/lines/{n:int}", lines), Route("/{name}", page),
     ])  # fmt: skip
 
 

@@ -28,20 +28,21 @@ def build_browser(settings: BrowserSettings) -> Browser:
 
 
 class _Progress:
-    """A one-line progress bar on stderr, redrawn at most ten times a second."""
+    """A progress bar on stderr: redrawn in place on a terminal (ten times a second), else a line per tenth."""
 
     def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
         self.last = 0.0
+        self.tenth = -1
 
     def __call__(self, done: int, total: int) -> None:
-        now = time.monotonic()
-        if done != total and now - self.last < 0.1:
+        now, tenth = time.monotonic(), 10 * done // max(total, 1)
+        if done != total and (now - self.last < 0.1 if self.tty else tenth == self.tenth):
             return
-        self.last = now
-        filled = int(30 * done / max(total, 1))
-        sys.stderr.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} documents")
-        if done == total:
-            sys.stderr.write("\n")
+        self.last, self.tenth = now, tenth
+        filled = 30 * done // max(total, 1)
+        bar = f"[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} documents"
+        sys.stderr.write(f"\r{bar}" + ("\n" if done == total else "") if self.tty else bar + "\n")
         sys.stderr.flush()
 
 

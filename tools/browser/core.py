@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import anyio
 import structlog
 
-from tools.browser.backends import SearchBackend, SearchOptions, SearchUnavailable
+from tools.browser.backends import Hit, SearchBackend, SearchOptions, SearchUnavailable
 from tools.browser.backends.web import in_domains
 from tools.browser.corpus import Corpus
 from tools.browser.extract import html_document, text_document
@@ -217,7 +217,7 @@ def _no_link(link_id: int, page: Document) -> str:
     return f"link {link_id} does not exist: this page has links 0 - {max(page.links)}"
 
 
-def search_page(query: str, hits: list) -> Document:
+def search_page(query: str, hits: list[Hit]) -> Document:
     """Search results as a page: each hit a link line and its snippet (the hits keep their line ranges)."""
     lines: list[str] = []
     links: dict[int, Link] = {}

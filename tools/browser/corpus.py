@@ -5,6 +5,7 @@ Documents open from disk with no network (`open` of a corpus URL), and feed the 
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -33,9 +34,11 @@ class Corpus:
         self.base_url = base_url if base_url.endswith("/") else base_url + "/"
 
     def files(self) -> Iterator[CorpusFile]:
+        """Every document, skipping hidden and `_`-prefixed folders (a Sphinx build's _sources, _static)."""
         for path in sorted(self.root.rglob("*")):
-            if path.suffix.lower() in SUFFIXES and path.is_file() and not any(p.startswith(".") for p in path.parts):
-                yield CorpusFile(path, path.relative_to(self.root).as_posix(), path.stat().st_mtime_ns)
+            rel = path.relative_to(self.root)
+            if path.suffix.lower() in SUFFIXES and path.is_file() and not any(p[0] in "._" for p in rel.parts[:-1]):
+                yield CorpusFile(path, rel.as_posix(), path.stat().st_mtime_ns)
 
     def url_of(self, rel: str) -> str:
         return self.base_url + quote(rel)
@@ -45,7 +48,7 @@ class Corpus:
         if not url.startswith(self.base_url):
             return None
         rel = unquote(url[len(self.base_url) :].split("#", 1)[0].split("?", 1)[0]) or "index.html"
-        path = (self.root / rel).resolve()
+        path = Path(os.path.normpath(self.root / rel))  # lexical: `..` cannot climb out; the corpus's own links may
         if not path.is_relative_to(self.root) or path.suffix.lower() not in SUFFIXES:
             return None
         return path if path.is_file() else None

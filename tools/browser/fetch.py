@@ -8,6 +8,7 @@ hand, each target checked again. The whole fetch, slow body drip included, ends 
 
 from __future__ import annotations
 
+import codecs
 import re
 import zlib
 from dataclasses import dataclass
@@ -99,7 +100,8 @@ class _Body:
 
 
 def decode_text(body: bytes, content_type: str) -> str:
-    """The body as text: the declared charset, else an HTML meta charset, else detection."""
+    """The body as text: the declared charset, an HTML meta charset, a BOM, UTF-8; then for HTML the
+    web's default windows-1252 (as browsers do), for other text charset detection."""
     declared = re.search(r"charset=([\w.:-]+)", content_type, re.I)
     names = [declared.group(1)] if declared else []
     if "html" in content_type and (meta := _META_CHARSET.search(body[:4096])):
@@ -109,9 +111,14 @@ def decode_text(body: bytes, content_type: str) -> str:
             return body.decode(name)
         except (LookupError, UnicodeDecodeError):
             continue
+    for bom, name in ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16")):
+        if body.startswith(bom):
+            return body.decode(name, errors="replace")
     try:
         return body.decode("utf-8")
     except UnicodeDecodeError:
+        if "html" in content_type:
+            return body.decode("cp1252", errors="replace")
         best = charset_normalizer.from_bytes(body).best()
         return str(best) if best is not None else body.decode("utf-8", errors="replace")
 
@@ -184,6 +191,7 @@ class Fetcher:
         async for raw in response.aiter_raw():
             body.feed(raw)
         data = body.bytes()
-        if b"\x00" in data[:8192]:
+        wide = data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) or "utf-16" in content_type
+        if b"\x00" in data[:8192] and not wide:
             raise FetchError(f"{url} sent binary data, not text")
         return Fetched(url=url, content_type=kind, text=decode_text(data, content_type))

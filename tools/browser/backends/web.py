@@ -7,6 +7,7 @@ The endpoint is the operator's (not the model's), so it is not behind the SSRF g
 
 from __future__ import annotations
 
+import abc
 import html
 import re
 from typing import Any, ClassVar
@@ -26,7 +27,9 @@ def in_domains(url: str, domains: tuple[str, ...]) -> bool:
     return not domains or any(host == d or host.endswith("." + d) for d in domains)
 
 
-class WebSearch:
+class WebSearch(abc.ABC):
+    """A search API: subclasses say how to ask (`request`) and how to read the answer (`parse`)."""
+
     name: ClassVar[str]
     default_url: ClassVar[str]
     needs_key: ClassVar[bool] = True
@@ -44,11 +47,12 @@ class WebSearch:
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    def request(self, query: str, topn: int, options: SearchOptions) -> httpx.Request:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def request(self, query: str, topn: int, options: SearchOptions) -> httpx.Request: ...
 
+    @abc.abstractmethod
     def parse(self, body: Any) -> list[Hit]:
-        raise NotImplementedError
+        """Hits from the decoded JSON body; a body of another shape raises KeyError / TypeError."""
 
     async def search(self, query: str, topn: int, options: SearchOptions) -> list[Hit]:
         try:
