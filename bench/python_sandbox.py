@@ -15,7 +15,6 @@ import asyncio
 import json
 import os
 import platform
-import statistics
 import time
 import uuid
 from collections.abc import Sequence
@@ -24,6 +23,7 @@ from typing import Any
 
 import docker
 
+from bench.sessions import concurrent_throughput, first_calls, row, warm_calls
 from tests.support.mcp2 import mcp_session
 from tests.support.service import Service, running_service
 
@@ -41,63 +41,12 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
-
-
-def row(name: str, ms: list[float], **extra: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "n": len(ms),
-        "p50_ms": round(pct(ms, 50), 2),
-        "p99_ms": round(pct(ms, 99), 2),
-        "mean_ms": round(statistics.fmean(ms), 2),
-        **extra,
-    }
-
-
-async def timed_call(session: Any, code: str) -> float:
+async def timed_call(session: Any) -> float:
     start = time.perf_counter()
-    result = await session.call_tool("python", {"code": code})
+    result = await session.call_tool("python", {"code": "print(1)"})
     elapsed = (time.perf_counter() - start) * 1000
     assert not result.is_error and result.content[0].text.strip() == "1", result.content
     return elapsed
-
-
-async def warm_calls(url: str, n: int) -> list[float]:
-    async with mcp_session(url, "streamable-http", {"x-session-id": "bench-warm"}) as session:
-        for _ in range(20):
-            await timed_call(session, "print(1)")
-        samples = [await timed_call(session, "print(1)") for _ in range(n)]
-        await session.call_tool("cleanup_session", {})
-    return samples
-
-
-async def first_calls(url: str, sessions: int, arrival_s: float) -> list[float]:
-    """Time from the session's first `tools/call` to its answer (the MCP handshake is not included)."""
-    samples = []
-    for _ in range(sessions):
-        async with mcp_session(url, "streamable-http", {"x-session-id": f"bench-{uuid.uuid4().hex[:8]}"}) as s:
-            samples.append(await timed_call(s, "print(1)"))
-            await s.call_tool("cleanup_session", {})
-        await asyncio.sleep(arrival_s)
-    return samples
-
-
-async def concurrent_throughput(url: str, sessions: int = 8, calls: int = 50) -> dict[str, Any]:
-    async def one(i: int) -> list[float]:
-        async with mcp_session(url, "streamable-http", {"x-session-id": f"bench-conc-{i}"}) as session:
-            await timed_call(session, "print(1)")
-            out = [await timed_call(session, "print(1)") for _ in range(calls)]
-            await session.call_tool("cleanup_session", {})
-            return out
-
-    start = time.perf_counter()
-    per_session = await asyncio.gather(*(one(i) for i in range(sessions)))
-    wall = time.perf_counter() - start
-    flat = [x for xs in per_session for x in xs]
-    return row(f"{sessions} concurrent sessions, warm print(1)", flat, calls_per_s=round(len(flat) / wall, 1))
 
 
 def baseline(n: int) -> list[float]:
@@ -150,16 +99,16 @@ async def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
     instance = f"bench-{uuid.uuid4().hex[:8]}"
     with start(args.backend, instance, pool=2) as server:
-        rows.append(row("warm call print(1)", await warm_calls(server.url, args.n)))
+        rows.append(row("warm call print(1)", await warm_calls(server.url, args.n, timed_call)))
         rows.append(
             row(
                 "first call of a new session, warm pool",
-                await first_calls(server.url, args.sessions, args.arrival_s),
+                await first_calls(server.url, args.sessions, args.arrival_s, timed_call),
                 pool_size=2,
                 arrival_s=args.arrival_s,
             )
         )
-        rows.append(await concurrent_throughput(server.url))
+        rows.append(await concurrent_throughput(server.url, "warm print(1)", timed_call))
         async with mcp_session(server.url, "streamable-http", {"x-session-id": "bench-mem"}) as session:
             await session.call_tool("python", {"code": "1"})
             rows.append(memory(server, instance))
@@ -168,7 +117,7 @@ async def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
         rows.append(
             row(
                 "first call of a new session, no pool",
-                await first_calls(server.url, args.sessions, args.arrival_s),
+                await first_calls(server.url, args.sessions, args.arrival_s, timed_call),
                 pool_size=0,
             )
         )

@@ -323,10 +323,14 @@ class ContainerRuntime:
                     raise ConnectionError("lease container exited")
             except (ConnectionError, OSError) as exc:
                 log.warning("lease.lost", instance=self.instance, error=str(exc))
-                self._lease.close()
-                await self.remove(self._lease.container_id)
-                with contextlib.suppress(SandboxError):
-                    await self._take_lease()
+                old = self._lease
+                old.close()
+                try:
+                    await self._take_lease()  # the new lease first: no moment without one for janitors to see
+                except SandboxError as take_exc:
+                    log.warning("lease.retake_failed", instance=self.instance, error=str(take_exc))
+                    continue
+                await self.remove(old.container_id)
 
     async def _janitor(self) -> None:
         while True:

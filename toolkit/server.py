@@ -11,7 +11,7 @@ import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Generic
+from typing import Generic, Protocol
 
 import anyio
 import structlog
@@ -36,6 +36,25 @@ HIDDEN = {"include_in_prompt": False}
 
 _SESSION_ID = re.compile(r"^[\x21-\x7e]{1,256}$")
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class Backend(Protocol):
+    async def start(self) -> None: ...
+    async def aclose(self) -> None: ...
+
+
+def backend_lifespan(backend: Backend) -> Callable[[], contextlib.AbstractAsyncContextManager[None]]:
+    """A server lifespan that starts the backend (pool, leftovers, leases) and always closes it."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan() -> AsyncIterator[None]:
+        await backend.start()
+        try:
+            yield
+        finally:
+            await backend.aclose()
+
+    return lifespan
 
 
 class BadSessionId(ToolError):

@@ -80,7 +80,7 @@ def test_a_server_that_cannot_run_containers_refuses_to_start_and_says_why(flags
 async def test_gvisor_runs_session_containers_where_the_engine_has_runsc() -> None:
     client = require_docker()
     if "runsc" not in (client.info().get("Runtimes") or {}):
-        pytest.skip("the Docker engine has no runsc runtime configured (see tools/container/README.md)")
+        pytest.skip("the Docker engine has no runsc runtime configured (README: the container tool)")
     instance = f"pytest-ctr-runsc-{uuid.uuid4().hex[:8]}"
     with running_service(server_args(instance, "--oci-runtime", "runsc")) as server:
         async with mcp_session(server.url, "streamable-http", {"x-session-id": "gvisor"}) as session:

@@ -9,9 +9,15 @@ import pytest
 
 from tests.python_sandbox.conftest import docker_client, server_args
 from tests.python_sandbox.test_lifecycle import sandbox_uid, wait_until
-from tests.support.service import running_service
+from tests.support.mcp2 import mcp_session
+from tests.support.service import Service, running_service
 
 LEASE = ["--lease-s", "2", "--janitor-interval-s", "0.5"]
+
+
+async def python(server: Service, sid: str, code: str) -> str:
+    async with mcp_session(server.url, "streamable-http", {"x-session-id": sid}) as session:
+        return (await session.call_tool("python", {"code": code})).content[0].text
 
 
 def labelled(label: str, value: str, *, running_only: bool = False) -> list[str]:
@@ -60,3 +66,17 @@ async def test_a_live_replicas_sandboxes_survive_another_replicas_janitor() -> N
             assert not wait_until(lambda: set(labelled("toolfleet.instance", first)) != before, 6)
             assert len(labelled("toolfleet.lease", first, running_only=True)) == 1
         assert await sandbox_uid(a, "kept") == 65534
+
+
+async def test_a_replica_whose_lease_container_died_takes_a_new_one_and_keeps_its_sandboxes() -> None:
+    client = docker_client()
+    assert client is not None
+    instance = f"pytest-retake-{uuid.uuid4().hex[:8]}"
+    with running_service(server_args("docker", instance, *LEASE)) as server:
+        assert await python(server, "kept", "state = 'survived'") == "[no output]"
+        (lease,) = labelled("toolfleet.lease", instance, running_only=True)
+        client.api.kill(lease)
+        assert wait_until(lambda: labelled("toolfleet.lease", instance, running_only=True) not in ([], [lease]), 5)
+        assert wait_until(lambda: lease not in labelled("toolfleet.lease", instance), 5)  # the old one removed
+        assert await python(server, "kept", "state") == "'survived'"  # the session's interpreter lives on
+        assert "lease.lost" in server.log()

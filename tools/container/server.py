@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import structlog
@@ -11,7 +10,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent
 
-from toolkit.server import HIDDEN, ToolServer
+from toolkit.server import HIDDEN, ToolServer, backend_lifespan
 from tools.container.core import Backend, ContainerSession, SandboxError, SandboxGone, UsageError
 from tools.container.settings import ContainerSettings
 
@@ -45,14 +44,6 @@ def build_server(settings: ContainerSettings, backend: Backend) -> ToolServer[Co
     )
     mcp = MCPServer("container", instructions=instructions)
 
-    @contextlib.asynccontextmanager
-    async def lifespan() -> AsyncIterator[None]:
-        await backend.start()
-        try:
-            yield
-        finally:
-            await backend.aclose()
-
     async def new_session(key: str) -> ContainerSession:
         return ContainerSession(
             await backend.new_sandbox(key),
@@ -62,7 +53,7 @@ def build_server(settings: ContainerSettings, backend: Backend) -> ToolServer[Co
         )
 
     kit: ToolServer[ContainerSession] = ToolServer(
-        mcp, settings, new_session, lifespan=lifespan, progress_interval_s=settings.progress_s
+        mcp, settings, new_session, lifespan=backend_lifespan(backend), progress_interval_s=settings.progress_s
     )
     users = {settings.user, *settings.allowed_users}
 

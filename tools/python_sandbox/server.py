@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import re
-from collections.abc import AsyncIterator
 
 import structlog
 from mcp.server.mcpserver import Context, MCPServer
@@ -12,7 +10,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ImageContent, TextContent
 from openai_harmony import ToolNamespaceConfig
 
-from toolkit.server import HIDDEN, ToolServer
+from toolkit.server import HIDDEN, ToolServer, backend_lifespan
 from tools.python_sandbox.core import Backend, Kernel, KernelDied, RunResult, SandboxError
 from tools.python_sandbox.settings import PythonSandboxSettings
 
@@ -39,15 +37,7 @@ def instructions(timeout_s: float) -> str:
 def build_server(settings: PythonSandboxSettings, backend: Backend) -> ToolServer[Kernel]:
     mcp = MCPServer("python", instructions=settings.instructions(instructions(settings.timeout_s)))
 
-    @contextlib.asynccontextmanager
-    async def lifespan() -> AsyncIterator[None]:
-        await backend.start()
-        try:
-            yield
-        finally:
-            await backend.aclose()
-
-    kit: ToolServer[Kernel] = ToolServer(mcp, settings, backend.new_kernel, lifespan=lifespan)
+    kit: ToolServer[Kernel] = ToolServer(mcp, settings, backend.new_kernel, lifespan=backend_lifespan(backend))
 
     @mcp.tool(
         name="python",

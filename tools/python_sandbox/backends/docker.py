@@ -58,7 +58,6 @@ class DockerBackend:
             env={"HOME": "/mnt/data", "MPLBACKEND": "Agg", "MPLCONFIGDIR": "/tmp/matplotlib"},
         )
         self.runtime = ContainerRuntime(settings, role=ROLE, image=settings.image)
-        self.instance = self.runtime.instance
         self._pool: WarmPool[DockerKernel] = WarmPool(self._spawn, settings.pool_size)
 
     async def start(self) -> None:
