@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prepare a fresh Debian 12 machine (as root) for the fleet and its tests. Idempotent.
 #  - Debian packages: docker.io (engine), docker-compose, bubblewrap, debootstrap, redis-server,
-#    iproute2 (network namespaces in the SSRF tests), python3-doc (the browser's test corpus)
+#    iproute2 + unshare (the SSRF and gateway tests run services in private network or mount
+#    namespaces), python3-doc (the browser's test corpus)
 #  - a running Docker engine (started here when none answers; log in /var/log/dockerd.log)
 #  - the project virtualenv .venv with the pinned dependencies and test tools
 #  - the sandbox images (deploy/build-images.sh; `all`: every image of the fleet)
@@ -31,7 +32,8 @@ fi
 
 need=()
 for pair in dockerd:docker.io docker-compose:docker-compose bwrap:bubblewrap debootstrap:debootstrap \
-            redis-server:redis-server pgrep:procps curl:curl npm:npm setpriv:util-linux ip:iproute2; do
+            redis-server:redis-server pgrep:procps curl:curl npm:npm setpriv:util-linux unshare:util-linux \
+            ip:iproute2; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
 done
 # the browser tests index a real offline HTML corpus: the Python documentation

@@ -89,5 +89,13 @@ async def discover_forever(gw: Gateway, tick_s: float = 0.25) -> None:
         if due:
             async with anyio.create_task_group() as tg:
                 for ns in due:
-                    tg.start_soon(refresh, gw, ns)
+                    tg.start_soon(_refresh_logged, gw, ns)
         await anyio.sleep(tick_s)
+
+
+async def _refresh_logged(gw: Gateway, ns: Namespace) -> None:
+    """The loop must outlive one namespace's failure (a store hiccup while dropping a replica)."""
+    try:
+        await refresh(gw, ns)
+    except Exception:
+        log.exception("discovery.refresh_failed", namespace=ns.name)
