@@ -5,7 +5,8 @@
 # Build with deploy/build-images.sh (it tags a debootstrap base as python:3.11-slim-bookworm where
 # no registry is reachable). minbase has no useradd, so the user is written into /etc/passwd.
 # Login shells (`bash -lc`, what models send) keep ~/.local/bin on PATH (pip install --user).
-FROM python:3.11-slim-bookworm
+ARG BASE=python:3.11-slim-bookworm
+FROM ${BASE}
 RUN export DEBIAN_FRONTEND=noninteractive \
  && apt-get update -qq \
  && apt-get install -y -qq --no-install-recommends bash coreutils procps git python3-pip curl ca-certificates \
@@ -20,4 +21,5 @@ ENV PATH=/workspace/.local/bin:/usr/local/bin:/usr/bin:/bin HOME=/workspace LANG
     PIP_BREAK_SYSTEM_PACKAGES=1 PYTHONDONTWRITEBYTECODE=1
 USER 1000:1000
 WORKDIR /workspace
+HEALTHCHECK NONE
 LABEL org.opencontainers.image.title="toolfleet container sandbox"

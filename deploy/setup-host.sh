@@ -1,14 +1,34 @@
 #!/usr/bin/env bash
 # Prepare a fresh Debian 12 machine (as root) for the fleet and its tests. Idempotent.
 #  - Debian packages: docker.io (engine), docker-compose, bubblewrap, debootstrap, redis-server,
-#    iproute2 and util-linux (unshare, ip: tests that run services in a private network or mount namespace),
-#    python3-doc (the browser's test corpus)
+#    iproute2 + unshare (the SSRF and gateway tests run services in private network or mount
+#    namespaces), python3-doc (the browser's test corpus)
 #  - a running Docker engine (started here when none answers; log in /var/log/dockerd.log)
 #  - the project virtualenv .venv with the pinned dependencies and test tools
-#  - the python sandbox image (deploy/build-images.sh)
+#  - the sandbox images (deploy/build-images.sh; `all`: every image of the fleet)
+# `deploy/setup-host.sh gvisor` instead registers gVisor's runsc with the engine (deploy/compose.gvisor.yaml).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 say() { echo "[setup] $*"; }
+
+if [ "${1:-}" = gvisor ]; then
+  # Debian's runsc, added to /etc/docker/daemon.json (other keys kept) with --network=none: runsc cannot run
+  # with a network from the engine's root network namespace, and sandboxes have none anyway.
+  command -v runsc >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runsc >/dev/null; }
+  python3 - <<'PY'
+import json, pathlib
+path = pathlib.Path("/etc/docker/daemon.json")
+config = json.loads(path.read_text()) if path.exists() and path.read_text().strip() else {}
+config.setdefault("runtimes", {})["runsc"] = {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none"]}
+path.parent.mkdir(parents=True, exist_ok=True)
+path.write_text(json.dumps(config, indent=2) + "\n")
+PY
+  kill -HUP "$(pidof dockerd)"
+  for _ in $(seq 20); do docker info -f '{{json .Runtimes}}' | grep -q runsc && break; sleep 0.5; done
+  docker info -f '{{json .Runtimes}}' | grep -q runsc || { echo "dockerd did not pick up runsc" >&2; exit 1; }
+  say "gVisor (runsc) registered with the engine"
+  exit 0
+fi
 
 need=()
 for pair in dockerd:docker.io docker-compose:docker-compose bwrap:bubblewrap debootstrap:debootstrap \

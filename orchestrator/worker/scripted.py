@@ -285,7 +285,8 @@ def build_app(model: ScriptedModel) -> Starlette:
         routes=[
             Route("/v1/completions", completions, methods=["POST"]),
             Route("/v1/models", models),
-            Route("/health", health),
+            Route("/health", health),  # what vLLM answers
+            Route("/healthz", health),  # what every toolfleet service answers (tests/support/service.py waits on it)
             Route("/debug/stats", debug_stats),
         ]
     )

@@ -1,0 +1,144 @@
+"""Drive the real compose fleet from tests: a unique project, an ephemeral published port, and a full teardown.
+
+    with compose_fleet(scale={"python": 2}) as fleet:
+        client = fleet.openai()           # the openai SDK against the published orchestrator
+        fleet.compose("up", "-d", "--scale", "python=3", "--no-recreate")
+        fleet.readyz()                    # the gateway's view of its replicas (asked from inside its container)
+
+Every resource the project makes is named or labelled by it, so the checks of what is left behind look at
+this project only (other engineers' containers run on the same engine).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import openai
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO_TOOLS = [
+    {"type": "web_search_preview"},
+    {"type": "code_interpreter", "container": {"type": "auto"}},
+    {"type": "mcp", "server_label": "container", "require_approval": "never"},
+]
+
+
+def docker(*args: str, check: bool = True, timeout: float = 120) -> str:
+    out = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
+    if check and out.returncode != 0:
+        raise RuntimeError(f"docker {' '.join(args)} failed: {out.stderr.strip()}")
+    return out.stdout
+
+
+def build_images(*targets: str) -> None:
+    """deploy/build-images.sh (cached: seconds when the demo or an earlier test built them)."""
+    subprocess.run(["bash", str(REPO / "deploy" / "build-images.sh"), *targets], check=True, timeout=1800)
+
+
+def wait_for(what: str, probe: Callable[[], object], timeout_s: float, every_s: float = 1.0) -> object:
+    deadline = time.monotonic() + timeout_s
+    last: object = None
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            last = probe()
+            if last:
+                return last
+        time.sleep(every_s)
+    raise TimeoutError(f"{what} not reached in {timeout_s:.0f} s (last: {last!r})")
+
+
+@dataclass
+class Fleet:
+    project: str
+    env: dict[str, str]
+    instances: set[str] = field(default_factory=set)  # sandbox owner names seen (python/container replicas)
+    volumes: set[str] = field(default_factory=set)
+
+    def compose(self, *args: str, timeout: float = 300) -> str:
+        cmd = ["docker-compose", "-p", self.project, *args]
+        out = subprocess.run(cmd, cwd=REPO, env=self.env, capture_output=True, text=True, timeout=timeout)
+        if out.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
+        return out.stdout
+
+    def containers(self, service: str) -> list[str]:
+        return self.compose("ps", "-q", service).split()
+
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.compose('port', 'orchestrator', '8080').strip().rsplit(':', 1)[1]}"
+
+    def openai(self) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.url()}/v1", api_key="unused", max_retries=0, timeout=300)
+
+    def exec_python(self, service: str, code: str) -> str:
+        return docker("exec", self.containers(service)[0], "python", "-c", code)
+
+    def readyz(self) -> dict:
+        code = "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8800/readyz').read().decode())"
+        return json.loads(self.exec_python("gateway", code))
+
+    def up_replicas(self, namespace: str) -> list[str]:
+        replicas = self.readyz()["namespaces"][namespace]["replicas"]
+        return sorted(url for url, state in replicas.items() if state == "up")
+
+    def wait_replicas(self, namespace: str, count: int, timeout_s: float = 60) -> list[str]:
+        return wait_for(f"{count} {namespace} replicas up", lambda: len(self.up_replicas(namespace)) == count
+                        and self.up_replicas(namespace), timeout_s)  # type: ignore[return-value]  # fmt: skip
+
+    def remember_owners(self) -> None:
+        """Note the sandbox owners and volumes of the running replicas, to check they are gone after `down`."""
+        for service in ("python", "container"):
+            for cid in self.containers(service):
+                port = {"python": 8802, "container": 8803}[service]
+                self.instances.add(f"{cid[:12]}-{port}")
+        for cid in self.containers("browser"):
+            mounts = json.loads(docker("inspect", "-f", "{{json .Mounts}}", cid))
+            self.volumes |= {m["Name"] for m in mounts if m["Type"] == "volume"}
+
+    def leftovers(self) -> dict[str, list[str]]:
+        label = f"label=com.docker.compose.project={self.project}"
+        owned = [f"label=toolfleet.owner={i}" for i in self.instances] + [
+            f"label=toolfleet.lease={i}" for i in self.instances
+        ]
+        sandboxes = {c for f in owned for c in docker("ps", "-aq", "--filter", f).split()}
+        volumes = set(docker("volume", "ls", "-q").split())
+        return {
+            "containers": docker("ps", "-aq", "--filter", label).split(),
+            "networks": docker("network", "ls", "-q", "--filter", label).split(),
+            "volumes": docker("volume", "ls", "-q", "--filter", label).split() + sorted(self.volumes & volumes),
+            "sandboxes": sorted(sandboxes),
+        }
+
+    def down(self) -> None:
+        self.remember_owners()
+        self.compose("down", "-v", "--remove-orphans", "-t", "30", timeout=300)
+
+
+@contextlib.contextmanager
+def compose_fleet(*, scale: dict[str, int] | None = None, profile: str | None = None,
+                  env: dict[str, str] | None = None, wait_s: float = 180) -> Iterator[Fleet]:  # fmt: skip
+    project = f"tfe2e{uuid.uuid4().hex[:8]}"
+    full_env = {**os.environ, "TOOLFLEET_PORT": "", "DOCKER_GID": str(os.stat("/var/run/docker.sock").st_gid)}
+    fleet = Fleet(project, {**full_env, **(env or {})})
+    args = [*(["--profile", profile] if profile else []), "up", "-d"]
+    args += [arg for name, n in (scale or {}).items() for arg in ("--scale", f"{name}={n}")]
+    try:
+        fleet.compose(*args)
+        wait_for("the orchestrator", lambda: httpx.get(f"{fleet.url()}/healthz", timeout=2).status_code == 200, wait_s)
+        yield fleet
+    except Exception:
+        with contextlib.suppress(Exception):
+            print(fleet.compose("logs", "--tail", "30")[-8000:])
+        raise
+    finally:
+        with contextlib.suppress(Exception):
+            fleet.down()

@@ -1,0 +1,56 @@
+"""The swarm stack file is compose.yaml with the compose-only keys dropped and deploy/swarm.yaml merged in."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.deploy.fleet import REPO
+
+SCRIPT = REPO / "deploy" / "scripts" / "swarm_stack.py"
+sys.path.insert(0, str(SCRIPT.parent))
+import swarm_stack  # noqa: E402
+
+
+def stack() -> dict:
+    compose = yaml.safe_load((REPO / "compose.yaml").read_text())
+    return swarm_stack.stack(compose, yaml.safe_load((REPO / "deploy" / "swarm.yaml").read_text()))
+
+
+def test_compose_only_keys_are_dropped_and_tmpfs_becomes_swarm_tmpfs_mounts() -> None:
+    services = stack()["services"]
+    assert set(services) == set(yaml.safe_load((REPO / "compose.yaml").read_text())["services"])
+    for spec in services.values():
+        assert not set(swarm_stack.COMPOSE_ONLY) & set(spec)
+    mounts = [v for v in services["browser"]["volumes"] if isinstance(v, dict)]
+    assert {"type": "tmpfs", "target": "/srv/index"} in mounts  # a swarm tmpfs: mode 1777, no owner
+
+
+def test_the_swarm_overrides_win_and_the_rest_is_kept() -> None:
+    s = stack()
+    assert s["services"]["gateway"]["environment"]["TOOLFLEET_DNS_PREFIX"] == "tasks."
+    assert s["services"]["python"]["deploy"]["replicas"] == 2
+    assert s["services"]["python"]["deploy"]["update_config"]["order"] == "start-first"
+    assert s["services"]["vllm"]["deploy"]["replicas"] == 0  # profiles do not exist on a swarm
+    assert s["services"]["orchestrator"]["ports"][0]["mode"] == "host"
+    assert s["services"]["python"]["read_only"] is True and s["networks"]["fleet"]["internal"] is True
+
+
+def test_merge_merges_mappings_and_replaces_lists() -> None:
+    merged = swarm_stack.merge({"a": {"x": 1, "y": [1]}, "b": 2}, {"a": {"y": [2], "z": 3}})
+    assert merged == {"a": {"x": 1, "y": [2], "z": 3}, "b": 2}
+
+
+@pytest.mark.skipif(shutil.which("docker") is None, reason="needs the docker CLI")
+def test_the_docker_cli_accepts_the_stack_file(tmp_path) -> None:
+    path = tmp_path / "stack.yaml"
+    path.write_text(subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, check=True).stdout)
+    out = subprocess.run(["docker", "stack", "config", "-c", str(path)], capture_output=True, text=True,
+                         env={"PATH": os.environ["PATH"], "DOCKER_GID": "0", "TOOLFLEET_PORT": "18080"})  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "published: 18080" in out.stdout

@@ -1,0 +1,175 @@
+"""The same fleet on a swarm (single node): `docker stack deploy` of compose.yaml + deploy/swarm.yaml.
+
+Checks a request per tool through the openai SDK, scaling a tool with `docker service scale` (the gateway
+finds `tasks.NAME`), a rolling start-first update of one tool that leaves a session held by another tool's
+replica working and the updated tool answering throughout, a crashed replica restarted by the swarm, and
+`docker stack rm` leaving no service, container, network or sandbox behind.
+
+`docker swarm init` is global to the engine: the test initialises a swarm only when the engine is not in
+one, and then leaves it at the end; on an engine already in a swarm it deploys its stack and leaves the
+swarm alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import threading
+import uuid
+
+import httpx
+import openai
+import pytest
+from openai.types.responses import Response
+
+from tests.deploy.fleet import DEMO_TOOLS, REPO, build_images, docker, wait_for
+from tests.support.asgi import free_port
+
+pytestmark = pytest.mark.docker
+COMPUTE = {"input": "please compute 6*7", "tools": [{"type": "code_interpreter", "container": {"type": "auto"}}]}
+SEARCH = {"input": "please search for tea", "tools": [{"type": "web_search_preview"}]}
+
+
+class Stack:
+    def __init__(self, name: str, port: int) -> None:
+        self.name, self.port = name, port
+        self.instances: set[str] = set()
+
+    def swarm_sh(self, action: str) -> None:
+        env = {**os.environ, "TOOLFLEET_PORT": str(self.port)}
+        out = subprocess.run(["bash", str(REPO / "deploy" / "swarm.sh"), action, self.name], env=env, cwd=REPO,
+                             timeout=600, capture_output=True, text=True)  # fmt: skip
+        if out.returncode != 0:
+            raise RuntimeError(f"deploy/swarm.sh {action} failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
+
+    def tasks(self, service: str) -> list[str]:
+        """Running containers of a service's tasks."""
+        label = f"label=com.docker.swarm.service.name={self.name}_{service}"
+        return docker("ps", "-q", "--filter", label, "--filter", "status=running").split()
+
+    def readyz(self) -> dict:
+        code = "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8800/readyz').read().decode())"
+        return json.loads(docker("exec", self.tasks("gateway")[0], "python", "-c", code))
+
+    def up(self, namespace: str) -> list[str]:
+        return sorted(u for u, state in self.readyz()["namespaces"][namespace]["replicas"].items() if state == "up")
+
+    def wait_up(self, namespace: str, count: int, timeout_s: float = 120) -> None:
+        wait_for(f"{count} {namespace} replicas", lambda: len(self.up(namespace)) == count, timeout_s)
+
+    def client(self) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"http://127.0.0.1:{self.port}/v1", api_key="unused", max_retries=0, timeout=120)
+
+    def remember_owners(self) -> None:
+        for service, port in (("python", 8802), ("container", 8803)):
+            self.instances |= {f"{cid[:12]}-{port}" for cid in self.tasks(service)}
+
+    def leftovers(self) -> dict[str, list[str]]:
+        label = f"label=com.docker.stack.namespace={self.name}"
+        owned = [f"label=toolfleet.{kind}={i}" for i in self.instances for kind in ("owner", "lease")]
+        return {
+            "services": docker("service", "ls", "-q", "--filter", label).split(),
+            "containers": docker("ps", "-aq", "--filter", label).split(),
+            "networks": docker("network", "ls", "-q", "--filter", label).split(),
+            "sandboxes": sorted({c for f in owned for c in docker("ps", "-aq", "--filter", f).split()}),
+        }
+
+
+@pytest.fixture(scope="module")
+def swarm():
+    build_images("all")
+    joined = docker("info", "-f", "{{.Swarm.LocalNodeState}}").strip() != "active"
+    if joined:
+        docker("swarm", "init", "--advertise-addr", "127.0.0.1")
+    try:
+        yield
+    finally:
+        if joined:
+            docker("swarm", "leave", "--force", check=False)
+
+
+@pytest.fixture(scope="module")
+def stack(swarm):
+    deployed = Stack(f"tfsw{uuid.uuid4().hex[:8]}", free_port())
+    try:
+        deployed.swarm_sh("up")
+        url = f"http://127.0.0.1:{deployed.port}/healthz"
+        wait_for("the orchestrator", lambda: httpx.get(url, timeout=2).status_code == 200, 240, every_s=2)
+        for namespace, count in (("browser", 1), ("python", 2), ("container", 1)):
+            deployed.wait_up(namespace, count, 180)
+        yield deployed
+    finally:
+        with contextlib.suppress(Exception):
+            deployed.remember_owners()
+        with contextlib.suppress(Exception):
+            deployed.swarm_sh("down")
+
+
+def test_a_request_using_each_tool_is_answered_on_the_swarm(stack) -> None:
+    resp = stack.client().responses.create(model="m", input="Run the fleet demo now.", tools=DEMO_TOOLS)
+    Response.model_validate(resp.model_dump())
+    kinds = {item.type for item in resp.output}
+    assert resp.status == "completed" and {"web_search_call", "code_interpreter_call", "mcp_call"} <= kinds
+    assert not any(item.type == "mcp_call" and item.error for item in resp.output)
+
+
+def test_a_tool_scales_with_docker_service_scale(stack) -> None:
+    docker("service", "scale", "--detach", f"{stack.name}_browser=2")
+    stack.wait_up("browser", 2)
+    for _ in range(2):
+        assert stack.client().responses.create(model="m", **SEARCH).output[0].status == "completed"
+    stack.remember_owners()
+    docker("service", "scale", "--detach", f"{stack.name}_browser=1")
+    stack.wait_up("browser", 1)
+    assert stack.client().responses.create(model="m", **SEARCH).output[0].status == "completed"
+
+
+def test_a_rolling_update_of_one_tool_keeps_other_sessions_and_the_tool_answering(stack) -> None:
+    client = stack.client()
+    held = client.responses.create(model="m", **COMPUTE)  # a python session, pinned to one replica
+    failures: list[str] = []
+    done = threading.Event()
+
+    def search_during_update() -> None:
+        while not done.is_set():
+            resp = client.responses.create(model="m", **SEARCH)
+            if resp.output[0].status != "completed":
+                failures.append(json.dumps(resp.output[0].model_dump()))
+
+    searcher = threading.Thread(target=search_during_update)
+    searcher.start()
+    try:  # start-first: the new browser task is healthy before the old one stops
+        docker("service", "update", "--force", "--detach=false", f"{stack.name}_browser", timeout=300)
+    finally:
+        done.set()
+        searcher.join()
+    assert failures == []
+    stack.wait_up("browser", 1)
+    again = client.responses.create(model="m", previous_response_id=held.id, **COMPUTE)
+    assert [o.logs for i in again.output if i.type == "code_interpreter_call" for o in i.outputs] == ["42"]
+
+
+def test_a_crashed_replica_is_restarted_by_the_swarm(stack) -> None:
+    stack.remember_owners()
+    victim = stack.tasks("python")[0]
+    os.kill(int(docker("inspect", "-f", "{{.State.Pid}}", victim)), signal.SIGKILL)
+    wait_for("a new python task", lambda: len(stack.tasks("python")) == 2 and victim not in stack.tasks("python"), 120)
+    stack.remember_owners()
+    stack.wait_up("python", 2)
+    resp = stack.client().responses.create(model="m", **COMPUTE)
+    assert [o.logs for i in resp.output if i.type == "code_interpreter_call" for o in i.outputs] == ["42"]
+    # The new task has a new name: the dead replica's sandboxes go when a live replica sees its lease expire.
+    orphans = f"label=toolfleet.owner={victim[:12]}-8802"
+    wait_for("the dead replica's sandboxes reaped", lambda: not docker("ps", "-aq", "--filter", orphans).strip(), 150)
+
+
+def test_stack_rm_leaves_no_service_container_network_or_sandbox(stack) -> None:
+    stack.remember_owners()
+    stack.swarm_sh("down")
+    nothing = {"services": [], "containers": [], "networks": [], "sandboxes": []}
+    with contextlib.suppress(TimeoutError):
+        wait_for("nothing left", lambda: stack.leftovers() == nothing, 90)
+    assert stack.leftovers() == nothing
