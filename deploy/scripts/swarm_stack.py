@@ -2,7 +2,7 @@
 
 compose.yaml stays the one description of the fleet. `docker stack deploy` rejects some of its keys
 (profiles, depends_on conditions) and ignores others (restart, group_add, security_opt, shm_size, tmpfs);
-this drops them (tmpfs becomes tmpfs mounts, which a swarm does honour) and merges deploy/swarm.yaml over
+this drops them (tmpfs becomes per-task anonymous volumes) and merges deploy/swarm.yaml over
 the rest: mappings merge key by key, anything else (lists, scalars) is replaced. `${VAR}` references are
 left for `docker stack deploy` to fill in.
 
@@ -23,16 +23,17 @@ STACK_VERSION = "3.8"
 COMPOSE_ONLY = ("profiles", "depends_on", "restart", "group_add", "security_opt", "shm_size", "tmpfs")
 
 
-def tmpfs_mounts(entries: list[str]) -> list[dict[str, Any]]:
-    """compose's `tmpfs: ["/path:opts"]` as the mounts a swarm honours. A swarm tmpfs takes no owner and the
-    stack format no mode: it is world-writable with the sticky bit (1777), which every service here can use."""
-    return [{"type": "tmpfs", "target": entry.partition(":")[0]} for entry in entries]
+def scratch_mounts(entries: list[str]) -> list[dict[str, Any]]:
+    """compose's `tmpfs: ["/path:opts"]` as anonymous volumes of each task. A swarm's tmpfs mounts belong to
+    root with mode 0755 and the stack format cannot change that, so a non-root service could not write them;
+    an anonymous volume starts as a copy of the image's directory, owner included, and goes with its task."""
+    return [{"type": "volume", "target": entry.partition(":")[0]} for entry in entries]
 
 
 def service(spec: dict[str, Any]) -> dict[str, Any]:
     out = {key: value for key, value in spec.items() if key not in COMPOSE_ONLY}
     if spec.get("tmpfs"):
-        out["volumes"] = [*spec.get("volumes", []), *tmpfs_mounts(spec["tmpfs"])]
+        out["volumes"] = [*spec.get("volumes", []), *scratch_mounts(spec["tmpfs"])]
     return out
 
 

@@ -22,13 +22,13 @@ def stack() -> dict:
     return swarm_stack.stack(compose, yaml.safe_load((REPO / "deploy" / "swarm.yaml").read_text()))
 
 
-def test_compose_only_keys_are_dropped_and_tmpfs_becomes_swarm_tmpfs_mounts() -> None:
+def test_compose_only_keys_are_dropped_and_tmpfs_becomes_per_task_volumes() -> None:
     services = stack()["services"]
     assert set(services) == set(yaml.safe_load((REPO / "compose.yaml").read_text())["services"])
     for spec in services.values():
         assert not set(swarm_stack.COMPOSE_ONLY) & set(spec)
     mounts = [v for v in services["browser"]["volumes"] if isinstance(v, dict)]
-    assert {"type": "tmpfs", "target": "/srv/index"} in mounts  # a swarm tmpfs: mode 1777, no owner
+    assert {"type": "volume", "target": "/srv/index"} in mounts  # owned like the image's directory
 
 
 def test_the_swarm_overrides_win_and_the_rest_is_kept() -> None:
@@ -38,6 +38,7 @@ def test_the_swarm_overrides_win_and_the_rest_is_kept() -> None:
     assert s["services"]["python"]["deploy"]["update_config"]["order"] == "start-first"
     assert s["services"]["vllm"]["deploy"]["replicas"] == 0  # profiles do not exist on a swarm
     assert s["services"]["orchestrator"]["ports"][0]["mode"] == "host"
+    assert all(spec["deploy"]["endpoint_mode"] == "dnsrr" for spec in s["services"].values())
     assert s["services"]["python"]["read_only"] is True and s["networks"]["fleet"]["internal"] is True
 
 
