@@ -97,3 +97,16 @@ async def test_the_memory_of_reaped_keys_is_bounded(monkeypatch: pytest.MonkeyPa
     for key in ("a", "b", "c"):
         await registry.acquire(key)
     assert [registry.take_reset(k) is not None for k in ("a", "b", "c")] == [False, True, True]
+
+
+def test_the_default_idle_order_lets_the_conversations_owner_clean_up_first() -> None:
+    from gateway.config import SessionConfig
+    from orchestrator.settings import OrchestratorSettings
+    from toolkit.settings import ToolServerSettings
+
+    order = [
+        OrchestratorSettings.model_fields["session_idle_s"].default,
+        SessionConfig.model_fields["idle_s"].default,
+        ToolServerSettings.model_fields["session_ttl_s"].default,
+    ]
+    assert order == sorted(order) and len(set(order)) == 3, order
