@@ -119,7 +119,11 @@ class SecurityConfig(_Frozen):
 
 
 class SessionConfig(_Frozen):
-    idle_s: float = Field(1200.0, description="clean up sessions idle this long")
+    idle_s: float = Field(
+        1500.0,
+        description="drop session pins idle this long; idle order: above the orchestrator's conversation idle"
+        " (1200), below the tool servers' session TTL (1800)",
+    )
     reap_interval_s: float = 30.0
 
 

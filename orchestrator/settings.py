@@ -42,7 +42,11 @@ class OrchestratorSettings(ServiceSettings):
     max_output_tokens: int = Field(16_384, description="token budget of a response when the request sets none")
     max_tool_calls: int = Field(32, description="tool calls per response when the request sets none")
     tool_timeout_s: float = Field(120.0, description="give up on one tool call after this long")
-    session_idle_s: float = Field(1200.0, description="clean up a stored conversation's tool sessions when idle")
+    session_idle_s: float = Field(
+        1200.0,
+        description="clean up a stored conversation's tool sessions when idle; idle order: the owner cleans up"
+        " first, so keep it below the gateway's pin idle (1500) and the tool servers' session TTL (1800)",
+    )
     reap_interval_s: float = Field(60.0, description="how often idle conversations are looked for")
     cancel_poll_s: float = Field(0.5, description="how often cancels asked of another replica are looked for")
     identity: str | None = Field(None, description="model identity line of the system message")

@@ -12,9 +12,13 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
+
+import anyio
+
+T = TypeVar("T")
 
 
 class StoreUnavailable(Exception):
@@ -49,7 +53,11 @@ class Store(Protocol):
 
 
 class SQLiteStore:
-    """Responses in one SQLite file; the oldest beyond `max_responses` or older than `ttl_s` are dropped."""
+    """Responses in one SQLite file; the oldest beyond `max_responses` or older than `ttl_s` are dropped.
+
+    `sqlite3` blocks (a commit per response, JSON of the whole record), so every operation runs in a
+    worker thread; the lock keeps the one connection to one statement sequence at a time.
+    """
 
     def __init__(self, path: str = ":memory:", *, max_responses: int = 10_000, ttl_s: float = 30 * 86400) -> None:
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
@@ -74,20 +82,19 @@ class SQLiteStore:
             self._db.execute("CREATE TABLE IF NOT EXISTS results (id TEXT PRIMARY KEY, created REAL, text TEXT)")
             self._db.execute("CREATE TABLE IF NOT EXISTS cancels (id TEXT PRIMARY KEY, created REAL)")
 
-    async def put(self, record: Record) -> None:
+    def _put(self, record: Record) -> None:
         row = (
             record.id, time.time(), record.conversation, json.dumps(record.body), json.dumps(record.input_items),
             json.dumps(record.messages), json.dumps(record.events), json.dumps(record.tools), record.owner,
         )  # fmt: skip
-        with self._lock:
-            self._db.execute(
-                "INSERT OR REPLACE INTO responses (id, created, conversation, body, input_items, messages, events,"
-                " tools, owner) VALUES (?,?,?,?,?,?,?,?,?)",
-                row,
-            )
-            self._puts += 1
-            if self._puts % 64 == 1:
-                self._prune()
+        self._db.execute(
+            "INSERT OR REPLACE INTO responses (id, created, conversation, body, input_items, messages, events,"
+            " tools, owner) VALUES (?,?,?,?,?,?,?,?,?)",
+            row,
+        )
+        self._puts += 1
+        if self._puts % 64 == 1:
+            self._prune()
 
     def _prune(self) -> None:
         self._db.execute("DELETE FROM responses WHERE created < ?", (time.time() - self.ttl_s,))
@@ -101,74 +108,103 @@ class SQLiteStore:
             (self.max_responses,),
         )
 
-    async def get(self, response_id: str) -> Record | None:
-        with self._lock:
-            row = self._db.execute(
-                "SELECT id, conversation, body, input_items, messages, events, tools, created, owner FROM responses"
-                " WHERE id = ?",
-                (response_id,),
-            ).fetchone()
+    def _get(self, response_id: str) -> Record | None:
+        row = self._db.execute(
+            "SELECT id, conversation, body, input_items, messages, events, tools, created, owner FROM responses"
+            " WHERE id = ?",
+            (response_id,),
+        ).fetchone()
         if row is None or row[7] < time.time() - self.ttl_s:
             return None
         return Record(row[0], row[1], *(json.loads(x) for x in row[2:7]), owner=row[8])
 
-    async def delete(self, response_id: str) -> bool:
-        with self._lock:
-            return self._db.execute("DELETE FROM responses WHERE id = ?", (response_id,)).rowcount > 0
+    def _delete(self, response_id: str) -> bool:
+        return self._db.execute("DELETE FROM responses WHERE id = ?", (response_id,)).rowcount > 0
 
-    async def touch_conversation(self, conversation: str, urls: set[str]) -> None:
-        with self._lock:
-            row = self._db.execute("SELECT urls FROM conversations WHERE id = ?", (conversation,)).fetchone()
-            known = set(json.loads(row[0])) if row else set()
-            self._db.execute(
-                "INSERT OR REPLACE INTO conversations VALUES (?,?,?)",
-                (conversation, time.time(), json.dumps(sorted(known | urls))),
-            )
+    def _touch_conversation(self, conversation: str, urls: set[str]) -> None:
+        row = self._db.execute("SELECT urls FROM conversations WHERE id = ?", (conversation,)).fetchone()
+        known = set(json.loads(row[0])) if row else set()
+        self._db.execute(
+            "INSERT OR REPLACE INTO conversations VALUES (?,?,?)",
+            (conversation, time.time(), json.dumps(sorted(known | urls))),
+        )
 
-    async def idle_conversations(self, idle_s: float) -> list[tuple[str, set[str]]]:
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT id, urls FROM conversations WHERE last_used < ?", (time.time() - idle_s,)
-            ).fetchall()
+    def _idle_conversations(self, idle_s: float) -> list[tuple[str, set[str]]]:
+        rows = self._db.execute(
+            "SELECT id, urls FROM conversations WHERE last_used < ?", (time.time() - idle_s,)
+        ).fetchall()
         return [(r[0], set(json.loads(r[1]))) for r in rows]
 
-    async def forget_conversation(self, conversation: str) -> None:
-        with self._lock:
-            self._db.execute("DELETE FROM conversations WHERE id = ?", (conversation,))
+    def _forget_conversation(self, conversation: str) -> None:
+        self._db.execute("DELETE FROM conversations WHERE id = ?", (conversation,))
 
-    async def put_results(self, results: dict[str, str]) -> None:
+    def _put_results(self, results: dict[str, str]) -> None:
         now = time.time()
-        with self._lock:
-            self._db.executemany(
-                "INSERT OR REPLACE INTO results VALUES (?,?,?)", [(k, now, v) for k, v in results.items()]
-            )
+        self._db.executemany("INSERT OR REPLACE INTO results VALUES (?,?,?)", [(k, now, v) for k, v in results.items()])
 
-    async def get_results(self, item_ids: list[str]) -> dict[str, str]:
+    def _get_results(self, item_ids: list[str]) -> dict[str, str]:
         marks = ",".join("?" * len(item_ids))
-        with self._lock:
-            rows = self._db.execute(
-                f"SELECT id, text FROM results WHERE created >= ? AND id IN ({marks})",  # only placeholders
-                (time.time() - self.ttl_s, *item_ids),
-            ).fetchall()
+        rows = self._db.execute(
+            f"SELECT id, text FROM results WHERE created >= ? AND id IN ({marks})",  # only placeholders
+            (time.time() - self.ttl_s, *item_ids),
+        ).fetchall()
         return dict(rows)
 
-    async def request_cancel(self, response_id: str) -> None:
+    def _request_cancel(self, response_id: str) -> None:
+        self._db.execute("INSERT OR REPLACE INTO cancels VALUES (?,?)", (response_id, time.time()))
+        self._db.execute("DELETE FROM cancels WHERE created < ?", (time.time() - 3600,))
+
+    def _cancel_requested(self, response_ids: list[str]) -> set[str]:
+        marks = ",".join("?" * len(response_ids))
+        rows = self._db.execute(f"SELECT id FROM cancels WHERE id IN ({marks})", response_ids).fetchall()
+        return {r[0] for r in rows}
+
+    def _aclose(self) -> None:
+        self._db.close()
+
+    async def _off_loop(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run one blocking operation in a worker thread, off the event loop, holding the connection's lock."""
+        return await anyio.to_thread.run_sync(self._locked, fn, *args)
+
+    def _locked(self, fn: Callable[..., T], *args: Any) -> T:
         with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO cancels VALUES (?,?)", (response_id, time.time()))
-            self._db.execute("DELETE FROM cancels WHERE created < ?", (time.time() - 3600,))
+            return fn(*args)
+
+    async def put(self, record: Record) -> None:
+        return await self._off_loop(self._put, record)
+
+    async def get(self, response_id: str) -> Record | None:
+        return await self._off_loop(self._get, response_id)
+
+    async def delete(self, response_id: str) -> bool:
+        return await self._off_loop(self._delete, response_id)
+
+    async def touch_conversation(self, conversation: str, urls: set[str]) -> None:
+        return await self._off_loop(self._touch_conversation, conversation, urls)
+
+    async def idle_conversations(self, idle_s: float) -> list[tuple[str, set[str]]]:
+        return await self._off_loop(self._idle_conversations, idle_s)
+
+    async def forget_conversation(self, conversation: str) -> None:
+        return await self._off_loop(self._forget_conversation, conversation)
+
+    async def put_results(self, results: dict[str, str]) -> None:
+        return await self._off_loop(self._put_results, results)
+
+    async def get_results(self, item_ids: list[str]) -> dict[str, str]:
+        return await self._off_loop(self._get_results, item_ids)
+
+    async def request_cancel(self, response_id: str) -> None:
+        return await self._off_loop(self._request_cancel, response_id)
 
     async def cancel_requested(self, response_ids: list[str]) -> set[str]:
-        marks = ",".join("?" * len(response_ids))
-        with self._lock:
-            rows = self._db.execute(f"SELECT id FROM cancels WHERE id IN ({marks})", response_ids).fetchall()
-        return {r[0] for r in rows}
+        return await self._off_loop(self._cancel_requested, response_ids)
 
     async def check(self) -> None:
         pass
 
     async def aclose(self) -> None:
-        with self._lock:
-            self._db.close()
+        return await self._off_loop(self._aclose)
 
 
 class RedisStore:

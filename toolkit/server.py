@@ -79,6 +79,12 @@ def session_key(ctx: Context) -> str:
     return f"conn-{id(ctx.request_context.session):x}"
 
 
+def _idle_words(idle_s: float) -> str:
+    if idle_s < 60:
+        return f"{idle_s:.0f} seconds"
+    return f"{idle_s / 60:.0f} minutes"
+
+
 class ToolServer(Generic[S]):
     """Sessions, metrics, `cleanup_session` and the ASGI app around one namespace's `MCPServer`."""
 
@@ -162,6 +168,17 @@ class ToolServer(Generic[S]):
                 self.sessions.release(key)
             if failure is not None:
                 raise failure
+
+    def reset_notice(self, key: str) -> str:
+        """The line the model reads when the reaper freed this session since its last call; empty otherwise.
+        Servers put it first in the call's text so a fresh state is never mistaken for the old one."""
+        idle_s = self.sessions.take_reset(key)
+        if idle_s is None:
+            return ""
+        return (
+            f"[this session's state was reset after {_idle_words(idle_s)} idle: everything earlier calls "
+            "made in it is gone]\n"
+        )
 
     async def _heartbeat(self, ctx: Context) -> None:
         """Progress every few seconds, so SSE clients (vLLM gives up after 300 s of silence) wait."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
@@ -29,6 +30,11 @@ class _Entry(Generic[S]):
     state: S
     last_used: float = field(default_factory=time.monotonic)
     busy: int = 0
+    reset_after_s: float | None = None  # set when this state replaces one the reaper took: the caller must hear it
+
+
+REAPED_MEMORY = 4096
+"""How many reaped session keys are remembered, so their next call can say the state was reset."""
 
 
 class SessionRegistry(Generic[S]):
@@ -40,6 +46,7 @@ class SessionRegistry(Generic[S]):
         self._max = max_sessions
         self._entries: dict[str, _Entry[S]] = {}
         self._locks: dict[str, anyio.Lock] = {}
+        self._reaped: OrderedDict[str, float] = OrderedDict()  # key -> idle seconds when reaped, oldest first
         self.on_change: Callable[[int], None] = lambda n: None
 
     def __len__(self) -> int:
@@ -56,13 +63,21 @@ class SessionRegistry(Generic[S]):
             if entry is None:
                 if len(self._entries) >= self._max:
                     raise TooManySessions(f"server holds its limit of {self._max} sessions")
-                entry = _Entry(await self.factory(key))
+                entry = _Entry(await self.factory(key), reset_after_s=self._reaped.pop(key, None))
                 self._entries[key] = entry
                 self.on_change(len(self._entries))
                 log.info("session.created", session_id=key)
             entry.busy += 1
             entry.last_used = time.monotonic()
             return entry.state
+
+    def take_reset(self, key: str) -> float | None:
+        """How long the session had been idle when the reaper took its previous state; told only once."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        idle, entry.reset_after_s = entry.reset_after_s, None
+        return idle
 
     def release(self, key: str) -> None:
         entry = self._entries.get(key)
@@ -80,7 +95,8 @@ class SessionRegistry(Generic[S]):
             await old.aclose()
 
     async def close(self, key: str) -> bool:
-        """Free the session; True when there was one."""
+        """Free the session (a deliberate end: its next call gets no reset notice); True when there was one."""
+        self._reaped.pop(key, None)
         entry = self._entries.pop(key, None)
         self._locks.pop(key, None)
         if entry is None:
@@ -95,9 +111,17 @@ class SessionRegistry(Generic[S]):
         now = time.monotonic()
         idle = [k for k, e in self._entries.items() if e.busy <= 0 and now - e.last_used > self._ttl_s]
         for key in idle:
-            log.info("session.reaped", session_id=key, idle_s=round(now - self._entries[key].last_used, 1))
+            idle_s = now - self._entries[key].last_used
+            log.info("session.reaped", session_id=key, idle_s=round(idle_s, 1))
             await self.close(key)
+            self._remember_reaped(key, idle_s)
         return len(idle)
+
+    def _remember_reaped(self, key: str, idle_s: float) -> None:
+        self._reaped[key] = idle_s
+        self._reaped.move_to_end(key)
+        while len(self._reaped) > REAPED_MEMORY:
+            self._reaped.popitem(last=False)
 
     async def close_all(self) -> None:
         for key in list(self._entries):

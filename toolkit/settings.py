@@ -32,7 +32,11 @@ class ServiceSettings(BaseSettings):
 class ToolServerSettings(ServiceSettings):
     """What every MCP tool server built on the kit accepts."""
 
-    session_ttl_s: float = Field(1200.0, description="reap sessions idle longer than this")
+    session_ttl_s: float = Field(
+        1800.0,
+        description="reap sessions idle longer than this; idle order: keep it above the gateway's pin idle"
+        " (1500) and the orchestrator's conversation idle (1200), so the conversation's owner cleans up first",
+    )
     reap_interval_s: float = Field(30.0, description="how often idle sessions are looked for")
     max_sessions: int = Field(256, description="refuse new sessions beyond this many")
     max_body_bytes: int = Field(4 * 1024 * 1024, description="largest accepted request body")

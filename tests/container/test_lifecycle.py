@@ -43,6 +43,10 @@ async def test_idle_sessions_are_reaped_after_the_ttl_and_nothing_is_left() -> N
         await hostname(server, "idle")
         assert len(sandboxes_of(instance)) == 1
         assert wait_until(lambda: sandboxes_of(instance) == [], 10)
+        async with mcp_session(server.url, "streamable-http", {"x-session-id": "idle"}) as session:
+            first = (await session.call_tool("exec", {"cmd": ["echo", "hi"]})).content[0].text
+            second = (await session.call_tool("exec", {"cmd": ["echo", "hi"]})).content[0].text
+        assert first.startswith("[this session's state was reset after ") and "reset" not in second
     assert containers_of(instance) == []
 
 

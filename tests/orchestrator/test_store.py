@@ -1,4 +1,4 @@
-"""The Redis response store: replicas sharing one real redis-server read and continue each other's responses."""
+"""The response stores: Redis replicas share one real redis-server; SQLite stays off the event loop."""
 
 from __future__ import annotations
 
@@ -119,3 +119,32 @@ def test_a_background_response_on_one_replica_is_polled_replayed_and_cancelled_f
     running = a.client.responses.create(model="gpt-oss", input="short job", background=True)
     final = check_stream(list(b.client.responses.retrieve(running.id, stream=True)))  # follows the shared store
     assert final.status == "completed" and final.output_text.startswith("tick")
+
+
+async def test_a_slow_sqlite_write_does_not_stall_the_event_loop(tmp_path) -> None:
+    """While another thread holds the connection (as a long commit would), the loop keeps serving."""
+    import threading
+
+    import anyio
+
+    from orchestrator.store import Record, SQLiteStore
+
+    store = SQLiteStore(str(tmp_path / "s.sqlite3"))
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            await anyio.sleep(0.01)
+            ticks += 1
+
+    store._lock.acquire()  # the connection is busy
+    threading.Timer(0.5, store._lock.release).start()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(tick)
+            await store.put(Record("resp_slow", "conv", {"status": "completed"}))
+            tg.cancel_scope.cancel()
+    assert ticks >= 10  # the loop ran throughout the half second the write waited
+    assert (await store.get("resp_slow")).body == {"status": "completed"}
+    await store.aclose()

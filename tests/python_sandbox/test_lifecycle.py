@@ -122,6 +122,11 @@ async def test_idle_sessions_are_reaped_after_the_ttl(backend_name: str) -> None
             assert wait_until(lambda: containers_of(instance) == [], 10)
         else:
             assert wait_until(lambda: processes_of(uid) == [], 5)
+        async with mcp_session(server.url, "streamable-http", {"x-session-id": "idle"}) as session:
+            first = (await session.call_tool("python", {"code": "x = 1; 'fresh'"})).content[0].text
+            second = (await session.call_tool("python", {"code": "x"})).content[0].text
+        assert first.startswith("[this session's state was reset after ") and " seconds idle" in first
+        assert first.endswith("'fresh'") and second == "1"  # said once, then the new state serves
 
 
 @pytest.mark.parametrize("backend_name", ["docker", "local"])

@@ -66,3 +66,47 @@ async def test_close_all_and_replace_close_every_state() -> None:
     await registry.close_all()
     assert new.closed and len(registry) == 0
     assert await registry.close("a") is False
+
+
+async def test_a_reaped_key_hears_once_how_long_it_was_idle_and_a_cleaned_up_key_never_does() -> None:
+    registry: SessionRegistry[State] = SessionRegistry(make, ttl_s=0.05, max_sessions=10)
+    for key in ("reaped", "cleaned"):
+        await registry.acquire(key)
+        registry.release(key)
+        assert registry.take_reset(key) is None  # a first state replaces nothing
+    await anyio.sleep(0.1)
+    assert await registry.reap_idle() == 2
+    await registry.acquire("cleaned")
+    await registry.close("cleaned")  # a deliberate end forgets the reap
+    await registry.acquire("reaped")
+    await registry.acquire("cleaned")
+    idle = registry.take_reset("reaped")
+    assert idle is not None and idle >= 0.05
+    assert registry.take_reset("reaped") is None  # said once
+    assert registry.take_reset("cleaned") is None
+
+
+async def test_the_memory_of_reaped_keys_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("toolkit.sessions.REAPED_MEMORY", 2)
+    registry: SessionRegistry[State] = SessionRegistry(make, ttl_s=0, max_sessions=10)
+    for key in ("a", "b", "c"):
+        await registry.acquire(key)
+        registry.release(key)
+        await anyio.sleep(0.01)
+        await registry.reap_idle()
+    for key in ("a", "b", "c"):
+        await registry.acquire(key)
+    assert [registry.take_reset(k) is not None for k in ("a", "b", "c")] == [False, True, True]
+
+
+def test_the_default_idle_order_lets_the_conversations_owner_clean_up_first() -> None:
+    from gateway.config import SessionConfig
+    from orchestrator.settings import OrchestratorSettings
+    from toolkit.settings import ToolServerSettings
+
+    order = [
+        OrchestratorSettings.model_fields["session_idle_s"].default,
+        SessionConfig.model_fields["idle_s"].default,
+        ToolServerSettings.model_fields["session_ttl_s"].default,
+    ]
+    assert order == sorted(order) and len(set(order)) == 3, order

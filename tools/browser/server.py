@@ -72,13 +72,14 @@ def build_server(settings: BrowserSettings, browser: Browser) -> ToolServer[Sess
     async def answer(ctx: Context, tool: str, op: Callable[[Session, Options], Awaitable[int]]) -> CallToolResult:
         """Run one browser operation in the caller's session; its new page is the answer."""
         opt = _options(ctx)
-        async with kit.session(ctx, tool) as (_, session):
+        async with kit.session(ctx, tool) as (key, session):
             try:
                 cursor = await op(session, opt)
             except BrowserError as exc:
                 raise ToolError(str(exc)) from exc
             view = session.views[cursor]
-            return CallToolResult(content=[TextContent(type="text", text=view.render(cursor))],
+            text = kit.reset_notice(key) + view.render(cursor)
+            return CallToolResult(content=[TextContent(type="text", text=text)],
                                   structured_content=view.structured(cursor))  # fmt: skip
 
     @mcp.tool(name="search", structured_output=False)

@@ -12,7 +12,7 @@ from mcp_types import CallToolResult, TextContent
 
 from toolkit.server import HIDDEN, ToolServer, backend_lifespan
 from toolkit.tracing import span
-from tools.container.core import Backend, ContainerSession, SandboxError, SandboxGone, UsageError
+from tools.container.core import Backend, ContainerSession, ExecResult, SandboxError, SandboxGone, UsageError
 from tools.container.settings import ContainerSettings
 
 log = structlog.get_logger(__name__)
@@ -58,13 +58,14 @@ def build_server(settings: ContainerSettings, backend: Backend) -> ToolServer[Co
     )
     users = {settings.user, *settings.allowed_users}
 
-    async def in_session(ctx: Context, tool: str, work: Callable[[ContainerSession], Awaitable[T]]) -> T:
-        """Run `work` on the caller's session; our failures and the caller's misuse become error results."""
+    async def in_session(ctx: Context, tool: str, work: Callable[[ContainerSession, str], Awaitable[T]]) -> T:
+        """Run `work` on the caller's session (with its key); our failures and the caller's misuse become error
+        results."""
         try:
             async with kit.session(ctx, tool) as (key, session):
                 try:
                     with span("sandbox.exec", namespace="container", tool=tool, session_id=key):
-                        return await work(session)
+                        return await work(session, key)
                 except SandboxGone as exc:
                     await kit.sessions.close(key)
                     raise ToolError(f"{exc}; its files are lost and the next call starts a fresh container") from exc
@@ -85,23 +86,26 @@ def build_server(settings: ContainerSettings, backend: Backend) -> ToolServer[Co
     ) -> CallToolResult:
         timeout_s, notes = _time_limit(timeout, settings)
         _check_exec(cmd, env, user, users)
-        result = await in_session(
-            ctx,
-            "exec",
-            lambda s: s.exec(cmd, timeout_s=timeout_s, workdir=workdir, env=env, session_name=session_name, user=user),
-        )
+
+        async def run(s: ContainerSession, key: str) -> tuple[ExecResult, str]:
+            done = await s.exec(
+                cmd, timeout_s=timeout_s, workdir=workdir, env=env, session_name=session_name, user=user
+            )
+            return done, kit.reset_notice(key)
+
+        result, notice = await in_session(ctx, "exec", run)
         result.notes += notes
         return CallToolResult(
-            content=[TextContent(type="text", text=result.render())], structured_content=result.structured()
+            content=[TextContent(type="text", text=notice + result.render())], structured_content=result.structured()
         )
 
     @mcp.tool(name="write_file", meta=HIDDEN, description="Write a file in the container (text or base64).")
     async def write_file(path: str, content: str, ctx: Context, encoding: str = "text") -> dict[str, Any]:
-        return await in_session(ctx, "write_file", lambda s: s.write_file(path, content, encoding))
+        return await in_session(ctx, "write_file", lambda s, _: s.write_file(path, content, encoding))
 
     @mcp.tool(name="read_file", meta=HIDDEN, description="Read a file from the container (text, or base64 if binary).")
     async def read_file(path: str, ctx: Context, max_bytes: int | None = None) -> dict[str, Any]:
-        return await in_session(ctx, "read_file", lambda s: s.read_file(path, max_bytes))
+        return await in_session(ctx, "read_file", lambda s, _: s.read_file(path, max_bytes))
 
     return kit
 

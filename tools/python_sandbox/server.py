@@ -52,9 +52,11 @@ def build_server(settings: PythonSandboxSettings, backend: Backend) -> ToolServe
         try:
             async with kit.session(ctx, "python") as (key, kernel):
                 result = await _run(kit, key, kernel, code, settings.timeout_s)
+                notice = kit.reset_notice(key)
         except SandboxError as exc:
             raise ToolError(f"sandbox unavailable: {exc}") from exc
-        content: list[TextContent | ImageContent] = [TextContent(type="text", text=result.render(settings.timeout_s))]
+        text = notice + result.render(settings.timeout_s)
+        content: list[TextContent | ImageContent] = [TextContent(type="text", text=text)]
         content += [ImageContent(type="image", data=png, mime_type="image/png") for png in result.images]
         return content
 
