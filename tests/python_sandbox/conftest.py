@@ -76,9 +76,10 @@ def server(backend: str, instance: str) -> Iterator[Service]:
 
 
 def containers_of(instance: str) -> list[str]:
+    """Ids of the run's containers; sparse, so one removed between listing and inspecting is no error."""
     client = docker_client()
     assert client is not None
-    found = client.containers.list(all=True, filters={"label": f"toolfleet.instance={instance}"})
+    found = client.containers.list(all=True, sparse=True, filters={"label": f"toolfleet.instance={instance}"})
     return [c.id for c in found]
 
 
