@@ -22,6 +22,7 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.asgi import header, read_body, send_bytes, send_error, session_header
 from gateway.errors import BadUpstream, GatewayError, Unavailable, UnknownSession, error_body
+from gateway.health import cleanup
 from gateway.http import Response, Timeouts
 from gateway.messages import Rewriter, envelope_headers, parse_message, tool_name
 from gateway.routing import Namespace, Target, header_key, new_session_id
@@ -96,8 +97,6 @@ async def _keepalive(out: MemoryObjectSendStream[bytes]) -> None:
 
 
 async def _close(gw: Gateway, session: LegacySession) -> None:
-    from gateway.health import cleanup
-
     rec = await gw.store.get_session(session.sid) if session.opened else None
     if rec is None:
         return

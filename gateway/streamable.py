@@ -18,6 +18,7 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.asgi import header, read_body, send_bytes, send_error, session_header
 from gateway.errors import BadUpstream, GatewayError, InvalidRequest, Unavailable, UnknownSession, error_body, to_error
+from gateway.health import cleanup
 from gateway.http import Response, Timeouts
 from gateway.messages import Rewriter, parse_message, tool_name
 from gateway.routing import Namespace, Target, header_key
@@ -292,8 +293,6 @@ async def _get(gw: Gateway, ns: Namespace, scope: Scope, receive: Receive, send:
 
 async def _delete(gw: Gateway, ns: Namespace, scope: Scope, send: Send) -> None:
     """End the MCP session upstream and here; a pin keyed by the session itself is cleaned up too."""
-    from gateway.health import cleanup
-
     sid = header(scope, b"mcp-session-id")
     rec = await gw.store.get_session(sid) if sid else None
     if sid is None or rec is None or rec.namespace != ns.name:
