@@ -27,7 +27,7 @@ from gateway.http import Response, Timeouts
 from gateway.messages import Rewriter, envelope_headers, parse_message, tool_name
 from gateway.routing import Namespace, Target, header_key, new_session_id
 from gateway.service import Gateway
-from gateway.upstream import SseParser, event_data, open_stream, upstream_errors
+from gateway.upstream import open_stream, sse_events, upstream_errors
 
 log = structlog.get_logger(__name__)
 
@@ -257,17 +257,14 @@ async def _messages(response: Response, rewriter: Rewriter) -> AsyncIterator[tup
     if not ctype.startswith("text/event-stream"):
         await response.aread()
         return
-    parser = SseParser()
-    async for chunk in response.aiter_bytes():
-        for event in parser.feed(chunk):
-            raw = event_data(event)
-            if not raw:
-                continue
-            data, parsed = await rewriter.apply(raw)
-            if isinstance(parsed, dict):
-                yield data, parsed
-            else:
-                log.warning("upstream.garbage", namespace=rewriter.namespace, bytes=len(raw))
+    async for _, raw in sse_events(response):
+        if not raw:
+            continue
+        data, parsed = await rewriter.apply(raw)
+        if isinstance(parsed, dict):
+            yield data, parsed
+        else:
+            log.warning("upstream.garbage", namespace=rewriter.namespace, bytes=len(raw))
 
 
 async def _standalone(gw: Gateway, session: LegacySession, target: Target) -> None:

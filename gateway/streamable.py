@@ -23,7 +23,7 @@ from gateway.http import Response, Timeouts
 from gateway.messages import Rewriter, parse_message, tool_name
 from gateway.routing import Namespace, Target, header_key
 from gateway.service import Gateway
-from gateway.upstream import SseParser, event_data, event_with_data, open_stream, upstream_errors
+from gateway.upstream import event_with_data, open_stream, sse_events, upstream_errors
 
 log = structlog.get_logger(__name__)
 
@@ -224,24 +224,21 @@ async def _stream(
     answered = rid is None
     finished = False
     failure: Exception | None = None
-    parser = SseParser()
     try:
         with upstream_errors(target.replica):  # type: ignore[arg-type]
-            async for chunk in response.aiter_bytes():
-                for event in parser.feed(chunk):
-                    data = event_data(event)
-                    if data:
-                        new, parsed = await rewriter.apply(data)
-                        if parsed is None:
-                            log.warning("upstream.garbage", namespace=target.ns.name, bytes=len(data))
-                            continue
-                        if new is not data:
-                            event = event_with_data(event, new)
-                        if not answered and _answers(parsed, rid):
-                            # the answer ends a request's stream: finish now rather than wait for the upstream's end
-                            await send({"type": "http.response.body", "body": event + b"\n\n", "more_body": False})
-                            return "ok"
-                    await send({"type": "http.response.body", "body": event + b"\n\n", "more_body": True})
+            async for event, data in sse_events(response):
+                if data:
+                    new, parsed = await rewriter.apply(data)
+                    if parsed is None:
+                        log.warning("upstream.garbage", namespace=target.ns.name, bytes=len(data))
+                        continue
+                    if new is not data:
+                        event = event_with_data(event, new)
+                    if not answered and _answers(parsed, rid):
+                        # the answer ends a request's stream: finish now rather than wait for the upstream's end
+                        await send({"type": "http.response.body", "body": event + b"\n\n", "more_body": False})
+                        return "ok"
+                await send({"type": "http.response.body", "body": event + b"\n\n", "more_body": True})
     except GatewayError as exc:
         failure = gw.as_lost(target, exc)
     if not answered:
