@@ -16,17 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.gateway.harness import GatewayProc, Upstream, fixtures, gateway_config, metric, running_gateway
+from tests.gateway.harness import ACCEPT, INIT, GatewayProc, Upstream, fixtures, gateway_config, metric, running_gateway
 
 LIMIT = 4096
 """The gateway's body limit here, small so that oversized bodies cost little to generate."""
-HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "fuzz", "version": "1"}},
-}
 FUZZ = settings(
     max_examples=120,
     deadline=None,
@@ -94,7 +87,7 @@ def check_answer(response: httpx.Response) -> None:
 
 def still_serves(gw: GatewayProc, client: httpx.Client) -> None:
     """A fresh MCP session still opens through the gateway, and ends when deleted."""
-    answer = client.post(gw.url("fixture"), json=INIT, headers=HEADERS)
+    answer = client.post(gw.url("fixture"), json=INIT, headers=ACCEPT)
     assert answer.status_code == 200, answer.text
     sid = answer.headers["mcp-session-id"]
     assert client.request("DELETE", gw.url("fixture"), headers={"mcp-session-id": sid}).status_code == 200
@@ -106,7 +99,7 @@ def test_streamable_post_bodies(gw: GatewayProc, upstreams: list[Upstream], clie
     @FUZZ
     @given(body=bodies, keyed=st.booleans())
     def post(body: bytes, keyed: bool) -> None:
-        headers = {**HEADERS, **({"x-session-id": "fuzz-key"} if keyed else {})}
+        headers = {**ACCEPT, **({"x-session-id": "fuzz-key"} if keyed else {})}
         response = client.post(gw.url("fixture"), content=body, headers=headers)
         check_answer(response)
         # a message the gateway refused before routing (or a non-initialize call) must leave no session
@@ -128,11 +121,11 @@ def test_legacy_messages_bodies(gw: GatewayProc, upstreams: list[Upstream], clie
         @FUZZ
         @given(body=bodies)
         def post(body: bytes) -> None:
-            check_answer(client.post(messages, content=body, headers=HEADERS))
+            check_answer(client.post(messages, content=body, headers=ACCEPT))
 
         post()
         still_serves(gw, client)
     # the SSE connection closed: its gateway session and pins go with it
     assert pins(gw, upstreams) <= before
-    after = client.post(messages, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, headers=HEADERS)
+    after = client.post(messages, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, headers=ACCEPT)
     assert after.status_code == 404 and after.json()["error"]["code"] == -32001
