@@ -12,6 +12,7 @@ import structlog
 
 from gateway.app import build_app
 from gateway.config import GatewayConfig, load_config, local_fleet
+from gateway.lifecycle import build_gateway
 from gateway.service import Gateway
 from gateway.settings import GatewaySettings
 from toolkit.logging import configure_logging
@@ -78,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = GatewaySettings.from_args(list(argv) if argv is not None else sys.argv[1:], "toolfleet gateway")
     configure_logging(settings.log_level, service="gateway")
     setup_tracing(settings, service="gateway")
-    gw = Gateway(routes(settings))
+    gw = build_gateway(routes(settings))
     app = build_app(gw)
     if settings.config is not None:
         gw.background.append(lambda: watch(gw, settings.config, settings.watch_s))  # type: ignore[arg-type]

@@ -10,6 +10,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gateway.asgi import send_bytes, send_error, send_json
 from gateway.errors import GatewayError, UnknownNamespace
 from gateway.legacy import handle_messages, handle_sse
+from gateway.lifecycle import running
 from gateway.security import SecurityMiddleware
 from gateway.service import Gateway
 from gateway.streamable import handle_mcp
@@ -51,7 +52,7 @@ def build_app(gw: Gateway) -> ASGIApp:
 async def _lifespan(gw: Gateway, receive: Receive, send: Send) -> None:
     await receive()
     try:
-        async with gw.running():
+        async with running(gw):
             await send({"type": "lifespan.startup.complete"})
             await receive()
     except Exception as exc:

@@ -10,19 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Awaitable, Callable
 
 import anyio
 import structlog
 
+from gateway.health import probe
 from gateway.routing import Namespace
 from gateway.service import Gateway
 from gateway.upstream import Replica
 
 log = structlog.get_logger(__name__)
-
-Resolver = Callable[[str, int], Awaitable[list[str]]]
-"""(name, port) -> every address of the name; raises OSError when it cannot tell."""
 
 NO_SUCH_NAME = frozenset({socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)})
 
@@ -53,8 +50,6 @@ async def _addresses(gw: Gateway, ns: Namespace) -> list[str] | None:
 async def refresh(gw: Gateway, ns: Namespace) -> list[Replica]:
     """Resolve the namespace's name and adopt the answer; new replicas are probed before this returns.
     Returns the replicas added."""
-    from gateway.health import probe
-
     d = ns.cfg.discover
     if d is None:
         return []
@@ -75,6 +70,26 @@ async def refresh(gw: Gateway, ns: Namespace) -> list[Replica]:
         for replica in added:
             tg.start_soon(probe, gw, ns, replica)
     return added
+
+
+async def probe_now(gw: Gateway, ns: Namespace) -> None:
+    """A call found no available replica in `ns`: probe the unavailable ones once, now, instead of letting
+    it fail until the next scheduled probe (a swarm starts services in no order). Callers arriving while
+    a round runs wait for that round rather than start another."""
+    running = gw.reviving.get(ns.name)
+    if running is not None:
+        await running.wait()
+        return
+    done = gw.reviving[ns.name] = anyio.Event()
+    try:
+        fresh = {r.url for r in await refresh(gw, ns)}  # a discovered namespace resolves its name again first
+        async with anyio.create_task_group() as tg:
+            for replica in list(ns.replicas.values()):
+                if not replica.available and replica.url not in fresh:
+                    tg.start_soon(probe, gw, ns, replica)
+    finally:
+        del gw.reviving[ns.name]
+        done.set()
 
 
 async def discover_forever(gw: Gateway, tick_s: float = 0.25) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import anyio
 import structlog
 
-from gateway.discovery import refresh
 from gateway.errors import GatewayError
 from gateway.probe import ProbeSession
 from gateway.routing import Namespace
@@ -41,26 +40,6 @@ async def probe(gw: Gateway, ns: Namespace, replica: Replica) -> None:
     if ns.initialize_result != init or ns.tools != reviewed:
         ns.initialize_result, ns.tools = init, reviewed
         await gw.store.put_blob(f"discovery:{ns.name}", {"initialize": init, "tools": reviewed})
-
-
-async def probe_now(gw: Gateway, ns: Namespace) -> None:
-    """A call found no available replica in `ns`: probe the unavailable ones once, now, instead of letting
-    it fail until the next scheduled probe (a swarm starts services in no order). Callers arriving while
-    a round runs wait for that round rather than start another."""
-    running = gw.reviving.get(ns.name)
-    if running is not None:
-        await running.wait()
-        return
-    done = gw.reviving[ns.name] = anyio.Event()
-    try:
-        fresh = {r.url for r in await refresh(gw, ns)}  # a discovered namespace resolves its name again first
-        async with anyio.create_task_group() as tg:
-            for replica in list(ns.replicas.values()):
-                if not replica.available and replica.url not in fresh:
-                    tg.start_soon(probe, gw, ns, replica)
-    finally:
-        del gw.reviving[ns.name]
-        done.set()
 
 
 async def probe_all(gw: Gateway, *, only_down: bool = False) -> None:

@@ -22,11 +22,12 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.asgi import header, read_body, send_bytes, send_error, session_header
 from gateway.errors import BadUpstream, GatewayError, Unavailable, UnknownSession, error_body
+from gateway.health import cleanup
 from gateway.http import Response, Timeouts
 from gateway.messages import Rewriter, envelope_headers, parse_message, tool_name
 from gateway.routing import Namespace, Target, header_key, new_session_id
 from gateway.service import Gateway
-from gateway.upstream import SseParser, event_data, open_stream, upstream_errors
+from gateway.upstream import open_stream, sse_events, upstream_errors
 
 log = structlog.get_logger(__name__)
 
@@ -96,8 +97,6 @@ async def _keepalive(out: MemoryObjectSendStream[bytes]) -> None:
 
 
 async def _close(gw: Gateway, session: LegacySession) -> None:
-    from gateway.health import cleanup
-
     rec = await gw.store.get_session(session.sid) if session.opened else None
     if rec is None:
         return
@@ -258,17 +257,14 @@ async def _messages(response: Response, rewriter: Rewriter) -> AsyncIterator[tup
     if not ctype.startswith("text/event-stream"):
         await response.aread()
         return
-    parser = SseParser()
-    async for chunk in response.aiter_bytes():
-        for event in parser.feed(chunk):
-            raw = event_data(event)
-            if not raw:
-                continue
-            data, parsed = await rewriter.apply(raw)
-            if isinstance(parsed, dict):
-                yield data, parsed
-            else:
-                log.warning("upstream.garbage", namespace=rewriter.namespace, bytes=len(raw))
+    async for _, raw in sse_events(response):
+        if not raw:
+            continue
+        data, parsed = await rewriter.apply(raw)
+        if isinstance(parsed, dict):
+            yield data, parsed
+        else:
+            log.warning("upstream.garbage", namespace=rewriter.namespace, bytes=len(raw))
 
 
 async def _standalone(gw: Gateway, session: LegacySession, target: Target) -> None:

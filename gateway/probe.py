@@ -7,7 +7,7 @@ from typing import Any
 
 from gateway.errors import BadUpstream
 from gateway.http import Pool, Response, Timeouts
-from gateway.upstream import Replica, SseParser, event_data, open_stream
+from gateway.upstream import Replica, open_stream, sse_events
 
 PROBE_VERSION = "2025-11-25"
 CLIENT_INFO = {"name": "toolfleet-gateway", "version": "0.1.0"}
@@ -93,13 +93,10 @@ async def _answer(response: Response, rid: int) -> dict[str, Any]:
         if isinstance(msg, dict):
             return msg
     elif ctype.startswith("text/event-stream"):
-        parser = SseParser()
-        async for chunk in response.aiter_bytes():
-            for event in parser.feed(chunk):
-                data = event_data(event)
-                msg = _load(data) if data else None
-                if isinstance(msg, dict) and msg.get("id") == rid and ("result" in msg or "error" in msg):
-                    return msg
+        async for _, data in sse_events(response):
+            msg = _load(data) if data else None
+            if isinstance(msg, dict) and msg.get("id") == rid and ("result" in msg or "error" in msg):
+                return msg
     raise BadUpstream(f"upstream answered no JSON-RPC response (HTTP {response.status_code}, {ctype or 'no type'})")
 
 

@@ -100,7 +100,7 @@ class Router:
         self.store = store
         self.namespaces: dict[str, Namespace] = {}
         self.revive: Callable[[Namespace], Awaitable[None]] = _no_revive
-        """Probe a namespace's unavailable replicas now (the gateway sets it; see `health.probe_now`)."""
+        """Probe a namespace's unavailable replicas now (the gateway sets it; see `discovery.probe_now`)."""
 
     async def pick(self, ns: Namespace, exclude: frozenset[str] = frozenset()) -> Replica:
         """A replica for a new session. When none is available the replicas that are down are probed once

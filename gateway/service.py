@@ -5,8 +5,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import Any
 
 import anyio
 import structlog
@@ -23,40 +23,36 @@ from gateway.store import Store, open_store
 from gateway.upstream import Replica, make_client, open_stream
 from toolkit.tracing import annotate, extract, inject, span
 
-if TYPE_CHECKING:
-    from gateway.discovery import Resolver
-
 log = structlog.get_logger(__name__)
+
+Resolver = Callable[[str, int], Awaitable[list[str]]]
+"""(name, port) -> every address of the name; raises OSError when it cannot tell."""
 
 HANDSHAKE_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 
 
 class Gateway:
-    def __init__(self, cfg: GatewayConfig, *, store: Store | None = None, resolver: Resolver | None = None) -> None:
-        from gateway.discovery import getaddrinfo
+    """The fleet as the gateway sees it, and the forwarding step. It imports none of the jobs that keep it
+    current (health, discovery): `lifecycle` builds one and runs them."""
 
+    def __init__(self, cfg: GatewayConfig, *, resolver: Resolver, store: Store | None = None) -> None:
         self.cfg = cfg
         self.store = store or open_store(cfg.store, cfg.state_file)
-        self.resolver: Resolver = resolver or getaddrinfo
+        self.resolver = resolver
         """How discovered namespaces resolve their name (tests inject their own)."""
         self.router = Router(self.store)
         self.metrics = GatewayMetrics()
         self.client = make_client()
         self.started = False
-        self._tg: TaskGroup | None = None
+        self.tasks: TaskGroup | None = None
+        """The running gateway's task group (set by `lifecycle.running`), for work a callback starts."""
         self.legacy: dict[str, Any] = {}
         """Open legacy SSE connections by gateway session id (they live and die with this process)."""
         self.background: list[Callable[[], Awaitable[None]]] = []
         """Extra long-running jobs for `running` (the entrypoint adds the config watcher)."""
         self.reviving: dict[str, anyio.Event] = {}
         """Namespaces whose down replicas are being probed for a waiting call, and the round's end."""
-        self.router.revive = self._revive
         self.apply(cfg)
-
-    async def _revive(self, ns: Namespace) -> None:
-        from gateway.health import probe_now
-
-        await probe_now(self, ns)
 
     @property
     def namespaces(self) -> dict[str, Namespace]:
@@ -94,8 +90,8 @@ class Gateway:
         """Follow a replica's health: its sessions are lost when it goes down; the gauge tracks it."""
 
         def down(r: Replica) -> None:
-            if self._tg is not None:
-                self._tg.start_soon(self.router.replica_down, r)
+            if self.tasks is not None:
+                self.tasks.start_soon(self.router.replica_down, r)
 
         def state(r: Replica) -> None:
             self.metrics.healthy.labels(r.namespace, r.url).set(1 if r.healthy else 0)
@@ -109,27 +105,6 @@ class Gateway:
         for gauge in (self.metrics.healthy, self.metrics.sessions):
             with contextlib.suppress(KeyError):
                 gauge.remove(replica.namespace, replica.url)
-
-    @contextlib.asynccontextmanager
-    async def running(self) -> AsyncIterator[None]:
-        from gateway.discovery import discover_forever
-        from gateway.health import probe_forever, reap_forever
-
-        await self.load_discovery()
-        async with anyio.create_task_group() as tg:
-            self._tg = tg
-            tg.start_soon(probe_forever, self)
-            tg.start_soon(reap_forever, self)
-            tg.start_soon(discover_forever, self)
-            for job in self.background:
-                tg.start_soon(job)
-            try:
-                yield
-            finally:
-                tg.cancel_scope.cancel()
-                self._tg = None
-        self.client.close()
-        await self.store.aclose()
 
     def check_call(self, ns: Namespace, msg: dict[str, Any]) -> None:
         name = tool_name(msg)

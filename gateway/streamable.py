@@ -18,11 +18,12 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.asgi import header, read_body, send_bytes, send_error, session_header
 from gateway.errors import BadUpstream, GatewayError, InvalidRequest, Unavailable, UnknownSession, error_body, to_error
+from gateway.health import cleanup
 from gateway.http import Response, Timeouts
 from gateway.messages import Rewriter, parse_message, tool_name
 from gateway.routing import Namespace, Target, header_key
 from gateway.service import Gateway
-from gateway.upstream import SseParser, event_data, event_with_data, open_stream, upstream_errors
+from gateway.upstream import event_with_data, open_stream, sse_events, upstream_errors
 
 log = structlog.get_logger(__name__)
 
@@ -223,24 +224,21 @@ async def _stream(
     answered = rid is None
     finished = False
     failure: Exception | None = None
-    parser = SseParser()
     try:
         with upstream_errors(target.replica):  # type: ignore[arg-type]
-            async for chunk in response.aiter_bytes():
-                for event in parser.feed(chunk):
-                    data = event_data(event)
-                    if data:
-                        new, parsed = await rewriter.apply(data)
-                        if parsed is None:
-                            log.warning("upstream.garbage", namespace=target.ns.name, bytes=len(data))
-                            continue
-                        if new is not data:
-                            event = event_with_data(event, new)
-                        if not answered and _answers(parsed, rid):
-                            # the answer ends a request's stream: finish now rather than wait for the upstream's end
-                            await send({"type": "http.response.body", "body": event + b"\n\n", "more_body": False})
-                            return "ok"
-                    await send({"type": "http.response.body", "body": event + b"\n\n", "more_body": True})
+            async for event, data in sse_events(response):
+                if data:
+                    new, parsed = await rewriter.apply(data)
+                    if parsed is None:
+                        log.warning("upstream.garbage", namespace=target.ns.name, bytes=len(data))
+                        continue
+                    if new is not data:
+                        event = event_with_data(event, new)
+                    if not answered and _answers(parsed, rid):
+                        # the answer ends a request's stream: finish now rather than wait for the upstream's end
+                        await send({"type": "http.response.body", "body": event + b"\n\n", "more_body": False})
+                        return "ok"
+                await send({"type": "http.response.body", "body": event + b"\n\n", "more_body": True})
     except GatewayError as exc:
         failure = gw.as_lost(target, exc)
     if not answered:
@@ -292,8 +290,6 @@ async def _get(gw: Gateway, ns: Namespace, scope: Scope, receive: Receive, send:
 
 async def _delete(gw: Gateway, ns: Namespace, scope: Scope, send: Send) -> None:
     """End the MCP session upstream and here; a pin keyed by the session itself is cleaned up too."""
-    from gateway.health import cleanup
-
     sid = header(scope, b"mcp-session-id")
     rec = await gw.store.get_session(sid) if sid else None
     if sid is None or rec is None or rec.namespace != ns.name:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import structlog
 
@@ -122,6 +122,15 @@ class SseParser:
         if len(self._buf) > self._limit:
             raise BadUpstream("upstream sent an oversized SSE event")
         return events
+
+
+async def sse_events(response: Response) -> AsyncIterator[tuple[bytes, bytes | None]]:
+    """The one reader of an upstream event stream: each whole event as it arrives, with its data (None for
+    comments and data-less events). Every SSE consumer (relay, legacy bridge, probe) reads through it."""
+    parser = SseParser()
+    async for chunk in response.aiter_bytes():
+        for event in parser.feed(chunk):
+            yield event, event_data(event)
 
 
 def event_data(event: bytes) -> bytes | None:

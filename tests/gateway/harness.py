@@ -28,6 +28,15 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURE = Path(__file__).with_name("fixture_server.py")
 PY = sys.executable
 TRANSPORTS = ("streamable-http", "sse")
+ACCEPT = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+"""The headers of a plain streamable-HTTP POST."""
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
+"""An `initialize` request, for tests that speak raw HTTP."""
 
 
 def free_port() -> int:

@@ -7,15 +7,7 @@ import json
 import httpx
 import pytest
 
-from tests.gateway.harness import GatewayProc, call_text, connect
-
-ACCEPT = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
-}
+from tests.gateway.harness import ACCEPT, INIT, GatewayProc, call_text, connect
 
 
 @pytest.mark.parametrize(

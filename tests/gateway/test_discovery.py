@@ -16,6 +16,7 @@ from mcp.shared.exceptions import MCPError
 from gateway.config import parse_config
 from gateway.discovery import refresh
 from gateway.errors import SessionLost
+from gateway.lifecycle import build_gateway
 from gateway.service import Gateway
 from gateway.store import MemoryStore
 from tests.gateway.harness import (
@@ -54,7 +55,7 @@ def _gateway(answers: Answers, port: int) -> Gateway:
         f"namespaces: {{python: {{discover: {{dns: {NAME}, port: {port}, path: /mcp, interval_s: 1}}}}}}\n"
         "health: {timeout_s: 1}"
     )
-    return Gateway(cfg, store=MemoryStore(), resolver=answers)
+    return build_gateway(cfg, store=MemoryStore(), resolver=answers)
 
 
 async def test_each_address_is_a_replica_and_a_vanished_one_loses_its_sessions() -> None:

@@ -1,0 +1,47 @@
+"""Putting a `Gateway` to work: the jobs that keep its picture of the fleet current run from here.
+
+The gateway's state (`service`) knows nothing of these jobs; `health` and `discovery` work on that
+state, and this module, above them all, wires them in, so no two of them import each other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import AsyncIterator
+
+import anyio
+
+from gateway.config import GatewayConfig
+from gateway.discovery import discover_forever, getaddrinfo, probe_now
+from gateway.health import probe_forever, reap_forever
+from gateway.service import Gateway, Resolver
+from gateway.store import Store
+
+
+def build_gateway(cfg: GatewayConfig, *, store: Store | None = None, resolver: Resolver = getaddrinfo) -> Gateway:
+    """A gateway whose calls that find no available replica probe the ones down once, at once."""
+    gw = Gateway(cfg, store=store, resolver=resolver)
+    gw.router.revive = functools.partial(probe_now, gw)
+    return gw
+
+
+@contextlib.asynccontextmanager
+async def running(gw: Gateway) -> AsyncIterator[None]:
+    """Probes, the idle-session reaper, DNS discovery and the entrypoint's extra jobs, for as long as
+    the block runs; then the HTTP client and the store are closed."""
+    await gw.load_discovery()
+    async with anyio.create_task_group() as tg:
+        gw.tasks = tg
+        tg.start_soon(probe_forever, gw)
+        tg.start_soon(reap_forever, gw)
+        tg.start_soon(discover_forever, gw)
+        for job in gw.background:
+            tg.start_soon(job)
+        try:
+            yield
+        finally:
+            tg.cancel_scope.cancel()
+            gw.tasks = None
+    gw.client.close()
+    await gw.store.aclose()
