@@ -69,6 +69,31 @@ def open_reasoning(value: str, where: str) -> str:
         raise RequestError("encrypted_content is corrupt", where) from None
 
 
+_MCP_HTTP_CODES = {"unavailable": 503, "timeout": 504}
+_MCP_PROTOCOL_CODES = {"rejected": -32602}  # JSON-RPC invalid params: bad arguments or a tool not allowed
+
+
+def mcp_error(kind: str, text: str) -> dict[str, Any]:
+    """The structured `error` of a failed mcp_call (OpenAI's McpToolCallError union), chosen by the outcome's
+    kind: the tool's own error result, the server out of reach or too slow (HTTP), or a protocol refusal."""
+    if kind == "tool_error":
+        return {"type": "mcp_tool_execution_error", "content": [{"type": "text", "text": text}]}
+    if kind in _MCP_HTTP_CODES:
+        return {"type": "http_error", "code": _MCP_HTTP_CODES[kind], "message": text}
+    return {"type": "mcp_protocol_error", "code": _MCP_PROTOCOL_CODES.get(kind, -32603), "message": text}
+
+
+def mcp_error_text(error: Any) -> str:
+    """What the model reads back for an mcp_call's error: a client may echo the structured object or a string."""
+    if not isinstance(error, dict):
+        return str(error or "")
+    if isinstance(error.get("message"), str):
+        return error["message"]
+    content = error.get("content")
+    parts = content if isinstance(content, list) else [content]
+    return "\n".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in parts if p is not None)
+
+
 def web_search_text(item: dict[str, Any], results: dict[str, str]) -> str:
     """What the model saw for an earlier web_search_call the client sends back in its own history."""
     if (kept := results.get(str(item.get("id")))) is not None:
@@ -139,7 +164,7 @@ def to_messages(
         elif kind == "mcp_call":
             name = f"{item.get('server_label')}.{item.get('name')}"
             out.append(h.assistant(str(item.get("arguments") or "{}"), "commentary", name, "json"))
-            out.append(h.tool_result(name, str(item.get("output") or item.get("error") or "")))
+            out.append(h.tool_result(name, str(item.get("output") or mcp_error_text(item.get("error")) or "")))
         elif kind == "shell_call":
             commands = (item.get("action") or {}).get("commands") or []
             if not isinstance(commands, list) or not all(isinstance(c, str) for c in commands):

@@ -14,6 +14,7 @@ from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator.events import new_id
+from orchestrator.items import mcp_error
 from orchestrator.tools import ToolOutcome
 
 if TYPE_CHECKING:
@@ -194,7 +195,7 @@ class ToolCaller:
         outcome = ToolOutcome(err, True, outcome="rejected") if err else await self._invoke(ns, fn, args or {})
         item = b.output[index]
         if outcome.is_error:
-            item.update(status="failed", error=outcome.text)
+            item.update(status="failed", error=mcp_error(outcome.kind, outcome.text))
             b.item_event(index, "response.mcp_call.failed")
         else:
             item.update(status="completed", output=outcome.text)

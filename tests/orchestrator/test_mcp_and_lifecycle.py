@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import httpx
 import openai
 import pytest
 from invariants import check_stream
+from openai.types.responses import Response
+from openai.types.responses.response_output_item import McpCall
 
 FORECAST = '<|channel|>commentary to=weather.get_forecast <|constrain|>json<|message|>{"city":"Oslo"}<|call|>'
 DELETE = '<|channel|>commentary to=weather.delete_city <|constrain|>json<|message|>{"city":"Oslo"}<|call|>'
@@ -39,7 +42,29 @@ def test_allowed_tools_hides_and_refuses_other_tools(stack, tool_urls):
     resp = stack.client.responses.create(model="gpt-oss", input="delete", tools=[tool])
     assert "type delete_city" not in stack.model.encode_prompt_text(-1)
     call = next(o for o in resp.output if o.type == "mcp_call")
-    assert call.status == "failed" and "not allowed" in call.error and resp.output_text == "Done."
+    assert call.status == "failed" and resp.output_text == "Done."
+    assert call.error.type == "mcp_protocol_error" and "not allowed" in call.error.message
+
+
+def test_failed_mcp_call_streams_a_structured_error_the_sdk_validates_strictly(stack, tool_urls):
+    """The streamed output_item.done of a failed mcp_call passes the SDK's strict model validation
+    (model_validate, not construct): its `error` is OpenAI's McpToolCallError object, not a string."""
+    stack.script([("not allowed", DONE), ("delete", DELETE)])
+    tool = weather(tool_urls, require_approval="never", allowed_tools=["get_forecast"])
+    with httpx.Client(
+        base_url=str(stack.client.base_url), headers={"Authorization": "Bearer test"}, timeout=30
+    ) as http:
+        with http.stream("POST", "responses", json={"model": "gpt-oss", "input": "delete", "tools": [tool],
+                                                     "stream": True}) as r:  # fmt: skip
+            events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+    done = [e["item"] for e in events if e["type"] == "response.output_item.done" and e["item"]["type"] == "mcp_call"]
+    assert len(done) == 1 and isinstance(done[0]["error"], dict)
+    call = McpCall.model_validate(done[0])
+    assert call.status == "failed" and call.error.type == "mcp_protocol_error" and call.error.code == -32602
+    assert "not allowed" in call.error.message
+    final = next(e for e in events if e["type"] == "response.completed")["response"]
+    Response.model_validate(final)  # the whole completed response, strictly
+    assert "not allowed" in stack.model.encode_prompt_text(-1)  # the model read the error's message back
 
 
 def test_approval_request_pauses_and_the_approval_resumes(stack, tool_urls):

@@ -114,7 +114,9 @@ def test_bad_json_unknown_tool_and_tool_errors_reach_the_model_which_may_retry(s
     assert resp.status == "completed" and resp.output_text == "gave up"
     calls = [o for o in resp.output if o.type == "mcp_call"]
     assert [c.status for c in calls] == ["failed", "failed"]
-    assert "not valid JSON" in calls[0].error and "command failed" in calls[1].error
+    bad_args, failed = calls[0].error, calls[1].error  # structured McpToolCallError objects
+    assert bad_args.type == "mcp_protocol_error" and "not valid JSON" in bad_args.message
+    assert failed.type == "mcp_tool_execution_error" and "command failed" in failed.content[0]["text"]
 
 
 def test_tool_server_down_gives_the_model_a_clear_error(make_stack):
