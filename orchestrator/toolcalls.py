@@ -21,6 +21,15 @@ if TYPE_CHECKING:
     from orchestrator.turns import Run
 
 
+LIMIT_REACHED = "Error: the tool-call limit of this response is reached; answer now without tools."
+
+
+def admit(r: Run) -> bool:
+    """Count a call the model started writing; True while it is within the response's `max_tool_calls`."""
+    r.tool_calls += 1
+    return r.tool_calls <= r.limits.max_tool_calls
+
+
 def classify(r: Run, recipient: str) -> tuple[str, str, str]:
     """(kind, namespace, function) of a recipient: kind is browser, python, mcp, approval or unknown."""
     ns, _, fn = recipient.partition(".")
@@ -49,18 +58,11 @@ class ToolCaller:
         """Run the call `msg` addresses; False when the response must stop for an approval."""
         r, recipient = self.r, msg.recipient or ""
         kind, ns, fn = classify(r, recipient)
-        r.tool_calls += 1
         index = r.open_tool_index
         r.open_tool_index = None
         if kind == "approval":
             return self._request_approval(msg, ns, fn)
-        if r.tool_calls > r.limits.max_tool_calls:
-            outcome = ToolOutcome(
-                "Error: the tool-call limit of this response is reached; answer without tools.",
-                True,
-                outcome="rejected",
-            )
-        elif kind == "unknown":
+        if kind == "unknown":
             known = sorted([*r.toolset.builtins, *r.toolset.mcp]) + (["functions"] if r.toolset.functions else [])
             outcome = ToolOutcome(
                 f"Error: unknown tool `{recipient}`. Available namespaces: {', '.join(known) or 'none'}.",
@@ -81,6 +83,13 @@ class ToolCaller:
         r.tool_log.append((ns if kind != "unknown" else "unknown", outcome.kind))
         self._answer(recipient, outcome.text, msg.channel)
         return True
+
+    def refuse(self, msg: Message) -> None:
+        """A call past `max_tool_calls`: not run and not an output item; only the model reads the refusal."""
+        kind, ns, _ = classify(self.r, msg.recipient or "")
+        if ns != "functions":  # client functions are not in the tool-call metrics
+            self.r.tool_log.append((ns if kind != "unknown" else "unknown", "rejected"))
+        self._answer(msg.recipient or "", LIMIT_REACHED, msg.channel)
 
     async def _invoke(self, ns: str, fn: str, args: dict[str, Any]) -> ToolOutcome:
         if (server := self.r.toolset.mcp.get(ns)) is not None:  # at the address its listing was checked at

@@ -20,7 +20,7 @@ from orchestrator import harmony as h
 from orchestrator.events import ResponseBuilder, new_id, usage
 from orchestrator.items import seal_reasoning
 from orchestrator.schema import Requirement, Toolset
-from orchestrator.toolcalls import ToolCaller, cited, classify, open_code_item, open_mcp_item
+from orchestrator.toolcalls import ToolCaller, admit, cited, classify, open_code_item, open_mcp_item
 from orchestrator.tools import Endpoints, ToolSessions
 from orchestrator.worker.client import Generate, GenerateRequest, TokenLogprob
 
@@ -51,12 +51,22 @@ JSON_RETRIES = 2  # function calls with invalid JSON arguments sent back to the 
 
 
 @dataclass
+class Call:
+    """A tool call the model wrote: its message, the output item it streamed into (if any), and whether it
+    was within `max_tool_calls` (a call past it has no item and is never run; the model is told to answer)."""
+
+    msg: Message
+    index: int | None = None
+    admitted: bool = True
+
+
+@dataclass
 class Turn:
-    """What one generation asked for: "call" (with the calls, each with the output item it streamed into,
-    if any), "return" (an answer, or the end of the stream), "length", "force" or "retry" (generate again)."""
+    """What one generation asked for: "call" (with the calls), "return" (an answer, or the end of the
+    stream), "length", "force" or "retry" (generate again)."""
 
     outcome: str
-    calls: list[tuple[Message, int | None]] = field(default_factory=list)
+    calls: list[Call] = field(default_factory=list)
 
 
 class TurnModel(Protocol):
@@ -74,7 +84,7 @@ class HarmonyTurns:
         outcome = await _turn(r, budget)
         last = r.messages[-1] if r.messages else None
         if outcome == "call" and last is not None and last.author.role == h.Role.ASSISTANT and last.recipient:
-            return Turn("call", [(last, r.open_tool_index)])
+            return Turn("call", [Call(last, r.open_tool_index, r.call_admitted)])
         return Turn("return" if outcome == "call" else outcome)
 
 
@@ -104,7 +114,8 @@ class Run:
     open_tool_index: int | None = None  # a code/mcp item streamed while the call was being written
     pages: dict[int, dict[str, Any]] = field(default_factory=dict)  # browser cursor -> toolcalls.browser_page
     usage: Usage = field(default_factory=Usage)
-    tool_calls: int = 0
+    tool_calls: int = 0  # calls the model wrote in this response, admitted or not (`admit`)
+    call_admitted: bool = True  # whether the call now being written is within max_tool_calls
     required: Requirement | None = None  # tool_choice not yet satisfied in this response
     forced: bool = False  # the header prefill was used: a second miss fails the response
     include: set[str] = field(default_factory=set)
@@ -139,7 +150,8 @@ class _Item:
                                          "status": "in_progress", "content": []})  # fmt: skip
                 b.item_event(self.index, "response.content_part.added", content_index=0,
                              part={"type": "output_text", "text": "", "annotations": [], "logprobs": []})  # fmt: skip
-        elif recipient.startswith("functions."):
+            return
+        if recipient.startswith("functions."):
             self.kind = "function_call"
             call_id = new_id("call")
             self.index = b.add_item({"id": new_id("fc"), "type": "function_call", "call_id": call_id,
@@ -233,18 +245,21 @@ async def run(r: Run) -> None:
             continue  # force: tool_choice wants a call and the header is prefilled; retry: generate again
         if turn.outcome == "length":
             return r.builder.finish("incomplete", usage=r.usage.as_dict(), incomplete_reason="max_output_tokens")
-        builtin = [(m, i) for m, i in turn.calls if not (m.recipient or "").startswith("functions.")]
-        functions = [m for m, _ in turn.calls if (m.recipient or "").startswith("functions.")]
-        if builtin:
-            if r.tool_calls >= r.limits.max_turns:
+        builtin = [c for c in turn.calls if c.admitted and not (c.msg.recipient or "").startswith("functions.")]
+        functions = [c.msg for c in turn.calls if c.admitted and (c.msg.recipient or "").startswith("functions.")]
+        ignored = [c.msg for c in turn.calls if not c.admitted]
+        if builtin or ignored:
+            if r.tool_calls > r.limits.max_turns:
                 return r.builder.finish("incomplete", usage=r.usage.as_dict(), incomplete_reason="max_messages")
+            for msg in ignored:
+                caller.refuse(msg)
             answered = True
-            for msg, index in builtin:
-                r.open_tool_index = index
-                answered = await caller.call(msg) and answered  # False: an approval request ends the response
+            for call in builtin:
+                r.open_tool_index = call.index
+                answered = await caller.call(call.msg) and answered  # False: an approval request ends the response
             if answered and not functions:
                 continue
-        elif _retry_bad_arguments(r, functions):
+        if not builtin and _retry_bad_arguments(r, functions):
             continue
         if r.required is not None:
             error = {
@@ -327,7 +342,10 @@ def _feed(r: Run, parser: h.TurnParser, item: _Item | None, header: h.Header | N
     """One sampled token's effect on the output items; returns the item now open."""
     if parser.header is not None and parser.header.channel in ("analysis", "commentary") and not header:
         r.usage.reasoning += 1
-    if header is not None:
+    if header is not None and header.recipient not in (None, "assistant"):
+        r.call_admitted = admit(r)
+        item = _Item(r, header) if r.call_admitted else None  # past max_tool_calls: no item, no events
+    elif header is not None:
         item = _Item(r, header)
     elif item is not None and (delta or lp is not None) and msg is None:
         item.delta(delta, lp)

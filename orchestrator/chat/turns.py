@@ -17,7 +17,8 @@ from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator.chat.messages import ChatTools, to_chat
-from orchestrator.turns import Run, Turn, _account, _annotations, _Item, tool_args
+from orchestrator.toolcalls import admit
+from orchestrator.turns import Call, Run, Turn, _account, _annotations, _Item, tool_args
 from orchestrator.worker.client import Chat, ChatRequest
 
 
@@ -70,6 +71,7 @@ class _Call:
     recipient: str = ""
     item: _Item | None = None
     streams: bool = False  # its item shows the arguments as they arrive (function_call, mcp_call)
+    admitted: bool = True  # within max_tool_calls; a call past it gets no item and is never run
 
 
 @dataclass
@@ -153,11 +155,14 @@ class _Deltas:
             call.arguments += fn["arguments"]
             if call.item is not None and call.streams:
                 call.item.delta(fn["arguments"])
-        if call.item is None and call.name:
+        if not call.recipient and call.name:
             self._open(call)
 
     def _open(self, call: _Call) -> None:
         call.recipient = recipient = self.tools.recipient(call.name)
+        call.admitted = admit(self.r)
+        if not call.admitted:
+            return
         if recipient == "python":
             call.item = _Item(self.r, h.Header("analysis", "python", None))
             return
@@ -168,16 +173,22 @@ class _Deltas:
 
     def end(self) -> Turn:
         self._close_text()
-        calls: list[tuple[Message, int | None]] = []
+        calls: list[Call] = []
         rejected = False
         for call in self.calls.values():
-            if call.item is None:
+            if not call.recipient:
                 continue  # a tool-call delta without a name: nothing the loop could run
+            if not call.admitted:
+                channel = "analysis" if call.recipient == "python" else "commentary"
+                msg = h.assistant(call.arguments, channel, call.recipient, "json")  # as written, never run
+                self.r.messages.append(msg)
+                calls.append(Call(msg, None, admitted=False))
+                continue
             msg = self._finish_call(call)
             if msg is None:
                 rejected = True
                 continue
-            calls.append((msg, call.item.index))
+            calls.append(Call(msg, call.item.index if call.item else None))
             if self.r.required is not None and self.r.required.met_by(call.recipient):
                 self.r.required = None
         if calls:
@@ -201,7 +212,6 @@ class _Deltas:
             msg = h.assistant(call.arguments, "analysis", "python", "json")  # kept as written
             item.close(msg, complete=False)
             r.messages += [msg, h.tool_result("python", err or "Error: python needs `code`, a string.", "analysis")]
-            r.tool_calls += 1
             r.tool_log.append(("python", "rejected"))
             return None
         msg = h.assistant(call.arguments, "commentary", call.recipient, "json")
