@@ -17,8 +17,7 @@ from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator.chat.messages import ChatTools, to_chat
-from orchestrator.kinds import Stream, open_stream
-from orchestrator.kinds.base import tool_args
+from orchestrator.kinds import Stream, from_chat, open_stream
 from orchestrator.run import Call, Run, Turn
 from orchestrator.worker.client import Chat, ChatRequest
 
@@ -165,7 +164,7 @@ class _Deltas:
         call.admitted = self.r.tools.admit(self.r.limits)
         if not call.admitted:
             return  # past max_tool_calls: no item, no events
-        call.item = open_stream(self.r, "analysis" if recipient == "python" else "commentary", recipient)
+        call.item = open_stream(self.r, None, recipient)
         if call.item is not None and call.item.shows_arguments and call.arguments:
             call.item.delta(call.arguments)
 
@@ -177,8 +176,7 @@ class _Deltas:
             if not call.recipient:
                 continue  # a tool-call delta without a name: nothing the loop could run
             if not call.admitted:
-                channel = "analysis" if call.recipient == "python" else "commentary"
-                msg = h.assistant(call.arguments, channel, call.recipient, "json")  # as written, never run
+                msg = from_chat(call.recipient, call.arguments)[0]  # kept, never run
                 self.r.messages.append(msg)
                 calls.append(Call(msg, None, admitted=False))
                 continue
@@ -194,27 +192,19 @@ class _Deltas:
         return Turn("retry" if rejected and self.r.tools.count < self.r.limits.max_turns else "return")
 
     def _finish_call(self, call: _Call) -> Message | None:
-        """The call as a Harmony message, appended to the conversation; None when python's arguments cannot
-        be read (the model is told, as for any bad call, and writes it again)."""
+        """The call as a Harmony message (its kind reads the arguments), appended to the conversation; None
+        when the kind refuses them (python without `code`): the model is told and writes it again."""
         r, item = self.r, call.item
-        if call.recipient == "python":
-            args, err = tool_args(call.arguments)
-            code = (args or {}).get("code")
-            if isinstance(code, str):
-                msg = h.assistant(code, "analysis", "python")
-                if item is not None:
-                    item.delta(code)
-                    item.close(msg)
-                r.messages.append(msg)
-                return msg
-            msg = h.assistant(call.arguments, "analysis", "python", "json")  # kept as written
+        msg, err = from_chat(call.recipient, call.arguments)
+        if err is not None:
             if item is not None:
                 item.close(msg, complete=False)
-            r.messages += [msg, h.tool_result("python", err or "Error: python needs `code`, a string.", "analysis")]
-            r.tools.log.append(("python", "rejected"))
+            r.messages += [msg, h.tool_result(call.recipient, err, msg.channel)]
+            r.tools.log.append((call.recipient.partition(".")[0], "rejected"))
             return None
-        msg = h.assistant(call.arguments, "commentary", call.recipient, "json")
         if item is not None:
+            if not item.shows_arguments:  # e.g. python's code, readable only once its JSON is complete
+                item.delta(h.text_of(msg))
             item.close(msg)  # a function call with bad JSON closes incomplete; the loop tells the model
         r.messages.append(msg)
         return msg

@@ -8,6 +8,7 @@ from typing import Any
 
 from openai_harmony import Message
 
+from orchestrator import harmony as h
 from orchestrator.kinds.base import EchoContext, Kind, Stream
 from orchestrator.kinds.code_interpreter import CodeInterpreterKind
 from orchestrator.kinds.function import FunctionKind
@@ -23,6 +24,8 @@ MESSAGE, REASONING = MessageKind(), ReasoningKind()
 # The kinds of tool calls, in the order they claim a recipient (shell before mcp: container.exec).
 TOOLS: tuple[Kind, ...] = (FunctionKind(), WebSearchKind(), CodeInterpreterKind(), ShellKind(), McpKind())
 _ECHOES = {t: kind for kind in (MESSAGE, REASONING, *TOOLS) for t in kind.echoes}
+_NAMESPACES = {ns: kind for kind in TOOLS for ns in kind.namespaces}
+_DEFAULT = Kind()  # an MCP server's namespace, or a recipient no kind defines: its listed tools, as written
 
 
 def classify(toolset: Toolset, recipient: str) -> tuple[Kind | None, str, str]:
@@ -40,6 +43,21 @@ def open_stream(r: Run, channel: str | None, recipient: str | None) -> Stream | 
     return kind.stream(r, ns, fn) if kind is not None else None
 
 
+def chat_functions(ns: h.Namespace) -> list[dict[str, Any]]:
+    """The chat functions a namespace is offered as, by the kind that owns it."""
+    return _NAMESPACES.get(ns.name, _DEFAULT).chat_functions(ns)
+
+
+def chat_arguments(msg: Message) -> str:
+    """A Harmony call message as chat `arguments`, by the kind of its namespace."""
+    return _NAMESPACES.get((msg.recipient or "").partition(".")[0], _DEFAULT).chat_arguments(msg)
+
+
+def from_chat(recipient: str, arguments: str) -> tuple[Message, str | None]:
+    """A chat tool call as a Harmony message (and an error to answer it with), by its namespace's kind."""
+    return _NAMESPACES.get(recipient.partition(".")[0], _DEFAULT).from_chat(recipient, arguments)
+
+
 def to_messages(items: list[dict[str, Any]], ctx: EchoContext) -> list[Message]:
     """Input items as Harmony messages, each by the kind that owns its type."""
     out: list[Message] = []
@@ -51,4 +69,5 @@ def to_messages(items: list[dict[str, Any]], ctx: EchoContext) -> list[Message]:
     return out
 
 
-__all__ = ["TOOLS", "EchoContext", "Kind", "Stream", "classify", "open_stream", "to_messages"]
+__all__ = ["TOOLS", "EchoContext", "Kind", "Stream", "chat_arguments", "chat_functions", "classify", "from_chat",
+           "open_stream", "to_messages"]  # fmt: skip

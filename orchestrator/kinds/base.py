@@ -69,6 +69,7 @@ class Kind:
 
     echoes: ClassVar[tuple[str, ...]] = ()  # the input item types `echo` reads
     executed: ClassVar[bool] = True  # False: the client runs the call (functions)
+    namespaces: ClassVar[tuple[str, ...]] = ()  # built-in namespaces whose chat functions this kind defines
 
     def claims(self, toolset: Toolset, ns: str, fn: str) -> bool:
         """Whether a recipient `ns.fn` is a call of this kind in this request."""
@@ -84,6 +85,22 @@ class Kind:
 
     def echo(self, item: dict[str, Any], where: str, ctx: EchoContext) -> list[Message]:
         raise NotImplementedError
+
+    # --- the chat path (chat-template workers): the same calls as chat functions -----------------------
+
+    def chat_functions(self, ns: h.Namespace) -> list[dict[str, Any]]:
+        """The functions {name, description, parameters} a namespace is offered as (name "": the namespace
+        itself is the function); by default the tools its server listed."""
+        return list(ns.tools)
+
+    def chat_arguments(self, msg: Message) -> str:
+        """A call's Harmony message as the chat tool call's `arguments`."""
+        return h.text_of(msg)
+
+    def from_chat(self, recipient: str, arguments: str) -> tuple[Message, str | None]:
+        """A chat tool call as the Harmony message the conversation keeps, and the error the model reads
+        instead of a run (None: run it)."""
+        return h.assistant(arguments, "commentary", recipient, "json"), None
 
 
 def tool_args(text: str) -> tuple[dict[str, Any] | None, str | None]:

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator.events import new_id
-from orchestrator.kinds.base import EchoContext, Kind, Stream, ToolStream, invoke
+from orchestrator.kinds.base import EchoContext, Kind, Stream, ToolStream, invoke, tool_args
 from orchestrator.run import Run
 from orchestrator.schema import Toolset
 from orchestrator.tools import ToolOutcome
+
+_CHAT_PARAMETERS = {
+    "type": "object",
+    "properties": {"code": {"type": "string", "description": "Python source to run in the stateful session"}},
+    "required": ["code"],
+}
 
 
 class CodeStream(ToolStream):
@@ -27,7 +34,10 @@ class CodeStream(ToolStream):
 
 
 class CodeInterpreterKind(Kind):
+    """Harmony's python tool takes the code itself; on the chat path it is a function `python({code})`."""
+
     echoes = ("code_interpreter_call",)
+    namespaces = ("python",)
 
     def claims(self, toolset: Toolset, ns: str, fn: str) -> bool:
         return ns == "python" and "python" in toolset.builtins
@@ -55,3 +65,16 @@ class CodeInterpreterKind(Kind):
         logs = "".join(o.get("logs", "") for o in item.get("outputs") or [] if o.get("type") == "logs")
         return [h.assistant(str(item.get("code") or ""), "analysis", "python"),
                 h.tool_result("python", logs, "analysis")]  # fmt: skip
+
+    def chat_functions(self, ns: h.Namespace) -> list[dict[str, Any]]:
+        return [{"name": "", "description": ns.description, "parameters": _CHAT_PARAMETERS}]
+
+    def chat_arguments(self, msg: Message) -> str:
+        return h.text_of(msg) if msg.content_type == "json" else json.dumps({"code": h.text_of(msg)})
+
+    def from_chat(self, recipient: str, arguments: str) -> tuple[Message, str | None]:
+        args, err = tool_args(arguments)
+        code = (args or {}).get("code")
+        if isinstance(code, str):
+            return h.assistant(code, "analysis", "python"), None
+        return h.assistant(arguments, "analysis", "python", "json"), err or "Error: python needs `code`, a string."

@@ -16,9 +16,30 @@ from orchestrator.run import Run
 from orchestrator.schema import RequestError, Toolset
 from orchestrator.tools import ToolOutcome
 
+# The container contract (DESIGN.md), offered on the chat path when the container server cannot be listed.
+_CONTAINER_EXEC = {
+    "name": "exec",
+    "description": "Run a command in this conversation's persistent container.",
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "cmd": {"type": "array", "items": {"type": "string"}, "description": "program and arguments"},
+            "workdir": {"type": "string"},
+            "env": {"type": "object", "additionalProperties": {"type": "string"}},
+            "session_name": {"type": "string"},
+            "timeout": {"type": "integer", "description": "seconds"},
+            "user": {"type": "string"},
+        },
+        "required": ["cmd"],
+    },
+}
+
 
 class ShellKind(Kind):
+    """Also the container namespace's chat functions (with or without a shell tool: the same contract)."""
+
     echoes = ("shell_call", "shell_call_output")
+    namespaces = ("container",)
 
     def claims(self, toolset: Toolset, ns: str, fn: str) -> bool:
         return ns == "container" and fn == "exec" and "container" in toolset.builtins and toolset.shell_for_container
@@ -53,6 +74,9 @@ class ShellKind(Kind):
         b.done_item(index)
         r.tools.results[b.output[index]["id"]] = outcome.text
         return outcome
+
+    def chat_functions(self, ns: h.Namespace) -> list[dict[str, Any]]:
+        return list(ns.tools) or [_CONTAINER_EXEC]
 
     def echo(self, item: dict[str, Any], where: str, ctx: EchoContext) -> list[Message]:
         if item.get("type") == "shell_call_output":

@@ -8,7 +8,7 @@ import json
 import re
 from typing import Any
 
-from openai_harmony import Message
+from openai_harmony import Message, ToolNamespaceConfig
 
 from orchestrator import harmony as h
 from orchestrator.events import new_id
@@ -22,6 +22,7 @@ _WEB_ACTIONS = {"search": "search", "open_page": "open", "find": "find", "find_i
 
 class WebSearchKind(Kind):
     echoes = ("web_search_call",)
+    namespaces = ("browser",)
 
     def claims(self, toolset: Toolset, ns: str, fn: str) -> bool:
         return ns == "browser" and "browser" in toolset.builtins
@@ -48,6 +49,12 @@ class WebSearchKind(Kind):
         b.item_event(index, "response.web_search_call.completed")
         b.done_item(index)
         return outcome
+
+    def chat_functions(self, ns: h.Namespace) -> list[dict[str, Any]]:
+        if ns.tools:
+            return list(ns.tools)
+        tools = ToolNamespaceConfig.browser().tools  # not listed (server down): the tools gpt-oss was trained on
+        return [{"name": t.name, "description": t.description, "parameters": t.parameters} for t in tools]
 
     def echo(self, item: dict[str, Any], where: str, ctx: EchoContext) -> list[Message]:
         action = item.get("action") or {}
