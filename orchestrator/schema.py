@@ -47,7 +47,8 @@ class Reasoning(BaseModel):
 
 
 class ResponsesRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    # Strict, as OpenAI's API is: `"top_p": true` or `"stream": "yes"` is refused, not coerced.
+    model_config = ConfigDict(extra="allow", strict=True)
 
     model: str | None = None
     input: str | list[dict[str, Any]] = Field(default_factory=list)
