@@ -59,13 +59,13 @@ def _browser(instance: str, tmp: Path) -> list[str]:
 
 
 TARGETS = {
-    "python-local": Target(lambda i, _: python_args("local", i), ("python", {"code": "print(6 * 7)"}, "42"), 60,
+    "python-local": Target(lambda i, _: python_args("local", i), ("python", {"code": "print(6 * 7)"}, "42"), 100,
                            lambda: require_backend("local")),
-    "python-docker": Target(lambda i, _: python_args("docker", i), ("python", {"code": "print(6 * 7)"}, "42"), 25,
+    "python-docker": Target(lambda i, _: python_args("docker", i), ("python", {"code": "print(6 * 7)"}, "42"), 40,
                             lambda: require_backend("docker"), docker=True),
-    "container": Target(lambda i, _: container_args(i), ("exec", {"cmd": ["echo", "ok"]}, "ok"), 25, require_docker,
+    "container": Target(lambda i, _: container_args(i), ("exec", {"cmd": ["echo", "ok"]}, "ok"), 40, require_docker,
                         docker=True),
-    "browser": Target(_browser, ("search", {"query": "oolong tea"}, "tea"), 60, lambda: None),
+    "browser": Target(_browser, ("search", {"query": "oolong tea"}, "tea"), 100, lambda: None),
 }  # fmt: skip
 
 
@@ -74,7 +74,8 @@ class Server:
     target: Target
     service: Service
     instance: str
-    tools: list[str]
+    tools: list[dict[str, Any]]
+    """What `tools/list` answers."""
 
 
 @pytest.fixture(scope="module", params=list(TARGETS))
@@ -87,7 +88,7 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         sid = open_session(client, svc.url)
         listed = rpc(client, svc.url, sid, "tools/list", {})
         close_session(client, svc.url, sid)
-        yield Server(target, svc, instance, [t["name"] for t in listed["result"]["tools"]])
+        yield Server(target, svc, instance, listed["result"]["tools"])
     if target.docker:
         assert containers_of(instance) == [], "the server left containers behind"
 
@@ -167,14 +168,44 @@ def test_messages_outside_a_session(server: Server) -> None:
         assert settle(lambda: session_count(client, server) <= before), session_count(client, server)
 
 
-def calls(tools: list[str]) -> st.SearchStrategy[dict[str, Any]]:
-    """`tools/call` of the server's own tools (and unknown ones) with wrong, missing or huge arguments."""
-    huge = st.integers(LIMIT // 4, LIMIT * 2).map(lambda n: "x" * n)
-    arguments = st.none() | json_values | st.dictionaries(st.text(max_size=12), json_values | huge, max_size=4)
-    params = st.fixed_dictionaries(
-        {"name": st.sampled_from(tools) | st.text(max_size=16)},
-        optional={"arguments": arguments, "_meta": json_values},
+HUGE = st.integers(LIMIT // 4, LIMIT * 2).map(lambda n: "x" * n)
+"""A string argument near or over the body limit."""
+TYPED: dict[str, st.SearchStrategy[Any]] = {
+    "string": st.text(max_size=40) | HUGE,
+    "integer": st.integers(),
+    "number": st.floats(allow_nan=False),
+    "boolean": st.booleans(),
+    "array": st.lists(st.text(max_size=10), max_size=3),
+    "object": st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=3),
+}
+
+
+def typed(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
+    """A value of the type a tool parameter declares (the first declared one), or any JSON value."""
+    declared = [schema.get("type")] + [alt.get("type") for alt in schema.get("anyOf", [])]
+    kinds = [k for d in declared for k in (d if isinstance(d, list) else [d])]
+    return next((TYPED[k] for k in kinds if k in TYPED), json_values)
+
+
+def well_typed(tool: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
+    """Arguments of the declared types, so that the call reaches the tool (whose checks then decide)."""
+    props = tool["inputSchema"].get("properties", {})
+    required = set(tool["inputSchema"].get("required", []))
+    return st.fixed_dictionaries(
+        {k: typed(v) for k, v in props.items() if k in required},
+        optional={k: typed(v) for k, v in props.items() if k not in required},
     )
+
+
+def calls(tools: list[dict[str, Any]]) -> st.SearchStrategy[dict[str, Any]]:
+    """`tools/call` of the server's own tools (and unknown ones) with well-typed, wrong, missing or
+    huge arguments."""
+    loose = st.none() | json_values | st.dictionaries(st.text(max_size=12), json_values | HUGE, max_size=4)
+    typed_calls = [st.fixed_dictionaries({"name": st.just(t["name"]), "arguments": well_typed(t)}) for t in tools]
+    loose_call = st.fixed_dictionaries({"name": st.sampled_from([t["name"] for t in tools]) | st.text(max_size=16)},
+                              optional={"arguments": loose, "_meta": json_values})  # fmt: skip
+    # two in three calls are well typed: those are the ones that reach the tools' own code
+    params = st.sampled_from([*typed_calls, *typed_calls, loose_call]).flatmap(lambda chosen: chosen)
     envelope = {"jsonrpc": st.just("2.0"), "id": st.integers(1, 10**6), "method": st.just("tools/call")}
     return st.fixed_dictionaries({**envelope, "params": params})
 
@@ -187,7 +218,10 @@ def test_messages_in_a_session(server: Server) -> None:
         containers = len(containers_of(server.instance)) if server.target.docker else 0
         sid = open_session(client, server.service.url)
         seen: Counter[str] = Counter()
-        messages = calls(server.tools) | envelopes | st.lists(calls(server.tools) | envelopes, min_size=1, max_size=3)
+        call = calls(server.tools)
+        # calls weigh most: they are what reaches the tool code; envelopes and batches test the framing
+        kinds = {"call": call, "envelope": envelopes, "batch": st.lists(call | envelopes, min_size=1, max_size=3)}
+        messages = st.sampled_from(["call"] * 6 + ["envelope", "batch"]).flatmap(kinds.__getitem__)
 
         @fuzz_settings(server)
         @given(message=messages, keyed=st.booleans())
@@ -195,13 +229,18 @@ def test_messages_in_a_session(server: Server) -> None:
             headers = {**ACCEPT, "mcp-session-id": sid, **({"x-session-id": key} if keyed else {})}
             response = client.post(url, content=json.dumps(message).encode(), headers=headers)
             check_answer(response)
+            if response.status_code >= 400:
+                seen["refused"] += 1
             for reply in replies(response) if response.status_code == 200 else []:
                 if "id" in reply and "method" not in reply:  # a response (not a notification or progress)
                     assert ("result" in reply) != ("error" in reply), reply
-                    seen["result" if "result" in reply else "error"] += 1
+                    if "error" in reply:
+                        seen["refused"] += 1
+                    elif sent_to(message, reply["id"]) != "cleanup_session":
+                        seen["reached"] += 1  # the tool's own code answered (a result or an error result)
 
         post()
-        assert seen["result"] and seen["error"], seen  # the fuzz reached the tools and was refused too
+        assert seen["reached"] and seen["refused"], seen
         valid_call(client, server, sid)
         # the two sandbox sessions the fuzz could open: the x-session-id one and the MCP session's own
         cleanup(client, server, sid, key)
@@ -210,6 +249,14 @@ def test_messages_in_a_session(server: Server) -> None:
         assert settle(lambda: session_count(client, server) <= before), session_count(client, server)
         if server.target.docker:
             assert settle(lambda: len(containers_of(server.instance)) <= containers), containers_of(server.instance)
+
+
+def sent_to(message: Any, rid: Any) -> str | None:
+    """The tool a `tools/call` with id `rid` in `message` (one or a batch) named."""
+    for m in message if isinstance(message, list) else [message]:
+        if isinstance(m, dict) and m.get("id") == rid and isinstance(m.get("params"), dict):
+            return str(m["params"].get("name"))
+    return None
 
 
 def still_serves(client: httpx.Client, server: Server) -> None:
