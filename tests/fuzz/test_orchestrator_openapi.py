@@ -32,7 +32,7 @@ from orchestrator.auth import OPEN_PATHS
 from tests.support.service import Service, running_service
 
 API_KEY = "sk-fuzz-key"
-MAX_EXAMPLES = 80
+MAX_EXAMPLES = 100
 REQUEST_TIMEOUT_S = 10.0
 UNAUTHENTICATED = OPEN_PATHS | {"/metrics"}
 """Paths served without a key (`/metrics` because no metrics token is set here)."""

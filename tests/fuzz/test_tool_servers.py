@@ -275,3 +275,23 @@ def valid_call(client: httpx.Client, server: Server, sid: str) -> None:
 
 def cleanup(client: httpx.Client, server: Server, sid: str, key: str | None = None) -> None:
     rpc(client, server.service.url, sid, "tools/call", {"name": "cleanup_session", "arguments": {}}, key)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "headers", "status"),
+    [
+        ("POST", "/mcp", {"content-type": "text/plain"}, 400),  # the SDK's Content-Type check
+        ("POST", "/mcp", {"host": "evil.example"}, 421),  # the SDK's DNS-rebinding guard
+        ("POST", "/mcp", {"origin": "http://evil.example"}, 403),
+        ("PUT", "/mcp", {}, 405),  # routing
+        ("POST", "/messages/?session_id=0", {"content-type": "text/plain"}, 400),  # legacy SSE transport
+    ],
+)
+def test_refusals_are_jsonrpc_errors(server: Server, method: str, path: str, headers: dict[str, str],
+                                     status: int) -> None:  # fmt: skip
+    """The refusals the SDK and Starlette write as plain text reach the client as JSON-RPC errors."""
+    ping = b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}'
+    response = httpx.request(method, server.service.url + path, content=ping, headers={**ACCEPT, **headers},
+                             timeout=TIMEOUT_S, trust_env=False)  # fmt: skip
+    assert response.status_code == status, response.text
+    check_answer(response)
