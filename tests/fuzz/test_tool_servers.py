@@ -16,7 +16,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,10 +51,12 @@ class Target:
     examples: int
     require: Callable[[], object]
     docker: bool = False
+    headers: dict[str, str] = field(default_factory=dict)
+    """Sent with every call (the browser's: the local corpus only, so no generated URL is fetched)."""
 
 
 def _browser(instance: str, tmp: Path) -> list[str]:
-    # Fetching is refused for every host: the corpus is all this fuzz needs (no fixture web).
+    # No fixture web: the corpus is all this fuzz needs, and calls say external access is off.
     return browser_args("http://127.0.0.1:9", write_corpus(tmp / "corpus"), tmp / "index")
 
 
@@ -65,7 +67,8 @@ TARGETS = {
                             lambda: require_backend("docker"), docker=True),
     "container": Target(lambda i, _: container_args(i), ("exec", {"cmd": ["echo", "ok"]}, "ok"), 40, require_docker,
                         docker=True),
-    "browser": Target(_browser, ("search", {"query": "oolong tea"}, "tea"), 100, lambda: None),
+    "browser": Target(_browser, ("search", {"query": "oolong tea"}, "tea"), 100, lambda: None,
+                      headers={"x-browser-external-access": "off"}),
 }  # fmt: skip
 
 
@@ -115,10 +118,11 @@ def close_session(client: httpx.Client, url: str, sid: str) -> None:
     assert client.request("DELETE", f"{url}/mcp", headers={"mcp-session-id": sid}).status_code == 200
 
 
-def rpc(client: httpx.Client, url: str, sid: str, method: str, params: Any, key: str | None = None) -> Any:
+def rpc(client: httpx.Client, url: str, sid: str, method: str, params: Any, key: str | None = None,
+        extra: dict[str, str] | None = None) -> Any:  # fmt: skip
     """One request in the MCP session `sid` (under the sandbox session `key` when given); its reply."""
     message = {"jsonrpc": "2.0", "id": 7, "method": method, "params": params}
-    headers = {**ACCEPT, "mcp-session-id": sid, **({"x-session-id": key} if key else {})}
+    headers = {**ACCEPT, **(extra or {}), "mcp-session-id": sid, **({"x-session-id": key} if key else {})}
     answer = client.post(f"{url}/mcp", json=message, headers=headers)
     assert answer.status_code == 200, answer.text
     return next(m for m in replies(answer) if m.get("id") == 7)
@@ -226,7 +230,8 @@ def test_messages_in_a_session(server: Server) -> None:
         @fuzz_settings(server)
         @given(message=messages, keyed=st.booleans())
         def post(message: Any, keyed: bool) -> None:
-            headers = {**ACCEPT, "mcp-session-id": sid, **({"x-session-id": key} if keyed else {})}
+            headers = {**ACCEPT, **server.target.headers, "mcp-session-id": sid}
+            headers |= {"x-session-id": key} if keyed else {}
             response = client.post(url, content=json.dumps(message).encode(), headers=headers)
             check_answer(response)
             if response.status_code >= 400:
@@ -269,7 +274,8 @@ def still_serves(client: httpx.Client, server: Server) -> None:
 
 def valid_call(client: httpx.Client, server: Server, sid: str) -> None:
     name, args, expected = server.target.valid_call
-    result = rpc(client, server.service.url, sid, "tools/call", {"name": name, "arguments": args})["result"]
+    call = {"name": name, "arguments": args}
+    result = rpc(client, server.service.url, sid, "tools/call", call, extra=server.target.headers)["result"]
     assert not result.get("isError") and expected in result["content"][0]["text"], result
 
 
