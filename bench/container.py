@@ -12,57 +12,42 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
-import platform
 import time
 import uuid
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import docker
 
-from bench.sessions import concurrent_throughput, first_calls, row, warm_calls
+from bench.report import print_rows, save
+from bench.sessions import (
+    BASELINE_LABELS,
+    concurrent_throughput,
+    first_calls,
+    fresh_container_runs,
+    row,
+    timed_tool,
+    tool_bench_parser,
+    warm_calls,
+)
 from tests.support.service import running_service
 
 IMAGE = "toolfleet/container-sandbox:latest"
-LABELS = {"toolfleet.role": "bench-baseline"}
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--n", type=int, default=200, help="warm execs measured")
-    p.add_argument("--sessions", type=int, default=20, help="new sessions measured, with and without the pool")
-    p.add_argument("--arrival-s", type=float, default=0.5, help="pause between new sessions (lets the pool refill)")
-    p.add_argument("--baseline-n", type=int, default=30, help="calls of each baseline")
-    p.add_argument("--out", default=None, help="write the figures as JSON here")
-    return p.parse_args(argv)
+    return tool_bench_parser(__doc__, calls="execs", baseline_n=30, baseline="calls of each baseline").parse_args(argv)
 
 
-async def timed_exec(session: Any) -> float:
-    start = time.perf_counter()
-    result = await session.call_tool("exec", {"cmd": ["true"]})
-    elapsed = (time.perf_counter() - start) * 1000
-    assert not result.is_error and result.structured_content["exit_code"] == 0, result.content
-    return elapsed
-
-
-def docker_run_baseline(n: int) -> list[float]:
-    """A fresh container per command, removed afterwards."""
-    client = docker.from_env()
-    samples = []
-    for _ in range(n):
-        start = time.perf_counter()
-        client.containers.run(IMAGE, ["true"], remove=True, network_mode="none", labels=LABELS)
-        samples.append((time.perf_counter() - start) * 1000)
-    return samples
+timed_exec = timed_tool("exec", {"cmd": ["true"]}, lambda result: result.structured_content["exit_code"] == 0)
 
 
 def docker_exec_baseline(n: int) -> list[float]:
     """`docker exec` per command in one running container: create, start (attached), inspect the exit code."""
     client = docker.from_env()
-    container = client.containers.run(IMAGE, ["sleep", "infinity"], detach=True, network_mode="none", labels=LABELS)
+    container = client.containers.run(
+        IMAGE, ["sleep", "infinity"], detach=True, network_mode="none", labels=BASELINE_LABELS
+    )
     try:
         samples = []
         for _ in range(n + 5):
@@ -93,15 +78,13 @@ async def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     with start(f"{instance}-nopool", pool=0) as server:
         firsts = await first_calls(server.url, args.sessions, args.arrival_s, timed_exec)
         rows.append(row("first exec of a new session, no pool", firsts, pool_size=0))
-    rows.append(row("baseline: docker run --rm per command", docker_run_baseline(args.baseline_n)))
+    rows.append(row("baseline: docker run --rm per command", fresh_container_runs(IMAGE, ["true"], args.baseline_n)))
     rows.append(row("baseline: docker exec per command", docker_exec_baseline(args.baseline_n)))
     return rows
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    for r in rows:
-        figures = ", ".join(f"{k}={v}" for k, v in r.items() if k != "name")
-        print(f"{r['name']:<48} {figures}")
+    print_rows(rows)
     by_name = {r["name"]: r for r in rows}
     warm = by_name["warm exec true"]["p50_ms"]
     for name in ("baseline: docker run --rm per command", "baseline: docker exec per command"):
@@ -112,9 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
     rows = asyncio.run(measure(args))
     print_table(rows)
-    if args.out:
-        env = {"python": platform.python_version(), "cpus": os.cpu_count()}
-        Path(args.out).write_text(json.dumps({"env": env, "rows": rows}, indent=2))
+    save(args.out, rows)
     return 0
 
 

@@ -1,7 +1,9 @@
-"""Measurements every tool-server bench shares: percentile rows, new sessions' first calls, concurrent sessions."""
+"""Measurements every tool-server bench shares: percentile rows, one timed tool call, new sessions' first calls,
+concurrent sessions, and the fresh-container-per-call baseline the tool servers are measured against."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import statistics
 import time
@@ -9,10 +11,14 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import docker
+
 from tests.support.mcp2 import mcp_session
 
 Timed = Callable[[Any], Awaitable[float]]
 """One measured tool call on an open MCP session; answers its milliseconds."""
+
+BASELINE_LABELS = {"toolfleet.role": "bench-baseline"}
 
 
 def pct(samples: list[float], q: float) -> float:
@@ -29,6 +35,42 @@ def row(name: str, ms: list[float], **extra: Any) -> dict[str, Any]:
         "mean_ms": round(statistics.fmean(ms), 2),
         **extra,
     }
+
+
+def tool_bench_parser(doc: str, *, calls: str, baseline_n: int, baseline: str) -> argparse.ArgumentParser:
+    """The flags every tool-server bench takes: warm calls, new sessions and their arrival gap, baseline runs, --out."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--n", type=int, default=200, help=f"warm {calls} measured")
+    p.add_argument("--sessions", type=int, default=20, help="new sessions measured, with and without the pool")
+    p.add_argument("--arrival-s", type=float, default=0.5, help="pause between new sessions (lets the pool refill)")
+    p.add_argument("--baseline-n", type=int, default=baseline_n, help=baseline)
+    p.add_argument("--out", default=None, help="write the figures as JSON here")
+    return p
+
+
+def timed_tool(tool: str, arguments: dict[str, Any], ok: Callable[[Any], bool]) -> Timed:
+    """A `Timed` that calls `tool` and checks the answer with `ok` (a wrong answer makes the figure meaningless)."""
+
+    async def timed(session: Any) -> float:
+        start = time.perf_counter()
+        result = await session.call_tool(tool, arguments)
+        elapsed = (time.perf_counter() - start) * 1000
+        assert not result.is_error and ok(result), result.content
+        return elapsed
+
+    return timed
+
+
+def fresh_container_runs(image: str, cmd: list[str], n: int, expect: bytes | None = None) -> list[float]:
+    """A new container per command, removed afterwards (`docker run --rm` through the engine API): the baseline."""
+    client = docker.from_env()
+    samples = []
+    for _ in range(n):
+        start = time.perf_counter()
+        out = client.containers.run(image, cmd, remove=True, network_mode="none", labels=BASELINE_LABELS)
+        samples.append((time.perf_counter() - start) * 1000)
+        assert expect is None or out.strip() == expect, out
+    return samples
 
 
 async def warm_calls(url: str, n: int, timed: Timed, warmup: int = 20) -> list[float]:
