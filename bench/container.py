@@ -19,34 +19,26 @@ from typing import Any
 
 import docker
 
+from bench import sessions
 from bench.report import print_rows, save
-from bench.sessions import (
-    BASELINE_LABELS,
-    concurrent_throughput,
-    first_calls,
-    fresh_container_runs,
-    row,
-    timed_tool,
-    tool_bench_parser,
-    warm_calls,
-)
-from tests.support.service import running_service
 
 IMAGE = "toolfleet/container-sandbox:latest"
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    return tool_bench_parser(__doc__, calls="execs", baseline_n=30, baseline="calls of each baseline").parse_args(argv)
+    return sessions.tool_bench_parser(
+        __doc__, calls="execs", baseline_n=30, baseline="calls of each baseline"
+    ).parse_args(argv)
 
 
-timed_exec = timed_tool("exec", {"cmd": ["true"]}, lambda result: result.structured_content["exit_code"] == 0)
+timed_exec = sessions.timed_tool("exec", {"cmd": ["true"]}, lambda result: result.structured_content["exit_code"] == 0)
 
 
 def docker_exec_baseline(n: int) -> list[float]:
     """`docker exec` per command in one running container: create, start (attached), inspect the exit code."""
     client = docker.from_env()
     container = client.containers.run(
-        IMAGE, ["sleep", "infinity"], detach=True, network_mode="none", labels=BASELINE_LABELS
+        IMAGE, ["sleep", "infinity"], detach=True, network_mode="none", labels=sessions.BASELINE_LABELS
     )
     try:
         samples = []
@@ -61,25 +53,20 @@ def docker_exec_baseline(n: int) -> list[float]:
         container.remove(force=True)
 
 
-def start(instance: str, pool: int) -> Any:
-    args = ["-m", "tools.container", "--instance", instance, "--pool-size", str(pool), "--log-level", "WARNING"]
-    return running_service(args)
-
-
 async def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
     instance = f"bench-ctr-{uuid.uuid4().hex[:8]}"
-    with start(instance, pool=2) as server:
+    with sessions.tool_server("tools.container", instance, 2) as server:
         await asyncio.sleep(2)  # let the pool fill before the first measured session
-        rows.append(row("warm exec true", await warm_calls(server.url, args.n, timed_exec)))
-        firsts = await first_calls(server.url, args.sessions, args.arrival_s, timed_exec)
-        rows.append(row("first exec of a new session, warm pool", firsts, pool_size=2, arrival_s=args.arrival_s))
-        rows.append(await concurrent_throughput(server.url, "warm exec true", timed_exec))
-    with start(f"{instance}-nopool", pool=0) as server:
-        firsts = await first_calls(server.url, args.sessions, args.arrival_s, timed_exec)
-        rows.append(row("first exec of a new session, no pool", firsts, pool_size=0))
-    rows.append(row("baseline: docker run --rm per command", fresh_container_runs(IMAGE, ["true"], args.baseline_n)))
-    rows.append(row("baseline: docker exec per command", docker_exec_baseline(args.baseline_n)))
+        rows += await sessions.pooled_rows(server.url, args, timed_exec, call="exec true", pool=2)
+    with sessions.tool_server("tools.container", f"{instance}-nopool", 0) as server:
+        rows.append(await sessions.unpooled_row(server.url, args, timed_exec, call="exec true"))
+    rows.append(
+        sessions.row(
+            "baseline: docker run --rm per command", sessions.fresh_container_runs(IMAGE, ["true"], args.baseline_n)
+        )
+    )
+    rows.append(sessions.row("baseline: docker exec per command", docker_exec_baseline(args.baseline_n)))
     return rows
 
 

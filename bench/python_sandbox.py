@@ -18,29 +18,21 @@ from typing import Any
 
 import docker
 
+from bench import sessions
 from bench.report import print_rows, save
-from bench.sessions import (
-    concurrent_throughput,
-    first_calls,
-    fresh_container_runs,
-    row,
-    timed_tool,
-    tool_bench_parser,
-    warm_calls,
-)
 from tests.support.mcp2 import mcp_session
-from tests.support.service import Service, running_service
+from tests.support.service import Service
 
 IMAGE = "toolfleet/python-sandbox:latest"
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = tool_bench_parser(__doc__, calls="calls", baseline_n=15, baseline="fresh-container baseline calls")
+    p = sessions.tool_bench_parser(__doc__, calls="calls", baseline_n=15, baseline="fresh-container baseline calls")
     p.add_argument("--backend", default="docker", choices=["docker", "local"])
     return p.parse_args(argv)
 
 
-timed_call = timed_tool("python", {"code": "print(1)"}, lambda result: result.content[0].text.strip() == "1")
+timed_call = sessions.timed_tool("python", {"code": "print(1)"}, lambda result: result.content[0].text.strip() == "1")
 
 
 def memory(server: Service, instance: str) -> dict[str, Any]:
@@ -54,54 +46,22 @@ def memory(server: Service, instance: str) -> dict[str, Any]:
     return figures
 
 
-def start(backend: str, instance: str, pool: int) -> Any:
-    return running_service(
-        [
-            "-m",
-            "tools.python_sandbox",
-            "--backend",
-            backend,
-            "--instance",
-            instance,
-            "--pool-size",
-            str(pool),
-            "--log-level",
-            "WARNING",
-        ]
-    )
-
-
 async def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
     instance = f"bench-{uuid.uuid4().hex[:8]}"
-    with start(args.backend, instance, pool=2) as server:
-        rows.append(row("warm call print(1)", await warm_calls(server.url, args.n, timed_call)))
-        rows.append(
-            row(
-                "first call of a new session, warm pool",
-                await first_calls(server.url, args.sessions, args.arrival_s, timed_call),
-                pool_size=2,
-                arrival_s=args.arrival_s,
-            )
-        )
-        rows.append(await concurrent_throughput(server.url, "warm print(1)", timed_call))
+    with sessions.tool_server("tools.python_sandbox", instance, 2, "--backend", args.backend) as server:
+        rows += await sessions.pooled_rows(server.url, args, timed_call, call="call print(1)", pool=2)
         async with mcp_session(server.url, "streamable-http", {"x-session-id": "bench-mem"}) as session:
             await session.call_tool("python", {"code": "1"})
             rows.append(memory(server, instance))
             await session.call_tool("cleanup_session", {})
-    with start(args.backend, f"{instance}-nopool", pool=0) as server:
-        rows.append(
-            row(
-                "first call of a new session, no pool",
-                await first_calls(server.url, args.sessions, args.arrival_s, timed_call),
-                pool_size=0,
-            )
-        )
+    with sessions.tool_server("tools.python_sandbox", f"{instance}-nopool", 0, "--backend", args.backend) as server:
+        rows.append(await sessions.unpooled_row(server.url, args, timed_call, call="call print(1)"))
     if args.backend == "docker":
         rows.append(
-            row(
+            sessions.row(
                 "baseline: fresh container per call",
-                fresh_container_runs(IMAGE, ["python3", "-c", "print(1)"], args.baseline_n, expect=b"1"),
+                sessions.fresh_container_runs(IMAGE, ["python3", "-c", "print(1)"], args.baseline_n, expect=b"1"),
             )
         )
     return rows

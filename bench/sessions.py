@@ -9,11 +9,13 @@ import statistics
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import docker
 
 from tests.support.mcp2 import mcp_session
+from tests.support.service import Service, running_service
 
 Timed = Callable[[Any], Awaitable[float]]
 """One measured tool call on an open MCP session; answers its milliseconds."""
@@ -46,6 +48,12 @@ def tool_bench_parser(doc: str, *, calls: str, baseline_n: int, baseline: str) -
     p.add_argument("--baseline-n", type=int, default=baseline_n, help=baseline)
     p.add_argument("--out", default=None, help="write the figures as JSON here")
     return p
+
+
+def tool_server(module: str, instance: str, pool: int, *flags: str) -> AbstractContextManager[Service]:
+    """The tool server `python -m module` as a real process, its sandboxes labelled with `instance`."""
+    args = ["-m", module, *flags, "--instance", instance, "--pool-size", str(pool), "--log-level", "WARNING"]
+    return running_service(args)
 
 
 def timed_tool(tool: str, arguments: dict[str, Any], ok: Callable[[Any], bool]) -> Timed:
@@ -108,3 +116,21 @@ async def concurrent_throughput(
     wall = time.perf_counter() - start
     flat = [x for xs in per_session for x in xs]
     return row(f"{sessions} concurrent sessions, {name}", flat, calls_per_s=round(len(flat) / wall, 1))
+
+
+async def pooled_rows(
+    url: str, args: argparse.Namespace, timed: Timed, *, call: str, pool: int
+) -> list[dict[str, Any]]:
+    """A server with a warm pool of `pool`: warm `call`s, a new session's first one, 8 concurrent sessions."""
+    warm = row(f"warm {call}", await warm_calls(url, args.n, timed))
+    firsts = await first_calls(url, args.sessions, args.arrival_s, timed)
+    first = row(
+        f"first {call.split()[0]} of a new session, warm pool", firsts, pool_size=pool, arrival_s=args.arrival_s
+    )
+    return [warm, first, await concurrent_throughput(url, f"warm {call}", timed)]
+
+
+async def unpooled_row(url: str, args: argparse.Namespace, timed: Timed, *, call: str) -> dict[str, Any]:
+    """A server without a pool: each new session's first `call` pays for its sandbox."""
+    firsts = await first_calls(url, args.sessions, args.arrival_s, timed)
+    return row(f"first {call.split()[0]} of a new session, no pool", firsts, pool_size=0)
