@@ -22,7 +22,7 @@ from orchestrator.metrics import LatencyMiddleware, OrchestratorMetrics
 from orchestrator.schema import ErrorBody, RequestError, ResponsesRequest, error_body
 from orchestrator.service import RUNNING, ResponsesService
 from orchestrator.settings import OrchestratorSettings
-from orchestrator.store import SQLiteStore, Store, StoreUnavailable
+from orchestrator.store import Store, StoreUnavailable, open_store
 from orchestrator.worker.client import Chat, Generate, WorkerPool
 from toolkit.tracing import TracingMiddleware
 
@@ -115,14 +115,7 @@ def create_app(
                                   apis=settings.worker_apis, health_interval_s=settings.health_interval_s)  # fmt: skip
         generate = pool.generate
     chat = chat or (pool.chat if pool is not None else None)
-    if store is None:
-        if settings.store == "redis":
-            from orchestrator.store import RedisStore
-
-            store = RedisStore(settings.redis_url or "redis://127.0.0.1:6379/0", max_responses=settings.max_responses,
-                               ttl_s=settings.retention_s, prefix=settings.redis_prefix)  # fmt: skip
-        else:
-            store = SQLiteStore(settings.store_path, max_responses=settings.max_responses, ttl_s=settings.retention_s)
+    store = store if store is not None else open_store(settings)
     service = ResponsesService(settings, generate=generate, store=store, policy=McpPolicy.from_settings(settings),
                                chat=chat, api_for=pool.api_for if pool is not None else None)  # fmt: skip
     keys = ApiKeys(load_keys(settings))
