@@ -74,6 +74,7 @@ def _spans_of(path: Path, trace_id: str, *, until: list[str], timeout_s: float =
         spans = [s for s in map(json.loads, lines) if s["trace_id"] == trace_id]
         if all(any(s["name"] == name for s in spans) for name in until) or time.monotonic() > deadline:
             return spans
+        time.sleep(0.05)
 
 
 def _logs(service: Service) -> list[dict[str, Any]]:
@@ -169,7 +170,7 @@ def test_a_request_without_traceparent_starts_a_new_trace_that_still_reaches_the
             break
         time.sleep(0.1)
     assert resp_span is not None
-    spans = _spans_of(path, resp_span["trace_id"], until=["sandbox.run"])
+    spans = _spans_of(path, resp_span["trace_id"], until=["POST /v1/responses", "sandbox.run"])
     server = next(s for s in spans if s["name"] == "POST /v1/responses")
     assert server["parent_id"] is None  # a root: the orchestrator started this trace
     assert {s["service"] for s in spans} >= {"orchestrator", "gateway", "python"}
