@@ -226,8 +226,6 @@ class _Reply:
     async def _relay(self, target: Target, msg: dict[str, Any], response: Response) -> None:
         gw, session = self.gw, self.session
         rid, method = msg.get("id"), msg.get("method")
-        if response.status_code == 404 and target.upstream_sid and target.key:
-            raise await gw.forgotten(target)
         if method == "initialize" and response.status_code == 200 and not session.opened:
             await self.open(target, response.headers.get("mcp-session-id"))
         rewriter = gw.rewriter(session.ns, method)

@@ -119,20 +119,22 @@ async def _exchange(
         tg.start_soon(reply.watch, tg.cancel_scope)
         try:
             target, response = await gw.forward(target, msg, body, headers)
+            if response.status_code == 404 and target.upstream_sid and target.key:
+                failure = await gw.forgotten(target)  # the replica restarted or dropped the session we hold
         except Exception as exc:
             failure = exc
-        if response is not None:
+        if response is not None and failure is None:
             try:
                 outcome = await reply.relay(target, msg, response)
             except Exception:
                 log.exception("gateway.relay_failed")
                 outcome = "error"
         tg.cancel_scope.cancel()
-    if failure is not None:
-        raise failure
     if response is not None:
         if outcome == "ok" and not response.complete:  # read the upstream's end, so the connection is reused
             with anyio.move_on_after(1), contextlib.suppress(Exception):
                 await response.aread()
         await response.aclose()
+    if failure is not None:
+        raise failure
     return target, outcome

@@ -102,9 +102,6 @@ class _Reply:
         """Send the upstream's answer to the client."""
         gw, send = self.gw, self.send
         rid, method = msg.get("id"), msg.get("method")
-        if response.status_code == 404 and target.upstream_sid and target.key:
-            await send_error(send, rid, await gw.forgotten(target), self._sid_header())
-            return "error"
         headers = [(k, v) for k, v in response.headers.raw if k.lower() in PASS_HEADERS]
         if method == "initialize" and self.sid is None and response.status_code == 200:
             await self.open(target, response.headers.get("mcp-session-id"))
