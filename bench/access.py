@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import os
-import platform
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -25,6 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
+from bench.report import print_values, save  # noqa: E402
 from orchestrator.app import create_app  # noqa: E402
 from orchestrator.settings import OrchestratorSettings  # noqa: E402
 from orchestrator.store import SQLiteStore  # noqa: E402
@@ -107,12 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for floor_s in (0.0, 0.3):
         rows += bench_refusals(args.refusals, floor_s)
-    info = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count()}
-    if args.out:
-        Path(args.out).write_text(json.dumps(info | {"rows": rows}, indent=2))
-    for row in rows:
-        extra = {k: v for k, v in row.items() if k not in ("name", "value")}
-        print(f"{row['name']:<64} {row['value']:>10}  {json.dumps(extra)}")
+    save(args.out, rows)
+    print_values(rows, width=64, value_width=10)
     return 0
 
 

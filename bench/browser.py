@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import platform
 import random
 import statistics
 import tempfile
@@ -24,6 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.report import print_rows, save
 from tests.browser.web import TEA, browser_args, web_app, write_corpus
 from tests.support.asgi import serve_asgi
 from tests.support.mcp2 import mcp_session
@@ -287,19 +286,11 @@ async def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
-def print_table(rows: list[dict[str, Any]]) -> None:
-    for r in rows:
-        figures = "  ".join(f"{k}={v}" for k, v in r.items() if k != "name")
-        print(f"{r['name']:<62} {figures}")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
     rows = asyncio.run(measure(args))
-    print_table(rows)
-    if args.out:
-        env = {"python": platform.python_version(), "machine": platform.machine(), "cpus": __import__("os").cpu_count()}
-        Path(args.out).write_text(json.dumps(env | {"rows": rows}, indent=2))
+    print_rows(rows, width=62)
+    save(args.out, rows)
     return 0
 
 

@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import json
 import os
-import platform
 import secrets
 import shutil
 import statistics
@@ -42,6 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench.report import environment  # noqa: E402
 from tests.gateway.harness import fixtures, free_port, gateway_config, running_gateway  # noqa: E402
 
 HEADERS = {
@@ -260,10 +260,6 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         )
 
 
-def env_info() -> dict[str, Any]:
-    return {"python": platform.python_version(), "cpus": os.cpu_count(), "machine": platform.machine()}
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     rows: list[dict[str, Any]] = []
@@ -300,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
                         row["added_p50_ms"] = stats["p50_ms"] - base["p50_ms"]
                         row["added_p99_ms"] = stats["p99_ms"] - base["p99_ms"]
                     rows.append(row)
-    Path(args.out).write_text(json.dumps(env_info() | {"rows": rows, "notes": notes}, indent=2))
+    Path(args.out).write_text(json.dumps(environment() | {"rows": rows, "notes": notes}, indent=2))
     print_table(rows)
     for note in notes:
         print(note)

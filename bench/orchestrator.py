@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import json
 import os
-import platform
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -26,12 +25,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "orchestrator"))
 
+from bench.report import print_values, save  # noqa: E402
 from orchestrator import harmony as h  # noqa: E402
 from orchestrator.chat import ChatTurns, chat_tools  # noqa: E402
 from orchestrator.events import ResponseBuilder  # noqa: E402
+from orchestrator.run import Limits, Run  # noqa: E402
 from orchestrator.schema import toolset  # noqa: E402
 from orchestrator.tools import Endpoints, ToolOutcome, ToolSessions  # noqa: E402
-from orchestrator.turns import Limits, Run, run  # noqa: E402
+from orchestrator.turns import run  # noqa: E402
 from orchestrator.worker.client import Chunk, GenerateRequest  # noqa: E402
 
 
@@ -316,12 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     rows += bench_store(args.store_n)
     if args.vllm:
         rows += [bench_vllm(), bench_vllm_chat()]
-    info = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count()}
-    if args.out:
-        Path(args.out).write_text(json.dumps(info | {"rows": rows}, indent=2))
-    for row in rows:
-        extra = {k: v for k, v in row.items() if k not in ("name", "value")}
-        print(f"{row['name']:<80} {row['value']:>12}  {json.dumps(extra)}")
+    save(args.out, rows)
+    print_values(rows, width=80, value_width=12)
     return 0
 
 

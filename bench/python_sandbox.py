@@ -12,59 +12,27 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
-import platform
-import time
 import uuid
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import docker
 
-from bench.sessions import concurrent_throughput, first_calls, row, warm_calls
+from bench import sessions
+from bench.report import print_rows, save
 from tests.support.mcp2 import mcp_session
-from tests.support.service import Service, running_service
+from tests.support.service import Service
 
 IMAGE = "toolfleet/python-sandbox:latest"
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--n", type=int, default=200, help="warm calls measured")
-    p.add_argument("--sessions", type=int, default=20, help="new sessions measured, with and without the pool")
-    p.add_argument("--arrival-s", type=float, default=0.5, help="pause between new sessions (lets the pool refill)")
-    p.add_argument("--baseline-n", type=int, default=15, help="fresh-container baseline calls")
+    p = sessions.tool_bench_parser(__doc__, calls="calls", baseline_n=15, baseline="fresh-container baseline calls")
     p.add_argument("--backend", default="docker", choices=["docker", "local"])
-    p.add_argument("--out", default=None, help="write the figures as JSON here")
     return p.parse_args(argv)
 
 
-async def timed_call(session: Any) -> float:
-    start = time.perf_counter()
-    result = await session.call_tool("python", {"code": "print(1)"})
-    elapsed = (time.perf_counter() - start) * 1000
-    assert not result.is_error and result.content[0].text.strip() == "1", result.content
-    return elapsed
-
-
-def baseline(n: int) -> list[float]:
-    """gpt-oss's reference approach: a new container per call, removed afterwards."""
-    client = docker.from_env()
-    samples = []
-    for _ in range(n):
-        start = time.perf_counter()
-        out = client.containers.run(
-            IMAGE,
-            ["python3", "-c", "print(1)"],
-            remove=True,
-            network_mode="none",
-            labels={"toolfleet.role": "bench-baseline"},
-        )
-        samples.append((time.perf_counter() - start) * 1000)
-        assert out.strip() == b"1"
-    return samples
+timed_call = sessions.timed_tool("python", {"code": "print(1)"}, lambda result: result.content[0].text.strip() == "1")
 
 
 def memory(server: Service, instance: str) -> dict[str, Any]:
@@ -78,58 +46,29 @@ def memory(server: Service, instance: str) -> dict[str, Any]:
     return figures
 
 
-def start(backend: str, instance: str, pool: int) -> Any:
-    return running_service(
-        [
-            "-m",
-            "tools.python_sandbox",
-            "--backend",
-            backend,
-            "--instance",
-            instance,
-            "--pool-size",
-            str(pool),
-            "--log-level",
-            "WARNING",
-        ]
-    )
-
-
 async def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
     instance = f"bench-{uuid.uuid4().hex[:8]}"
-    with start(args.backend, instance, pool=2) as server:
-        rows.append(row("warm call print(1)", await warm_calls(server.url, args.n, timed_call)))
-        rows.append(
-            row(
-                "first call of a new session, warm pool",
-                await first_calls(server.url, args.sessions, args.arrival_s, timed_call),
-                pool_size=2,
-                arrival_s=args.arrival_s,
-            )
-        )
-        rows.append(await concurrent_throughput(server.url, "warm print(1)", timed_call))
+    with sessions.tool_server("tools.python_sandbox", instance, 2, "--backend", args.backend) as server:
+        rows += await sessions.pooled_rows(server.url, args, timed_call, call="call print(1)", pool=2)
         async with mcp_session(server.url, "streamable-http", {"x-session-id": "bench-mem"}) as session:
             await session.call_tool("python", {"code": "1"})
             rows.append(memory(server, instance))
             await session.call_tool("cleanup_session", {})
-    with start(args.backend, f"{instance}-nopool", pool=0) as server:
+    with sessions.tool_server("tools.python_sandbox", f"{instance}-nopool", 0, "--backend", args.backend) as server:
+        rows.append(await sessions.unpooled_row(server.url, args, timed_call, call="call print(1)"))
+    if args.backend == "docker":
         rows.append(
-            row(
-                "first call of a new session, no pool",
-                await first_calls(server.url, args.sessions, args.arrival_s, timed_call),
-                pool_size=0,
+            sessions.row(
+                "baseline: fresh container per call",
+                sessions.fresh_container_runs(IMAGE, ["python3", "-c", "print(1)"], args.baseline_n, expect=b"1"),
             )
         )
-    if args.backend == "docker":
-        rows.append(row("baseline: fresh container per call", baseline(args.baseline_n)))
     return rows
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    for r in rows:
-        figures = ", ".join(f"{k}={v}" for k, v in r.items() if k != "name")
-        print(f"{r['name']:<48} {figures}")
+    print_rows(rows)
     by_name = {r["name"]: r for r in rows}
     base, warm = by_name.get("baseline: fresh container per call"), by_name["warm call print(1)"]
     if base:
@@ -140,9 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
     rows = asyncio.run(measure(args))
     print_table(rows)
-    if args.out:
-        env = {"python": platform.python_version(), "cpus": os.cpu_count(), "backend": args.backend}
-        Path(args.out).write_text(json.dumps({"env": env, "rows": rows}, indent=2))
+    save(args.out, rows, backend=args.backend)
     return 0
 
 

@@ -1,18 +1,26 @@
-"""Measurements every tool-server bench shares: percentile rows, new sessions' first calls, concurrent sessions."""
+"""Measurements every tool-server bench shares: percentile rows, one timed tool call, new sessions' first calls,
+concurrent sessions, and the fresh-container-per-call baseline the tool servers are measured against."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import statistics
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
+import docker
+
 from tests.support.mcp2 import mcp_session
+from tests.support.service import Service, running_service
 
 Timed = Callable[[Any], Awaitable[float]]
 """One measured tool call on an open MCP session; answers its milliseconds."""
+
+BASELINE_LABELS = {"toolfleet.role": "bench-baseline"}
 
 
 def pct(samples: list[float], q: float) -> float:
@@ -29,6 +37,48 @@ def row(name: str, ms: list[float], **extra: Any) -> dict[str, Any]:
         "mean_ms": round(statistics.fmean(ms), 2),
         **extra,
     }
+
+
+def tool_bench_parser(doc: str, *, calls: str, baseline_n: int, baseline: str) -> argparse.ArgumentParser:
+    """The flags every tool-server bench takes: warm calls, new sessions and their arrival gap, baseline runs, --out."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--n", type=int, default=200, help=f"warm {calls} measured")
+    p.add_argument("--sessions", type=int, default=20, help="new sessions measured, with and without the pool")
+    p.add_argument("--arrival-s", type=float, default=0.5, help="pause between new sessions (lets the pool refill)")
+    p.add_argument("--baseline-n", type=int, default=baseline_n, help=baseline)
+    p.add_argument("--out", default=None, help="write the figures as JSON here")
+    return p
+
+
+def tool_server(module: str, instance: str, pool: int, *flags: str) -> AbstractContextManager[Service]:
+    """The tool server `python -m module` as a real process, its sandboxes labelled with `instance`."""
+    args = ["-m", module, *flags, "--instance", instance, "--pool-size", str(pool), "--log-level", "WARNING"]
+    return running_service(args)
+
+
+def timed_tool(tool: str, arguments: dict[str, Any], ok: Callable[[Any], bool]) -> Timed:
+    """A `Timed` that calls `tool` and checks the answer with `ok` (a wrong answer makes the figure meaningless)."""
+
+    async def timed(session: Any) -> float:
+        start = time.perf_counter()
+        result = await session.call_tool(tool, arguments)
+        elapsed = (time.perf_counter() - start) * 1000
+        assert not result.is_error and ok(result), result.content
+        return elapsed
+
+    return timed
+
+
+def fresh_container_runs(image: str, cmd: list[str], n: int, expect: bytes | None = None) -> list[float]:
+    """A new container per command, removed afterwards (`docker run --rm` through the engine API): the baseline."""
+    client = docker.from_env()
+    samples = []
+    for _ in range(n):
+        start = time.perf_counter()
+        out = client.containers.run(image, cmd, remove=True, network_mode="none", labels=BASELINE_LABELS)
+        samples.append((time.perf_counter() - start) * 1000)
+        assert expect is None or out.strip() == expect, out
+    return samples
 
 
 async def warm_calls(url: str, n: int, timed: Timed, warmup: int = 20) -> list[float]:
@@ -66,3 +116,21 @@ async def concurrent_throughput(
     wall = time.perf_counter() - start
     flat = [x for xs in per_session for x in xs]
     return row(f"{sessions} concurrent sessions, {name}", flat, calls_per_s=round(len(flat) / wall, 1))
+
+
+async def pooled_rows(
+    url: str, args: argparse.Namespace, timed: Timed, *, call: str, pool: int
+) -> list[dict[str, Any]]:
+    """A server with a warm pool of `pool`: warm `call`s, a new session's first one, 8 concurrent sessions."""
+    warm = row(f"warm {call}", await warm_calls(url, args.n, timed))
+    firsts = await first_calls(url, args.sessions, args.arrival_s, timed)
+    first = row(
+        f"first {call.split()[0]} of a new session, warm pool", firsts, pool_size=pool, arrival_s=args.arrival_s
+    )
+    return [warm, first, await concurrent_throughput(url, f"warm {call}", timed)]
+
+
+async def unpooled_row(url: str, args: argparse.Namespace, timed: Timed, *, call: str) -> dict[str, Any]:
+    """A server without a pool: each new session's first `call` pays for its sandbox."""
+    firsts = await first_calls(url, args.sessions, args.arrival_s, timed)
+    return row(f"first {call.split()[0]} of a new session, no pool", firsts, pool_size=0)

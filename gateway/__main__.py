@@ -9,15 +9,14 @@ from pathlib import Path
 
 import anyio
 import structlog
+from starlette.types import ASGIApp
 
 from gateway.app import build_app
 from gateway.config import GatewayConfig, load_config, local_fleet
 from gateway.lifecycle import build_gateway
 from gateway.service import Gateway
 from gateway.settings import GatewaySettings
-from toolkit.logging import configure_logging
-from toolkit.serve import serve
-from toolkit.tracing import setup_tracing
+from toolkit.serve import run_service
 
 log = structlog.get_logger(__name__)
 
@@ -75,16 +74,17 @@ def routes(settings: GatewaySettings) -> GatewayConfig:
     return cfg
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    settings = GatewaySettings.from_args(list(argv) if argv is not None else sys.argv[1:], "toolfleet gateway")
-    configure_logging(settings.log_level, service="gateway")
-    setup_tracing(settings, service="gateway")
+def app(settings: GatewaySettings) -> ASGIApp:
+    """The gateway over its routes; a routes file is also watched, so edits apply without a restart."""
     gw = build_gateway(routes(settings))
-    app = build_app(gw)
     if settings.config is not None:
         gw.background.append(lambda: watch(gw, settings.config, settings.watch_s))  # type: ignore[arg-type]
-    serve(app, settings)
-    return 0
+    return build_app(gw)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    settings = GatewaySettings.from_args(list(argv) if argv is not None else sys.argv[1:], "toolfleet gateway")
+    return run_service("gateway", settings, app)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gateway.keys import SessionKey
+from toolkit import registry
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +67,10 @@ class MemoryStore:
         self._counts: dict[str, dict[str, int]] = {}
         if self._state_file is not None and self._state_file.exists():
             self._blobs = json.loads(self._state_file.read_text())
+
+    @classmethod
+    def open(cls, url: str, state_file: str | None) -> MemoryStore:
+        return cls(state_file)
 
     async def get_pin(self, ns: str, key: SessionKey) -> Pin | None:
         return self._pins.get(ns, {}).get(key)
@@ -142,6 +147,10 @@ class RedisStore:
         self._r = redis.from_url(url, decode_responses=True)
         self._p = prefix
         self._ttl = session_ttl_s
+
+    @classmethod
+    def open(cls, url: str, state_file: str | None) -> RedisStore:
+        return cls(url)  # Redis keeps the blobs itself, so no state file
 
     async def get_pin(self, ns: str, key: SessionKey) -> Pin | None:
         raw = await self._r.hget(f"{self._p}pin:{ns}", str(key))
@@ -226,5 +235,14 @@ class RedisStore:
         await self._r.aclose()
 
 
+STORES: registry.Registry = {
+    "memory": "gateway.store:MemoryStore",
+    **{scheme: "gateway.store:RedisStore" for scheme in ("redis", "rediss", "unix")},
+}
+
+
 def open_store(url: str, state_file: str | None = None) -> Store:
-    return MemoryStore(state_file) if url == "memory" else RedisStore(url)
+    """`memory`, or the store a URL's scheme names (a redis:// URL); an unknown one stops the start-up."""
+    name = url.partition("://")[0] if "://" in url else url
+    store: Store = registry.load(STORES, name, "pin store").open(url, state_file)
+    return store

@@ -4,24 +4,31 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from toolkit.logging import configure_logging
-from toolkit.serve import serve
-from toolkit.tracing import setup_tracing
+from toolkit.serve import run_service
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp
+
+    from orchestrator.settings import OrchestratorSettings
+
+
+def app(settings: OrchestratorSettings) -> ASGIApp:
+    """The Responses app, with harmony and its vocabulary loaded before the first request rather than during it."""
+    from orchestrator.harmony import encoding
+
+    encoding()
+    from orchestrator.app import create_app
+
+    return create_app(settings)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from orchestrator.harmony import encoding
     from orchestrator.settings import OrchestratorSettings
 
     settings = OrchestratorSettings.from_args(list(sys.argv[1:] if argv is None else argv), "toolfleet orchestrator")
-    configure_logging(settings.log_level, service="orchestrator")
-    setup_tracing(settings, service="orchestrator")
-    encoding()  # unpack the vocabulary and load harmony before the first request
-    from orchestrator.app import create_app
-
-    serve(create_app(settings), settings)
-    return 0
+    return run_service("orchestrator", settings, app)
 
 
 if __name__ == "__main__":

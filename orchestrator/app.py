@@ -10,23 +10,60 @@ from typing import Any
 
 import structlog
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from pydantic import ValidationError
+from starlette.exceptions import HTTPException
 
 from orchestrator.auth import ApiKeys, AuthMiddleware, load_keys, warn_if_open
 from orchestrator.limits import RequestRate
 from orchestrator.mcp_policy import McpPolicy
 from orchestrator.metrics import LatencyMiddleware, OrchestratorMetrics
-from orchestrator.schema import RequestError, ResponsesRequest, error_body
+from orchestrator.schema import ErrorBody, RequestError, ResponsesRequest, error_body
 from orchestrator.service import RUNNING, ResponsesService
 from orchestrator.settings import OrchestratorSettings
-from orchestrator.store import SQLiteStore, Store, StoreUnavailable
+from orchestrator.store import Store, StoreUnavailable, open_store
 from orchestrator.worker.client import Chat, Generate, WorkerPool
 from toolkit.tracing import TracingMiddleware
 
 log = structlog.get_logger(__name__)
 MAX_BODY = 16 * 1024 * 1024
 REPLAY_POLL_S = 0.25  # a stream of a response running on another replica follows the shared store
+ERRORS: dict[int | str, dict[str, Any]] = {
+    "4XX": {"model": ErrorBody, "description": "The request was refused (OpenAI's error shape)"},
+    "5XX": {"model": ErrorBody, "description": "The service failed (OpenAI's error shape)"},
+}
+"""Declared on every route; also keeps FastAPI from declaring its own `{"detail"}` 422 body."""
+PARAM_SOURCES = frozenset({"body", "query", "path", "header", "cookie"})
+
+
+def _inline_defs(schema: dict[str, Any]) -> dict[str, Any]:
+    """A pydantic JSON schema with its `$defs` inlined, so it can stand inside an OpenAPI operation."""
+    defs = schema.pop("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref", "")
+            if ref.startswith("#/$defs/"):
+                return resolve(defs[ref.removeprefix("#/$defs/")])
+            return {k: resolve(v) for k, v in node.items()}
+        return [resolve(v) for v in node] if isinstance(node, list) else node
+
+    return resolve(schema)
+
+
+SSE_EVENT = {"type": "object", "required": ["event", "data"],
+             "properties": {"event": {"type": "string"}, "data": {"type": "string"}}}  # fmt: skip
+SSE_OR_JSON = {"200": {"content": {"text/event-stream": {"schema": SSE_EVENT}}}}
+"""`stream=true` answers Server-Sent Events (each named, with a JSON `data` line) instead of JSON."""
+CREATE_DOC = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": _inline_defs(ResponsesRequest.model_json_schema())}},
+    },
+    "responses": SSE_OR_JSON,
+}
+"""`create` reads its body itself (size limit, JSON errors), so the OpenAPI document names it here."""
 
 
 def error_response(exc: BaseException) -> JSONResponse:
@@ -39,10 +76,16 @@ def error_response(exc: BaseException) -> JSONResponse:
         case StoreUnavailable():
             log.warning("store.unavailable", error=str(exc))
             status, etype, msg, param, code = 503, "server_error", str(exc), None, "store_unavailable"
-        case ValidationError():
+        case ValidationError() | RequestValidationError():
             first = exc.errors()[0]
-            param = ".".join(str(p) for p in first["loc"]) or None
+            loc = list(first["loc"])
+            if isinstance(exc, RequestValidationError) and loc and loc[0] in PARAM_SOURCES:
+                loc = loc[1:]  # FastAPI names where the parameter was: OpenAI's `param` is the name alone
+            param = ".".join(str(p) for p in loc) or None
             status, etype, msg, code = 400, "invalid_request_error", f"{param}: {first['msg']}", None
+        case HTTPException():  # routing: no such path (404) or method (405)
+            status, etype, msg, param, code = exc.status_code, "invalid_request_error", str(exc.detail), None, None
+            headers = dict(exc.headers or {})
         case _:
             log.error("request.crashed", error=repr(exc))
             status, etype, msg, param, code = 500, "server_error", "internal error", None, None
@@ -72,14 +115,7 @@ def create_app(
                                   apis=settings.worker_apis, health_interval_s=settings.health_interval_s)  # fmt: skip
         generate = pool.generate
     chat = chat or (pool.chat if pool is not None else None)
-    if store is None:
-        if settings.store == "redis":
-            from orchestrator.store import RedisStore
-
-            store = RedisStore(settings.redis_url or "redis://127.0.0.1:6379/0", max_responses=settings.max_responses,
-                               ttl_s=settings.retention_s, prefix=settings.redis_prefix)  # fmt: skip
-        else:
-            store = SQLiteStore(settings.store_path, max_responses=settings.max_responses, ttl_s=settings.retention_s)
+    store = store if store is not None else open_store(settings)
     service = ResponsesService(settings, generate=generate, store=store, policy=McpPolicy.from_settings(settings),
                                chat=chat, api_for=pool.api_for if pool is not None else None)  # fmt: skip
     keys = ApiKeys(load_keys(settings))
@@ -104,7 +140,7 @@ def create_app(
                 await pool.aclose()
             await store.aclose()
 
-    app = FastAPI(title="toolfleet orchestrator", lifespan=lifespan)
+    app = FastAPI(title="toolfleet orchestrator", lifespan=lifespan, responses=ERRORS)
     rate = RequestRate(settings.rate_limit_rps, settings.rate_limit_burst)
     app.add_middleware(AuthMiddleware, keys=keys, rate=rate, metrics_token=settings.metrics_token)
     app.add_middleware(LatencyMiddleware, metrics=metrics)
@@ -115,10 +151,10 @@ def create_app(
         return error_response(exc)
 
     # The known kinds are registered apart from `Exception`, whose handler Starlette runs as a 500 path.
-    for kind in (RequestError, StoreUnavailable, ValidationError, Exception):
+    for kind in (RequestError, StoreUnavailable, ValidationError, RequestValidationError, HTTPException, Exception):
         app.add_exception_handler(kind, _error)
 
-    @app.post("/v1/responses")
+    @app.post("/v1/responses", openapi_extra=CREATE_DOC)
     async def create(request: Request) -> Response:
         raw = await request.body()
         if len(raw) > MAX_BODY:
@@ -158,7 +194,7 @@ def create_app(
             if not background and live.task and not live.task.done() and not live.builder.finished:
                 live.task.cancel()  # the client went away: abort the generation (not the settling after it)
 
-    @app.get("/v1/responses/{rid}")
+    @app.get("/v1/responses/{rid}", openapi_extra={"responses": SSE_OR_JSON})
     async def get(request: Request, rid: str, stream: bool = False, starting_after: int = -1) -> Response:
         live, record = await service.find(rid, request.state.owner)
         if stream:
@@ -228,7 +264,7 @@ def create_app(
             body["workers"] = [{"url": w.url, "healthy": w.healthy, "outstanding": w.outstanding} for w in pool.workers]
         return JSONResponse(body, 200 if healthy else 503)
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse)  # the class documents Prometheus' text format
     async def prometheus() -> Response:
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
 

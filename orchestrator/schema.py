@@ -27,6 +27,19 @@ def error_body(message: str, etype: str, param: str | None = None, code: str | N
     return {"error": {"message": message, "type": etype, "param": param, "code": code}}
 
 
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorBody(BaseModel):
+    """`error_body`'s shape, as the OpenAPI document declares it for every 4xx/5xx."""
+
+    error: ErrorDetail
+
+
 class Reasoning(BaseModel):
     model_config = ConfigDict(extra="allow")
     effort: Literal["minimal", "low", "medium", "high"] | None = None
@@ -34,7 +47,8 @@ class Reasoning(BaseModel):
 
 
 class ResponsesRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    # Strict, as OpenAI's API is: `"top_p": true` or `"stream": "yes"` is refused, not coerced.
+    model_config = ConfigDict(extra="allow", strict=True)
 
     model: str | None = None
     input: str | list[dict[str, Any]] = Field(default_factory=list)

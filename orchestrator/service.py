@@ -13,10 +13,13 @@ import anyio
 import structlog
 
 from orchestrator import harmony as h
+from orchestrator.chat import ChatTurns, chat_tools
 from orchestrator.events import ResponseBuilder, new_id
-from orchestrator.items import normalize, to_messages
+from orchestrator.items import normalize
+from orchestrator.kinds import EchoContext, to_messages
 from orchestrator.limits import check_running
 from orchestrator.mcp_policy import McpPolicy, ServerRefused, refusal
+from orchestrator.run import Limits, Run, ToolState, TurnModel, TurnState
 from orchestrator.schema import McpServer, RequestError, ResponsesRequest, Toolset, check_include, toolset
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.store import Record, Store
@@ -29,7 +32,7 @@ from orchestrator.tools import (
     cleanup_sessions,
     loggable,
 )
-from orchestrator.turns import HARMONY, Limits, Run, TurnModel, run
+from orchestrator.turns import HARMONY, run
 from orchestrator.worker.client import Chat, Generate, WorkerError, WorkerUnavailable
 from toolkit.tracing import annotate, span
 
@@ -105,7 +108,7 @@ class ResponsesService:
         calls = dict(state.get("calls", {}))
         items = normalize(req.input)
         searched = [str(i["id"]) for i in items if i.get("type") == "web_search_call"]
-        new_input = to_messages(items, calls, await self._results(owner, searched) if searched else {})
+        new_input = to_messages(items, EchoContext(calls, await self._results(owner, searched) if searched else {}))
         approvals = {i["approval_request_id"]: bool(i.get("approve")) for i in items
                      if i.get("type") == "mcp_approval_response" and i.get("approval_request_id")}  # fmt: skip
         date = self.settings.date or datetime.date.today().isoformat()
@@ -117,14 +120,13 @@ class ResponsesService:
         limits = Limits(req.max_output_tokens or self.settings.max_output_tokens,
                         self.settings.max_tool_calls if req.max_tool_calls is None else req.max_tool_calls,
                         max_turns=(req.max_tool_calls or self.settings.max_tool_calls) + 8)  # fmt: skip
+        pages = {int(k): v for k, v in state.get("pages", {}).items() if isinstance(v, dict)}
+        tool_state = ToolState(calls=calls, pending=dict(state.get("pending", {})), approvals=approvals, pages=pages)
         r = Run(builder, head + history, tools, self.endpoints,
                 ToolSessions(session_id=conversation, timeout_s=self.settings.tool_timeout_s),
-                self.generate, limits, conversation, req.temperature, req.top_p, calls=calls,
-                pending=dict(state.get("pending", {})), approvals=approvals, new_input=new_input,
-                pages={int(k): v for k, v in state.get("pages", {}).items() if isinstance(v, dict)},
-                required=tools.required, include=include,
-                logprobs=(req.top_logprobs or 0) if "message.output_text.logprobs" in include else None,
-                model=model)  # fmt: skip
+                self.generate, limits, conversation, req.temperature, req.top_p, new_input=new_input,
+                include=include, model=model, tools=tool_state, turn=TurnState(required=tools.required),
+                logprobs=(req.top_logprobs or 0) if "message.output_text.logprobs" in include else None)  # fmt: skip
         live = Live(builder, req, owner)
         builder.start(queued=req.background)
         if req.background:  # other replicas sharing the store can see it running (and ask to cancel it)
@@ -149,8 +151,6 @@ class ResponsesService:
         """Harmony, or the chat path when the worker that serves `req.model` is a chat-template worker."""
         if (self.api_for(req.model) or self.settings.worker_api) != "chat":
             return HARMONY
-        from orchestrator.chat import ChatTurns, chat_tools
-
         if self.chat is None:
             raise RequestError("this orchestrator has no chat-completions worker client", "model", 503)
         if "message.output_text.logprobs" in include:
@@ -256,15 +256,15 @@ class ResponsesService:
         status = b.body["status"]
         self.counts[status] = self.counts.get(status, 0) + 1
         if self.on_settled is not None:
-            self.on_settled(status, b.body.get("usage"), r.tool_log)
+            self.on_settled(status, b.body.get("usage"), r.tools.log)
         try:
             if req.store:
-                state = {"calls": r.calls, "pending": r.pending, "pages": r.pages}
+                state = {"calls": r.tools.calls, "pending": r.tools.pending, "pages": r.tools.pages}
                 record = Record(b.id, r.conversation, b.body, items, h.dump(r.messages[n_head:]), b.events, state,
                                 live.owner)  # fmt: skip
                 await self.store.put(record)
-                if r.results:
-                    await self.store.put_results({_scoped(live.owner, k): v for k, v in r.results.items()})
+                if r.tools.results:
+                    await self.store.put_results({_scoped(live.owner, k): v for k, v in r.tools.results.items()})
                 if r.sessions.used:
                     await self.store.touch_conversation(r.conversation, r.sessions.used)
             elif r.sessions.used:

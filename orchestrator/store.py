@@ -14,9 +14,14 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anyio
+
+from toolkit import registry
+
+if TYPE_CHECKING:
+    from orchestrator.settings import OrchestratorSettings
 
 T = TypeVar("T")
 
@@ -81,6 +86,10 @@ class SQLiteStore:
             )
             self._db.execute("CREATE TABLE IF NOT EXISTS results (id TEXT PRIMARY KEY, created REAL, text TEXT)")
             self._db.execute("CREATE TABLE IF NOT EXISTS cancels (id TEXT PRIMARY KEY, created REAL)")
+
+    @classmethod
+    def from_settings(cls, settings: OrchestratorSettings) -> SQLiteStore:
+        return cls(settings.store_path, max_responses=settings.max_responses, ttl_s=settings.retention_s)
 
     def _put(self, record: Record) -> None:
         row = (
@@ -227,6 +236,11 @@ class RedisStore:
         self.ttl_s = max(1, int(ttl_s))
         self._p = prefix
 
+    @classmethod
+    def from_settings(cls, settings: OrchestratorSettings) -> RedisStore:
+        url = settings.redis_url or "redis://127.0.0.1:6379/0"
+        return cls(url, max_responses=settings.max_responses, ttl_s=settings.retention_s, prefix=settings.redis_prefix)
+
     @contextlib.asynccontextmanager
     async def _errors(self) -> AsyncIterator[None]:
         from redis.exceptions import RedisError
@@ -319,3 +333,12 @@ class RedisStore:
 
     async def aclose(self) -> None:
         await self._r.aclose()
+
+
+STORES: registry.Registry = {"sqlite": "orchestrator.store:SQLiteStore", "redis": "orchestrator.store:RedisStore"}
+
+
+def open_store(settings: OrchestratorSettings) -> Store:
+    """The store `--store` names, built from the settings; an unknown name stops the start-up."""
+    store: Store = registry.load(STORES, settings.store, "response store").from_settings(settings)
+    return store

@@ -280,6 +280,13 @@ class ContainerRuntime:
         with docker_errors("cannot list sandbox containers"):
             return self.client.api.containers(all=True, filters={"label": list(labels)})
 
+    async def _remove_listed(self, listing: Callable[[], list[str]]) -> int:
+        """Remove the containers `listing` names (it calls the engine, so it runs in a worker thread)."""
+        ids = await anyio.to_thread.run_sync(listing)
+        for container_id in ids:
+            await self.remove(container_id)
+        return len(ids)
+
     async def remove_all(self) -> int:
         """Remove every container of this instance and its old leases (leftovers of a crash, or all at stop)."""
 
@@ -288,10 +295,7 @@ class ContainerRuntime:
             leases = self._list(f"{LEASE_LABEL}={self.instance}")
             return [c["Id"] for c in mine + leases]
 
-        ids = await anyio.to_thread.run_sync(listing)
-        for container_id in ids:
-            await self.remove(container_id)
-        return len(ids)
+        return await self._remove_listed(listing)
 
     async def _take_lease(self) -> None:
         spec = SandboxSpec(
@@ -355,10 +359,7 @@ class ContainerRuntime:
             ended = [c for c in leases if c["State"] != "running" and c["Labels"][LEASE_LABEL] != self.instance]
             return [c["Id"] for c in dead + ended]
 
-        ids = await anyio.to_thread.run_sync(listing)
-        for container_id in ids:
-            await self.remove(container_id)
-        return len(ids)
+        return await self._remove_listed(listing)
 
     async def aclose(self) -> None:
         for task in self._tasks:

@@ -1,15 +1,20 @@
-"""Run an ASGI app with uvicorn under the service's settings; SIGINT/SIGTERM shut it down gracefully."""
+"""Start a service: JSON logs, tracing, then its ASGI app under uvicorn; SIGINT/SIGTERM shut it down gracefully."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
+from collections.abc import Callable
+from typing import TypeVar
 
 import uvicorn
 from starlette.types import ASGIApp
 
+from toolkit.logging import configure_logging
 from toolkit.settings import ServiceSettings
-from toolkit.tracing import flush_tracing
+from toolkit.tracing import flush_tracing, setup_tracing
+
+S = TypeVar("S", bound=ServiceSettings)
 
 
 class _Server(uvicorn.Server):
@@ -31,3 +36,11 @@ def serve(app: ASGIApp, settings: ServiceSettings) -> None:
         log_config=None,  # uvicorn logs through our JSON handler (toolkit.logging)
     )
     _Server(config).run()
+
+
+def run_service(service: str, settings: S, build: Callable[[S], ASGIApp]) -> int:
+    """Every entrypoint's start: logging and tracing first, so what `build` logs and traces is already configured."""
+    configure_logging(settings.log_level, service=service)
+    setup_tracing(settings, service=service)
+    serve(build(settings), settings)
+    return 0

@@ -22,11 +22,13 @@ from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
 from opentelemetry.trace import SpanKind
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 
 from toolkit.metrics import ToolMetrics
+from toolkit.rpc_errors import JsonRpcErrors
 from toolkit.sessions import S, SessionRegistry, TooManySessions
 from toolkit.settings import ToolServerSettings
 from toolkit.tracing import annotate, extract, span
@@ -242,4 +244,5 @@ class ToolServer(Generic[S]):
                 Route("/metrics", self.metrics.endpoint),
             ],
             lifespan=lifespan,
+            middleware=[Middleware(JsonRpcErrors, paths=("/mcp", "/messages/"))],
         )

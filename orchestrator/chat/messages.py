@@ -7,38 +7,14 @@ Harmony recipients comes with the definitions; a name that two tools would share
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from openai_harmony import DeveloperContent, Message, ToolNamespaceConfig
+from openai_harmony import DeveloperContent, Message
 
 from orchestrator import harmony as h
+from orchestrator import kinds
 from orchestrator.schema import RequestError, Requirement
-
-_PYTHON_PARAMETERS = {
-    "type": "object",
-    "properties": {"code": {"type": "string", "description": "Python source to run in the stateful session"}},
-    "required": ["code"],
-}
-# The container contract (DESIGN.md), offered when the container server cannot be listed.
-_CONTAINER_EXEC = {
-    "name": "exec",
-    "description": "Run a command in this conversation's persistent container.",
-    "parameters": {
-        "type": "object",
-        "properties": {
-            "cmd": {"type": "array", "items": {"type": "string"}, "description": "program and arguments"},
-            "workdir": {"type": "string"},
-            "env": {"type": "object", "additionalProperties": {"type": "string"}},
-            "session_name": {"type": "string"},
-            "timeout": {"type": "integer", "description": "seconds"},
-            "user": {"type": "string"},
-        },
-        "required": ["cmd"],
-    },
-}
 
 
 def chat_name(recipient: str) -> str:
@@ -72,15 +48,6 @@ class ChatTools:
         return allowed or self.functions, "required"
 
 
-def _namespace_tools(ns: h.Namespace) -> Iterable[dict[str, Any]]:
-    if ns.tools:
-        return ns.tools
-    if ns.name == "browser":  # not listed (server down): the tools gpt-oss was trained on
-        return [{"name": t.name, "description": t.description, "parameters": t.parameters}
-                for t in ToolNamespaceConfig.browser().tools]  # fmt: skip
-    return [_CONTAINER_EXEC] if ns.name == "container" else []
-
-
 def chat_tools(namespaces: list[h.Namespace], functions: list[dict[str, Any]]) -> ChatTools:
     out = ChatTools()
 
@@ -93,12 +60,10 @@ def chat_tools(namespaces: list[h.Namespace], functions: list[dict[str, Any]]) -
         out.functions.append({"type": "function", "function": {"name": name, "description": description or "",
                                                                 "parameters": params}})  # fmt: skip
 
-    for ns in namespaces:
-        if ns.name == "python":
-            add("python", ns.description, _PYTHON_PARAMETERS)
-            continue
-        for tool in _namespace_tools(ns):
-            add(f"{ns.name}.{tool['name']}", tool.get("description") or ns.description, tool.get("parameters"))
+    for ns in namespaces:  # each as the kind that owns the namespace offers it
+        for tool in kinds.chat_functions(ns):
+            recipient = f"{ns.name}.{tool['name']}" if tool["name"] else ns.name
+            add(recipient, tool.get("description") or ns.description, tool.get("parameters"))
     for f in functions:
         add(f"functions.{f['name']}", f.get("description") or "", f.get("parameters"))
     return out
@@ -144,7 +109,7 @@ def _assistant(out: list[dict[str, Any]], msg: Message, i: int, keep_reasoning: 
     current = out[-1] if out and out[-1]["role"] == "assistant" else None
     if recipient and recipient != "assistant":
         call_id = f"call_{i}"
-        arguments = text if recipient != "python" or msg.content_type == "json" else json.dumps({"code": text})
+        arguments = kinds.chat_arguments(msg)
         call = {"id": call_id, "type": "function", "function": {"name": chat_name(recipient), "arguments": arguments}}
         if current is None:
             current = {"role": "assistant", "content": ""}

@@ -1,5 +1,5 @@
 """One chat-path turn: the conversation as chat messages to `/v1/chat/completions`, and the worker's
-streamed deltas as the same output items the Harmony path makes (the items themselves are `turns._Item`).
+streamed deltas as the same output items the Harmony path makes (the items themselves are the kinds').
 
 vLLM's tool parser and reasoning parser do the parsing; here only the deltas are sorted: `reasoning`
 (vLLM 0.32's field; `reasoning_content` before it) into a reasoning item, `content` into a message,
@@ -17,7 +17,8 @@ from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator.chat.messages import ChatTools, to_chat
-from orchestrator.turns import Run, Turn, _account, _annotations, _Item, tool_args
+from orchestrator.kinds import Stream, from_chat, open_stream
+from orchestrator.run import Call, Run, Turn
 from orchestrator.worker.client import Chat, ChatRequest
 
 
@@ -28,7 +29,7 @@ class ChatTurns:
         self.chat, self.tools = chat, tools
 
     def body(self, r: Run, budget: int) -> dict[str, Any]:
-        tools, choice = self.tools.choice(r.required)
+        tools, choice = self.tools.choice(r.turn.required)
         body: dict[str, Any] = {
             "messages": to_chat(r.messages),
             "max_tokens": budget,
@@ -54,7 +55,7 @@ class ChatTurns:
             stream.abort()
             raise
         finally:
-            _account(r, stream.prompt_tokens, stream.output_tokens)
+            r.usage.account(stream.prompt_tokens, stream.output_tokens)
         if stream.finish == "length":
             stream.abort()
             return Turn("length")
@@ -68,15 +69,15 @@ class _Call:
     name: str = ""
     arguments: str = ""
     recipient: str = ""
-    item: _Item | None = None
-    streams: bool = False  # its item shows the arguments as they arrive (function_call, mcp_call)
+    item: Stream | None = None
+    admitted: bool = True  # within max_tool_calls; a call past it gets no item and is never run
 
 
 @dataclass
 class _Deltas:
     r: Run
     tools: ChatTools
-    text: _Item | None = None
+    text: Stream | None = None
     text_channel: str = ""
     text_parts: list[str] = field(default_factory=list)
     calls: dict[int, _Call] = field(default_factory=dict)
@@ -127,8 +128,9 @@ class _Deltas:
     def _text(self, channel: str, delta: str) -> None:
         if self.text is None or self.text_channel != channel:
             self._close_text()
-            self.text, self.text_channel, self.text_parts = _Item(self.r, h.Header(channel, None, None)), channel, []
-        self.text.delta(delta)
+            self.text, self.text_channel, self.text_parts = open_stream(self.r, channel, None), channel, []
+        if self.text is not None:
+            self.text.delta(delta)
         self.text_parts.append(delta)
 
     def _close_text(self, complete: bool = True) -> None:
@@ -138,7 +140,8 @@ class _Deltas:
         channel = self.text_channel if self.text_channel == "analysis" or not self.calls else "commentary"
         msg = h.assistant(text, channel)
         self.r.messages.append(msg)
-        item.close(msg, complete=complete, annotations=_annotations(self.r, msg) if item.kind == "message" else None)
+        if item is not None:
+            item.close(msg, complete=complete)
         self.text = None
 
     def _tool(self, tc: dict[str, Any]) -> None:
@@ -151,61 +154,58 @@ class _Deltas:
         call.name += fn.get("name") or ""
         if fn.get("arguments"):
             call.arguments += fn["arguments"]
-            if call.item is not None and call.streams:
+            if call.item is not None and call.item.shows_arguments:
                 call.item.delta(fn["arguments"])
-        if call.item is None and call.name:
+        if not call.recipient and call.name:
             self._open(call)
 
     def _open(self, call: _Call) -> None:
         call.recipient = recipient = self.tools.recipient(call.name)
-        if recipient == "python":
-            call.item = _Item(self.r, h.Header("analysis", "python", None))
-            return
-        call.item = _Item(self.r, h.Header("commentary", recipient, "json"))
-        call.streams = call.item.kind in ("function_call", "mcp")
-        if call.streams and call.arguments:
+        call.admitted = self.r.tools.admit(self.r.limits)
+        if not call.admitted:
+            return  # past max_tool_calls: no item, no events
+        call.item = open_stream(self.r, None, recipient)
+        if call.item is not None and call.item.shows_arguments and call.arguments:
             call.item.delta(call.arguments)
 
     def end(self) -> Turn:
         self._close_text()
-        calls: list[tuple[Message, int | None]] = []
+        calls: list[Call] = []
         rejected = False
         for call in self.calls.values():
-            if call.item is None:
+            if not call.recipient:
                 continue  # a tool-call delta without a name: nothing the loop could run
+            if not call.admitted:
+                msg = from_chat(call.recipient, call.arguments)[0]  # kept, never run
+                self.r.messages.append(msg)
+                calls.append(Call(msg, None, admitted=False))
+                continue
             msg = self._finish_call(call)
             if msg is None:
                 rejected = True
                 continue
-            calls.append((msg, call.item.index))
-            if self.r.required is not None and self.r.required.met_by(call.recipient):
-                self.r.required = None
+            calls.append(Call(msg, call.item))
+            if self.r.turn.required is not None and self.r.turn.required.met_by(call.recipient):
+                self.r.turn.required = None
         if calls:
             return Turn("call", calls)
-        return Turn("retry" if rejected and self.r.tool_calls < self.r.limits.max_turns else "return")
+        return Turn("retry" if rejected and self.r.tools.count < self.r.limits.max_turns else "return")
 
     def _finish_call(self, call: _Call) -> Message | None:
-        """The call as a Harmony message, appended to the conversation; None when python's arguments cannot
-        be read (the model is told, as for any bad call, and writes it again)."""
+        """The call as a Harmony message (its kind reads the arguments), appended to the conversation; None
+        when the kind refuses them (python without `code`): the model is told and writes it again."""
         r, item = self.r, call.item
-        assert item is not None
-        if call.recipient == "python":
-            args, err = tool_args(call.arguments)
-            code = (args or {}).get("code")
-            if isinstance(code, str):
-                msg = h.assistant(code, "analysis", "python")
-                item.delta(code)
-                item.close(msg)
-                r.messages.append(msg)
-                return msg
-            msg = h.assistant(call.arguments, "analysis", "python", "json")  # kept as written
-            item.close(msg, complete=False)
-            r.messages += [msg, h.tool_result("python", err or "Error: python needs `code`, a string.", "analysis")]
-            r.tool_calls += 1
-            r.tool_log.append(("python", "rejected"))
+        msg, err = from_chat(call.recipient, call.arguments)
+        if err is not None:
+            if item is not None:
+                item.close(msg, complete=False)
+            r.messages += [msg, h.tool_result(call.recipient, err, msg.channel)]
+            r.tools.log.append((call.recipient.partition(".")[0], "rejected"))
             return None
-        msg = h.assistant(call.arguments, "commentary", call.recipient, "json")
-        item.close(msg)  # a function call with bad JSON closes incomplete; the loop tells the model
+        if item is not None:
+            if not item.shows_arguments:  # e.g. python's code, readable only once its JSON is complete
+                item.delta(h.text_of(msg))
+            item.close(msg)  # a function call with bad JSON closes incomplete; the loop tells the model
         r.messages.append(msg)
         return msg
 
@@ -213,7 +213,6 @@ class _Deltas:
         """The stream ended early (length limit, worker failure, cancel): close what is open as incomplete."""
         self._close_text(complete=False)
         for call in self.calls.values():
-            if call.item is not None and call.item.index is not None:
-                if self.r.builder.output[call.item.index].get("status") == "in_progress":
-                    call.item.close(h.assistant(call.arguments, "commentary", call.recipient), complete=False)
+            if call.item is not None and call.item.in_progress:
+                call.item.close(h.assistant(call.arguments, "commentary", call.recipient), complete=False)
         self.calls.clear()

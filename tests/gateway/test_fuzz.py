@@ -7,9 +7,7 @@ seconds (`max_examples` and a deadline bound it), against the fixture upstreams 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
-from typing import Any
 
 import httpx
 import pytest
@@ -17,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.gateway.harness import ACCEPT, INIT, GatewayProc, Upstream, fixtures, gateway_config, metric, running_gateway
+from tests.support.jsonrpc_fuzz import bodies, check_answer
 
 LIMIT = 4096
 """The gateway's body limit here, small so that oversized bodies cost little to generate."""
@@ -27,29 +26,7 @@ FUZZ = settings(
     database=None,
 )
 
-scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)
-json_values = st.recursive(
-    scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
-)
-methods = st.sampled_from(["tools/call", "tools/list", "ping", "resources/read", "prompts/get", ""]) | st.text(
-    max_size=30
-)
-"""Never `initialize`: a valid handshake legitimately opens a session, which is not what is fuzzed."""
-envelopes = st.fixed_dictionaries(
-    {},
-    optional={
-        "jsonrpc": st.sampled_from(["2.0", "1.0", 2]) | scalars,
-        "id": st.integers() | st.text(max_size=10) | json_values,
-        "method": methods | json_values,
-        "params": json_values | st.fixed_dictionaries({"name": st.text(max_size=20) | json_values}),
-    },
-)
-bodies = st.one_of(
-    st.binary(max_size=200),
-    json_values.map(lambda v: json.dumps(v).encode()),
-    envelopes.map(lambda v: json.dumps(v).encode()),
-    st.integers(LIMIT + 1, LIMIT * 4).map(lambda n: b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "x": "' + b"a" * n),
-)
+BODIES = bodies(LIMIT)
 
 
 @pytest.fixture(scope="module")
@@ -76,15 +53,6 @@ def pins(gw: GatewayProc, upstreams: list[Upstream]) -> float:
     return sum(metric(gw.base, gauge, namespace="fixture", replica=u.url) for u in upstreams)
 
 
-def check_answer(response: httpx.Response) -> None:
-    """A 2xx, or a 4xx whose JSON body is a JSON-RPC error; never a 5xx."""
-    assert response.status_code < 500, (response.status_code, response.text[:300])
-    if response.status_code >= 400:
-        body: Any = response.json()
-        assert body.get("jsonrpc") == "2.0" and isinstance(body["error"]["code"], int), body
-        assert isinstance(body["error"]["message"], str) and body["error"]["message"], body
-
-
 def still_serves(gw: GatewayProc, client: httpx.Client) -> None:
     """A fresh MCP session still opens through the gateway, and ends when deleted."""
     answer = client.post(gw.url("fixture"), json=INIT, headers=ACCEPT)
@@ -97,7 +65,7 @@ def test_streamable_post_bodies(gw: GatewayProc, upstreams: list[Upstream], clie
     before = pins(gw, upstreams)
 
     @FUZZ
-    @given(body=bodies, keyed=st.booleans())
+    @given(body=BODIES, keyed=st.booleans())
     def post(body: bytes, keyed: bool) -> None:
         headers = {**ACCEPT, **({"x-session-id": "fuzz-key"} if keyed else {})}
         response = client.post(gw.url("fixture"), content=body, headers=headers)
@@ -119,7 +87,7 @@ def test_legacy_messages_bodies(gw: GatewayProc, upstreams: list[Upstream], clie
         messages = httpx.URL(gw.base).join(endpoint)
 
         @FUZZ
-        @given(body=bodies)
+        @given(body=BODIES)
         def post(body: bytes) -> None:
             check_answer(client.post(messages, content=body, headers=ACCEPT))
 

@@ -78,9 +78,19 @@ def _required(rs: list[Response]) -> None:
 
 
 def _max_tool_calls(rs: list[Response]) -> None:
+    """The third call is past the limit: never run, no item (check_stream: no events for it either); the
+    model reads the refusal, answers, and the response completes."""
     (resp,) = rs
-    assert [o.status for o in resp.output if o.type == "code_interpreter_call"] == ["completed", "completed", "failed"]
+    assert resp.status == "completed" and _types(resp).count("code_interpreter_call") == 2
+    assert [o.status for o in resp.output if o.type == "code_interpreter_call"] == ["completed", "completed"]
     assert resp.output_text == "stopped"
+
+
+def _max_tool_calls_function(rs: list[Response]) -> None:
+    """A client function past the limit is not returned to the client: the model answers instead."""
+    (resp,) = rs
+    assert resp.status == "completed" and "function_call" not in _types(resp)
+    assert _types(resp).count("code_interpreter_call") == 1 and resp.output_text == "no more tools"
 
 
 def _bad_json(rs: list[Response]) -> None:
@@ -127,6 +137,11 @@ CASES = {
          (ToolSaid("python", ""), Call("python", {"code": "print(1)"})),
          (User("compute"), Call("python", {"code": "print(1)"}))],
         [{"input": "compute", "tools": [CI], "max_tool_calls": 2}], _max_tool_calls),
+    "max_tool_calls with a function": Case(
+        [(ToolSaid("functions.get_weather", "limit of this response"), Say("no more tools")),
+         (ToolSaid("python", ""), Call("functions.get_weather", {"city": "Paris"})),
+         (User("weather"), Call("python", {"code": "print(1)"}))],
+        [{"input": "weather?", "tools": [CI, WEATHER_TOOL], "max_tool_calls": 1}], _max_tool_calls_function),
     "bad JSON": Case(
         [(ToolSaid("functions.get_weather", "not valid JSON"), Call("functions.get_weather", {"city": "Paris"})),
          (ToolSaid("browser.search", "not valid JSON"), Call("functions.get_weather", "{bad")),

@@ -134,6 +134,16 @@ def test_max_tool_calls_stops_further_calls(stack):
     resp = stack.client.responses.create(
         model="gpt-oss", input="compute", tools=[{"type": "code_interpreter"}], max_tool_calls=2
     )
-    assert resp.output_text == "stopped"
+    assert resp.output_text == "stopped" and resp.status == "completed"
     calls = [o.status for o in resp.output if o.type == "code_interpreter_call"]
-    assert calls == ["completed", "completed", "failed"]  # the third was written but not run
+    assert calls == ["completed", "completed"]  # the third was written, but neither run nor listed
+
+
+def test_a_model_that_keeps_calling_past_max_tool_calls_ends_incomplete(stack):
+    """Ignored calls still count: past `max_tool_calls + 8` attempts the loop stops instead of spinning."""
+    stack.script([("compute|python", PY_CALL)])  # SCRIPTED: the model calls python whatever it reads
+    events = list(stack.client.responses.create(model="gpt-oss", input="compute", tools=[{"type": "code_interpreter"}],
+                                                max_tool_calls=1, stream=True))  # fmt: skip
+    resp = check_stream(events)
+    assert resp.status == "incomplete" and resp.incomplete_details.reason == "max_messages"
+    assert [o.type for o in resp.output if o.type != "reasoning"] == ["code_interpreter_call"]

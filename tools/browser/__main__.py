@@ -7,9 +7,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from toolkit.logging import configure_logging
-from toolkit.serve import serve
-from toolkit.tracing import setup_tracing
+from toolkit.serve import run_service
 from tools.browser.backends import load_backend
 from tools.browser.backends.local import LocalIndex, SearchIndex, update_index
 from tools.browser.core import Browser
@@ -68,10 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args[:1] == ["index"]:
         return index_main(args[1:])
     settings = BrowserSettings.from_args(args, prog="toolfleet browser")
-    configure_logging(settings.log_level, service="browser")
-    setup_tracing(settings, service="browser")
-    serve(build_server(settings, build_browser(settings)).build_app(), settings)
-    return 0
+    return run_service("browser", settings, lambda s: build_server(s, build_browser(s)).build_app())
 
 
 if __name__ == "__main__":

@@ -5,9 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from toolkit.logging import configure_logging
-from toolkit.serve import serve
-from toolkit.tracing import setup_tracing
+from toolkit.serve import run_service
 from tools.container.backends import load_backend
 from tools.container.server import build_server
 from tools.container.settings import ContainerSettings
@@ -15,10 +13,7 @@ from tools.container.settings import ContainerSettings
 
 def main(argv: Sequence[str] | None = None) -> int:
     settings = ContainerSettings.from_args(sys.argv[1:] if argv is None else argv, prog="toolfleet container")
-    configure_logging(settings.log_level, service="container")
-    setup_tracing(settings, service="container")
-    serve(build_server(settings, load_backend(settings)).build_app(), settings)
-    return 0
+    return run_service("container", settings, lambda s: build_server(s, load_backend(s)).build_app())
 
 
 if __name__ == "__main__":

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from toolkit import registry
 from tools.browser.settings import BrowserSettings
 
-BACKENDS: dict[str, str] = {
+BACKENDS: registry.Registry = {
     "local": "tools.browser.backends.local:LocalIndex",
     "searxng": "tools.browser.backends.searxng:SearxngSearch",
     "exa": "tools.browser.backends.exa:ExaSearch",
@@ -43,7 +43,5 @@ class SearchBackend(Protocol):
 
 
 def load_backend(name: str, settings: BrowserSettings) -> SearchBackend:
-    if name not in BACKENDS:
-        raise ValueError(f"unknown search backend {name!r}; choose one of {', '.join(BACKENDS)}")
-    module, _, cls = BACKENDS[name].partition(":")
-    return getattr(importlib.import_module(module), cls)(settings)
+    backend: SearchBackend = registry.load(BACKENDS, name, "search backend")(settings)
+    return backend

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import importlib
 import shutil
 
+from toolkit import registry
 from tools.python_sandbox.core import Backend
 from tools.python_sandbox.settings import PythonSandboxSettings
 
-BACKENDS: dict[str, str] = {
+BACKENDS: registry.Registry = {
     "docker": "tools.python_sandbox.backends.docker:DockerBackend",
     "local": "tools.python_sandbox.backends.local:LocalBackend",
 }
@@ -16,9 +16,7 @@ BACKENDS: dict[str, str] = {
 
 def choose_backend_name(requested: str) -> str:
     """`auto` means docker when an engine answers, else the local bubblewrap sandbox."""
-    if requested != "auto":
-        if requested not in BACKENDS:
-            raise ValueError(f"unknown python backend {requested!r}; choose one of {', '.join(BACKENDS)} or auto")
+    if registry.check(BACKENDS, requested, "python backend", also=["auto"]) != "auto":
         return requested
     from toolkit.containers import engine_reachable
 
@@ -30,5 +28,5 @@ def choose_backend_name(requested: str) -> str:
 
 
 def load_backend(settings: PythonSandboxSettings) -> Backend:
-    module, _, cls = BACKENDS[choose_backend_name(settings.backend)].partition(":")
-    return getattr(importlib.import_module(module), cls)(settings)
+    backend: Backend = registry.load(BACKENDS, choose_backend_name(settings.backend), "python backend")(settings)
+    return backend

@@ -1,0 +1,33 @@
+"""How every bench reports: its rows printed one a line, and (with `--out`) saved as JSON with the machine's facts."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+
+def environment(**extra: Any) -> dict[str, Any]:
+    """What a figure depends on besides the code: the Python, the machine and its cores (and the bench's own)."""
+    return {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(), **extra}
+
+
+def save(path: str | None, rows: list[dict[str, Any]], **extra: Any) -> None:
+    if path:
+        Path(path).write_text(json.dumps(environment() | extra | {"rows": rows}, indent=2))
+
+
+def print_rows(rows: list[dict[str, Any]], width: int = 48) -> None:
+    """A row a line: its name, then every other figure as `key=value`."""
+    for r in rows:
+        figures = ", ".join(f"{k}={v}" for k, v in r.items() if k != "name")
+        print(f"{r['name']:<{width}} {figures}")
+
+
+def print_values(rows: list[dict[str, Any]], width: int, value_width: int) -> None:
+    """Rows whose headline is one `value`: name, value, then the rest as JSON."""
+    for r in rows:
+        extra = {k: v for k, v in r.items() if k not in ("name", "value")}
+        print(f"{r['name']:<{width}} {r['value']:>{value_width}}  {json.dumps(extra)}")

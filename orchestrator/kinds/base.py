@@ -1,0 +1,138 @@
+"""What every output-item kind module shares: the Kind and Stream interfaces, a tool call's JSON
+arguments, calling a tool server, and answering the model."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from openai_harmony import Message
+
+from orchestrator import harmony as h
+from orchestrator.run import Run
+from orchestrator.schema import Toolset
+from orchestrator.tools import ToolOutcome
+from orchestrator.worker.client import TokenLogprob
+
+
+class Stream:
+    """An output item while the model writes it: opened at the message header, fed the text as it arrives,
+    closed when the message is complete (or cut short: `complete=False`)."""
+
+    delta_event: ClassVar[str | None] = None  # the event each piece of text is sent as
+    shows_arguments: ClassVar[bool] = False  # chat path: the item shows a call's arguments as they arrive
+
+    def __init__(self, r: Run, index: int) -> None:
+        self.r, self.index = r, index
+
+    @property
+    def in_progress(self) -> bool:
+        return self.r.builder.output[self.index].get("status") == "in_progress"
+
+    def delta(self, text: str, lp: TokenLogprob | None = None) -> None:
+        if text and self.delta_event:
+            self.r.builder.item_event(self.index, self.delta_event, delta=text)
+
+    def close(self, msg: Message | None, *, complete: bool = True) -> None:
+        raise NotImplementedError
+
+
+class ToolStream(Stream):
+    """A built-in call's item streamed while the call is written; the kind's `call` finishes it once the
+    tool has answered, unless the call was cut short (then it fails here)."""
+
+    done_event: ClassVar[str]
+    field: ClassVar[str]  # the item field (and done-event field) that holds what the model wrote
+
+    def close(self, msg: Message | None, *, complete: bool = True) -> None:
+        b, text = self.r.builder, h.text_of(msg) if msg is not None else ""
+        b.item_event(self.index, self.done_event, **{self.field: text})
+        b.output[self.index][self.field] = text
+        if not complete:
+            b.output[self.index]["status"] = "failed"
+            b.done_item(self.index)
+
+
+@dataclass
+class EchoContext:
+    """What echoing client-kept input items needs: function call ids -> names (filled in as they come) and
+    the kept tool text of earlier items by item id."""
+
+    calls: dict[str, str] = field(default_factory=dict)
+    results: dict[str, str] = field(default_factory=dict)
+
+
+class Kind:
+    """One output-item kind: how its item opens and streams, how its call runs and finishes it, and how
+    an item of it sent back as input becomes Harmony messages again (the chat path renders those)."""
+
+    echoes: ClassVar[tuple[str, ...]] = ()  # the input item types `echo` reads
+    executed: ClassVar[bool] = True  # False: the client runs the call (functions)
+    namespaces: ClassVar[tuple[str, ...]] = ()  # built-in namespaces whose chat functions this kind defines
+
+    def claims(self, toolset: Toolset, ns: str, fn: str) -> bool:
+        """Whether a recipient `ns.fn` is a call of this kind in this request."""
+        return False
+
+    def stream(self, r: Run, ns: str, fn: str) -> Stream | None:
+        """The item opened at the call's header; None: the item opens once the call is complete."""
+        return None
+
+    async def call(self, r: Run, msg: Message, ns: str, fn: str, stream: Stream | None) -> ToolOutcome | None:
+        """Run the call and finish its items; None: the response stops here (an approval request)."""
+        raise NotImplementedError
+
+    def echo(self, item: dict[str, Any], where: str, ctx: EchoContext) -> list[Message]:
+        raise NotImplementedError
+
+    # --- the chat path (chat-template workers): the same calls as chat functions -----------------------
+
+    def chat_functions(self, ns: h.Namespace) -> list[dict[str, Any]]:
+        """The functions {name, description, parameters} a namespace is offered as (name "": the namespace
+        itself is the function); by default the tools its server listed."""
+        return list(ns.tools)
+
+    def chat_arguments(self, msg: Message) -> str:
+        """A call's Harmony message as the chat tool call's `arguments`."""
+        return h.text_of(msg)
+
+    def from_chat(self, recipient: str, arguments: str) -> tuple[Message, str | None]:
+        """A chat tool call as the Harmony message the conversation keeps, and the error the model reads
+        instead of a run (None: run it)."""
+        return h.assistant(arguments, "commentary", recipient, "json"), None
+
+
+def tool_args(text: str) -> tuple[dict[str, Any] | None, str | None]:
+    """The JSON object a tool call carries, or an error message the model can act on."""
+    try:
+        value = json.loads(text or "{}")
+    except json.JSONDecodeError as exc:
+        return (
+            None,
+            f"Error: the tool arguments are not valid JSON ({exc.msg} at position {exc.pos}). Send one JSON object.",
+        )
+    if not isinstance(value, dict):
+        return None, "Error: the tool arguments must be a JSON object."
+    return value, None
+
+
+def rejected(text: str) -> ToolOutcome:
+    """A call refused before any tool server saw it."""
+    return ToolOutcome(text, True, outcome="rejected")
+
+
+async def invoke(r: Run, ns: str, fn: str, args: dict[str, Any]) -> ToolOutcome:
+    """Call `ns.fn` on its server: a request's MCP server, or the fleet's tool server for the namespace."""
+    if (server := r.toolset.mcp.get(ns)) is not None:  # at the address its listing was checked at
+        return await r.sessions.call(server.url, fn, args, server.headers, address=server.address,
+                                     client_named=server.client_named)  # fmt: skip
+    url = r.endpoints.url_for(ns)
+    if url is None:
+        return ToolOutcome(f"Error: no tool server is configured for `{ns}`.", True, outcome="unavailable")
+    return await r.sessions.call(url, fn, args, r.toolset.builtins.get(ns, {}))
+
+
+def answer(r: Run, recipient: str, text: str, channel: str | None) -> None:
+    """The tool's answer as the model reads it in the next turn's prompt."""
+    r.messages.append(h.tool_result(recipient, text or "(no output)", channel))

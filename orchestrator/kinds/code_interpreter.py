@@ -1,0 +1,80 @@
+"""`code_interpreter_call` items: the `python` tool; the code streams into the item as the model writes it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from openai_harmony import Message
+
+from orchestrator import harmony as h
+from orchestrator.events import new_id
+from orchestrator.kinds.base import EchoContext, Kind, Stream, ToolStream, invoke, tool_args
+from orchestrator.run import Run
+from orchestrator.schema import Toolset
+from orchestrator.tools import ToolOutcome
+
+_CHAT_PARAMETERS = {
+    "type": "object",
+    "properties": {"code": {"type": "string", "description": "Python source to run in the stateful session"}},
+    "required": ["code"],
+}
+
+
+class CodeStream(ToolStream):
+    delta_event = "response.code_interpreter_call_code.delta"
+    done_event = "response.code_interpreter_call_code.done"
+    field = "code"
+
+    def __init__(self, r: Run) -> None:
+        super().__init__(r, r.builder.add_item({"id": new_id("ci"), "type": "code_interpreter_call", "code": "",
+                                                "container_id": r.container_id, "outputs": None,
+                                                "status": "in_progress"}))  # fmt: skip
+        r.builder.item_event(self.index, "response.code_interpreter_call.in_progress")
+
+
+class CodeInterpreterKind(Kind):
+    """Harmony's python tool takes the code itself; on the chat path it is a function `python({code})`."""
+
+    echoes = ("code_interpreter_call",)
+    namespaces = ("python",)
+
+    def claims(self, toolset: Toolset, ns: str, fn: str) -> bool:
+        return ns == "python" and "python" in toolset.builtins
+
+    def stream(self, r: Run, ns: str, fn: str) -> Stream | None:
+        return CodeStream(r)
+
+    async def call(self, r: Run, msg: Message, ns: str, fn: str, stream: Stream | None) -> ToolOutcome:
+        b, code = r.builder, h.text_of(msg)
+        if stream is None:
+            stream = CodeStream(r)
+            b.item_event(stream.index, "response.code_interpreter_call_code.done", code=code)
+        index = stream.index
+        b.output[index].update(code=code, status="interpreting")
+        b.item_event(index, "response.code_interpreter_call.interpreting")
+        outcome = await invoke(r, "python", "python", {"code": code})
+        outputs: list[dict[str, Any]] = [{"type": "logs", "logs": outcome.text}] if outcome.text else []
+        outputs += [{"type": "image", "url": url} for url in outcome.images]
+        b.output[index].update(outputs=outputs, status="failed" if outcome.is_error else "completed")
+        b.item_event(index, "response.code_interpreter_call.completed")
+        b.done_item(index)
+        return outcome
+
+    def echo(self, item: dict[str, Any], where: str, ctx: EchoContext) -> list[Message]:
+        logs = "".join(o.get("logs", "") for o in item.get("outputs") or [] if o.get("type") == "logs")
+        return [h.assistant(str(item.get("code") or ""), "analysis", "python"),
+                h.tool_result("python", logs, "analysis")]  # fmt: skip
+
+    def chat_functions(self, ns: h.Namespace) -> list[dict[str, Any]]:
+        return [{"name": "", "description": ns.description, "parameters": _CHAT_PARAMETERS}]
+
+    def chat_arguments(self, msg: Message) -> str:
+        return h.text_of(msg) if msg.content_type == "json" else json.dumps({"code": h.text_of(msg)})
+
+    def from_chat(self, recipient: str, arguments: str) -> tuple[Message, str | None]:
+        args, err = tool_args(arguments)
+        code = (args or {}).get("code")
+        if isinstance(code, str):
+            return h.assistant(code, "analysis", "python"), None
+        return h.assistant(arguments, "analysis", "python", "json"), err or "Error: python needs `code`, a string."

@@ -1,0 +1,131 @@
+"""`mcp_call` items (a request's MCP servers, and the container namespace without a shell tool), their
+approvals (`mcp_approval_request`, answered by the client's `mcp_approval_response` in a later response),
+and the structured errors of failed calls."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from openai_harmony import Message
+
+from orchestrator import harmony as h
+from orchestrator.events import new_id
+from orchestrator.kinds.base import EchoContext, Kind, Stream, ToolStream, answer, invoke, rejected, tool_args
+from orchestrator.run import Run
+from orchestrator.schema import Toolset
+from orchestrator.tools import ToolOutcome
+
+_MCP_HTTP_CODES = {"unavailable": 503, "timeout": 504}
+_MCP_PROTOCOL_CODES = {"rejected": -32602}  # JSON-RPC invalid params: bad arguments or a tool not allowed
+
+
+class McpStream(ToolStream):
+    delta_event = "response.mcp_call_arguments.delta"
+    done_event = "response.mcp_call_arguments.done"
+    field = "arguments"
+    shows_arguments = True
+
+    def __init__(self, r: Run, ns: str, fn: str, approval_id: str | None = None) -> None:
+        item = {"id": new_id("mcp"), "type": "mcp_call", "server_label": ns, "name": fn, "arguments": "",
+                "status": "in_progress", "output": None, "error": None}  # fmt: skip
+        if approval_id:
+            item["approval_request_id"] = approval_id
+        super().__init__(r, r.builder.add_item(item))
+        r.builder.item_event(self.index, "response.mcp_call.in_progress")
+
+
+class McpKind(Kind):
+    echoes = ("mcp_call", "mcp_list_tools", "mcp_approval_request", "mcp_approval_response")
+
+    def claims(self, toolset: Toolset, ns: str, fn: str) -> bool:
+        return (ns == "container" and "container" in toolset.builtins) or ns in toolset.mcp
+
+    def stream(self, r: Run, ns: str, fn: str) -> Stream | None:
+        return None if _needs_approval(r.toolset, ns, fn) else McpStream(r, ns, fn)
+
+    async def call(self, r: Run, msg: Message, ns: str, fn: str, stream: Stream | None) -> ToolOutcome | None:
+        if _needs_approval(r.toolset, ns, fn):
+            _request_approval(r, msg, ns, fn)
+            return None
+        return await _run(r, msg, ns, fn, stream)
+
+    def echo(self, item: dict[str, Any], where: str, ctx: EchoContext) -> list[Message]:
+        if item.get("type") != "mcp_call":
+            return []  # approvals are the turn loop's (`resume_approvals`); listings are informational
+        name = f"{item.get('server_label')}.{item.get('name')}"
+        return [h.assistant(str(item.get("arguments") or "{}"), "commentary", name, "json"),
+                h.tool_result(name, str(item.get("output") or mcp_error_text(item.get("error")) or ""))]  # fmt: skip
+
+
+def _needs_approval(toolset: Toolset, ns: str, fn: str) -> bool:
+    server = toolset.mcp.get(ns)
+    return server is not None and (server.allowed is None or fn in server.allowed) and server.needs_approval(fn)
+
+
+async def _run(r: Run, msg: Message, ns: str, fn: str, stream: Stream | None, approval_id: str | None = None):
+    b, args_text = r.builder, h.text_of(msg)
+    if stream is None:
+        stream = McpStream(r, ns, fn, approval_id)
+        b.item_event(stream.index, "response.mcp_call_arguments.done", arguments=args_text)
+    index = stream.index
+    b.output[index]["arguments"] = args_text
+    args, err = tool_args(args_text)
+    server = r.toolset.mcp.get(ns)
+    if err is None and server is not None and server.allowed is not None and fn not in server.allowed:
+        err = f"Error: the tool `{fn}` is not allowed on the `{ns}` server."
+    outcome = rejected(err) if err else await invoke(r, ns, fn, args or {})
+    item = b.output[index]
+    if outcome.is_error:
+        item.update(status="failed", error=mcp_error(outcome.kind, outcome.text))
+        b.item_event(index, "response.mcp_call.failed")
+    else:
+        item.update(status="completed", output=outcome.text)
+        b.item_event(index, "response.mcp_call.completed")
+    b.done_item(index)
+    return outcome
+
+
+def _request_approval(r: Run, msg: Message, ns: str, fn: str) -> None:
+    b, approval_id = r.builder, new_id("mcpr")
+    item = {"id": approval_id, "type": "mcp_approval_request", "server_label": ns, "name": fn,
+            "arguments": h.text_of(msg)}  # fmt: skip
+    b.done_item(b.add_item(item))
+    r.tools.pending[approval_id] = {"recipient": msg.recipient, "server_label": ns, "name": fn}
+
+
+async def resume_approvals(r: Run) -> None:
+    """Answer the call an earlier response stopped at, as the client's `mcp_approval_response` decides."""
+    for approval_id, call in list(r.tools.pending.items()):
+        r.tools.pending.pop(approval_id)
+        decision = r.tools.approvals.get(approval_id)
+        last = r.messages[-1] if r.messages else None
+        if last is None or last.recipient != call["recipient"]:
+            continue
+        if decision:
+            r.tools.count += 1
+            outcome = await _run(r, last, call["server_label"], call["name"], None, approval_id)
+            r.tools.log.append((call["server_label"], outcome.kind))
+            answer(r, call["recipient"], outcome.text, last.channel)
+        else:
+            answer(r, call["recipient"], "Error: the user did not approve this tool call.", last.channel)
+
+
+def mcp_error(kind: str, text: str) -> dict[str, Any]:
+    """The structured `error` of a failed mcp_call (OpenAI's McpToolCallError union), chosen by the outcome's
+    kind: the tool's own error result, the server out of reach or too slow (HTTP), or a protocol refusal."""
+    if kind == "tool_error":
+        return {"type": "mcp_tool_execution_error", "content": [{"type": "text", "text": text}]}
+    if kind in _MCP_HTTP_CODES:
+        return {"type": "http_error", "code": _MCP_HTTP_CODES[kind], "message": text}
+    return {"type": "mcp_protocol_error", "code": _MCP_PROTOCOL_CODES.get(kind, -32603), "message": text}
+
+
+def mcp_error_text(error: Any) -> str:
+    """What the model reads back for an mcp_call's error: a client may echo the structured object or a string."""
+    if not isinstance(error, dict):
+        return str(error or "")
+    if isinstance(error.get("message"), str):
+        return error["message"]
+    content = error.get("content")
+    parts = content if isinstance(content, list) else [content]
+    return "\n".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in parts if p is not None)

@@ -1,0 +1,101 @@
+"""`message` items: the model's final answer (its `output_text`, logprobs and url_citation annotations), and
+client messages of any role sent as input."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from openai_harmony import Message
+
+from orchestrator import harmony as h
+from orchestrator.events import new_id
+from orchestrator.kinds.base import EchoContext, Kind, Stream
+from orchestrator.kinds.web_search import annotations
+from orchestrator.run import Run
+from orchestrator.schema import RequestError
+from orchestrator.worker.client import TokenLogprob
+
+
+class MessageStream(Stream):
+    def __init__(self, r: Run) -> None:
+        index = r.builder.add_item({"id": new_id("msg"), "type": "message", "role": "assistant",
+                                    "status": "in_progress", "content": []})  # fmt: skip
+        super().__init__(r, index)
+        self.logprobs: list[dict[str, Any]] = []  # output_text logprobs, when include asks for them
+        self.pending: list[tuple[int, TokenLogprob]] = []  # tokens whose text has not shown yet (split UTF-8)
+        r.builder.item_event(index, "response.content_part.added", content_index=0,
+                             part={"type": "output_text", "text": "", "annotations": [], "logprobs": []})  # fmt: skip
+
+    def delta(self, text: str, lp: TokenLogprob | None = None) -> None:
+        if lp is not None:
+            self.pending.append((self.r.turn.last_token, lp))
+        if not text:
+            return
+        entries: list[dict[str, Any]] = []
+        if self.r.logprobs is not None:
+            entries = [_logprob(t, x, self.r.logprobs) for t, x in self.pending]
+            self.logprobs += entries
+            self.pending = []
+        self.r.builder.item_event(self.index, "response.output_text.delta", content_index=0, delta=text,
+                                  logprobs=[_without_bytes(e) for e in entries])  # fmt: skip
+
+    def close(self, msg: Message | None, *, complete: bool = True) -> None:
+        b, text = self.r.builder, h.text_of(msg) if msg is not None else ""
+        part = {"type": "output_text", "text": text, "annotations": [], "logprobs": self.logprobs}
+        for i, ann in enumerate(annotations(self.r, msg) if msg is not None else []):
+            part["annotations"].append(ann)
+            b.item_event(self.index, "response.output_text.annotation.added", content_index=0,
+                         annotation_index=i, annotation=ann)  # fmt: skip
+        b.item_event(self.index, "response.output_text.done", content_index=0, text=text,
+                     logprobs=[_without_bytes(e) for e in self.logprobs])  # fmt: skip
+        b.item_event(self.index, "response.content_part.done", content_index=0, part=part)
+        b.output[self.index].update(content=[part], status="completed" if complete else "incomplete")
+        b.done_item(self.index)
+
+
+class MessageKind(Kind):
+    echoes = ("message",)
+
+    def open(self, r: Run) -> MessageStream:
+        return MessageStream(r)
+
+    def echo(self, item: dict[str, Any], where: str, ctx: EchoContext) -> list[Message]:
+        role, text = item.get("role"), content_text(item.get("content"), f"{where}.content")
+        if role == "user":
+            return [h.user(text)]
+        if role == "assistant":
+            return [h.assistant(text, "final")]
+        if role in ("system", "developer"):
+            return [Message.from_role_and_content(h.Role.DEVELOPER, text)]
+        raise RequestError(f"unknown message role {role!r}", f"{where}.role")
+
+
+def content_text(content: Any, where: str) -> str:
+    """The text of a message's (or reasoning item's) content: a string or a list of text parts."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise RequestError("message content must be a string or a list of parts", where)
+    parts = []
+    for part in content:
+        if isinstance(part, dict) and part.get("type") in ("input_text", "output_text", "text", "reasoning_text"):
+            parts.append(str(part.get("text", "")))
+        elif isinstance(part, dict) and part.get("type") == "refusal":
+            parts.append(str(part.get("refusal", "")))
+        else:
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            raise RequestError(f"content part type {kind!r} is not supported by this model", where)
+    return "".join(parts)
+
+
+def _logprob(token: int, lp: TokenLogprob, top_n: int) -> dict[str, Any]:
+    """An output_text logprob: the sampled token (decoded here, from its id) and the worker's `top_n` best."""
+    text = h.encoding().decode([token])
+    top = [{"token": t, "bytes": list(t.encode()), "logprob": v} for t, v in lp.top[:top_n]]
+    return {"token": text, "bytes": list(text.encode()), "logprob": lp.logprob, "top_logprobs": top}
+
+
+def _without_bytes(entry: dict[str, Any]) -> dict[str, Any]:
+    """The same logprob as the delta/done events carry it (no bytes)."""
+    top = [{"token": t["token"], "logprob": t["logprob"]} for t in entry["top_logprobs"]]
+    return {"token": entry["token"], "logprob": entry["logprob"], "top_logprobs": top}

@@ -1,0 +1,135 @@
+"""One response's run state, split by owner: the limits and usage (the loop), the per-turn state (the turn
+models), the tool-call accounting and tool state (`toolcalls` and `kinds/`), and the response body and
+events (`ResponseBuilder`, written by the item streams of `kinds/`).
+
+Only data and the TurnModel protocol live here, so every module that reads or writes a run imports this
+one and none of them imports another to reach the run (no `turns` <-> `toolcalls` cycle).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from openai_harmony import Message
+
+from orchestrator import harmony as h
+from orchestrator.events import ResponseBuilder, usage
+from orchestrator.schema import Requirement, Toolset
+from orchestrator.tools import Endpoints, ToolSessions
+from orchestrator.worker.client import Generate
+
+JSON_RETRIES = 2  # function calls with invalid JSON arguments sent back to the model per response
+
+
+@dataclass
+class Limits:
+    max_output_tokens: int
+    max_tool_calls: int
+    max_turns: int
+
+
+@dataclass
+class Usage:
+    input: int = 0
+    output: int = 0
+    cached: int = 0
+    reasoning: int = 0
+    tool_output: int = 0
+    last_prompt: int = 0
+    last_output: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return usage(input_tokens=self.input, output_tokens=self.output, cached=self.cached,
+                     reasoning=self.reasoning, tool_output=self.tool_output)  # fmt: skip
+
+    def account(self, prompt_tokens: int, generated: int) -> None:
+        """One generation's tokens; the prompt's growth beyond the last prompt and output is tool output."""
+        if self.last_prompt:
+            self.tool_output += max(0, prompt_tokens - self.last_prompt - self.last_output)
+        self.input += prompt_tokens
+        self.output += generated
+        self.last_prompt, self.last_output = prompt_tokens, generated
+
+
+@dataclass
+class ToolState:
+    """Tool-call accounting and what the tools left for later turns and responses (owned by `toolcalls`
+    and the kinds; `service` stores calls, pending and pages, and the results by item id)."""
+
+    count: int = 0  # calls the model wrote in this response, admitted or not (`admit`)
+    admitted: bool = True  # whether the call now being written is within max_tool_calls
+    calls: dict[str, str] = field(default_factory=dict)  # function call_id -> name
+    pending: dict[str, dict[str, Any]] = field(default_factory=dict)  # approval id -> call
+    approvals: dict[str, bool] = field(default_factory=dict)  # mcp_approval_response decisions
+    pages: dict[int, dict[str, Any]] = field(default_factory=dict)  # browser cursor -> web_search.browser_page
+    results: dict[str, str] = field(default_factory=dict)  # output item id -> the tool's text
+    log: list[tuple[str, str]] = field(default_factory=list)  # (namespace, outcome) per call, for metrics
+
+    def admit(self, limits: Limits) -> bool:
+        """Count a call the model started writing; True while it is within the response's `max_tool_calls`."""
+        self.count += 1
+        self.admitted = self.count <= limits.max_tool_calls
+        return self.admitted
+
+
+@dataclass
+class TurnState:
+    """What the turn models carry from one generation to the next."""
+
+    renderer: h.Renderer = field(default_factory=h.Renderer)
+    required: Requirement | None = None  # tool_choice not yet satisfied in this response
+    forced: bool = False  # the header prefill was used: a second miss fails the response
+    last_token: int = 0
+    json_retries: int = JSON_RETRIES
+
+
+@dataclass
+class Call:
+    """A tool call the model wrote: its message, the item streamed while it was written (if any), and whether
+    it was within `max_tool_calls` (a call past it has no item and is never run; the model is told to answer)."""
+
+    msg: Message
+    stream: Any = None  # kinds.Stream
+    admitted: bool = True
+
+
+@dataclass
+class Turn:
+    """What one generation asked for: "call" (with the calls), "return" (an answer, or the end of the
+    stream), "length", "force" or "retry" (generate again)."""
+
+    outcome: str
+    calls: list[Call] = field(default_factory=list)
+
+
+class TurnModel(Protocol):
+    """The model-facing part of a turn: render the conversation for the worker, generate, and parse the
+    output into items, events and messages. Harmony (token ids, `/v1/completions`) and chat (messages,
+    `/v1/chat/completions`, vLLM's own template and parsers) implement it; the loop in `turns` is shared."""
+
+    async def turn(self, r: Run, budget: int) -> Turn: ...
+
+
+@dataclass
+class Run:
+    """Everything one response's loop needs."""
+
+    builder: ResponseBuilder
+    messages: list[Message]  # full conversation: system, developer, history, new input, then this response's
+    toolset: Toolset
+    endpoints: Endpoints
+    sessions: ToolSessions
+    generate: Generate
+    limits: Limits
+    conversation: str
+    temperature: float | None = None
+    top_p: float | None = None
+    new_input: list[Message] = field(default_factory=list)  # appended after pending approvals are answered
+    container_id: str = "auto"
+    include: set[str] = field(default_factory=set)
+    logprobs: int | None = None  # top_logprobs to report per output_text token; None: logprobs not included
+    model: TurnModel | None = None  # None: Harmony (`turns.HARMONY`)
+    usage: Usage = field(default_factory=Usage)
+    tools: ToolState = field(default_factory=ToolState)
+    turn: TurnState = field(default_factory=TurnState)
