@@ -6,6 +6,7 @@ import anyio
 import structlog
 
 from gateway.errors import GatewayError
+from gateway.keys import SessionKey
 from gateway.probe import ProbeSession
 from gateway.routing import Namespace
 from gateway.service import Gateway
@@ -63,17 +64,17 @@ async def probe_forever(gw: Gateway) -> None:
         await anyio.sleep(min(gw.cfg.health.interval_s, gw.cfg.health.open_s))
 
 
-async def cleanup(gw: Gateway, ns: Namespace, key: str, pin: Pin) -> None:
+async def cleanup(gw: Gateway, ns: Namespace, key: SessionKey, pin: Pin) -> None:
     """Call `cleanup_session` (when the namespace has it) for a session on its replica, end the upstream
     MCP session the gateway opened for it, then drop its pin."""
     replica = ns.replicas.get(pin.replica)
     known = any(isinstance(t, dict) and t.get("name") == "cleanup_session" for t in ns.tools or [])
-    rec = await gw.store.get_session(key[2:]) if key.startswith("s:") else None
+    rec = None if key.by_header else await gw.store.get_session(key.id)
     own_session = rec is not None and rec.upstream_sid is not None
     if replica is not None and replica.available and not pin.lost and (known or own_session):
         headers = dict(ns.cfg.headers.static)
-        if key.startswith("h:"):
-            headers["x-session-id"] = key[2:]
+        if key.by_header:
+            headers["x-session-id"] = key.id
         session = ProbeSession(gw.client, replica, headers, gw.cfg.health.timeout_s)
         try:
             with anyio.fail_after(gw.cfg.health.timeout_s * 3):
@@ -85,11 +86,11 @@ async def cleanup(gw: Gateway, ns: Namespace, key: str, pin: Pin) -> None:
                     await session.request("tools/call", {"name": "cleanup_session", "arguments": {}})
                 await session.close()  # ends the upstream MCP session too
         except (GatewayError, TimeoutError) as exc:
-            log.info("session.cleanup_failed", namespace=ns.name, session_id=key[2:], error=str(exc))
+            log.info("session.cleanup_failed", namespace=ns.name, session_id=key.id, error=str(exc))
     if rec is not None:
-        await gw.store.drop_session(key[2:])
+        await gw.store.drop_session(key.id)
     await gw.store.drop_pin(ns.name, key)
-    log.info("session.reaped", namespace=ns.name, session_id=key[2:], replica=pin.replica, lost=pin.lost)
+    log.info("session.reaped", namespace=ns.name, session_id=key.id, replica=pin.replica, lost=pin.lost)
 
 
 async def reap_once(gw: Gateway) -> int:

@@ -21,11 +21,12 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from starlette.types import Receive, Scope, Send
 
 from gateway.asgi import header, read_body, send_bytes, send_error, session_header
-from gateway.errors import BadUpstream, GatewayError, Unavailable, UnknownSession, error_body
+from gateway.errors import BadUpstream, GatewayError, UnknownSession, error_body
 from gateway.health import cleanup
 from gateway.http import Response, Timeouts
-from gateway.messages import Rewriter, envelope_headers, parse_message, tool_name
-from gateway.routing import Namespace, Target, header_key, new_session_id
+from gateway.messages import Rewriter, envelope_headers, parse_message
+from gateway.pipeline import Outcome, deliver
+from gateway.routing import Namespace, Target, new_session_id
 from gateway.service import Gateway
 from gateway.upstream import open_stream, sse_events, upstream_errors
 
@@ -104,7 +105,7 @@ async def _close(gw: Gateway, session: LegacySession) -> None:
     pin = await gw.store.get_pin(ns.name, rec.key)
     try:
         with anyio.move_on_after(gw.cfg.health.timeout_s * 3):
-            if rec.key.startswith("s:") and pin is not None and session.used_tools:
+            if not rec.key.by_header and pin is not None and session.used_tools:
                 await cleanup(gw, ns, rec.key, pin)
             elif (replica := ns.replicas.get(rec.replica or "")) is not None and rec.upstream_sid:
                 headers = {**ns.cfg.headers.static, "mcp-session-id": rec.upstream_sid}
@@ -177,73 +178,72 @@ async def _forward(
 async def _forward_one(
     gw: Gateway, session: LegacySession, msg: dict[str, Any], body: bytes, headers: list[tuple[bytes, bytes]]
 ) -> None:
-    ns, rid, method = session.ns, msg.get("id"), msg.get("method")
-    target: Target | None = None
-    try:
-        try:
-            target = await gw.router.resolve(ns, session.sid if session.opened else None, session.xsid, msg)
-        except Unavailable:
-            if session.opened or method not in ("initialize", "tools/list", "ping"):
-                raise
-            target = Target(ns, None, header_key(session.xsid))
-        gw.check_call(ns, msg)
-        session.used_tools = session.used_tools or method == "tools/call"
-        if target.replica is None:
-            await _degraded(gw, session, target, msg)
-            return
-        target, response = await gw.forward(target, msg, body, headers)
-        try:
-            await _answer(gw, session, target, msg, response)
-        finally:
-            await response.aclose()
-    except Exception as exc:
-        if target is not None and target.fresh and not session.opened:
-            await gw.router.drop_pin(ns, target.key)
-        if rid is not None and method is not None:
-            _, data = error_body(
-                rid, gw.as_lost(target, exc) if target is not None and isinstance(exc, Exception) else exc
-            )
-            await session.push(data)
+    session.used_tools = session.used_tools or msg.get("method") == "tools/call"
+    await deliver(gw, session.ns, msg, body, headers, _Reply(gw, session))
+
+
+class _Reply:
+    """Answers one POSTed message on the client's SSE stream (the POST itself was answered 202)."""
+
+    def __init__(self, gw: Gateway, session: LegacySession) -> None:
+        self.gw, self.session = gw, session
+        self.sid = session.sid if session.opened else None
+        self.xsid = session.xsid
+
+    async def watch(self, cancel: anyio.CancelScope) -> None:
+        """Nothing to watch: the SSE connection's end cancels the whole session (and a 2026 cancel, the call)."""
+
+    async def open(self, target: Target, upstream_sid: str | None) -> str:
+        session = self.session
+        await self.gw.router.open_session(target, upstream_sid, sid=session.sid)
+        session.opened = True
+        return session.sid
+
+    async def answer(self, msg: dict[str, Any], result: dict[str, Any] | None) -> None:
+        if result is not None:
+            await self.session.push(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}).encode())
+
+    async def fail(self, target: Target | None, msg: dict[str, Any], exc: Exception) -> None:
+        if msg.get("id") is not None and msg.get("method") is not None:
+            _, data = error_body(msg["id"], self.gw.as_lost(target, exc) if target is not None else exc)
+            await self.session.push(data)
         elif not isinstance(exc, GatewayError):
-            log.exception("legacy.forward_failed")
-        return
-    if tool_name(msg) == "cleanup_session":
-        await gw.router.drop_pin(ns, target.key)
+            log.exception("legacy.forward_failed", exc_info=exc)
 
+    async def abandon(self, target: Target) -> None:
+        """A session opened on this connection lives until the connection ends; only a bare pin goes now."""
+        if target.sid is None:
+            await self.gw.router.drop_pin(self.session.ns, target.key)
 
-async def _degraded(gw: Gateway, session: LegacySession, target: Target, msg: dict[str, Any]) -> None:
-    if "id" not in msg or msg.get("method") is None:
-        return
-    result = gw.degraded(session.ns, msg)
-    if msg["method"] == "initialize" and not session.opened:
-        await gw.router.open_session(target, None, sid=session.sid)
-        session.opened = True
-    await session.push(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}).encode())
+    async def relay(self, target: Target, msg: dict[str, Any], response: Response) -> Outcome:
+        try:
+            await self._relay(target, msg, response)
+        except Exception as exc:
+            await self.fail(target, msg, exc)
+            return "error"
+        return "ok"
 
-
-async def _answer(gw: Gateway, session: LegacySession, target: Target, msg: dict[str, Any], response: Response) -> None:
-    rid, method = msg.get("id"), msg.get("method")
-    if response.status_code == 404 and target.upstream_sid and target.key:
-        raise await gw.forgotten(target)
-    if method == "initialize" and response.status_code == 200 and not session.opened:
-        await gw.router.open_session(target, response.headers.get("mcp-session-id"), sid=session.sid)
-        session.opened = True
-    rewriter = gw.rewriter(session.ns, method)
-    answered = rid is None or method is None
-    with upstream_errors(target.replica):  # type: ignore[arg-type]
-        async for data, parsed in _messages(response, rewriter):
-            answered = answered or (parsed.get("id") == rid and ("result" in parsed or "error" in parsed))
-            await session.push(data)
-    if not answered:
-        raise BadUpstream(
-            f"replica {target.replica.url} answered {method} with HTTP {response.status_code} and no JSON-RPC response"
-        )  # type: ignore[union-attr]
-    await gw.remember(session.ns, rewriter)
-    if method == "initialize" and rewriter.seen is not None:
-        session.extra["version"] = rewriter.seen.get("protocolVersion")
-    if method == "notifications/initialized" and response.status_code < 300 and not session.streaming and session.tg:
-        session.streaming = True
-        session.tg.start_soon(_standalone, gw, session, target)
+    async def _relay(self, target: Target, msg: dict[str, Any], response: Response) -> None:
+        gw, session = self.gw, self.session
+        rid, method = msg.get("id"), msg.get("method")
+        if method == "initialize" and response.status_code == 200 and not session.opened:
+            await self.open(target, response.headers.get("mcp-session-id"))
+        rewriter = gw.rewriter(session.ns, method)
+        answered = rid is None or method is None
+        with upstream_errors(target.replica):  # type: ignore[arg-type]
+            async for data, parsed in _messages(response, rewriter):
+                answered = answered or (parsed.get("id") == rid and ("result" in parsed or "error" in parsed))
+                await session.push(data)
+        if not answered:
+            url, status = target.replica.url, response.status_code  # type: ignore[union-attr]
+            raise BadUpstream(f"replica {url} answered {method} with HTTP {status} and no JSON-RPC response")
+        await gw.remember(session.ns, rewriter)
+        if method == "initialize" and rewriter.seen is not None:
+            session.extra["version"] = rewriter.seen.get("protocolVersion")
+        streams = method == "notifications/initialized" and response.status_code < 300
+        if streams and not session.streaming and session.tg:
+            session.streaming = True
+            session.tg.start_soon(_standalone, gw, session, target)
 
 
 async def _messages(response: Response, rewriter: Rewriter) -> AsyncIterator[tuple[bytes, dict[str, Any]]]:

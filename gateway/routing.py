@@ -1,6 +1,7 @@
 """Namespaces and session routing: which replica a client message goes to, and the pin table's rules.
 
-A session key is `h:<x-session-id>` when the client sends that header, else `s:<gateway session id>`.
+A session is keyed (`keys.SessionKey`) by the client's `x-session-id` when it sends one, else by its
+gateway session id.
 New sessions go to the healthy replica with the fewest pinned sessions; a pinned session stays on
 its replica; when that replica goes down its sessions are marked lost and their calls get an error
 naming the session, never a silent fresh state.
@@ -20,6 +21,7 @@ from gateway.approvals import ToolGuard
 from gateway.config import GatewayConfig, NamespaceConfig
 from gateway.errors import SessionLost, Unavailable, UnknownNamespace, UnknownSession
 from gateway.headers import HeaderRules
+from gateway.keys import SessionKey
 from gateway.messages import SAFE_METHODS, tool_name
 from gateway.store import SessionRecord, Store
 from gateway.upstream import Replica
@@ -76,15 +78,11 @@ class Target:
 
     ns: Namespace
     replica: Replica | None
-    key: str | None = None
+    key: SessionKey | None = None
     sid: str | None = None
     upstream_sid: str | None = None
     fresh: bool = False
     """The pin was made for this message, so a safe method may be retried elsewhere."""
-
-
-def header_key(xsid: str | None) -> str | None:
-    return f"h:{xsid}" if xsid else None
 
 
 def new_session_id() -> str:
@@ -127,7 +125,7 @@ class Router:
                 return Target(ns, None, rec.key, sid)
             replica = await self._pinned(ns, rec.key, rec.replica, msg)
             return Target(ns, replica, rec.key, sid, rec.upstream_sid)
-        key = header_key(xsid)
+        key = SessionKey.header(xsid)
         if key is None:
             return Target(ns, await self.pick(ns), fresh=True)
         pin = await self.store.get_pin(ns.name, key)
@@ -137,7 +135,7 @@ class Router:
         pin = await self.store.claim_pin(ns.name, key, chosen.url)
         return Target(ns, await self._pinned(ns, key, pin.replica, msg), key, fresh=pin.replica == chosen.url)
 
-    async def _pinned(self, ns: Namespace, key: str, url: str, msg: dict[str, Any]) -> Replica:
+    async def _pinned(self, ns: Namespace, key: SessionKey, url: str, msg: dict[str, Any]) -> Replica:
         """The replica holding `key`. A lost session still answers discovery (from a healthy replica);
         anything else is refused naming the session, and `cleanup_session` drops the pin so the caller
         can start over."""
@@ -153,8 +151,8 @@ class Router:
             if tool_name(msg) == "cleanup_session":
                 await self.store.drop_pin(ns.name, key)
             raise SessionLost(
-                f"session {key[2:]!r} was lost: its replica {pin.replica} of {ns.name!r} went away",
-                data={"session": key[2:], "namespace": ns.name, "replica": pin.replica},
+                f"session {key.id!r} was lost: its replica {pin.replica} of {ns.name!r} went away",
+                data={"session": key.id, "namespace": ns.name, "replica": pin.replica},
             )
         await self.store.touch(ns.name, key)
         return replica
@@ -171,11 +169,11 @@ class Router:
     async def open_session(self, target: Target, upstream_sid: str | None, *, sid: str | None = None) -> str:
         """Record a new MCP session after the upstream accepted `initialize`; returns the gateway's session id."""
         sid = sid or new_session_id()
-        key = target.key or f"s:{sid}"
+        key = target.key or SessionKey.session(sid)
         replica = target.replica.url if target.replica is not None else None
         if target.key is None and replica is not None:
             await self.store.claim_pin(target.ns.name, key, replica)
-        await self.store.put_session(sid, SessionRecord(target.ns.name, key, replica, upstream_sid, key[0] == "h"))
+        await self.store.put_session(sid, SessionRecord(target.ns.name, key, replica, upstream_sid))
         target.key, target.sid, target.upstream_sid = key, sid, upstream_sid
         return sid
 
@@ -183,14 +181,14 @@ class Router:
         """Forget an MCP session; a pin keyed by the session itself goes with it."""
         rec = await self.store.get_session(sid)
         await self.store.drop_session(sid)
-        if rec is not None and rec.key.startswith("s:"):
+        if rec is not None and not rec.key.by_header:
             await self.store.drop_pin(rec.namespace, rec.key)
         return rec
 
-    async def drop_pin(self, ns: Namespace, key: str | None) -> None:
+    async def drop_pin(self, ns: Namespace, key: SessionKey | None) -> None:
         if key is not None:
             await self.store.drop_pin(ns.name, key)
-            log.info("session.unpinned", namespace=ns.name, session_id=key[2:])
+            log.info("session.unpinned", namespace=ns.name, session_id=key.id)
 
     async def replica_down(self, replica: Replica) -> None:
         lost = await self.store.mark_lost(replica.namespace, replica.url)

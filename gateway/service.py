@@ -149,7 +149,7 @@ class Gateway:
         """The replica answered 404 for the upstream session we hold: it restarted or dropped it."""
         assert target.key is not None and target.replica is not None
         await self.store.lose(target.ns.name, target.key)
-        key, url, ns = target.key[2:], target.replica.url, target.ns.name
+        key, url, ns = target.key.id, target.replica.url, target.ns.name
         return SessionLost(
             f"session {key!r} was lost: its replica {url} of {ns!r} no longer knows it",
             data={"session": key, "namespace": ns, "replica": url},
@@ -160,7 +160,7 @@ class Gateway:
         """A replica failure seen by a pinned session means its state is gone: say so, naming the session."""
         if not isinstance(exc, Unavailable) or target.key is None or target.fresh or target.replica is None:
             return exc
-        key, url, ns = target.key[2:], target.replica.url, target.ns.name
+        key, url, ns = target.key.id, target.replica.url, target.ns.name
         return SessionLost(
             f"session {key!r} was lost: its replica {url} of {ns!r} went away",
             data={"session": key, "namespace": ns, "replica": url},
@@ -214,13 +214,12 @@ def traced_forward(target: Target, msg: dict[str, Any], headers: dict[str, str])
     """The span of one forwarded message: continues the client's `traceparent` (in `headers`) and replaces
     it there with its own, so the tool server's span is this span's child."""
     parent = extract(headers)
-    key = target.key[2:] if target.key else None
     with span(
         f"gateway {target.ns.name} {msg.get('method') or 'response'}",
         kind=SpanKind.CLIENT,
         parent=parent,
         namespace=target.ns.name,
-        session_id=key,
+        session_id=target.key.id if target.key else None,
         method=msg.get("method"),
         tool=tool_name(msg),
         replica=target.replica.url if target.replica else None,

@@ -1,6 +1,7 @@
 """The pin table: which replica holds each session, plus MCP session records and small shared blobs.
 
 In memory by default; Redis when configured, so several gateway replicas and restarts share it.
+Pins are keyed by `SessionKey`; only the Redis store turns keys into their stored string form and back.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from gateway.keys import SessionKey
 from toolkit import registry
 
 
@@ -25,27 +27,26 @@ class SessionRecord:
     """A client's MCP session on the gateway: its namespace, session key, replica and upstream session id."""
 
     namespace: str
-    key: str
+    key: SessionKey
     replica: str | None
     upstream_sid: str | None
-    keyed_by_header: bool
 
 
 class Store(Protocol):
-    async def get_pin(self, ns: str, key: str) -> Pin | None: ...
-    async def claim_pin(self, ns: str, key: str, replica: str) -> Pin:
+    async def get_pin(self, ns: str, key: SessionKey) -> Pin | None: ...
+    async def claim_pin(self, ns: str, key: SessionKey, replica: str) -> Pin:
         """Pin `key` to `replica` unless it is pinned already; returns the pin that holds."""
         ...
 
-    async def drop_pin(self, ns: str, key: str) -> Pin | None: ...
-    async def touch(self, ns: str, key: str) -> None: ...
+    async def drop_pin(self, ns: str, key: SessionKey) -> Pin | None: ...
+    async def touch(self, ns: str, key: SessionKey) -> None: ...
     async def counts(self, ns: str) -> dict[str, int]: ...
     async def mark_lost(self, ns: str, replica: str) -> int: ...
-    async def lose(self, ns: str, key: str) -> None:
+    async def lose(self, ns: str, key: SessionKey) -> None:
         """Mark one session lost (its replica forgot it)."""
         ...
 
-    async def idle_pins(self, ns: str, idle_s: float) -> list[tuple[str, Pin]]: ...
+    async def idle_pins(self, ns: str, idle_s: float) -> list[tuple[SessionKey, Pin]]: ...
     async def get_session(self, sid: str) -> SessionRecord | None: ...
     async def put_session(self, sid: str, record: SessionRecord) -> None: ...
     async def drop_session(self, sid: str) -> None: ...
@@ -59,8 +60,8 @@ class MemoryStore:
 
     def __init__(self, state_file: str | None = None) -> None:
         self._state_file = Path(state_file) if state_file else None
-        self._pins: dict[str, dict[str, Pin]] = {}
-        self._used: dict[tuple[str, str], float] = {}
+        self._pins: dict[str, dict[SessionKey, Pin]] = {}
+        self._used: dict[tuple[str, SessionKey], float] = {}
         self._sessions: dict[str, SessionRecord] = {}
         self._blobs: dict[str, Any] = {}
         self._counts: dict[str, dict[str, int]] = {}
@@ -71,10 +72,10 @@ class MemoryStore:
     def open(cls, url: str, state_file: str | None) -> MemoryStore:
         return cls(state_file)
 
-    async def get_pin(self, ns: str, key: str) -> Pin | None:
+    async def get_pin(self, ns: str, key: SessionKey) -> Pin | None:
         return self._pins.get(ns, {}).get(key)
 
-    async def claim_pin(self, ns: str, key: str, replica: str) -> Pin:
+    async def claim_pin(self, ns: str, key: SessionKey, replica: str) -> Pin:
         pins = self._pins.setdefault(ns, {})
         self._used[ns, key] = time.time()
         if key not in pins:
@@ -83,14 +84,14 @@ class MemoryStore:
             counts[replica] = counts.get(replica, 0) + 1
         return pins[key]
 
-    async def drop_pin(self, ns: str, key: str) -> Pin | None:
+    async def drop_pin(self, ns: str, key: SessionKey) -> Pin | None:
         self._used.pop((ns, key), None)
         pin = self._pins.get(ns, {}).pop(key, None)
         if pin is not None:
             self._counts[ns][pin.replica] -= 1
         return pin
 
-    async def touch(self, ns: str, key: str) -> None:
+    async def touch(self, ns: str, key: SessionKey) -> None:
         if (ns, key) in self._used:
             self._used[ns, key] = time.time()
 
@@ -104,12 +105,12 @@ class MemoryStore:
             pins[key] = Pin(replica, lost=True)
         return len(hit)
 
-    async def lose(self, ns: str, key: str) -> None:
+    async def lose(self, ns: str, key: SessionKey) -> None:
         pins = self._pins.get(ns, {})
         if key in pins:
             pins[key] = Pin(pins[key].replica, lost=True)
 
-    async def idle_pins(self, ns: str, idle_s: float) -> list[tuple[str, Pin]]:
+    async def idle_pins(self, ns: str, idle_s: float) -> list[tuple[SessionKey, Pin]]:
         cutoff = time.time() - idle_s
         pins = self._pins.get(ns, {})
         return [(k, p) for k, p in pins.items() if self._used.get((ns, k), 0) < cutoff]
@@ -151,25 +152,27 @@ class RedisStore:
     def open(cls, url: str, state_file: str | None) -> RedisStore:
         return cls(url)  # Redis keeps the blobs itself, so no state file
 
-    async def get_pin(self, ns: str, key: str) -> Pin | None:
-        raw = await self._r.hget(f"{self._p}pin:{ns}", key)
+    async def get_pin(self, ns: str, key: SessionKey) -> Pin | None:
+        raw = await self._r.hget(f"{self._p}pin:{ns}", str(key))
         return Pin(**json.loads(raw)) if raw else None
 
-    async def claim_pin(self, ns: str, key: str, replica: str) -> Pin:
+    async def claim_pin(self, ns: str, key: SessionKey, replica: str) -> Pin:
+        field = str(key)
         async with self._r.pipeline(transaction=True) as pipe:
-            pipe.hsetnx(f"{self._p}pin:{ns}", key, json.dumps(asdict(Pin(replica))))
-            pipe.hget(f"{self._p}pin:{ns}", key)
-            pipe.zadd(f"{self._p}used:{ns}", {key: time.time()})
+            pipe.hsetnx(f"{self._p}pin:{ns}", field, json.dumps(asdict(Pin(replica))))
+            pipe.hget(f"{self._p}pin:{ns}", field)
+            pipe.zadd(f"{self._p}used:{ns}", {field: time.time()})
             created, raw, _ = await pipe.execute()
         if created:
             await self._r.hincrby(f"{self._p}count:{ns}", replica, 1)
         return Pin(**json.loads(raw))
 
-    async def drop_pin(self, ns: str, key: str) -> Pin | None:
+    async def drop_pin(self, ns: str, key: SessionKey) -> Pin | None:
+        field = str(key)
         async with self._r.pipeline(transaction=True) as pipe:
-            pipe.hget(f"{self._p}pin:{ns}", key)
-            pipe.hdel(f"{self._p}pin:{ns}", key)
-            pipe.zrem(f"{self._p}used:{ns}", key)
+            pipe.hget(f"{self._p}pin:{ns}", field)
+            pipe.hdel(f"{self._p}pin:{ns}", field)
+            pipe.zrem(f"{self._p}used:{ns}", field)
             raw, removed, _ = await pipe.execute()
         if not raw:
             return None
@@ -178,10 +181,11 @@ class RedisStore:
             await self._r.hincrby(f"{self._p}count:{ns}", pin.replica, -1)
         return pin
 
-    async def touch(self, ns: str, key: str) -> None:
-        await self._r.zadd(f"{self._p}used:{ns}", {key: time.time()}, xx=True)
+    async def touch(self, ns: str, key: SessionKey) -> None:
+        await self._r.zadd(f"{self._p}used:{ns}", {str(key): time.time()}, xx=True)
 
     async def _all(self, ns: str) -> dict[str, Pin]:
+        """Every pin of `ns` by its stored key."""
         raw = await self._r.hgetall(f"{self._p}pin:{ns}")
         return {k: Pin(**json.loads(v)) for k, v in raw.items()}
 
@@ -196,21 +200,26 @@ class RedisStore:
             await self._r.hset(f"{self._p}pin:{ns}", mapping=hit)
         return len(hit)
 
-    async def lose(self, ns: str, key: str) -> None:
+    async def lose(self, ns: str, key: SessionKey) -> None:
         if (pin := await self.get_pin(ns, key)) is not None:
-            await self._r.hset(f"{self._p}pin:{ns}", key, json.dumps(asdict(Pin(pin.replica, lost=True))))
+            await self._r.hset(f"{self._p}pin:{ns}", str(key), json.dumps(asdict(Pin(pin.replica, lost=True))))
 
-    async def idle_pins(self, ns: str, idle_s: float) -> list[tuple[str, Pin]]:
+    async def idle_pins(self, ns: str, idle_s: float) -> list[tuple[SessionKey, Pin]]:
         keys = await self._r.zrangebyscore(f"{self._p}used:{ns}", 0, time.time() - idle_s)
         pins = await self._all(ns)
-        return [(k, pins[k]) for k in keys if k in pins]
+        return [(SessionKey.parse(k), pins[k]) for k in keys if k in pins]
 
     async def get_session(self, sid: str) -> SessionRecord | None:
         raw = await self._r.get(f"{self._p}sess:{sid}")
-        return SessionRecord(**json.loads(raw)) if raw else None
+        if not raw:
+            return None
+        data = json.loads(raw)
+        data.pop("keyed_by_header", None)  # written for older gateways, which read it; the key says as much
+        return SessionRecord(**(data | {"key": SessionKey.parse(data["key"])}))
 
     async def put_session(self, sid: str, record: SessionRecord) -> None:
-        await self._r.set(f"{self._p}sess:{sid}", json.dumps(asdict(record)), ex=self._ttl)
+        data = asdict(record) | {"key": str(record.key), "keyed_by_header": record.key.by_header}
+        await self._r.set(f"{self._p}sess:{sid}", json.dumps(data), ex=self._ttl)
 
     async def drop_session(self, sid: str) -> None:
         await self._r.delete(f"{self._p}sess:{sid}")

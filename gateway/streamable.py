@@ -7,7 +7,6 @@ too, which is how the 2026 protocol cancels a request.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from typing import Any
@@ -17,18 +16,18 @@ import structlog
 from starlette.types import Receive, Scope, Send
 
 from gateway.asgi import header, read_body, send_bytes, send_error, session_header
-from gateway.errors import BadUpstream, GatewayError, InvalidRequest, Unavailable, UnknownSession, error_body, to_error
+from gateway.errors import BadUpstream, GatewayError, InvalidRequest, UnknownSession, error_body, to_error
 from gateway.health import cleanup
 from gateway.http import Response, Timeouts
-from gateway.messages import Rewriter, parse_message, tool_name
-from gateway.routing import Namespace, Target, header_key
+from gateway.messages import Rewriter, parse_message
+from gateway.pipeline import Outcome, deliver
+from gateway.routing import Namespace, Target
 from gateway.service import Gateway
 from gateway.upstream import event_with_data, open_stream, sse_events, upstream_errors
 
 log = structlog.get_logger(__name__)
 
 PASS_HEADERS = frozenset({b"content-type", b"cache-control", b"x-accel-buffering"})
-DISCOVERY = frozenset({"initialize", "tools/list", "ping"})
 
 
 async def handle_mcp(gw: Gateway, ns: Namespace, scope: Scope, receive: Receive, send: Send) -> None:
@@ -45,82 +44,93 @@ async def handle_mcp(gw: Gateway, ns: Namespace, scope: Scope, receive: Receive,
 
 async def _post(gw: Gateway, ns: Namespace, scope: Scope, receive: Receive, send: Send) -> None:
     start = time.perf_counter()
-    rid: Any = None
-    method: str | None = None
-    sid = header(scope, b"mcp-session-id")
-    target: Target | None = None
+    reply = _Reply(gw, ns, header(scope, b"mcp-session-id"), receive, send)
+    msg: dict[str, Any] = {}
     try:
         body = await read_body(scope, receive, gw.cfg.security.max_body_bytes)
         msg = parse_message(body)
-        rid, method = msg.get("id"), msg.get("method")
-        xsid = session_header(scope)
-        try:
-            target = await gw.router.resolve(ns, sid, xsid, msg)
-        except Unavailable:
-            if sid is not None or method not in DISCOVERY:
-                raise
-            target = Target(ns, None, header_key(xsid))
-        gw.check_call(ns, msg)
-        if target.replica is None:
-            await _degraded(gw, ns, target, msg, sid, send)
-            return _done(gw, ns, method, "degraded", start, target)
+        reply.xsid = session_header(scope)
     except Exception as exc:
-        return await _fail(gw, ns, method, rid, sid, target, exc, send, start)
-    # From here on a client that goes away cancels the call: its upstream connection is closed,
-    # which is how the 2026 protocol cancels (and harmless for the others).
-    outcome, failure, response = "cancelled", None, None
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(_watch, receive, tg.cancel_scope)
-        try:
-            target, response = await gw.forward(target, msg, body, scope["headers"])
-        except Exception as exc:
-            failure = exc
-        if response is not None:
-            try:
-                outcome = await _relay(gw, ns, target, msg, response, sid, send)
-            except Exception:
-                log.exception("gateway.relay_failed")
-                outcome = "error"
-        tg.cancel_scope.cancel()
-    if failure is not None:
-        return await _fail(gw, ns, method, rid, sid, target, failure, send, start)
-    assert response is not None
-    if outcome == "ok" and not response.complete:  # read the upstream's end, so the connection is reused
-        with anyio.move_on_after(1), contextlib.suppress(Exception):
-            await response.aread()
-    await response.aclose()
-    if outcome == "error" and target.fresh and sid is None:  # a session that never started leaves nothing
+        await reply.fail(None, msg, exc)
+        return _done(gw, ns, msg.get("method"), "error", start, None, reply.err)
+    outcome, target = await deliver(gw, ns, msg, body, scope["headers"], reply)
+    _done(gw, ns, msg.get("method"), outcome, start, target, reply.err)
+
+
+class _Reply:
+    """Answers one POSTed message on its HTTP response."""
+
+    def __init__(self, gw: Gateway, ns: Namespace, sid: str | None, receive: Receive, send: Send) -> None:
+        self.gw, self.ns, self.receive, self.send = gw, ns, receive, send
+        self.sid = sid
+        self.xsid: str | None = None
+        self.answer_sid = sid
+        """The session id the answer carries: the one the message came in, or the one it opened."""
+        self.err: GatewayError | None = None
+
+    def _sid_header(self) -> list[tuple[bytes, bytes]]:
+        return [(b"mcp-session-id", self.answer_sid.encode())] if self.answer_sid else []
+
+    async def watch(self, cancel: anyio.CancelScope) -> None:
+        while (await self.receive())["type"] != "http.disconnect":
+            pass
+        cancel.cancel()
+
+    async def open(self, target: Target, upstream_sid: str | None) -> str:
+        self.answer_sid = await self.gw.router.open_session(target, upstream_sid)
+        return self.answer_sid
+
+    async def answer(self, msg: dict[str, Any], result: dict[str, Any] | None) -> None:
+        if result is None:
+            await send_bytes(self.send, 202, b"")
+            return
+        answer = {"jsonrpc": "2.0", "id": msg["id"], "result": result}
+        await send_bytes(self.send, 200, json.dumps(answer).encode(), extra=self._sid_header())
+
+    async def fail(self, target: Target | None, msg: dict[str, Any], exc: Exception) -> None:
+        self.err = to_error(exc)
+        self.gw.metrics.errors.labels(self.ns.name, str(self.err.code)).inc()
+        await send_error(self.send, msg.get("id"), self.err, self._sid_header())
+
+    async def abandon(self, target: Target) -> None:
+        """A session that never started leaves nothing."""
         if target.sid is not None:
-            await gw.router.close_session(target.sid)
-        await gw.router.drop_pin(ns, target.key)
-    if outcome == "ok" and tool_name(msg) == "cleanup_session":
-        await gw.router.drop_pin(ns, target.key)
-    _done(gw, ns, method, outcome, start, target)
+            await self.gw.router.close_session(target.sid)
+        await self.gw.router.drop_pin(self.ns, target.key)
 
-
-async def _watch(receive: Receive, scope: anyio.CancelScope) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-    scope.cancel()
-
-
-async def _fail(
-    gw: Gateway,
-    ns: Namespace,
-    method: str | None,
-    rid: Any,
-    sid: str | None,
-    target: Target | None,
-    exc: Exception,
-    send: Send,
-    start: float,
-) -> None:
-    err = to_error(exc)
-    gw.metrics.errors.labels(ns.name, str(err.code)).inc()
-    if target is not None and target.fresh and target.sid is None:
-        await gw.router.drop_pin(ns, target.key)  # the pin was made for this message: no leak
-    await send_error(send, rid, err, [(b"mcp-session-id", sid.encode())] if sid else [])
-    _done(gw, ns, method, "error", start, target, err)
+    async def relay(self, target: Target, msg: dict[str, Any], response: Response) -> Outcome:
+        """Send the upstream's answer to the client."""
+        gw, send = self.gw, self.send
+        rid, method = msg.get("id"), msg.get("method")
+        headers = [(k, v) for k, v in response.headers.raw if k.lower() in PASS_HEADERS]
+        if method == "initialize" and self.sid is None and response.status_code == 200:
+            await self.open(target, response.headers.get("mcp-session-id"))
+        headers += self._sid_header()
+        rewriter = gw.rewriter(self.ns, method)
+        ctype = response.headers.get("content-type", "")
+        outcome: Outcome
+        if ctype.startswith("text/event-stream") and response.status_code == 200:
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            outcome = await _stream(gw, target, rid, response, rewriter, send)
+        else:
+            try:
+                with upstream_errors(target.replica):  # type: ignore[arg-type]
+                    data = await response.aread()
+                if ctype.startswith("application/json"):
+                    data, parsed = await rewriter.apply(data)
+                    if rid is not None and not _answers(parsed, rid, allow_null=response.status_code >= 400):
+                        raise BadUpstream(f"replica {target.replica.url} answered with invalid JSON-RPC")  # type: ignore[union-attr]
+                elif rid is not None and response.status_code < 300:
+                    url = target.replica.url  # type: ignore[union-attr]
+                    raise BadUpstream(f"replica {url} answered a request with {ctype or 'no content type'}, not MCP")
+            except GatewayError as exc:
+                await send_error(send, rid, gw.as_lost(target, exc), self._sid_header())
+                return "error"
+            extra = [(k, v) for k, v in headers if k.lower() != b"content-type"]
+            await send_bytes(send, response.status_code, data, ctype.encode() or b"text/plain", extra)
+            outcome = "ok" if response.status_code < 400 else "error"
+        await gw.remember(self.ns, rewriter)
+        return outcome
 
 
 def _done(
@@ -138,72 +148,12 @@ def _done(
         "gateway.request",
         namespace=ns.name,
         method=method,
-        session_id=target.key[2:] if target and target.key else None,
+        session_id=target.key.id if target and target.key else None,
         replica=target.replica.url if target and target.replica else None,
         outcome=outcome,
         ms=round(seconds * 1000, 2),
         **({"error": err.message, "code": err.code} if err is not None else {}),
     )
-
-
-async def _degraded(
-    gw: Gateway, ns: Namespace, target: Target, msg: dict[str, Any], sid: str | None, send: Send
-) -> None:
-    """No replica for this session: discovery from the last known answers, a clear error for the rest."""
-    if "id" not in msg or msg.get("method") is None:
-        await send_bytes(send, 202, b"")
-        return
-    result = gw.degraded(ns, msg)
-    if msg["method"] == "initialize" and sid is None:
-        sid = await gw.router.open_session(target, None)
-    extra = [(b"mcp-session-id", sid.encode())] if sid else []
-    answer = {"jsonrpc": "2.0", "id": msg["id"], "result": result}
-    await send_bytes(send, 200, json.dumps(answer).encode(), extra=extra)
-
-
-async def _relay(
-    gw: Gateway,
-    ns: Namespace,
-    target: Target,
-    msg: dict[str, Any],
-    response: Response,
-    sid: str | None,
-    send: Send,
-) -> str:
-    """Send the upstream's answer to the client; returns the outcome ("ok" or "error")."""
-    rid, method = msg.get("id"), msg.get("method")
-    if response.status_code == 404 and target.upstream_sid and target.key:
-        await send_error(send, rid, await gw.forgotten(target), [(b"mcp-session-id", sid.encode())] if sid else [])
-        return "error"
-    headers = [(k, v) for k, v in response.headers.raw if k.lower() in PASS_HEADERS]
-    if method == "initialize" and sid is None and response.status_code == 200:
-        sid = await gw.router.open_session(target, response.headers.get("mcp-session-id"))
-    if sid:
-        headers.append((b"mcp-session-id", sid.encode()))
-    rewriter = gw.rewriter(ns, method)
-    ctype = response.headers.get("content-type", "")
-    if ctype.startswith("text/event-stream") and response.status_code == 200:
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        outcome = await _stream(gw, target, rid, response, rewriter, send)
-    else:
-        try:
-            with upstream_errors(target.replica):  # type: ignore[arg-type]
-                data = await response.aread()
-            if ctype.startswith("application/json"):
-                data, parsed = await rewriter.apply(data)
-                if rid is not None and not _answers(parsed, rid, allow_null=response.status_code >= 400):
-                    raise BadUpstream(f"replica {target.replica.url} answered with invalid JSON-RPC")  # type: ignore[union-attr]
-            elif rid is not None and response.status_code < 300:
-                url = target.replica.url  # type: ignore[union-attr]
-                raise BadUpstream(f"replica {url} answered a request with {ctype or 'no content type'}, not MCP")
-        except GatewayError as exc:
-            await send_error(send, rid, gw.as_lost(target, exc), [(b"mcp-session-id", sid.encode())] if sid else [])
-            return "error"
-        extra = [(k, v) for k, v in headers if k.lower() != b"content-type"]
-        await send_bytes(send, response.status_code, data, ctype.encode() or b"text/plain", extra)
-        outcome = "ok" if response.status_code < 400 else "error"
-    await gw.remember(ns, rewriter)
-    return outcome
 
 
 def _answers(parsed: Any, rid: Any, *, allow_null: bool = False) -> bool:
@@ -219,7 +169,7 @@ async def _stream(
     response: Response,
     rewriter: Rewriter,
     send: Send,
-) -> str:
+) -> Outcome:
     """Relay an SSE response event by event; a request's stream ends at its answer."""
     answered = rid is None
     finished = False
@@ -281,7 +231,7 @@ async def _get(gw: Gateway, ns: Namespace, scope: Scope, receive: Receive, send:
             {"type": "http.response.start", "status": 200, "headers": [*headers, (b"mcp-session-id", sid.encode())]}
         )
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_watch, receive, tg.cancel_scope)
+            tg.start_soon(_Reply(gw, ns, sid, receive, send).watch, tg.cancel_scope)
             await _stream(gw, target, None, response, gw.rewriter(ns, None), send)
             tg.cancel_scope.cancel()
     finally:
@@ -296,7 +246,7 @@ async def _delete(gw: Gateway, ns: Namespace, scope: Scope, send: Send) -> None:
         await send_error(send, None, UnknownSession(f"unknown MCP session {sid!r}"))
         return
     replica = ns.replicas.get(rec.replica) if rec.replica else None
-    if rec.key.startswith("s:") and (pin := await gw.store.get_pin(ns.name, rec.key)) is not None:
+    if not rec.key.by_header and (pin := await gw.store.get_pin(ns.name, rec.key)) is not None:
         await cleanup(gw, ns, rec.key, pin)  # cleanup_session, then DELETE upstream
     elif replica is not None and replica.available and rec.upstream_sid:
         headers = ns.rules.apply(scope["headers"]) | {"mcp-session-id": rec.upstream_sid}

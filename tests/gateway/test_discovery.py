@@ -16,6 +16,7 @@ from mcp.shared.exceptions import MCPError
 from gateway.config import parse_config
 from gateway.discovery import refresh
 from gateway.errors import SessionLost
+from gateway.keys import SessionKey
 from gateway.lifecycle import build_gateway
 from gateway.service import Gateway
 from gateway.store import MemoryStore
@@ -69,11 +70,11 @@ async def test_each_address_is_a_replica_and_a_vanished_one_loses_its_sessions()
         a, c = f"http://127.0.0.2:{port}/mcp", f"http://[::1]:{port}/mcp"
         assert answers.asked == [(NAME, port)] and set(ns.replicas) == {a, c}
         assert not any(r.available for r in ns.replicas.values())  # a new address waits for a probe to answer
-        await gw.store.claim_pin("python", "h:conv_1", a)
+        await gw.store.claim_pin("python", SessionKey("header", "conv_1"), a)
         answers.addresses = ["::1", "127.0.0.3"]
         await refresh(gw, ns)
         assert set(ns.replicas) == {c, f"http://127.0.0.3:{port}/mcp"}
-        assert (await gw.store.get_pin("python", "h:conv_1")).lost  # type: ignore[union-attr]
+        assert (await gw.store.get_pin("python", SessionKey("header", "conv_1"))).lost  # type: ignore[union-attr]
         with pytest.raises(SessionLost) as lost:
             await gw.router.resolve(ns, None, "conv_1", {"method": "tools/call", "params": {"name": "x"}})
         assert "conv_1" in str(lost.value) and a in str(lost.value)

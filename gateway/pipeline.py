@@ -1,0 +1,140 @@
+"""The one way a client message goes through the gateway, whichever transport brought it.
+
+resolve the target -> discovery without a replica -> the tool-approval check -> a degraded answer when no
+replica can take it -> forward -> relay the answer -> drop the pin `cleanup_session` ended, or the fresh pin
+of a message that failed. A transport supplies only a `Reply`: how it writes answers and errors back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable
+from typing import Any, Literal, Protocol
+
+import anyio
+import structlog
+
+from gateway.errors import Unavailable
+from gateway.http import Response
+from gateway.keys import SessionKey
+from gateway.messages import tool_name
+from gateway.routing import Namespace, Target
+from gateway.service import Gateway
+
+log = structlog.get_logger(__name__)
+
+DISCOVERY = frozenset({"initialize", "tools/list", "ping"})
+"""Methods a client may send before the gateway has seen any replica: answered from the last known answers."""
+
+Outcome = Literal["ok", "error", "degraded", "cancelled"]
+
+
+class Reply(Protocol):
+    """How one transport answers a message."""
+
+    sid: str | None
+    """The gateway MCP session the message arrived in; None before `initialize` succeeded."""
+    xsid: str | None
+    """The client's `x-session-id`, if it sent one."""
+
+    async def watch(self, cancel: anyio.CancelScope) -> None:
+        """Cancel the forwarded call when the client goes away (return at once where it cannot)."""
+
+    async def open(self, target: Target, upstream_sid: str | None) -> str:
+        """Record the MCP session an accepted `initialize` starts; returns its gateway session id."""
+
+    async def answer(self, msg: dict[str, Any], result: dict[str, Any] | None) -> None:
+        """A degraded answer: `result` for a request, None for a notification or a response."""
+
+    async def relay(self, target: Target, msg: dict[str, Any], response: Response) -> Outcome:
+        """Write the upstream's answer back, errors included ("ok" or "error")."""
+
+    async def fail(self, target: Target | None, msg: dict[str, Any], exc: Exception) -> None:
+        """Write the error of a message that could not be forwarded."""
+
+    async def abandon(self, target: Target) -> None:
+        """Undo what a failed message started before it had a session (its pin, a session it opened)."""
+
+
+async def deliver(
+    gw: Gateway, ns: Namespace, msg: dict[str, Any], body: bytes, headers: Iterable[tuple[bytes, bytes]], reply: Reply
+) -> tuple[Outcome, Target | None]:
+    """Take one client message all the way; returns how it ended and where it went."""
+    target: Target | None = None
+    try:
+        target = await _route(gw, ns, msg, reply)
+        gw.check_call(ns, msg)
+        if target.replica is None:
+            await _degraded(gw, target, msg, reply)
+            return "degraded", target
+        target, outcome = await _exchange(gw, target, msg, body, headers, reply)
+    except Exception as exc:
+        if target is not None and target.fresh and target.sid is None:
+            await gw.router.drop_pin(ns, target.key)  # the pin was made for this message: no leak
+        await reply.fail(target, msg, exc)
+        return "error", target
+    if outcome == "error" and target.fresh and reply.sid is None:
+        await reply.abandon(target)
+    if outcome == "ok" and tool_name(msg) == "cleanup_session":
+        await gw.router.drop_pin(ns, target.key)
+    return outcome, target
+
+
+async def _route(gw: Gateway, ns: Namespace, msg: dict[str, Any], reply: Reply) -> Target:
+    """The message's target; with no replica available, discovery outside a session still gets one
+    (without a replica, so it is answered degraded)."""
+    try:
+        return await gw.router.resolve(ns, reply.sid, reply.xsid, msg)
+    except Unavailable:
+        if reply.sid is not None or msg.get("method") not in DISCOVERY:
+            raise
+        return Target(ns, None, SessionKey.header(reply.xsid))
+
+
+async def _degraded(gw: Gateway, target: Target, msg: dict[str, Any], reply: Reply) -> None:
+    """No replica for this message: discovery from the last known answers, a clear error for the rest."""
+    if "id" not in msg or msg.get("method") is None:
+        await reply.answer(msg, None)
+        return
+    result = gw.degraded(target.ns, msg)
+    if msg["method"] == "initialize" and reply.sid is None:
+        await reply.open(target, None)
+    await reply.answer(msg, result)
+
+
+async def _exchange(
+    gw: Gateway,
+    target: Target,
+    msg: dict[str, Any],
+    body: bytes,
+    headers: Iterable[tuple[bytes, bytes]],
+    reply: Reply,
+) -> tuple[Target, Outcome]:
+    """Forward and relay. A client that goes away meanwhile cancels both: the upstream connection is
+    closed, which is how the 2026 protocol cancels (and harmless for the others)."""
+    outcome: Outcome = "cancelled"
+    failure: Exception | None = None
+    response: Response | None = None
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(reply.watch, tg.cancel_scope)
+        try:
+            target, response = await gw.forward(target, msg, body, headers)
+            if response.status_code == 404 and target.upstream_sid and target.key:
+                failure = await gw.forgotten(target)  # the replica restarted or dropped the session we hold
+        except Exception as exc:
+            failure = exc
+        if response is not None and failure is None:
+            try:
+                outcome = await reply.relay(target, msg, response)
+            except Exception:
+                log.exception("gateway.relay_failed")
+                outcome = "error"
+        tg.cancel_scope.cancel()
+    if response is not None:
+        if outcome == "ok" and not response.complete:  # read the upstream's end, so the connection is reused
+            with anyio.move_on_after(1), contextlib.suppress(Exception):
+                await response.aread()
+        await response.aclose()
+    if failure is not None:
+        raise failure
+    return target, outcome
