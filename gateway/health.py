@@ -38,9 +38,8 @@ async def probe(gw: Gateway, ns: Namespace, replica: Replica) -> None:
     if isinstance(init.get("serverInfo"), dict):
         init["serverInfo"]["name"] = ns.name
     reviewed = await ns.guard.review(tools)
-    if ns.initialize_result != init or ns.tools != reviewed:
-        ns.initialize_result, ns.tools = init, reviewed
-        await gw.store.put_blob(f"discovery:{ns.name}", {"initialize": init, "tools": reviewed})
+    ns.initialize_result, ns.tools = init, reviewed
+    await gw.save_discovery(ns)
 
 
 async def probe_all(gw: Gateway, *, only_down: bool = False) -> None:
@@ -48,7 +47,16 @@ async def probe_all(gw: Gateway, *, only_down: bool = False) -> None:
         for ns in list(gw.namespaces.values()):
             for replica in list(ns.replicas.values()):
                 if not only_down or not replica.healthy:
-                    tg.start_soon(probe, gw, ns, replica)
+                    tg.start_soon(_probe_guarded, gw, ns, replica)
+
+
+async def _probe_guarded(gw: Gateway, ns: Namespace, replica: Replica) -> None:
+    """One probe; a failure that is not the replica's (the store timing out) is logged, so it neither
+    cancels the other probes of the round nor ends `probe_forever`."""
+    try:
+        await probe(gw, ns, replica)
+    except Exception:
+        log.exception("replica.probe_crashed", namespace=ns.name, replica=replica.url)
 
 
 async def probe_forever(gw: Gateway) -> None:

@@ -42,6 +42,8 @@ class Namespace:
         """By URL; a discovered namespace's change as its name resolves (see `adopt`)."""
         self.initialize_result: dict[str, Any] | None = None
         self.tools: list[Any] | None = None
+        self.saved_discovery: dict[str, Any] | None = None
+        """The discovery answers as last written to the store (see `Gateway.save_discovery`)."""
         self.resolved_at = -float("inf")
         """When the namespace's discovery name was last resolved (anyio clock)."""
         self._rr = itertools.count()

@@ -184,7 +184,15 @@ class Gateway:
             ns.tools = seen["tools"]
         else:
             return
-        await self.store.put_blob(f"discovery:{ns.name}", {"initialize": ns.initialize_result, "tools": ns.tools})
+        await self.save_discovery(ns)
+
+    async def save_discovery(self, ns: Namespace) -> None:
+        """Persist what the namespace last answered unless that is what was saved last, so a save the store
+        refused is made again by the next probe instead of being lost until discovery changes."""
+        snapshot = {"initialize": ns.initialize_result, "tools": ns.tools}
+        if ns.saved_discovery != snapshot:
+            await self.store.put_blob(f"discovery:{ns.name}", snapshot)
+            ns.saved_discovery = snapshot
 
     async def load_discovery(self) -> None:
         for ns in self.namespaces.values():

@@ -9,6 +9,7 @@ import subprocess
 import uuid
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 from mcp.shared.exceptions import MCPError
@@ -16,6 +17,7 @@ from mcp.shared.exceptions import MCPError
 from gateway.config import parse_config
 from gateway.discovery import refresh
 from gateway.errors import SessionLost
+from gateway.health import probe_forever
 from gateway.keys import SessionKey
 from gateway.lifecycle import build_gateway
 from gateway.service import Gateway
@@ -206,3 +208,39 @@ async def test_replicas_found_by_a_real_name_lookup_come_and_go_and_sessions_sta
         assert (await _count(url, f"conv_{uuid.uuid4().hex[:10]}")).startswith("c:")  # the emptiest replica
         assert metric(gw.base, "toolfleet_gateway_upstream_healthy", namespace="python", replica=ups["a"].url) == 0
         assert '"discovery.changed"' in gw.logs()
+
+
+class RefusingOnce(MemoryStore):
+    """A store whose first blob write fails, as a Redis timeout would."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused = 0
+        self.saved = anyio.Event()
+
+    async def put_blob(self, name: str, value: object) -> None:
+        if not self.refused:
+            self.refused += 1
+            raise TimeoutError("store timed out")
+        await super().put_blob(name, value)
+        self.saved.set()
+
+
+async def test_a_store_failure_during_a_probe_does_not_stop_probing_and_the_discovery_is_saved_later() -> None:
+    with fixtures("a") as (up,):
+        cfg = parse_config(
+            f"namespaces: {{python: {{replicas: [{up.url}]}}}}\nhealth: {{interval_s: 0.2, open_s: 0.2, timeout_s: 2}}"
+        )
+        store = RefusingOnce()
+        gw = build_gateway(cfg, store=store)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(probe_forever, gw)
+                with anyio.fail_after(15):
+                    await store.saved.wait()
+                tg.cancel_scope.cancel()
+        finally:
+            gw.client.close()
+    assert store.refused == 1  # the first save failed, the loop lived on and a later probe saved it
+    assert (await store.get_blob("discovery:python"))["tools"]
+    assert gw.namespaces["python"].replicas[up.url].available
