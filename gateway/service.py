@@ -175,16 +175,12 @@ class Gateway:
         if seen is None:
             return
         if rewriter.method == "initialize" and "serverInfo" in seen:
-            if ns.initialize_result == seen:
-                return
             ns.initialize_result = seen
         elif rewriter.method == "tools/list" and not seen.get("nextCursor") and isinstance(seen.get("tools"), list):
-            if ns.tools == seen["tools"]:
-                return
             ns.tools = seen["tools"]
         else:
             return
-        await self.save_discovery(ns)
+        await self.save_discovery(ns)  # writes only what differs from the last save
 
     async def save_discovery(self, ns: Namespace) -> None:
         """Persist what the namespace last answered unless that is what was saved last, so a save the store
