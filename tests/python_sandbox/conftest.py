@@ -13,6 +13,7 @@ import pytest
 from tests.support.service import Service, running_service
 
 TIMEOUT_S = 3
+PATIENT_TIMEOUT_S = 60
 
 
 @functools.cache
@@ -27,14 +28,14 @@ def docker_client() -> docker.DockerClient | None:
         return None
 
 
-def server_args(backend: str, instance: str, *extra: str) -> list[str]:
+def server_args(backend: str, instance: str, *extra: str, timeout_s: float = TIMEOUT_S) -> list[str]:
     return [
         "-m",
         "tools.python_sandbox",
         "--backend",
         backend,
         "--timeout-s",
-        str(TIMEOUT_S),
+        str(timeout_s),
         "--instance",
         instance,
         "--pool-size",
@@ -73,6 +74,19 @@ def server(backend: str, instance: str) -> Iterator[Service]:
         yield svc
     if backend == "docker":
         assert containers_of(instance) == [], "the server left containers behind"
+
+
+@pytest.fixture(scope="module")
+def patient_server(backend: str, instance: str) -> Iterator[Service]:
+    """A server whose calls may run for a minute, for outcomes that must not hang on the machine's speed.
+
+    Filling memory page by page can take 10x longer on a loaded VM (first-touch faults): under the
+    3 s server a memory bomb then ends in a timeout before it reaches the limit under test.
+    """
+    with running_service(server_args(backend, f"{instance}-patient", timeout_s=PATIENT_TIMEOUT_S)) as svc:
+        yield svc
+    if backend == "docker":
+        assert containers_of(f"{instance}-patient") == [], "the server left containers behind"
 
 
 def containers_of(instance: str) -> list[str]:
