@@ -180,7 +180,10 @@ class Gateway:
             ns.tools = seen["tools"]
         else:
             return
-        await self.save_discovery(ns)  # writes only what differs from the last save
+        try:
+            await self.save_discovery(ns)  # writes only what differs from the last save
+        except Exception as exc:  # the answer was relayed; the next probe saves it again
+            log.warning("discovery.save_failed", namespace=ns.name, error=str(exc) or type(exc).__name__)
 
     async def save_discovery(self, ns: Namespace) -> None:
         """Persist what the namespace last answered unless that is what was saved last, so a save the store
@@ -195,6 +198,8 @@ class Gateway:
             blob = await self.store.get_blob(f"discovery:{ns.name}") or {}
             ns.initialize_result = ns.initialize_result or blob.get("initialize")
             ns.tools = ns.tools if ns.tools is not None else blob.get("tools")
+            if blob:  # what the store holds: the first probe writes only if its answers differ
+                ns.saved_discovery = {"initialize": blob.get("initialize"), "tools": blob.get("tools")}
             ns.guard.approved = await self.store.get_blob(f"tools:{ns.name}") or ns.guard.approved
 
     def degraded(self, ns: Namespace, msg: dict[str, Any]) -> dict[str, Any]:

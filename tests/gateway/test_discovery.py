@@ -14,10 +14,11 @@ import httpx
 import pytest
 from mcp.shared.exceptions import MCPError
 
+from gateway.app import build_app
 from gateway.config import parse_config
 from gateway.discovery import refresh
 from gateway.errors import SessionLost
-from gateway.health import probe_forever
+from gateway.health import probe_all, probe_forever
 from gateway.keys import SessionKey
 from gateway.lifecycle import build_gateway
 from gateway.service import Gateway
@@ -33,8 +34,11 @@ from tests.gateway.harness import (
     running_gateway,
     start_fixture,
 )
+from tests.support.asgi import serve_asgi
 
 SESSION_LOST = -32002
+REQUESTS = "toolfleet_gateway_requests_total"
+OUTCOMES = ("ok", "error")
 NAME = "python.fleet.test"
 
 
@@ -244,3 +248,61 @@ async def test_a_store_failure_during_a_probe_does_not_stop_probing_and_the_disc
     assert store.refused == 1  # the first save failed, the loop lived on and a later probe saved it
     assert (await store.get_blob("discovery:python"))["tools"]
     assert gw.namespaces["python"].replicas[up.url].available
+
+
+class CountingBlobs(MemoryStore):
+    """A store that counts blob writes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[str] = []
+
+    async def put_blob(self, name: str, value: object) -> None:
+        self.writes.append(name)
+        await super().put_blob(name, value)
+
+
+async def test_a_gateway_that_starts_on_saved_discovery_does_not_write_it_again_unchanged() -> None:
+    with fixtures("a") as (up,):
+        cfg = parse_config(f"namespaces: {{python: {{replicas: [{up.url}]}}}}\nhealth: {{timeout_s: 5}}")
+        store = CountingBlobs()
+        for _ in range(2):  # the first gateway saves what it found; its successor finds the same
+            gw = build_gateway(cfg, store=store)
+            try:
+                await gw.load_discovery()
+                await probe_all(gw)
+            finally:
+                gw.client.close()
+    assert store.writes.count("discovery:python") == 1
+
+
+class RefusingBlobs(MemoryStore):
+    """A store that keeps pins but refuses every blob write, as a Redis that times out on large values."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused = 0
+
+    async def put_blob(self, name: str, value: object) -> None:
+        self.refused += 1
+        raise TimeoutError("store timed out")
+
+
+@pytest.mark.parametrize("transport", ["streamable-http", "sse"])
+async def test_discovery_answers_reach_the_client_when_the_store_refuses_to_save_them(transport: str) -> None:
+    """Saving discovery is for later outages: its failure must not fail the answer it was taken from."""
+    with fixtures("a") as (up,):
+        cfg = parse_config(f"namespaces: {{python: {{replicas: [{up.url}]}}}}\nhealth: {{interval_s: 300}}")
+        store = RefusingBlobs()
+        with serve_asgi(build_app(build_gateway(cfg, store=store))) as base:
+            path = "sse" if transport == "sse" else "mcp"
+            for _ in range(2):  # and the gateway keeps serving
+                async with connect(f"{base}/python/{path}", transport) as client:
+                    assert "echo" in {t.name for t in (await client.list_tools()).tools}
+                    assert await call_text(client, "add", {"a": 2, "b": 3}) == "5"
+            if transport == "streamable-http":  # (only streamable messages are in the request metrics)
+                listed = {
+                    o: metric(base, REQUESTS, namespace="python", method="tools/list", outcome=o) for o in OUTCOMES
+                }
+                assert listed == {"ok": 2, "error": 0}
+    assert store.refused >= 2  # it was asked to save (the probe at start and the requests) and refused
