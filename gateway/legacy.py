@@ -9,6 +9,7 @@ upstream's standalone stream carries once the session is initialized.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +26,7 @@ from gateway.errors import BadUpstream, GatewayError, UnknownSession, error_body
 from gateway.health import cleanup
 from gateway.http import Response, Timeouts
 from gateway.messages import Rewriter, envelope_headers, parse_message
-from gateway.pipeline import Outcome, deliver
+from gateway.pipeline import Outcome, count_error, deliver, record
 from gateway.routing import Namespace, Target, new_session_id
 from gateway.service import Gateway
 from gateway.upstream import open_stream, sse_events, upstream_errors
@@ -121,6 +122,7 @@ async def handle_messages(gw: Gateway, ns: Namespace, scope: Scope, receive: Rec
         await send_bytes(send, 405, b"method not allowed", b"text/plain", [(b"allow", b"POST")])
         return
     sid = (parse_qs(scope.get("query_string", b"").decode("latin-1")).get("session_id") or [None])[0]
+    start = time.perf_counter()
     session = gw.legacy.get(sid) if sid else None
     try:
         if session is None or session.ns.name != ns.name or session.tg is None:
@@ -128,7 +130,9 @@ async def handle_messages(gw: Gateway, ns: Namespace, scope: Scope, receive: Rec
         body = await read_body(scope, receive, gw.cfg.security.max_body_bytes)
         msg = parse_message(body)
     except GatewayError as exc:
-        await send_error(send, None, exc)
+        err = count_error(gw, ns, exc)
+        await send_error(send, None, err)
+        record(gw, ns, None, "error", start, None, err)
         return
     await send_bytes(send, 202, b"Accepted", b"text/plain")
     headers = [(k, v) for k, v in scope["headers"] if k not in (b"accept", b"content-type", b"mcp-protocol-version")]
@@ -178,8 +182,11 @@ async def _forward(
 async def _forward_one(
     gw: Gateway, session: LegacySession, msg: dict[str, Any], body: bytes, headers: list[tuple[bytes, bytes]]
 ) -> None:
+    start = time.perf_counter()
     session.used_tools = session.used_tools or msg.get("method") == "tools/call"
-    await deliver(gw, session.ns, msg, body, headers, _Reply(gw, session))
+    reply = _Reply(gw, session)
+    outcome, target = await deliver(gw, session.ns, msg, body, headers, reply)
+    record(gw, session.ns, msg.get("method"), outcome, start, target, reply.err)
 
 
 class _Reply:
@@ -189,6 +196,7 @@ class _Reply:
         self.gw, self.session = gw, session
         self.sid = session.sid if session.opened else None
         self.xsid = session.xsid
+        self.err: GatewayError | None = None
 
     async def watch(self, cancel: anyio.CancelScope) -> None:
         """Nothing to watch: the SSE connection's end cancels the whole session (and a 2026 cancel, the call)."""
@@ -204,11 +212,11 @@ class _Reply:
             await self.session.push(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}).encode())
 
     async def fail(self, target: Target | None, msg: dict[str, Any], exc: Exception) -> None:
+        """A request is answered on the stream; a failed notification or response is only counted."""
+        self.err = count_error(self.gw, self.session.ns, self.gw.as_lost(target, exc) if target is not None else exc)
         if msg.get("id") is not None and msg.get("method") is not None:
-            _, data = error_body(msg["id"], self.gw.as_lost(target, exc) if target is not None else exc)
+            _, data = error_body(msg["id"], self.err)
             await self.session.push(data)
-        elif not isinstance(exc, GatewayError):
-            log.exception("legacy.forward_failed", exc_info=exc)
 
     async def abandon(self, target: Target) -> None:
         """A session opened on this connection lives until the connection ends; only a bare pin goes now."""

@@ -8,13 +8,14 @@ of a message that failed. A transport supplies only a `Reply`: how it writes ans
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterable
 from typing import Any, Literal, Protocol
 
 import anyio
 import structlog
 
-from gateway.errors import Unavailable
+from gateway.errors import GatewayError, Unavailable, to_error
 from gateway.http import Response
 from gateway.keys import SessionKey
 from gateway.messages import tool_name
@@ -36,6 +37,8 @@ class Reply(Protocol):
     """The gateway MCP session the message arrived in; None before `initialize` succeeded."""
     xsid: str | None
     """The client's `x-session-id`, if it sent one."""
+    err: GatewayError | None
+    """The error the message was answered with, once `fail` ran."""
 
     async def watch(self, cancel: anyio.CancelScope) -> None:
         """Cancel the forwarded call when the client goes away (return at once where it cannot)."""
@@ -50,7 +53,7 @@ class Reply(Protocol):
         """Write the upstream's answer back, errors included ("ok" or "error")."""
 
     async def fail(self, target: Target | None, msg: dict[str, Any], exc: Exception) -> None:
-        """Write the error of a message that could not be forwarded."""
+        """Write the error of a message that could not be forwarded (and keep it in `err`)."""
 
     async def abandon(self, target: Target) -> None:
         """Undo what a failed message started before it had a session (its pin, a session it opened)."""
@@ -78,6 +81,37 @@ async def deliver(
     if outcome == "ok" and tool_name(msg) == "cleanup_session":
         await gw.router.drop_pin(ns, target.key)
     return outcome, target
+
+
+def count_error(gw: Gateway, ns: Namespace, exc: BaseException) -> GatewayError:
+    """The error a client is told for `exc`, counted by its JSON-RPC code."""
+    err = to_error(exc)
+    gw.metrics.errors.labels(ns.name, str(err.code)).inc()
+    return err
+
+
+def record(
+    gw: Gateway,
+    ns: Namespace,
+    method: str | None,
+    outcome: str,
+    start: float,
+    target: Target | None,
+    err: GatewayError | None = None,
+) -> None:
+    """One message in the request metrics and one `gateway.request` log line, whichever transport."""
+    seconds = time.perf_counter() - start
+    gw.metrics.observe(ns.name, method, outcome, seconds)
+    log.info(
+        "gateway.request",
+        namespace=ns.name,
+        method=method,
+        session_id=target.key.id if target and target.key else None,
+        replica=target.replica.url if target and target.replica else None,
+        outcome=outcome,
+        ms=round(seconds * 1000, 2),
+        **({"error": err.message, "code": err.code} if err is not None else {}),
+    )
 
 
 async def _route(gw: Gateway, ns: Namespace, msg: dict[str, Any], reply: Reply) -> Target:

@@ -16,11 +16,11 @@ import structlog
 from starlette.types import Receive, Scope, Send
 
 from gateway.asgi import header, read_body, send_bytes, send_error, session_header
-from gateway.errors import BadUpstream, GatewayError, InvalidRequest, UnknownSession, error_body, to_error
+from gateway.errors import BadUpstream, GatewayError, InvalidRequest, UnknownSession, error_body
 from gateway.health import cleanup
 from gateway.http import Response, Timeouts
 from gateway.messages import Rewriter, parse_message
-from gateway.pipeline import Outcome, deliver
+from gateway.pipeline import Outcome, count_error, deliver, record
 from gateway.routing import Namespace, Target
 from gateway.service import Gateway
 from gateway.upstream import event_with_data, open_stream, sse_events, upstream_errors
@@ -52,9 +52,9 @@ async def _post(gw: Gateway, ns: Namespace, scope: Scope, receive: Receive, send
         reply.xsid = session_header(scope)
     except Exception as exc:
         await reply.fail(None, msg, exc)
-        return _done(gw, ns, msg.get("method"), "error", start, None, reply.err)
+        return record(gw, ns, msg.get("method"), "error", start, None, reply.err)
     outcome, target = await deliver(gw, ns, msg, body, scope["headers"], reply)
-    _done(gw, ns, msg.get("method"), outcome, start, target, reply.err)
+    record(gw, ns, msg.get("method"), outcome, start, target, reply.err)
 
 
 class _Reply:
@@ -88,8 +88,7 @@ class _Reply:
         await send_bytes(self.send, 200, json.dumps(answer).encode(), extra=self._sid_header())
 
     async def fail(self, target: Target | None, msg: dict[str, Any], exc: Exception) -> None:
-        self.err = to_error(exc)
-        self.gw.metrics.errors.labels(self.ns.name, str(self.err.code)).inc()
+        self.err = count_error(self.gw, self.ns, exc)
         await send_error(self.send, msg.get("id"), self.err, self._sid_header())
 
     async def abandon(self, target: Target) -> None:
@@ -131,29 +130,6 @@ class _Reply:
             outcome = "ok" if response.status_code < 400 else "error"
         await gw.remember(self.ns, rewriter)
         return outcome
-
-
-def _done(
-    gw: Gateway,
-    ns: Namespace,
-    method: str | None,
-    outcome: str,
-    start: float,
-    target: Target | None,
-    err: GatewayError | None = None,
-) -> None:
-    seconds = time.perf_counter() - start
-    gw.metrics.observe(ns.name, method, outcome, seconds)
-    log.info(
-        "gateway.request",
-        namespace=ns.name,
-        method=method,
-        session_id=target.key.id if target and target.key else None,
-        replica=target.replica.url if target and target.replica else None,
-        outcome=outcome,
-        ms=round(seconds * 1000, 2),
-        **({"error": err.message, "code": err.code} if err is not None else {}),
-    )
 
 
 def _answers(parsed: Any, rid: Any, *, allow_null: bool = False) -> bool:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 
 import httpx
+import pytest
 
 from tests.gateway.harness import (
     GatewayProc,
@@ -19,27 +21,31 @@ from tests.gateway.harness import (
 )
 
 
+@pytest.mark.parametrize("transport", ["streamable-http", "sse"])
 async def test_each_request_is_one_json_log_event_and_counted_in_metrics(
-    gateway: GatewayProc, replicas: list[Upstream]
+    gateway: GatewayProc, replicas: list[Upstream], transport: str
 ) -> None:
-    async with connect(
-        gateway.url("fixture"), "streamable-http", headers={"x-session-id": "resp_observed", "x-request-id": "req-42"}
-    ) as client:
+    def calls() -> tuple[float, float]:
+        labels = {"namespace": "fixture", "method": "tools/call"}
+        return (
+            metric(gateway.base, "toolfleet_gateway_requests_total", outcome="ok", **labels),
+            metric(gateway.base, "toolfleet_gateway_request_seconds_count", **labels),
+        )
+
+    before, sid = calls(), f"resp_observed_{uuid.uuid4().hex[:8]}"
+    headers = {"x-session-id": sid, "x-request-id": "req-42"}
+    async with connect(gateway.url("fixture", transport), transport, headers=headers) as client:
         assert await call_text(client, "echo", {"text": "hi"}) == "hi"
         await call_text(client, "cleanup_session")
     events = [json.loads(line) for line in gateway.logs().splitlines() if line.startswith("{")]
-    calls = [e for e in events if e.get("event") == "gateway.request" and e.get("session_id") == "resp_observed"]
-    assert calls, "no gateway.request events"
-    call = next(e for e in calls if e["method"] == "tools/call")
-    assert call["namespace"] == "fixture" and call["outcome"] == "ok" and call["request_id"] == "req-42"
-    assert call["replica"] in {u.url for u in replicas} and call["ms"] >= 0 and call["level"] == "info"
-    assert (
-        metric(gateway.base, "toolfleet_gateway_requests_total", namespace="fixture", method="tools/call", outcome="ok")
-        >= 2
-    )
-    assert (
-        metric(gateway.base, "toolfleet_gateway_request_seconds_count", namespace="fixture", method="tools/call") >= 2
-    )
+    mine = [e for e in events if e.get("event") == "gateway.request" and e.get("session_id") == sid]
+    assert [e["method"] for e in mine if e["method"] == "tools/call"] == ["tools/call"] * 2, mine
+    call = next(e for e in mine if e["method"] == "tools/call")
+    assert call["namespace"] == "fixture" and call["outcome"] == "ok" and call["level"] == "info"
+    assert call["replica"] in {u.url for u in replicas} and call["ms"] >= 0
+    if transport == "streamable-http":  # each POST carries its request id; an SSE stream carries the one it opened with
+        assert call["request_id"] == "req-42"
+    assert [after - was for after, was in zip(calls(), before, strict=True)] == [2, 2]
     for up in replicas:
         assert metric(gateway.base, "toolfleet_gateway_upstream_healthy", namespace="fixture", replica=up.url) == 1
 
