@@ -180,26 +180,27 @@ class Gateway:
             ns.tools = seen["tools"]
         else:
             return
-        try:
-            await self.save_discovery(ns)  # writes only what differs from the last save
-        except Exception as exc:  # the answer was relayed; the next probe saves it again
-            log.warning("discovery.save_failed", namespace=ns.name, error=str(exc) or type(exc).__name__)
+        await self.save_discovery(ns)
 
     async def save_discovery(self, ns: Namespace) -> None:
-        """Persist what the namespace last answered unless that is what was saved last, so a save the store
-        refused is made again by the next probe instead of being lost until discovery changes."""
+        """Persist what the namespace last answered unless that is what was saved last. A store that refuses
+        fails neither the answer nor the probe it came from: it is logged, and the next probe saves again."""
         snapshot = {"initialize": ns.initialize_result, "tools": ns.tools}
-        if ns.saved_discovery != snapshot:
+        if ns.saved_discovery == snapshot:
+            return
+        try:
             await self.store.put_blob(f"discovery:{ns.name}", snapshot)
-            ns.saved_discovery = snapshot
+        except Exception as exc:
+            log.warning("discovery.save_failed", namespace=ns.name, error=str(exc) or type(exc).__name__)
+            return
+        ns.saved_discovery = snapshot
 
     async def load_discovery(self) -> None:
         for ns in self.namespaces.values():
             blob = await self.store.get_blob(f"discovery:{ns.name}") or {}
             ns.initialize_result = ns.initialize_result or blob.get("initialize")
             ns.tools = ns.tools if ns.tools is not None else blob.get("tools")
-            if blob:  # what the store holds: the first probe writes only if its answers differ
-                ns.saved_discovery = {"initialize": blob.get("initialize"), "tools": blob.get("tools")}
+            ns.saved_discovery = blob or None  # what the store holds: the first probe writes only a change
             ns.guard.approved = await self.store.get_blob(f"tools:{ns.name}") or ns.guard.approved
 
     def degraded(self, ns: Namespace, msg: dict[str, Any]) -> dict[str, Any]:
