@@ -68,12 +68,17 @@ def instance() -> str:
     return f"pytest-{uuid.uuid4().hex[:10]}"
 
 
-@pytest.fixture(scope="module")
-def server(backend: str, instance: str) -> Iterator[Service]:
-    with running_service(server_args(backend, instance)) as svc:
+def serving(backend: str, instance: str, timeout_s: float = TIMEOUT_S) -> Iterator[Service]:
+    """A server for the module; on the docker backend it must leave none of its containers behind."""
+    with running_service(server_args(backend, instance, timeout_s=timeout_s)) as svc:
         yield svc
     if backend == "docker":
         assert containers_of(instance) == [], "the server left containers behind"
+
+
+@pytest.fixture(scope="module")
+def server(backend: str, instance: str) -> Iterator[Service]:
+    yield from serving(backend, instance)
 
 
 @pytest.fixture(scope="module")
@@ -83,10 +88,7 @@ def patient_server(backend: str, instance: str) -> Iterator[Service]:
     Filling memory page by page can take 10x longer on a loaded VM (first-touch faults): under the
     3 s server a memory bomb then ends in a timeout before it reaches the limit under test.
     """
-    with running_service(server_args(backend, f"{instance}-patient", timeout_s=PATIENT_TIMEOUT_S)) as svc:
-        yield svc
-    if backend == "docker":
-        assert containers_of(f"{instance}-patient") == [], "the server left containers behind"
+    yield from serving(backend, f"{instance}-patient", PATIENT_TIMEOUT_S)
 
 
 def containers_of(instance: str) -> list[str]:
