@@ -46,6 +46,13 @@ class Reasoning(BaseModel):
     summary: str | None = None
 
 
+def check_metadata(v: dict[str, str] | None) -> dict[str, str] | None:
+    """OpenAI's bounds on `metadata` (responses and conversations alike)."""
+    if v is not None and (len(v) > 16 or any(len(k) > 64 or len(x) > 512 for k, x in v.items())):
+        raise ValueError("metadata holds at most 16 keys of 64 characters with values of 512")
+    return v
+
+
 class ResponsesRequest(BaseModel):
     # Strict, as OpenAI's API is: `"top_p": true` or `"stream": "yes"` is refused, not coerced.
     model_config = ConfigDict(extra="allow", strict=True)
@@ -70,12 +77,17 @@ class ResponsesRequest(BaseModel):
     parallel_tool_calls: bool = True
     user: str | None = None
 
-    @field_validator("metadata")
-    @classmethod
-    def _metadata_limits(cls, v: dict[str, str] | None) -> dict[str, str] | None:
-        if v is not None and (len(v) > 16 or any(len(k) > 64 or len(x) > 512 for k, x in v.items())):
-            raise ValueError("metadata holds at most 16 keys of 64 characters with values of 512")
-        return v
+    conversation: str | dict[str, Any] | None = None  # an id, or {"id": ...}: see `conversation_id`
+    _metadata_limits = field_validator("metadata")(check_metadata)
+
+    @property
+    def conversation_id(self) -> str | None:
+        if isinstance(self.conversation, dict):
+            conv_id = self.conversation.get("id")
+            if not isinstance(conv_id, str):
+                raise RequestError("conversation must be an id or an object with a string 'id'", "conversation")
+            return conv_id
+        return self.conversation
 
 
 @dataclass

@@ -14,6 +14,8 @@ import structlog
 
 from orchestrator import harmony as h
 from orchestrator.chat import ChatTurns, chat_tools
+from orchestrator.conversation_store import Conversation, conversations_for
+from orchestrator.conversations import Conversations
 from orchestrator.events import ResponseBuilder, new_id
 from orchestrator.items import normalize
 from orchestrator.kinds import EchoContext, to_messages
@@ -57,6 +59,7 @@ class Live:
     builder: ResponseBuilder
     request: ResponsesRequest
     owner: str
+    conversation: Conversation | None = None  # the Conversations API's, when the request named one
     task: asyncio.Task[None] | None = None
     http_status: int = 200
     error_code: str | None = None  # for the HTTP error body; response.error.code is OpenAI's fixed set
@@ -73,6 +76,7 @@ class ResponsesService:
         self.chat = chat
         self.api_for = api_for or (lambda model: None)  # model name -> "harmony" | "chat" | None (not known)
         self.store = store
+        self.conversations = Conversations(conversations_for(store))
         self.discovery = Discovery()
         self.endpoints = Endpoints(settings.tools_url, settings.endpoint_overrides())
         self.live: dict[str, Live] = {}
@@ -96,19 +100,26 @@ class ResponsesService:
             if prev.body.get("status") in RUNNING:
                 raise RequestError(f"previous response {req.previous_response_id!r} has not finished yet",
                                    "previous_response_id", 400)  # fmt: skip
+        conv = await self._conversation(req, owner)
         include = check_include(req.include)
         tools = toolset(req.tools, req.tool_choice, self._gateway_url)
         namespaces, listings = await self._namespaces(tools)
         model = self._turn_model(req, include, namespaces, tools)
         rid = new_id("resp")
-        conversation = prev.conversation if prev else new_id("conv")  # random: not derived from the response id
+        # The tool sessions' id: random, not derived from the response id (nor from the conversation's id).
+        conversation = prev.conversation if prev else conv.session if conv else new_id("conv")
         body = self._body(req, rid, prev)
+        if conv is not None:
+            body["conversation"] = {"id": conv.id}
         builder = ResponseBuilder(body)
-        state = (prev.tools if prev else {}) or {}
+        state = (prev.tools if prev else conv.tools if conv else {}) or {}
         calls = dict(state.get("calls", {}))
         items = normalize(req.input)
-        searched = [str(i["id"]) for i in items if i.get("type") == "web_search_call"]
-        new_input = to_messages(items, EchoContext(calls, await self._results(owner, searched) if searched else {}))
+        earlier = await self.conversations.history(conv) if conv else []
+        searched = [str(i["id"]) for i in earlier + items if i.get("type") == "web_search_call"]
+        ctx = EchoContext(calls, await self._results(owner, searched) if searched else {})
+        history = to_messages(earlier, ctx) if conv else h.load(prev.messages) if prev else []
+        new_input = to_messages(items, ctx)
         approvals = {i["approval_request_id"]: bool(i.get("approve")) for i in items
                      if i.get("type") == "mcp_approval_response" and i.get("approval_request_id")}  # fmt: skip
         date = self.settings.date or datetime.date.today().isoformat()
@@ -116,7 +127,6 @@ class ResponsesService:
                                  namespaces=namespaces, identity=self.settings.identity)]  # fmt: skip
         if dev := h.developer_message(req.instructions, [_function(f) for f in tools.functions]):
             head.append(dev)
-        history = h.load(prev.messages) if prev else []
         limits = Limits(req.max_output_tokens or self.settings.max_output_tokens,
                         self.settings.max_tool_calls if req.max_tool_calls is None else req.max_tool_calls,
                         max_turns=(req.max_tool_calls or self.settings.max_tool_calls) + 8)  # fmt: skip
@@ -127,7 +137,7 @@ class ResponsesService:
                 self.generate, limits, conversation, req.temperature, req.top_p, new_input=new_input,
                 include=include, model=model, tools=tool_state, turn=TurnState(required=tools.required),
                 logprobs=(req.top_logprobs or 0) if "message.output_text.logprobs" in include else None)  # fmt: skip
-        live = Live(builder, req, owner)
+        live = Live(builder, req, owner, conv)
         builder.start(queued=req.background)
         if req.background:  # other replicas sharing the store can see it running (and ask to cancel it)
             await self.store.put(Record(rid, conversation, builder.snapshot(), items, [], list(builder.events),
@@ -145,6 +155,17 @@ class ResponsesService:
             finally:
                 status = live.builder.body.get("status")
                 annotate(current, outcome="ok" if status == "completed" else str(status))
+
+    async def _conversation(self, req: ResponsesRequest, owner: str) -> Conversation | None:
+        """The conversation the request names (owner-checked: another key's is a 404), or None."""
+        conv_id = req.conversation_id
+        if conv_id is None:
+            return None
+        if req.previous_response_id:
+            raise RequestError("Mutually exclusive parameters: Ensure you are only providing one of: "
+                               "'previous_response_id' or 'conversation'.", "conversation", 400,
+                               "mutually_exclusive_parameters")
+        return await self.conversations.find(conv_id, owner)
 
     def _turn_model(self, req: ResponsesRequest, include: set[str], namespaces: list[h.Namespace],
                     tools: Toolset) -> TurnModel:  # fmt: skip
@@ -258,15 +279,17 @@ class ResponsesService:
         if self.on_settled is not None:
             self.on_settled(status, b.body.get("usage"), r.tools.log)
         try:
+            state = {"calls": r.tools.calls, "pending": r.tools.pending, "pages": r.tools.pages}
+            if live.conversation is not None and status in ("completed", "incomplete"):
+                await self.conversations.append(live.conversation, items + b.body["output"], state)
             if req.store:
-                state = {"calls": r.tools.calls, "pending": r.tools.pending, "pages": r.tools.pages}
                 record = Record(b.id, r.conversation, b.body, items, h.dump(r.messages[n_head:]), b.events, state,
                                 live.owner)  # fmt: skip
                 await self.store.put(record)
-                if r.tools.results:
-                    await self.store.put_results({_scoped(live.owner, k): v for k, v in r.tools.results.items()})
-                if r.sessions.used:
-                    await self.store.touch_conversation(r.conversation, r.sessions.used)
+            if r.tools.results and (req.store or live.conversation is not None):  # for client-kept history
+                await self.store.put_results({_scoped(live.owner, k): v for k, v in r.tools.results.items()})
+            if r.sessions.used and (req.store or live.conversation is not None):  # the sessions live on
+                await self.store.touch_conversation(r.conversation, r.sessions.used)
             elif r.sessions.used:
                 await cleanup_sessions(r.conversation, r.sessions.used)
         except Exception:
