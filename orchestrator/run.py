@@ -110,6 +110,10 @@ class TurnModel(Protocol):
 
     async def turn(self, r: Run, budget: int) -> Turn: ...
 
+    async def count(self, r: Run) -> int:
+        """The tokens of the prompt the next turn would send (`POST /v1/responses/input_tokens`)."""
+        ...
+
 
 @dataclass
 class Run:

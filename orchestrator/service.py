@@ -35,7 +35,7 @@ from orchestrator.tools import (
     loggable,
 )
 from orchestrator.turns import HARMONY, run
-from orchestrator.worker.client import Chat, Generate, WorkerError, WorkerUnavailable
+from orchestrator.worker.client import Chat, CountChat, Generate, WorkerError, WorkerUnavailable
 from toolkit.tracing import annotate, span
 
 log = structlog.get_logger(__name__)
@@ -66,14 +66,26 @@ class Live:
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
 
+@dataclass
+class Prepared:
+    """A response ready to run: its Run, the MCP listings to show first, where its history starts, its input."""
+
+    run: Run
+    listings: dict[str, Any]
+    n_head: int
+    items: list[dict[str, Any]]
+    conversation: Conversation | None
+
+
 class ResponsesService:
     def __init__(self, settings: OrchestratorSettings, *, generate: Generate, store: Store,
                  model_names: Any = None, policy: McpPolicy | None = None, chat: Chat | None = None,
-                 api_for: Any = None) -> None:  # fmt: skip
+                 api_for: Any = None, count_chat: CountChat | None = None) -> None:  # fmt: skip
         self.settings = settings
         self.policy = policy or McpPolicy.from_settings(settings)
         self.generate = generate
         self.chat = chat
+        self.count_chat = count_chat
         self.api_for = api_for or (lambda model: None)  # model name -> "harmony" | "chat" | None (not known)
         self.store = store
         self.conversations = Conversations(conversations_for(store))
@@ -91,6 +103,25 @@ class ResponsesService:
         if req.background and not req.store:
             raise RequestError("background responses need store=true", "background")
         check_running(sum(lv.owner == owner for lv in self.live.values()), self.settings.max_concurrent_per_key)
+        p = await self._prepare(req, owner)
+        builder, rid = p.run.builder, p.run.builder.id
+        live = Live(builder, req, owner, p.conversation)
+        builder.start(queued=req.background)
+        if req.background:  # other replicas sharing the store can see it running (and ask to cancel it)
+            await self.store.put(Record(rid, p.run.conversation, builder.snapshot(), p.items, [],
+                                        list(builder.events), owner=owner))  # fmt: skip
+        self.live[rid] = live
+        live.task = asyncio.create_task(self._traced(live, p.run, p.listings, p.n_head, p.items))
+        return live
+
+    async def count_input_tokens(self, req: ResponsesRequest, owner: str) -> int:
+        """The first turn's prompt in tokens, rendered exactly as `create` would render it (nothing runs)."""
+        r = (await self._prepare(req, owner)).run
+        r.messages.extend(r.new_input)
+        return await (r.model or HARMONY).count(r)
+
+    async def _prepare(self, req: ResponsesRequest, owner: str) -> Prepared:
+        """Everything a response needs before it runs: history, tools, the rendered head, its Run."""
         prev = None
         if req.previous_response_id:
             prev = await self.store.get(req.previous_response_id)
@@ -137,14 +168,7 @@ class ResponsesService:
                 self.generate, limits, conversation, req.temperature, req.top_p, new_input=new_input,
                 include=include, model=model, tools=tool_state, turn=TurnState(required=tools.required),
                 logprobs=(req.top_logprobs or 0) if "message.output_text.logprobs" in include else None)  # fmt: skip
-        live = Live(builder, req, owner, conv)
-        builder.start(queued=req.background)
-        if req.background:  # other replicas sharing the store can see it running (and ask to cancel it)
-            await self.store.put(Record(rid, conversation, builder.snapshot(), items, [], list(builder.events),
-                                        owner=owner))  # fmt: skip
-        self.live[rid] = live
-        live.task = asyncio.create_task(self._traced(live, r, listings, len(head), items))
-        return live
+        return Prepared(r, listings, len(head), items, conv)
 
     async def _traced(self, live: Live, r: Run, listings: dict[str, Any], n_head: int, items: list[dict]) -> None:
         """`_execute` under one span per response (a child of the request's), its ids on every log line."""
@@ -162,9 +186,13 @@ class ResponsesService:
         if conv_id is None:
             return None
         if req.previous_response_id:
-            raise RequestError("Mutually exclusive parameters: Ensure you are only providing one of: "
-                               "'previous_response_id' or 'conversation'.", "conversation", 400,
-                               "mutually_exclusive_parameters")
+            raise RequestError(
+                "Mutually exclusive parameters: Ensure you are only providing one of: "
+                "'previous_response_id' or 'conversation'.",
+                "conversation",
+                400,
+                "mutually_exclusive_parameters",
+            )
         return await self.conversations.find(conv_id, owner)
 
     def _turn_model(self, req: ResponsesRequest, include: set[str], namespaces: list[h.Namespace],
@@ -177,7 +205,7 @@ class ResponsesService:
         if "message.output_text.logprobs" in include:
             raise RequestError("include 'message.output_text.logprobs' is not supported for chat-template models "
                                "(the chat-completions path)", "include", 400, "unsupported_value")  # fmt: skip
-        return ChatTurns(self.chat, chat_tools(namespaces, tools.functions))
+        return ChatTurns(self.chat, chat_tools(namespaces, tools.functions), self.count_chat)
 
     def _gateway_url(self, label: str) -> str | None:
         return self.endpoints.url_for(label) if self.settings.tools_url else None

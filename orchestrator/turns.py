@@ -31,6 +31,9 @@ class HarmonyTurns:
             return Turn("call", [Call(last, stream, r.tools.admitted)])
         return Turn("return" if outcome == "call" else outcome)
 
+    async def count(self, r: Run) -> int:
+        return len(r.turn.renderer.render(r.messages))
+
 
 HARMONY: TurnModel = HarmonyTurns()
 

@@ -19,14 +19,20 @@ from orchestrator import harmony as h
 from orchestrator.chat.messages import ChatTools, to_chat
 from orchestrator.kinds import Stream, from_chat, open_stream
 from orchestrator.run import Call, Run, Turn
-from orchestrator.worker.client import Chat, ChatRequest
+from orchestrator.schema import RequestError
+from orchestrator.worker.client import Chat, ChatRequest, CountChat
 
 
 class ChatTurns:
     """The TurnModel of chat workers."""
 
-    def __init__(self, chat: Chat, tools: ChatTools) -> None:
-        self.chat, self.tools = chat, tools
+    def __init__(self, chat: Chat, tools: ChatTools, count_chat: CountChat | None = None) -> None:
+        self.chat, self.tools, self.count_chat = chat, tools, count_chat
+
+    async def count(self, r: Run) -> int:
+        if self.count_chat is None:
+            raise RequestError("this orchestrator has no worker pool to count chat-path tokens with", None, 503)
+        return await self.count_chat(ChatRequest(self.body(r, 1), r.conversation))
 
     def body(self, r: Run, budget: int) -> dict[str, Any]:
         tools, choice = self.tools.choice(r.turn.required)
