@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
-from orchestrator import context_routes, conversation_routes
+from orchestrator import context_routes, conversation_routes, websocket_routes
 from orchestrator.auth import ApiKeys, AuthMiddleware, load_keys, warn_if_open
 from orchestrator.limits import RequestRate
 from orchestrator.mcp_policy import McpPolicy
@@ -164,6 +164,7 @@ def create_app(
 
     conversation_routes.add_routes(app, service.conversations)
     context_routes.add_routes(app, service)
+    websocket_routes.add_routes(app, service, error_response)
 
     @app.post("/v1/responses", openapi_extra=CREATE_DOC)
     async def create(request: Request) -> Response:

@@ -78,7 +78,24 @@ class ResponsesRequest(BaseModel):
     user: str | None = None
 
     conversation: str | dict[str, Any] | None = None  # an id, or {"id": ...}: see `conversation_id`
+    context_management: list[dict[str, Any]] | None = None  # see `compact_threshold`
     _metadata_limits = field_validator("metadata")(check_metadata)
+
+    @property
+    def compact_threshold(self) -> int | None:
+        """The prompt size (tokens) past which the response compacts its context; None: it never does."""
+        thresholds = []
+        for i, entry in enumerate(self.context_management or []):
+            where = f"context_management[{i}]"
+            if entry.get("type") != "compaction" or set(entry) - {"type", "compact_threshold"}:
+                raise RequestError("only {'type': 'compaction', 'compact_threshold': N} is supported", where)
+            value = entry.get("compact_threshold")
+            if type(value) is not int or value < 1:
+                raise RequestError(
+                    "compact_threshold must be a positive number of tokens", f"{where}.compact_threshold"
+                )
+            thresholds.append(value)
+        return min(thresholds, default=None)
 
     @property
     def conversation_id(self) -> str | None:

@@ -12,6 +12,7 @@ from typing import Any
 import anyio
 import structlog
 
+from orchestrator import compaction
 from orchestrator import harmony as h
 from orchestrator.chat import ChatTurns, chat_tools
 from orchestrator.conversation_store import Conversation, conversations_for
@@ -19,6 +20,7 @@ from orchestrator.conversations import Conversations
 from orchestrator.events import ResponseBuilder, new_id
 from orchestrator.items import normalize
 from orchestrator.kinds import EchoContext, to_messages
+from orchestrator.kinds.compaction import compaction_item
 from orchestrator.limits import check_running
 from orchestrator.mcp_policy import McpPolicy, ServerRefused, refusal
 from orchestrator.run import Limits, Run, ToolState, TurnModel, TurnState
@@ -60,6 +62,8 @@ class Live:
     request: ResponsesRequest
     owner: str
     conversation: Conversation | None = None  # the Conversations API's, when the request named one
+    kept: dict[str, Record] | None = None  # a WebSocket connection's unstored responses, to continue from
+    record: Record | None = None  # what it left, once settled
     task: asyncio.Task[None] | None = None
     http_status: int = 200
     error_code: str | None = None  # for the HTTP error body; response.error.code is OpenAI's fixed set
@@ -98,14 +102,17 @@ class ResponsesService:
 
     # --- creating ---------------------------------------------------------------------------------
 
-    async def create(self, req: ResponsesRequest, owner: str) -> Live:
-        """Start a response owned by `owner` (the caller's key id)."""
+    async def create(self, req: ResponsesRequest, owner: str, *, kept: dict[str, Record] | None = None,
+                     warm_only: bool = False) -> Live:  # fmt: skip
+        """Start a response owned by `owner` (the caller's key id); `kept`: a WebSocket connection's unstored
+        responses, which `previous_response_id` may name; `warm_only`: prefill the worker, make no output."""
         if req.background and not req.store:
             raise RequestError("background responses need store=true", "background")
         check_running(sum(lv.owner == owner for lv in self.live.values()), self.settings.max_concurrent_per_key)
-        p = await self._prepare(req, owner)
+        p = await self._prepare(req, owner, kept)
+        p.run.warm_only = warm_only
         builder, rid = p.run.builder, p.run.builder.id
-        live = Live(builder, req, owner, p.conversation)
+        live = Live(builder, req, owner, p.conversation, kept)
         builder.start(queued=req.background)
         if req.background:  # other replicas sharing the store can see it running (and ask to cancel it)
             await self.store.put(Record(rid, p.run.conversation, builder.snapshot(), p.items, [],
@@ -120,11 +127,21 @@ class ResponsesService:
         r.messages.extend(r.new_input)
         return await (r.model or HARMONY).count(r)
 
-    async def _prepare(self, req: ResponsesRequest, owner: str) -> Prepared:
+    async def compact(self, req: ResponsesRequest, owner: str) -> dict[str, Any]:
+        """OpenAI's compacted window: the user's messages, then one compaction item the model wrote."""
+        p = await self._prepare(req, owner)
+        r = p.run
+        messages = r.messages + r.new_input
+        summary = await compaction.summarise(r, r.model or HARMONY, messages)
+        output = [compaction.user_item(m) for m in compaction.kept(messages[p.n_head :])]
+        return {"id": new_id("cmp"), "object": "response.compaction", "created_at": int(time.time()),
+                "output": [*output, compaction_item(summary)], "usage": r.usage.as_dict()}  # fmt: skip
+
+    async def _prepare(self, req: ResponsesRequest, owner: str, kept: dict[str, Record] | None = None) -> Prepared:
         """Everything a response needs before it runs: history, tools, the rendered head, its Run."""
         prev = None
         if req.previous_response_id:
-            prev = await self.store.get(req.previous_response_id)
+            prev = (kept or {}).get(req.previous_response_id) or await self.store.get(req.previous_response_id)
             if prev is None or prev.owner != owner:  # another key's response is as missing as a deleted one
                 raise RequestError(f"previous response {req.previous_response_id!r} not found",
                                    "previous_response_id", 404, "previous_response_not_found")  # fmt: skip
@@ -146,11 +163,11 @@ class ResponsesService:
         state = (prev.tools if prev else conv.tools if conv else {}) or {}
         calls = dict(state.get("calls", {}))
         items = normalize(req.input)
-        earlier = await self.conversations.history(conv) if conv else []
+        earlier = compaction.window(await self.conversations.history(conv)) if conv else []
         searched = [str(i["id"]) for i in earlier + items if i.get("type") == "web_search_call"]
         ctx = EchoContext(calls, await self._results(owner, searched) if searched else {})
         history = to_messages(earlier, ctx) if conv else h.load(prev.messages) if prev else []
-        new_input = to_messages(items, ctx)
+        new_input = to_messages(compaction.window(items), ctx)
         approvals = {i["approval_request_id"]: bool(i.get("approve")) for i in items
                      if i.get("type") == "mcp_approval_response" and i.get("approval_request_id")}  # fmt: skip
         date = self.settings.date or datetime.date.today().isoformat()
@@ -167,7 +184,8 @@ class ResponsesService:
                 ToolSessions(session_id=conversation, timeout_s=self.settings.tool_timeout_s),
                 self.generate, limits, conversation, req.temperature, req.top_p, new_input=new_input,
                 include=include, model=model, tools=tool_state, turn=TurnState(required=tools.required),
-                logprobs=(req.top_logprobs or 0) if "message.output_text.logprobs" in include else None)  # fmt: skip
+                logprobs=(req.top_logprobs or 0) if "message.output_text.logprobs" in include else None,
+                compact_threshold=req.compact_threshold)  # fmt: skip
         return Prepared(r, listings, len(head), items, conv)
 
     async def _traced(self, live: Live, r: Run, listings: dict[str, Any], n_head: int, items: list[dict]) -> None:
@@ -310,13 +328,14 @@ class ResponsesService:
             state = {"calls": r.tools.calls, "pending": r.tools.pending, "pages": r.tools.pages}
             if live.conversation is not None and status in ("completed", "incomplete"):
                 await self.conversations.append(live.conversation, items + b.body["output"], state)
+            live.record = Record(b.id, r.conversation, b.body, items, h.dump(r.messages[n_head:]), b.events, state,
+                                 live.owner)  # fmt: skip
             if req.store:
-                record = Record(b.id, r.conversation, b.body, items, h.dump(r.messages[n_head:]), b.events, state,
-                                live.owner)  # fmt: skip
-                await self.store.put(record)
+                await self.store.put(live.record)
             if r.tools.results and (req.store or live.conversation is not None):  # for client-kept history
                 await self.store.put_results({_scoped(live.owner, k): v for k, v in r.tools.results.items()})
-            if r.sessions.used and (req.store or live.conversation is not None):  # the sessions live on
+            lives_on = req.store or live.conversation is not None or live.kept is not None
+            if r.sessions.used and lives_on:  # its tool sessions stay until idle (the reaper frees them)
                 await self.store.touch_conversation(r.conversation, r.sessions.used)
             elif r.sessions.used:
                 await cleanup_sessions(r.conversation, r.sessions.used)

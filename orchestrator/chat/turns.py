@@ -51,6 +51,18 @@ class ChatTurns:
             body["top_p"] = r.top_p
         return body
 
+    async def aside(self, r: Run, messages: list[Message], budget: int) -> str:
+        body = {"messages": to_chat(messages), "max_tokens": budget, "stream": True,
+                "stream_options": {"include_usage": True}}  # fmt: skip
+        text: list[str] = []
+        usage: dict[str, Any] = {}
+        async with contextlib.aclosing(self.chat(ChatRequest(body, r.conversation))) as chunks:
+            async for obj in chunks:
+                usage = obj.get("usage") or usage
+                text += [(c.get("delta") or {}).get("content") or "" for c in obj.get("choices") or []]
+        r.usage.account(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0))
+        return "".join(text)
+
     async def turn(self, r: Run, budget: int) -> Turn:
         stream = _Deltas(r, self.tools)
         try:

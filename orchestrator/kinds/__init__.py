@@ -11,6 +11,7 @@ from openai_harmony import Message
 from orchestrator import harmony as h
 from orchestrator.kinds.base import EchoContext, Kind, Stream
 from orchestrator.kinds.code_interpreter import CodeInterpreterKind
+from orchestrator.kinds.compaction import CompactionKind
 from orchestrator.kinds.function import FunctionKind
 from orchestrator.kinds.mcp import McpKind
 from orchestrator.kinds.message import MessageKind
@@ -23,7 +24,7 @@ from orchestrator.schema import RequestError, Toolset
 MESSAGE, REASONING = MessageKind(), ReasoningKind()
 # The kinds of tool calls, in the order they claim a recipient (shell before mcp: container.exec).
 TOOLS: tuple[Kind, ...] = (FunctionKind(), WebSearchKind(), CodeInterpreterKind(), ShellKind(), McpKind())
-_ECHOES = {t: kind for kind in (MESSAGE, REASONING, *TOOLS) for t in kind.echoes}
+_ECHOES = {t: kind for kind in (MESSAGE, REASONING, CompactionKind(), *TOOLS) for t in kind.echoes}
 _NAMESPACES = {ns: kind for kind in TOOLS for ns in kind.namespaces}
 _DEFAULT = Kind()  # an MCP server's namespace, or a recipient no kind defines: its listed tools, as written
 
