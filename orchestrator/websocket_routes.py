@@ -2,8 +2,10 @@
 
 The client sends `response.create` messages (the `POST /v1/responses` body, `stream` implicit, no
 `background`); the server answers each with the same events an SSE stream carries, one response after
-another. Unstored (`store: false`) responses stay continuable by `previous_response_id` for the life of
-the connection (and their tool sessions until idle); `generate: false` only prefills the worker's cache.
+another. The connection keeps its newest response in memory (as OpenAI's does), so the next
+`previous_response_id` continues from it without a store read, and an unstored (`store: false`) one is
+continuable for the life of the connection (its tool sessions until idle); older unstored ones are gone.
+`generate: false` only prefills the worker's cache (one token generated and discarded).
 The key and the per-key rate are checked on the upgrade by the same middleware as HTTP; a refused
 request, or a `response.create` sent while one is running, is answered with an `error` event and the
 connection stays open. A connection lives at most `LIFETIME_S` (OpenAI's documented 60 minutes).
@@ -92,8 +94,8 @@ class Connection:
             if not live.builder.finished and live.task is not None:
                 live.task.cancel()  # the socket went away: abort the generation, as an SSE client's close does
             await live.done.wait()
-            if live.record is not None and not req.store:
-                self.kept[live.record.id] = live.record
+            if live.record is not None:  # only the newest, stored or not: the next turn skips the store read
+                self.kept = {live.record.id: live.record}
 
     async def close(self) -> None:
         if self.running is not None:
