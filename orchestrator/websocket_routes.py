@@ -75,9 +75,10 @@ class Connection:
         stream_id = message.get("stream_id")
         try:
             body = {k: v for k, v in message.items() if k not in ENVELOPE}
-            for name in ("stream", "background"):
-                if body.pop(name, False):
-                    raise RequestError(f"{name!r} is not supported over WebSocket", name)
+            if body.pop("stream", True) is not True:  # implicit; Codex sends `true` anyway
+                raise RequestError("every response streams over WebSocket: 'stream' must be true or absent", "stream")
+            if body.pop("background", False) is not False:
+                raise RequestError("'background' is not supported over WebSocket", "background")
             generate = message.get("generate", True)
             if not isinstance(generate, bool):
                 raise RequestError("generate must be a boolean", "generate")

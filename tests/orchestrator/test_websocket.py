@@ -38,7 +38,7 @@ def test_two_responses_with_continuation_on_one_socket_stored_and_unstored(make_
 
     async def main() -> None:
         async with client.responses.connect() as conn:
-            first = check_stream(await _one(conn, input="first"))
+            first = check_stream(await _one(conn, input="first", stream=True))  # implicit; Codex sends it
             second = check_stream(await _one(conn, input="second", previous_response_id=first.id))
             assert (first.output_text, second.output_text) == ("One.", "Two.")
             prompt = encoding().decode(stack.model.prompts[-1])
