@@ -137,14 +137,20 @@ class Conversations:
             return  # deleted while the response ran: nothing to append to
         current.tools = tools
         await self.store.put(current)
-        if items:
-            await self.store.add_items(conv.id, [as_item(dict(i)) for i in items])
+        known = {i["id"] for i in await self.store.items(conv.id)}
+        if fresh := [as_item(dict(i)) for i in items if i["id"] not in known]:  # a re-sent item is there already
+            await self.store.add_items(conv.id, fresh)
 
     def _checked(
         self, conv: Conversation, existing: list[dict[str, Any]], new: list[dict[str, Any]], param: str
     ) -> list[dict[str, Any]]:
         """New items with ids and statuses, refused (400 naming the item) unless they render after `existing`."""
         items = [as_item(i) for i in normalize(new)] if new else []
+        seen = {i["id"] for i in existing}
+        for n, item in enumerate(items):
+            if item["id"] in seen:
+                raise RequestError(f"item id {item['id']!r} is already in this conversation", f"{param}[{n}].id")
+            seen.add(item["id"])
         try:
             to_messages(existing + items, EchoContext(dict(conv.tools.get("calls", {}))))
         except RequestError as exc:

@@ -91,6 +91,9 @@ def test_conversation_routes_round_trip_with_pagination_and_another_keys_404(mak
     with pytest.raises(openai.BadRequestError) as bad:  # a function output with no call to answer
         a.conversations.items.create(conv.id, items=[{"type": "function_call_output", "call_id": "c9", "output": "1"}])
     assert bad.value.body["param"].startswith("items[0]")
+    with pytest.raises(openai.BadRequestError) as twice:
+        a.conversations.items.create(conv.id, items=[{"id": first.data[0].id, "role": "user", "content": "again"}])
+    assert twice.value.body["param"] == "items[0].id"
     with pytest.raises(openai.BadRequestError):
         a.conversations.create(extra_body={"colour": "blue"})  # nothing accepted and ignored
     assert a.conversations.delete(conv.id).deleted
