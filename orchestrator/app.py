@@ -52,8 +52,11 @@ def _inline_defs(schema: dict[str, Any]) -> dict[str, Any]:
     return resolve(schema)
 
 
-SSE_EVENT = {"type": "object", "required": ["event", "data"],
-             "properties": {"event": {"type": "string"}, "data": {"type": "string"}}}  # fmt: skip
+SSE_EVENT = {
+    "type": "object",
+    "required": ["event", "data"],
+    "properties": {"event": {"type": "string"}, "data": {"type": "string"}},
+}
 SSE_OR_JSON = {"200": {"content": {"text/event-stream": {"schema": SSE_EVENT}}}}
 """`stream=true` answers Server-Sent Events (each named, with a JSON `data` line) instead of JSON."""
 CREATE_DOC = {
@@ -111,13 +114,24 @@ def create_app(
     """The app; tests pass `generate` / `chat` (e.g. a pool over a scripted worker) and a store."""
     settings = settings or OrchestratorSettings()
     if generate is None:
-        pool = pool or WorkerPool(settings.worker_urls, model=settings.model, api=settings.worker_api,
-                                  apis=settings.worker_apis, health_interval_s=settings.health_interval_s)  # fmt: skip
+        pool = pool or WorkerPool(
+            settings.worker_urls,
+            model=settings.model,
+            api=settings.worker_api,
+            apis=settings.worker_apis,
+            health_interval_s=settings.health_interval_s,
+        )
         generate = pool.generate
     chat = chat or (pool.chat if pool is not None else None)
     store = store if store is not None else open_store(settings)
-    service = ResponsesService(settings, generate=generate, store=store, policy=McpPolicy.from_settings(settings),
-                               chat=chat, api_for=pool.api_for if pool is not None else None)  # fmt: skip
+    service = ResponsesService(
+        settings,
+        generate=generate,
+        store=store,
+        policy=McpPolicy.from_settings(settings),
+        chat=chat,
+        api_for=pool.api_for if pool is not None else None,
+    )
     keys = ApiKeys(load_keys(settings))
     metrics = OrchestratorMetrics(pool, lambda: len(service.live))
     service.on_settled = metrics.settled
@@ -182,8 +196,10 @@ def create_app(
             message = (b.body.get("error") or {}).get("message") or "the response failed"
             if req.store:
                 message += f" (response {b.id} is stored with status {b.body['status']})"
-            return JSONResponse({"error": {"message": message, "type": "server_error", "param": None,
-                                           "code": live.error_code}}, live.http_status)  # fmt: skip
+            return JSONResponse(
+                {"error": {"message": message, "type": "server_error", "param": None, "code": live.error_code}},
+                live.http_status,
+            )
         return JSONResponse(b.body)
 
     async def _stream(live: Any, background: bool) -> AsyncIterator[str]:
@@ -237,8 +253,7 @@ def create_app(
     ) -> Response:
         _, record = await service.find(rid, request.state.owner)
         if record is None:
-            raise RequestError(f"response {rid!r} is still running; its input items are listed once it ends",
-                               None, 409)  # fmt: skip
+            raise RequestError(f"response {rid!r} is still running; its input items are listed once it ends", None, 409)
         items = list(record.input_items)
         if order == "desc":
             items.reverse()
@@ -247,8 +262,15 @@ def create_app(
             items = items[ids.index(after) + 1 :] if after in ids else []
         limit = max(1, min(limit, 100))
         page = items[:limit]
-        return JSONResponse({"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
-                             "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit})  # fmt: skip
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": page,
+                "first_id": page[0]["id"] if page else None,
+                "last_id": page[-1]["id"] if page else None,
+                "has_more": len(items) > limit,
+            }
+        )
 
     @app.get("/v1/models")
     async def models() -> Response:

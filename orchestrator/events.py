@@ -63,8 +63,14 @@ class ResponseBuilder:
         self.body["status"] = "in_progress"
         self.emit("response.in_progress", response=self.snapshot())
 
-    def finish(self, status: str, *, usage: dict[str, Any] | None = None, error: dict[str, Any] | None = None,
-               incomplete_reason: str | None = None) -> None:  # fmt: skip
+    def finish(
+        self,
+        status: str,
+        *,
+        usage: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+        incomplete_reason: str | None = None,
+    ) -> None:
         """Close whatever is open, then the single terminal event."""
         for index in sorted(self._open):
             item = self.output[index]

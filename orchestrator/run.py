@@ -40,8 +40,13 @@ class Usage:
     last_output: int = 0
 
     def as_dict(self) -> dict[str, Any]:
-        return usage(input_tokens=self.input, output_tokens=self.output, cached=self.cached,
-                     reasoning=self.reasoning, tool_output=self.tool_output)  # fmt: skip
+        return usage(
+            input_tokens=self.input,
+            output_tokens=self.output,
+            cached=self.cached,
+            reasoning=self.reasoning,
+            tool_output=self.tool_output,
+        )
 
     def account(self, prompt_tokens: int, generated: int) -> None:
         """One generation's tokens; the prompt's growth beyond the last prompt and output is tool output."""

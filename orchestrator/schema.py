@@ -103,12 +103,21 @@ class McpServer:
 
 
 INCLUDABLE = (
-    "code_interpreter_call.outputs", "web_search_call.action.sources", "reasoning.encrypted_content",
-    "message.output_text.logprobs", "web_search_call.results", "file_search_call.results",
-    "message.input_image.image_url", "computer_call_output.output.image_url",
-)  # fmt: skip
-INCLUDE_SUPPORTED = {"code_interpreter_call.outputs", "web_search_call.action.sources", "reasoning.encrypted_content",
-                     "message.output_text.logprobs"}  # fmt: skip
+    "code_interpreter_call.outputs",
+    "web_search_call.action.sources",
+    "reasoning.encrypted_content",
+    "message.output_text.logprobs",
+    "web_search_call.results",
+    "file_search_call.results",
+    "message.input_image.image_url",
+    "computer_call_output.output.image_url",
+)
+INCLUDE_SUPPORTED = {
+    "code_interpreter_call.outputs",
+    "web_search_call.action.sources",
+    "reasoning.encrypted_content",
+    "message.output_text.logprobs",
+}
 
 
 def check_include(include: list[str] | None) -> set[str]:
@@ -116,8 +125,9 @@ def check_include(include: list[str] | None) -> set[str]:
     for i, value in enumerate(include or []):
         if value not in INCLUDABLE:
             supported = ", ".join(f"'{v}'" for v in INCLUDABLE)
-            raise RequestError(f"Invalid value: '{value}'. Supported values are: {supported}.", f"include[{i}]",
-                               400, "invalid_value")  # fmt: skip
+            raise RequestError(
+                f"Invalid value: '{value}'. Supported values are: {supported}.", f"include[{i}]", 400, "invalid_value"
+            )
         if value not in INCLUDE_SUPPORTED:
             supported = ", ".join(sorted(INCLUDE_SUPPORTED))
             message = f"include value '{value}' is not supported by this server (supported: {supported})"
@@ -246,8 +256,15 @@ def toolset(tools: list[dict[str, Any]], tool_choice: Any, gateway_url: Any) -> 
                 raise RequestError(f"mcp server {label!r} needs a server_url", f"tools[{i}].server_url")
             allowed = _tool_names(tool.get("allowed_tools"))
             approval = tool.get("require_approval", "always")
-            out.mcp[label] = McpServer(label, url, headers, allowed, approval, tool.get("server_description"),
-                                       client_named=bool(tool.get("server_url")))  # fmt: skip
+            out.mcp[label] = McpServer(
+                label,
+                url,
+                headers,
+                allowed,
+                approval,
+                tool.get("server_description"),
+                client_named=bool(tool.get("server_url")),
+            )
         else:
             raise RequestError(f"unsupported tool type {kind!r}", f"tools[{i}].type")
     out.required = _requirement(tool_choice, out)
@@ -279,5 +296,8 @@ def _requirement(choice: Any, tools: Toolset) -> Requirement | None:
         return Requirement("python", "<|channel|>analysis to=python", exact=True)
     if kind in ("web_search_preview", "web_search") and "browser" in tools.builtins:
         return Requirement("browser.", "<|channel|>analysis to=browser.")
-    raise RequestError(f"unsupported tool_choice {choice!r} (auto, none, required, or a function, mcp, "
-                       "code_interpreter or web_search_preview tool of this request)", "tool_choice")  # fmt: skip
+    raise RequestError(
+        f"unsupported tool_choice {choice!r} (auto, none, required, or a function, mcp, "
+        "code_interpreter or web_search_preview tool of this request)",
+        "tool_choice",
+    )

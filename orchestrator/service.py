@@ -64,9 +64,16 @@ class Live:
 
 
 class ResponsesService:
-    def __init__(self, settings: OrchestratorSettings, *, generate: Generate, store: Store,
-                 model_names: Any = None, policy: McpPolicy | None = None, chat: Chat | None = None,
-                 api_for: Any = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        settings: OrchestratorSettings,
+        *,
+        generate: Generate,
+        store: Store,
+        policy: McpPolicy | None = None,
+        chat: Chat | None = None,
+        api_for: Any = None,
+    ) -> None:
         self.settings = settings
         self.policy = policy or McpPolicy.from_settings(settings)
         self.generate = generate
@@ -76,8 +83,6 @@ class ResponsesService:
         self.discovery = Discovery()
         self.endpoints = Endpoints(settings.tools_url, settings.endpoint_overrides())
         self.live: dict[str, Live] = {}
-        self.model_names = model_names
-        self.counts: dict[str, int] = {}
         self.on_settled: Any = None  # (status, usage, [(namespace, outcome)]) -> None: the metrics
 
     # --- creating ---------------------------------------------------------------------------------
@@ -91,11 +96,16 @@ class ResponsesService:
         if req.previous_response_id:
             prev = await self.store.get(req.previous_response_id)
             if prev is None or prev.owner != owner:  # another key's response is as missing as a deleted one
-                raise RequestError(f"previous response {req.previous_response_id!r} not found",
-                                   "previous_response_id", 404, "previous_response_not_found")  # fmt: skip
+                raise RequestError(
+                    f"previous response {req.previous_response_id!r} not found",
+                    "previous_response_id",
+                    404,
+                    "previous_response_not_found",
+                )
             if prev.body.get("status") in RUNNING:
-                raise RequestError(f"previous response {req.previous_response_id!r} has not finished yet",
-                                   "previous_response_id", 400)  # fmt: skip
+                raise RequestError(
+                    f"previous response {req.previous_response_id!r} has not finished yet", "previous_response_id", 400
+                )
         include = check_include(req.include)
         tools = toolset(req.tools, req.tool_choice, self._gateway_url)
         namespaces, listings = await self._namespaces(tools)
@@ -109,29 +119,54 @@ class ResponsesService:
         items = normalize(req.input)
         searched = [str(i["id"]) for i in items if i.get("type") == "web_search_call"]
         new_input = to_messages(items, EchoContext(calls, await self._results(owner, searched) if searched else {}))
-        approvals = {i["approval_request_id"]: bool(i.get("approve")) for i in items
-                     if i.get("type") == "mcp_approval_response" and i.get("approval_request_id")}  # fmt: skip
+        approvals = {
+            i["approval_request_id"]: bool(i.get("approve"))
+            for i in items
+            if i.get("type") == "mcp_approval_response" and i.get("approval_request_id")
+        }
         date = self.settings.date or datetime.date.today().isoformat()
-        head = [h.system_message(effort=(req.reasoning.effort if req.reasoning else None), date=date,
-                                 namespaces=namespaces, identity=self.settings.identity)]  # fmt: skip
+        head = [
+            h.system_message(
+                effort=(req.reasoning.effort if req.reasoning else None),
+                date=date,
+                namespaces=namespaces,
+                identity=self.settings.identity,
+            )
+        ]
         if dev := h.developer_message(req.instructions, [_function(f) for f in tools.functions]):
             head.append(dev)
         history = h.load(prev.messages) if prev else []
-        limits = Limits(req.max_output_tokens or self.settings.max_output_tokens,
-                        self.settings.max_tool_calls if req.max_tool_calls is None else req.max_tool_calls,
-                        max_turns=(req.max_tool_calls or self.settings.max_tool_calls) + 8)  # fmt: skip
+        limits = Limits(
+            req.max_output_tokens or self.settings.max_output_tokens,
+            self.settings.max_tool_calls if req.max_tool_calls is None else req.max_tool_calls,
+            max_turns=(req.max_tool_calls or self.settings.max_tool_calls) + 8,
+        )
         pages = {int(k): v for k, v in state.get("pages", {}).items() if isinstance(v, dict)}
         tool_state = ToolState(calls=calls, pending=dict(state.get("pending", {})), approvals=approvals, pages=pages)
-        r = Run(builder, head + history, tools, self.endpoints,
-                ToolSessions(session_id=conversation, timeout_s=self.settings.tool_timeout_s),
-                self.generate, limits, conversation, req.temperature, req.top_p, new_input=new_input,
-                include=include, model=model, tools=tool_state, turn=TurnState(required=tools.required),
-                logprobs=(req.top_logprobs or 0) if "message.output_text.logprobs" in include else None)  # fmt: skip
+        r = Run(
+            builder,
+            head + history,
+            tools,
+            self.endpoints,
+            ToolSessions(session_id=conversation, timeout_s=self.settings.tool_timeout_s),
+            self.generate,
+            limits,
+            conversation,
+            req.temperature,
+            req.top_p,
+            new_input=new_input,
+            include=include,
+            model=model,
+            tools=tool_state,
+            turn=TurnState(required=tools.required),
+            logprobs=(req.top_logprobs or 0) if "message.output_text.logprobs" in include else None,
+        )
         live = Live(builder, req, owner)
         builder.start(queued=req.background)
         if req.background:  # other replicas sharing the store can see it running (and ask to cancel it)
-            await self.store.put(Record(rid, conversation, builder.snapshot(), items, [], list(builder.events),
-                                        owner=owner))  # fmt: skip
+            await self.store.put(
+                Record(rid, conversation, builder.snapshot(), items, [], list(builder.events), owner=owner)
+            )
         self.live[rid] = live
         live.task = asyncio.create_task(self._traced(live, r, listings, len(head), items))
         return live
@@ -146,16 +181,22 @@ class ResponsesService:
                 status = live.builder.body.get("status")
                 annotate(current, outcome="ok" if status == "completed" else str(status))
 
-    def _turn_model(self, req: ResponsesRequest, include: set[str], namespaces: list[h.Namespace],
-                    tools: Toolset) -> TurnModel:  # fmt: skip
+    def _turn_model(
+        self, req: ResponsesRequest, include: set[str], namespaces: list[h.Namespace], tools: Toolset
+    ) -> TurnModel:
         """Harmony, or the chat path when the worker that serves `req.model` is a chat-template worker."""
         if (self.api_for(req.model) or self.settings.worker_api) != "chat":
             return HARMONY
         if self.chat is None:
             raise RequestError("this orchestrator has no chat-completions worker client", "model", 503)
         if "message.output_text.logprobs" in include:
-            raise RequestError("include 'message.output_text.logprobs' is not supported for chat-template models "
-                               "(the chat-completions path)", "include", 400, "unsupported_value")  # fmt: skip
+            raise RequestError(
+                "include 'message.output_text.logprobs' is not supported for chat-template models "
+                "(the chat-completions path)",
+                "include",
+                400,
+                "unsupported_value",
+            )
         return ChatTurns(self.chat, chat_tools(namespaces, tools.functions))
 
     def _gateway_url(self, label: str) -> str | None:
@@ -179,9 +220,16 @@ class ResponsesService:
             shown = [t for t in listing.tools if not t["hidden"]]
             listings[label] = shown
             allowed = [t for t in shown if server.allowed is None or t["name"] in server.allowed]
-            out.append(h.Namespace(label, server.description or listing.instructions, tuple(
-                {"name": t["name"], "description": t["description"], "parameters": t["parameters"]} for t in allowed
-            )))  # fmt: skip
+            out.append(
+                h.Namespace(
+                    label,
+                    server.description or listing.instructions,
+                    tuple(
+                        {"name": t["name"], "description": t["description"], "parameters": t["parameters"]}
+                        for t in allowed
+                    ),
+                )
+            )
         return out, listings
 
     async def _list_mcp(self, server: McpServer) -> Listing:
@@ -205,15 +253,32 @@ class ResponsesService:
     def _body(self, req: ResponsesRequest, rid: str, prev: Record | None) -> dict[str, Any]:
         model = req.model or self.settings.model or "gpt-oss"
         return dict(
-            id=rid, object="response", created_at=int(time.time()), model=model, status="queued", output=[],
-            instructions=req.instructions, tools=[_echo(t) for t in req.tools], tool_choice=req.tool_choice,
-            parallel_tool_calls=req.parallel_tool_calls, temperature=req.temperature, top_p=req.top_p,
-            max_output_tokens=req.max_output_tokens, max_tool_calls=req.max_tool_calls,
-            previous_response_id=req.previous_response_id, background=req.background, store=req.store,
+            id=rid,
+            object="response",
+            created_at=int(time.time()),
+            model=model,
+            status="queued",
+            output=[],
+            instructions=req.instructions,
+            tools=[_echo(t) for t in req.tools],
+            tool_choice=req.tool_choice,
+            parallel_tool_calls=req.parallel_tool_calls,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            max_output_tokens=req.max_output_tokens,
+            max_tool_calls=req.max_tool_calls,
+            previous_response_id=req.previous_response_id,
+            background=req.background,
+            store=req.store,
             reasoning={"effort": req.reasoning.effort if req.reasoning else None, "summary": None},
-            metadata=req.metadata or {}, text={"format": {"type": "text"}}, truncation="disabled",
-            usage=None, error=None, incomplete_details=None, user=req.user,
-        )  # fmt: skip
+            metadata=req.metadata or {},
+            text={"format": {"type": "text"}},
+            truncation="disabled",
+            usage=None,
+            error=None,
+            incomplete_details=None,
+            user=req.user,
+        )
 
     # --- running ----------------------------------------------------------------------------------
 
@@ -222,8 +287,15 @@ class ResponsesService:
         try:
             b.in_progress()
             for label, tools in listings.items():
-                listed = [{"name": t["name"], "description": t["description"], "input_schema": t["parameters"],
-                           "annotations": None} for t in tools]  # fmt: skip
+                listed = [
+                    {
+                        "name": t["name"],
+                        "description": t["description"],
+                        "input_schema": t["parameters"],
+                        "annotations": None,
+                    }
+                    for t in tools
+                ]
                 item = {"id": new_id("mcpl"), "type": "mcp_list_tools", "server_label": label, "tools": listed}
                 index = b.add_item(item)
                 b.item_event(index, "response.mcp_list_tools.in_progress")
@@ -254,14 +326,14 @@ class ResponsesService:
     async def _settle(self, live: Live, r: Run, n_head: int, items: list[dict]) -> None:
         b, req = live.builder, live.request
         status = b.body["status"]
-        self.counts[status] = self.counts.get(status, 0) + 1
         if self.on_settled is not None:
             self.on_settled(status, b.body.get("usage"), r.tools.log)
         try:
             if req.store:
                 state = {"calls": r.tools.calls, "pending": r.tools.pending, "pages": r.tools.pages}
-                record = Record(b.id, r.conversation, b.body, items, h.dump(r.messages[n_head:]), b.events, state,
-                                live.owner)  # fmt: skip
+                record = Record(
+                    b.id, r.conversation, b.body, items, h.dump(r.messages[n_head:]), b.events, state, live.owner
+                )
                 await self.store.put(record)
                 if r.tools.results:
                     await self.store.put_results({_scoped(live.owner, k): v for k, v in r.tools.results.items()})

@@ -69,7 +69,7 @@ async def run(r: Run) -> None:
                 "code": "server_error",
                 "message": "tool_choice requires a tool call; the model answered without one even when prompted",
             }
-            return r.builder.finish("failed", usage=r.usage.as_dict(), error=error)  # fmt: skip
+            return r.builder.finish("failed", usage=r.usage.as_dict(), error=error)
         return r.builder.finish("completed", usage=r.usage.as_dict())
 
 
@@ -157,8 +157,15 @@ def _misses(r: Run, header: h.Header) -> bool:
     return not r.turn.forced
 
 
-def _feed(r: Run, parser: h.TurnParser, stream: Stream | None, header: h.Header | None, delta: str,
-          msg: Message | None, lp: TokenLogprob | None = None) -> tuple[Stream | None, Stream | None]:  # fmt: skip
+def _feed(
+    r: Run,
+    parser: h.TurnParser,
+    stream: Stream | None,
+    header: h.Header | None,
+    delta: str,
+    msg: Message | None,
+    lp: TokenLogprob | None = None,
+) -> tuple[Stream | None, Stream | None]:
     """One sampled token's effect on the output items: (the item now open, the item a finished message
     just left, for the call it may be)."""
     if parser.header is not None and parser.header.channel in ("analysis", "commentary") and not header:

@@ -69,5 +69,15 @@ def to_messages(items: list[dict[str, Any]], ctx: EchoContext) -> list[Message]:
     return out
 
 
-__all__ = ["TOOLS", "EchoContext", "Kind", "Stream", "chat_arguments", "chat_functions", "classify", "from_chat",
-           "open_stream", "to_messages"]  # fmt: skip
+__all__ = [
+    "TOOLS",
+    "EchoContext",
+    "Kind",
+    "Stream",
+    "chat_arguments",
+    "chat_functions",
+    "classify",
+    "from_chat",
+    "open_stream",
+    "to_messages",
+]

@@ -125,8 +125,9 @@ def rejected(text: str) -> ToolOutcome:
 async def invoke(r: Run, ns: str, fn: str, args: dict[str, Any]) -> ToolOutcome:
     """Call `ns.fn` on its server: a request's MCP server, or the fleet's tool server for the namespace."""
     if (server := r.toolset.mcp.get(ns)) is not None:  # at the address its listing was checked at
-        return await r.sessions.call(server.url, fn, args, server.headers, address=server.address,
-                                     client_named=server.client_named)  # fmt: skip
+        return await r.sessions.call(
+            server.url, fn, args, server.headers, address=server.address, client_named=server.client_named
+        )
     url = r.endpoints.url_for(ns)
     if url is None:
         return ToolOutcome(f"Error: no tool server is configured for `{ns}`.", True, outcome="unavailable")

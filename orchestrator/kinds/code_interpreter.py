@@ -27,9 +27,19 @@ class CodeStream(ToolStream):
     field = "code"
 
     def __init__(self, r: Run) -> None:
-        super().__init__(r, r.builder.add_item({"id": new_id("ci"), "type": "code_interpreter_call", "code": "",
-                                                "container_id": r.container_id, "outputs": None,
-                                                "status": "in_progress"}))  # fmt: skip
+        super().__init__(
+            r,
+            r.builder.add_item(
+                {
+                    "id": new_id("ci"),
+                    "type": "code_interpreter_call",
+                    "code": "",
+                    "container_id": r.container_id,
+                    "outputs": None,
+                    "status": "in_progress",
+                }
+            ),
+        )
         r.builder.item_event(self.index, "response.code_interpreter_call.in_progress")
 
 
@@ -63,8 +73,10 @@ class CodeInterpreterKind(Kind):
 
     def echo(self, item: dict[str, Any], where: str, ctx: EchoContext) -> list[Message]:
         logs = "".join(o.get("logs", "") for o in item.get("outputs") or [] if o.get("type") == "logs")
-        return [h.assistant(str(item.get("code") or ""), "analysis", "python"),
-                h.tool_result("python", logs, "analysis")]  # fmt: skip
+        return [
+            h.assistant(str(item.get("code") or ""), "analysis", "python"),
+            h.tool_result("python", logs, "analysis"),
+        ]
 
     def chat_functions(self, ns: h.Namespace) -> list[dict[str, Any]]:
         return [{"name": "", "description": ns.description, "parameters": _CHAT_PARAMETERS}]

@@ -20,9 +20,19 @@ class FunctionStream(Stream):
     shows_arguments = True
 
     def __init__(self, r: Run, name: str) -> None:
-        super().__init__(r, r.builder.add_item({"id": new_id("fc"), "type": "function_call",
-                                                "call_id": new_id("call"), "name": name, "arguments": "",
-                                                "status": "in_progress"}))  # fmt: skip
+        super().__init__(
+            r,
+            r.builder.add_item(
+                {
+                    "id": new_id("fc"),
+                    "type": "function_call",
+                    "call_id": new_id("call"),
+                    "name": name,
+                    "arguments": "",
+                    "status": "in_progress",
+                }
+            ),
+        )
 
     def close(self, msg: Message | None, *, complete: bool = True) -> None:
         b, text = self.r.builder, h.text_of(msg) if msg is not None else ""

@@ -26,8 +26,16 @@ class McpStream(ToolStream):
     shows_arguments = True
 
     def __init__(self, r: Run, ns: str, fn: str, approval_id: str | None = None) -> None:
-        item = {"id": new_id("mcp"), "type": "mcp_call", "server_label": ns, "name": fn, "arguments": "",
-                "status": "in_progress", "output": None, "error": None}  # fmt: skip
+        item = {
+            "id": new_id("mcp"),
+            "type": "mcp_call",
+            "server_label": ns,
+            "name": fn,
+            "arguments": "",
+            "status": "in_progress",
+            "output": None,
+            "error": None,
+        }
         if approval_id:
             item["approval_request_id"] = approval_id
         super().__init__(r, r.builder.add_item(item))
@@ -53,8 +61,10 @@ class McpKind(Kind):
         if item.get("type") != "mcp_call":
             return []  # approvals are the turn loop's (`resume_approvals`); listings are informational
         name = f"{item.get('server_label')}.{item.get('name')}"
-        return [h.assistant(str(item.get("arguments") or "{}"), "commentary", name, "json"),
-                h.tool_result(name, str(item.get("output") or mcp_error_text(item.get("error")) or ""))]  # fmt: skip
+        return [
+            h.assistant(str(item.get("arguments") or "{}"), "commentary", name, "json"),
+            h.tool_result(name, str(item.get("output") or mcp_error_text(item.get("error")) or "")),
+        ]
 
 
 def _needs_approval(toolset: Toolset, ns: str, fn: str) -> bool:
@@ -87,8 +97,13 @@ async def _run(r: Run, msg: Message, ns: str, fn: str, stream: Stream | None, ap
 
 def _request_approval(r: Run, msg: Message, ns: str, fn: str) -> None:
     b, approval_id = r.builder, new_id("mcpr")
-    item = {"id": approval_id, "type": "mcp_approval_request", "server_label": ns, "name": fn,
-            "arguments": h.text_of(msg)}  # fmt: skip
+    item = {
+        "id": approval_id,
+        "type": "mcp_approval_request",
+        "server_label": ns,
+        "name": fn,
+        "arguments": h.text_of(msg),
+    }
     b.done_item(b.add_item(item))
     r.tools.pending[approval_id] = {"recipient": msg.recipient, "server_label": ns, "name": fn}
 

@@ -23,11 +23,13 @@ class ReasoningStream(Stream):
     delta_event = None  # reasoning deltas carry a content index
 
     def __init__(self, r: Run) -> None:
-        index = r.builder.add_item({"id": new_id("rs"), "type": "reasoning", "summary": [], "content": [],
-                                    "status": "in_progress"})  # fmt: skip
+        index = r.builder.add_item(
+            {"id": new_id("rs"), "type": "reasoning", "summary": [], "content": [], "status": "in_progress"}
+        )
         super().__init__(r, index)
-        r.builder.item_event(index, "response.content_part.added", content_index=0,
-                             part={"type": "reasoning_text", "text": ""})  # fmt: skip
+        r.builder.item_event(
+            index, "response.content_part.added", content_index=0, part={"type": "reasoning_text", "text": ""}
+        )
 
     def delta(self, text: str, lp: Any = None) -> None:
         if text:

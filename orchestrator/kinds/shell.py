@@ -55,8 +55,16 @@ class ShellKind(Kind):
         call_id = new_id("call")
         timeout_ms = int(timeout * 1000) if isinstance(timeout, int | float) else None
         action = {"commands": [command], "timeout_ms": timeout_ms, "max_output_length": None}
-        index = b.add_item({"id": new_id("sh"), "type": "shell_call", "call_id": call_id, "action": action,
-                            "status": "in_progress", "environment": None})  # fmt: skip
+        index = b.add_item(
+            {
+                "id": new_id("sh"),
+                "type": "shell_call",
+                "call_id": call_id,
+                "action": action,
+                "status": "in_progress",
+                "environment": None,
+            }
+        )
         b.emit("response.shell_call_command.added", output_index=index, command_index=0, command="")
         b.emit("response.shell_call_command.delta", output_index=index, command_index=0, delta=command)
         b.emit("response.shell_call_command.done", output_index=index, command_index=0, command=command)
@@ -64,8 +72,16 @@ class ShellKind(Kind):
         b.done_item(index)
         outcome = rejected(err) if err else await invoke(r, "container", "exec", args or {})
         result = _output(outcome)
-        index = b.add_item({"id": new_id("sho"), "type": "shell_call_output", "call_id": call_id, "output": [],
-                            "status": "in_progress", "max_output_length": None})  # fmt: skip
+        index = b.add_item(
+            {
+                "id": new_id("sho"),
+                "type": "shell_call_output",
+                "call_id": call_id,
+                "output": [],
+                "status": "in_progress",
+                "max_output_length": None,
+            }
+        )
         delta = {k: result[k] for k in ("stdout", "stderr") if result[k]}
         if delta:
             b.item_event(index, "response.shell_call_output_content.delta", command_index=0, delta=delta)
@@ -105,8 +121,11 @@ def _output(outcome: ToolOutcome) -> dict[str, Any]:
     if isinstance(s.get("stdout"), str) or isinstance(s.get("exit_code"), int):
         timed_out = bool(s.get("timed_out"))
         code = s.get("exit_code") if isinstance(s.get("exit_code"), int) else (1 if outcome.is_error else 0)
-        return {"stdout": str(s.get("stdout") or ""), "stderr": str(s.get("stderr") or ""),
-                "outcome": {"type": "timeout"} if timed_out else {"type": "exit", "exit_code": code}}  # fmt: skip
+        return {
+            "stdout": str(s.get("stdout") or ""),
+            "stderr": str(s.get("stderr") or ""),
+            "outcome": {"type": "timeout"} if timed_out else {"type": "exit", "exit_code": code},
+        }
     if outcome.is_error:
         return {"stdout": "", "stderr": outcome.text, "outcome": {"type": "exit", "exit_code": 1}}
     return {"stdout": outcome.text, "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}

@@ -62,8 +62,10 @@ class WebSearchKind(Kind):
         args = {k: v for k, v in action.items() if k in ("query", "pattern") or (k == "url" and fn == "open")}
         if "url" in args:
             args["id"] = args.pop("url")
-        return [h.assistant(json.dumps(args), "analysis", f"browser.{fn}", "json"),
-                h.tool_result(f"browser.{fn}", _kept_text(item, ctx.results), "analysis")]  # fmt: skip
+        return [
+            h.assistant(json.dumps(args), "analysis", f"browser.{fn}", "json"),
+            h.tool_result(f"browser.{fn}", _kept_text(item, ctx.results), "analysis"),
+        ]
 
 
 def _action(r: Run, fn: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -101,8 +103,11 @@ def browser_page(structured: dict[str, Any] | None) -> dict[str, Any] | None:
     s = structured or {}
     if not isinstance(s.get("cursor"), int):
         return None
-    hits = [{"url": h["url"], "title": str(h.get("title") or h["url"]), "lines": h.get("lines")}
-            for h in s.get("hits") or [] if isinstance(h, dict) and isinstance(h.get("url"), str)]  # fmt: skip
+    hits = [
+        {"url": h["url"], "title": str(h.get("title") or h["url"]), "lines": h.get("lines")}
+        for h in s.get("hits") or []
+        if isinstance(h, dict) and isinstance(h.get("url"), str)
+    ]
     url = s.get("url") if isinstance(s.get("url"), str) else None
     return {"cursor": s["cursor"], "url": url, "title": str(s.get("title") or url or ""), "hits": hits}
 
@@ -126,6 +131,13 @@ def annotations(r: Run, msg: Message) -> list[dict[str, Any]]:
         page = pages.get(int(m.group(1)))
         target = _cited(page, int(m.group(2))) if page else None
         if target:
-            out.append({"type": "url_citation", "start_index": m.start(), "end_index": m.end(),
-                        "url": target[1], "title": target[0]})  # fmt: skip
+            out.append(
+                {
+                    "type": "url_citation",
+                    "start_index": m.start(),
+                    "end_index": m.end(),
+                    "url": target[1],
+                    "title": target[0],
+                }
+            )
     return out

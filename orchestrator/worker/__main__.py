@@ -37,9 +37,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(settings.log_level, service="worker-scripted")
     app, model, rules = _app(settings)
     structlog.get_logger(__name__).info(
-        "worker.scripted", model=model, api=settings.api, rules=rules, port=settings.port,
+        "worker.scripted",
+        model=model,
+        api=settings.api,
+        rules=rules,
+        port=settings.port,
         note="SCRIPTED worker: replies come from a scenario file, not a model",
-    )  # fmt: skip
+    )
     serve(app, settings)
     return 0
 

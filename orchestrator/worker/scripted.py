@@ -60,8 +60,15 @@ class Rule:
     def from_dict(cls, r: dict[str, Any]) -> Rule:
         if r.get("fail_mode", "drop") not in ("drop", "error"):
             raise ValueError("fail_mode must be drop or error")
-        return cls(re.compile(r["match"], re.S), r.get("reply", ""), r.get("tokens"), r.get("status"),
-                   r.get("fail_after"), r.get("fail_mode", "drop"), r.get("delay_s"))  # fmt: skip
+        return cls(
+            re.compile(r["match"], re.S),
+            r.get("reply", ""),
+            r.get("tokens"),
+            r.get("status"),
+            r.get("fail_after"),
+            r.get("fail_mode", "drop"),
+            r.get("delay_s"),
+        )
 
 
 class DroppedConnection(Exception):
@@ -194,8 +201,12 @@ def build_app(model: ScriptedModel) -> Starlette:
         rule = model.rule(prompt)
         if rule is not None and rule.status:
             stats.failed += 1
-            message = {"message": f"scripted failure (HTTP {rule.status})", "type": "InternalServerError",
-                       "param": None, "code": rule.status}  # fmt: skip
+            message = {
+                "message": f"scripted failure (HTTP {rule.status})",
+                "type": "InternalServerError",
+                "param": None,
+                "code": rule.status,
+            }
             return JSONResponse({"error": message}, rule.status)
         max_tokens = int(body.get("max_tokens") or 16)
         output = model.reply(prompt)
@@ -219,10 +230,25 @@ def build_app(model: ScriptedModel) -> Starlette:
         log.info("scripted.completion", prompt_tokens=len(prompt), output_tokens=len(output), cached=cached)
         if not body.get("stream"):
             stats.completed += 1
-            choice = {"index": 0, "text": encoding().decode(output), "logprobs": None, "finish_reason": finish,
-                      "stop_reason": stop_reason, "prompt_token_ids": prompt, "token_ids": output}  # fmt: skip
-            return JSONResponse({"id": cid, "object": "text_completion", "created": created,
-                                 "model": scenario.model, "choices": [choice], "usage": usage})  # fmt: skip
+            choice = {
+                "index": 0,
+                "text": encoding().decode(output),
+                "logprobs": None,
+                "finish_reason": finish,
+                "stop_reason": stop_reason,
+                "prompt_token_ids": prompt,
+                "token_ids": output,
+            }
+            return JSONResponse(
+                {
+                    "id": cid,
+                    "object": "text_completion",
+                    "created": created,
+                    "model": scenario.model,
+                    "choices": [choice],
+                    "usage": usage,
+                }
+            )
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
 
         delay = rule.delay_s if rule is not None and rule.delay_s is not None else scenario.token_delay_s
@@ -240,17 +266,26 @@ def build_app(model: ScriptedModel) -> Starlette:
                         outcome = "failed"
                         if rule.fail_mode == "drop":
                             raise DroppedConnection(f"scripted worker dropped the connection after {i} tokens")
-                        error = {"message": "scripted engine failure", "type": "InternalServerError",
-                                 "param": None, "code": 500}  # fmt: skip
+                        error = {
+                            "message": "scripted engine failure",
+                            "type": "InternalServerError",
+                            "param": None,
+                            "code": 500,
+                        }
                         yield f"data: {json.dumps({'error': error})}\n\n"
                         yield "data: [DONE]\n\n"
                         return
                     if delay:
                         await asyncio.sleep(delay)
                     last = i == len(output) - 1
-                    choice = {"index": 0, "text": encoding().decode([tok]), "logprobs": None,
-                              "finish_reason": finish if last else None,
-                              "stop_reason": stop_reason if last else None, "token_ids": [tok]}  # fmt: skip
+                    choice = {
+                        "index": 0,
+                        "text": encoding().decode([tok]),
+                        "logprobs": None,
+                        "finish_reason": finish if last else None,
+                        "stop_reason": stop_reason if last else None,
+                        "token_ids": [tok],
+                    }
                     if i == 0:
                         choice["prompt_token_ids"] = prompt
                     if want_logprobs is not None:
@@ -271,8 +306,16 @@ def build_app(model: ScriptedModel) -> Starlette:
 
     async def models(request: Request) -> Response:
         scenario = model.scenario
-        card = {"id": scenario.model, "object": "model", "created": 0, "owned_by": "toolfleet-scripted",
-                "root": scenario.model, "parent": None, "max_model_len": 131072, "scripted": True}  # fmt: skip
+        card = {
+            "id": scenario.model,
+            "object": "model",
+            "created": 0,
+            "owned_by": "toolfleet-scripted",
+            "root": scenario.model,
+            "parent": None,
+            "max_model_len": 131072,
+            "scripted": True,
+        }
         return JSONResponse({"object": "list", "data": [card]})
 
     async def health(request: Request) -> Response:

@@ -61,10 +61,16 @@ class ChatScenario:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ChatScenario:
-        rules = [ChatRule(re.compile(r["match"], re.S | re.M), dict(r.get("reply") or {}), r.get("status"))
-                 for r in data.get("rules", [])]  # fmt: skip
-        return cls(rules, dict(data.get("default") or DEFAULT_REPLY), data.get("model", "scripted-chat"),
-                   float(data.get("token_delay_s", 0.0)))  # fmt: skip
+        rules = [
+            ChatRule(re.compile(r["match"], re.S | re.M), dict(r.get("reply") or {}), r.get("status"))
+            for r in data.get("rules", [])
+        ]
+        return cls(
+            rules,
+            dict(data.get("default") or DEFAULT_REPLY),
+            data.get("model", "scripted-chat"),
+            float(data.get("token_delay_s", 0.0)),
+        )
 
     @classmethod
     def load(cls, path: str | Path) -> ChatScenario:
@@ -76,8 +82,11 @@ def tail(messages: list[dict[str, Any]], tool_choice: Any) -> str:
     names = {c.get("id"): (c.get("function") or {}).get("name") for m in messages for c in m.get("tool_calls") or []}
     last = messages[-1] if messages else {"role": "user", "content": ""}
     content = last.get("content") if isinstance(last.get("content"), str) else json.dumps(last.get("content"))
-    text = f"tool {names.get(last.get('tool_call_id'))}: {content}" if last["role"] == "tool" else (
-        f"{last['role']}: {content}")  # fmt: skip
+    text = (
+        f"tool {names.get(last.get('tool_call_id'))}: {content}"
+        if last["role"] == "tool"
+        else (f"{last['role']}: {content}")
+    )
     if tool_choice == "required":
         text += "\ntool_choice: required"
     elif isinstance(tool_choice, dict):
@@ -99,8 +108,10 @@ class ScriptedChatModel:
 
     def prompt(self, body: dict[str, Any]) -> list[int]:
         """The prompt's token ids: the messages and tools in a ChatML-like rendering (a stand-in template)."""
-        text = "".join(f"<|im_start|>{m.get('role')}\n{json.dumps(m, sort_keys=True)}<|im_end|>\n"
-                       for m in body.get("messages") or [])  # fmt: skip
+        text = "".join(
+            f"<|im_start|>{m.get('role')}\n{json.dumps(m, sort_keys=True)}<|im_end|>\n"
+            for m in body.get("messages") or []
+        )
         return self.ids(json.dumps(body.get("tools") or []) + text + "<|im_start|>assistant\n")
 
     def rule(self, body: dict[str, Any]) -> ChatRule | None:
@@ -115,8 +126,12 @@ class ScriptedChatModel:
         for index, call in enumerate(reply.get("tool_calls") or []):
             args = call.get("arguments", {})
             args = args if isinstance(args, str) else json.dumps(args)
-            head = {"index": index, "id": f"chatcmpl-tool-{uuid.uuid4().hex[:16]}", "type": "function",
-                    "function": {"name": call["name"]}}  # fmt: skip
+            head = {
+                "index": index,
+                "id": f"chatcmpl-tool-{uuid.uuid4().hex[:16]}",
+                "type": "function",
+                "function": {"name": call["name"]},
+            }
             out.append(({"tool_calls": [head]}, self.ids(call["name"])))
             for piece in _PIECE.findall(args):
                 out.append(({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}, self.ids(piece)))
@@ -138,8 +153,11 @@ def build_chat_app(model: ScriptedChatModel) -> Starlette:
         rule = model.rule(body)
         if rule is not None and rule.status:
             model.stats.failed += 1
-            error = {"message": f"scripted failure (HTTP {rule.status})", "type": "InternalServerError",
-                     "code": rule.status}  # fmt: skip
+            error = {
+                "message": f"scripted failure (HTTP {rule.status})",
+                "type": "InternalServerError",
+                "code": rule.status,
+            }
             return JSONResponse({"error": error}, rule.status)
         reply = rule.reply if rule is not None else model.scenario.default
         prompt, steps = model.prompt(body), model.deltas(reply)
@@ -154,9 +172,12 @@ def build_chat_app(model: ScriptedChatModel) -> Starlette:
                 n += len(ids)
             steps, finish = kept, "length"
         output = [t for _, ids in steps for t in ids]
-        usage = {"prompt_tokens": len(prompt), "completion_tokens": len(output),
-                 "total_tokens": len(prompt) + len(output),
-                 "prompt_tokens_details": {"cached_tokens": cached_prefix(model._seen, prompt)}}  # fmt: skip
+        usage = {
+            "prompt_tokens": len(prompt),
+            "completion_tokens": len(output),
+            "total_tokens": len(prompt) + len(output),
+            "prompt_tokens_details": {"cached_tokens": cached_prefix(model._seen, prompt)},
+        }
         model._seen.append(prompt + output)
         model.usages.append(usage)
         cid, created, name = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), model.scenario.model
@@ -166,16 +187,26 @@ def build_chat_app(model: ScriptedChatModel) -> Starlette:
             return JSONResponse(_message_response(cid, created, name, steps, finish, usage, prompt, with_ids))
 
         def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
-            obj = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": name,
-                   "choices": choices, **extra}  # fmt: skip
+            obj = {
+                "id": cid,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": name,
+                "choices": choices,
+                **extra,
+            }
             return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
         async def stream():
             outcome = "aborted"
             model.stats.in_flight += 1
             try:
-                first = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                         "finish_reason": None}  # fmt: skip
+                first = {
+                    "index": 0,
+                    "delta": {"role": "assistant", "content": ""},
+                    "logprobs": None,
+                    "finish_reason": None,
+                }
                 yield chunk([first], **({"prompt_token_ids": prompt} if with_ids else {}))
                 for i, (delta, ids) in enumerate(steps):
                     if model.scenario.token_delay_s:
@@ -203,8 +234,16 @@ def build_chat_app(model: ScriptedChatModel) -> Starlette:
         return JSONResponse({"count": len(tokens), "max_model_len": 131072, "tokens": tokens, "token_strs": None})
 
     async def models(request: Request) -> Response:
-        card = {"id": model.scenario.model, "object": "model", "created": 0, "owned_by": "toolfleet-scripted",
-                "root": model.scenario.model, "parent": None, "max_model_len": 131072, "scripted": True}  # fmt: skip
+        card = {
+            "id": model.scenario.model,
+            "object": "model",
+            "created": 0,
+            "owned_by": "toolfleet-scripted",
+            "root": model.scenario.model,
+            "parent": None,
+            "max_model_len": 131072,
+            "scripted": True,
+        }
         return JSONResponse({"object": "list", "data": [card]})
 
     async def health(request: Request) -> Response:
@@ -213,20 +252,30 @@ def build_chat_app(model: ScriptedChatModel) -> Starlette:
     async def debug_stats(request: Request) -> Response:
         return JSONResponse(dataclasses.asdict(model.stats))
 
-    return Starlette(routes=[
-        Route("/v1/chat/completions", completions, methods=["POST"]),
-        Route("/tokenize", tokenize, methods=["POST"]),
-        Route("/v1/models", models),
-        Route("/health", health),
-        Route("/debug/stats", debug_stats),
-    ])  # fmt: skip
+    return Starlette(
+        routes=[
+            Route("/v1/chat/completions", completions, methods=["POST"]),
+            Route("/tokenize", tokenize, methods=["POST"]),
+            Route("/v1/models", models),
+            Route("/health", health),
+            Route("/debug/stats", debug_stats),
+        ]
+    )
 
 
 Steps = list[tuple[dict[str, Any], list[int]]]
 
 
-def _message_response(cid: str, created: int, name: str, steps: Steps, finish: str, usage: dict[str, Any],
-                      prompt: list[int], with_ids: bool) -> dict[str, Any]:  # fmt: skip
+def _message_response(
+    cid: str,
+    created: int,
+    name: str,
+    steps: Steps,
+    finish: str,
+    usage: dict[str, Any],
+    prompt: list[int],
+    with_ids: bool,
+) -> dict[str, Any]:
     """The non-streaming body: the same steps folded into one assistant message."""
     message: dict[str, Any] = {"role": "assistant", "content": "", "reasoning": None, "tool_calls": []}
     for delta, _ in steps:
@@ -242,8 +291,14 @@ def _message_response(cid: str, created: int, name: str, steps: Steps, finish: s
     choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish, "stop_reason": None}
     if with_ids:
         choice["token_ids"] = [t for _, ids in steps for t in ids]
-    body = {"id": cid, "object": "chat.completion", "created": created, "model": name, "choices": [choice],
-            "usage": usage}  # fmt: skip
+    body = {
+        "id": cid,
+        "object": "chat.completion",
+        "created": created,
+        "model": name,
+        "choices": [choice],
+        "usage": usage,
+    }
     if with_ids:
         body["prompt_token_ids"] = prompt
     return body
