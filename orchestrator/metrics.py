@@ -11,10 +11,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from orchestrator.kinds import BUILTIN_NAMESPACES
 from orchestrator.worker.client import WorkerPool
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
-BUILTIN_NAMESPACES = ("browser", "python", "container")
 
 
 class OrchestratorMetrics:

@@ -13,14 +13,15 @@ import anyio
 import structlog
 
 from orchestrator import harmony as h
+from orchestrator import kinds
 from orchestrator.chat import ChatTurns, chat_tools
 from orchestrator.events import ResponseBuilder, new_id
 from orchestrator.items import normalize
-from orchestrator.kinds import EchoContext, to_messages
+from orchestrator.kinds import EchoContext
 from orchestrator.limits import check_running
 from orchestrator.mcp_policy import McpPolicy, ServerRefused, refusal
 from orchestrator.run import Limits, Run, ToolState, TurnModel, TurnState
-from orchestrator.schema import McpServer, RequestError, ResponsesRequest, Toolset, check_include, toolset
+from orchestrator.schema import McpServer, RequestError, ResponsesRequest, Toolset, check_include
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.store import Record, Store
 from orchestrator.tools import (
@@ -38,15 +39,7 @@ from toolkit.tracing import annotate, span
 
 log = structlog.get_logger(__name__)
 
-_FALLBACK = {
-    "browser": lambda: h.Namespace("browser", h.SystemContent.new().with_browser_tool().tools["browser"].description),
-    "python": lambda: h.Namespace("python", h.SystemContent.new().with_python_tool().tools["python"].description),
-    "container": lambda: h.Namespace("container", "Run commands in a persistent container (currently unavailable)."),
-}
-
-
 RUNNING = ("queued", "in_progress")
-REDACTED = "<redacted>"
 CANCEL_WAIT_S = 15.0
 
 
@@ -107,7 +100,7 @@ class ResponsesService:
                     f"previous response {req.previous_response_id!r} has not finished yet", "previous_response_id", 400
                 )
         include = check_include(req.include)
-        tools = toolset(req.tools, req.tool_choice, self._gateway_url)
+        tools = kinds.toolset(req.tools, req.tool_choice, self._gateway_url)
         namespaces, listings = await self._namespaces(tools)
         model = self._turn_model(req, include, namespaces, tools)
         rid = new_id("resp")
@@ -117,13 +110,8 @@ class ResponsesService:
         state = (prev.tools if prev else {}) or {}
         calls = dict(state.get("calls", {}))
         items = normalize(req.input)
-        searched = [str(i["id"]) for i in items if i.get("type") == "web_search_call"]
-        new_input = to_messages(items, EchoContext(calls, await self._results(owner, searched) if searched else {}))
-        approvals = {
-            i["approval_request_id"]: bool(i.get("approve"))
-            for i in items
-            if i.get("type") == "mcp_approval_response" and i.get("approval_request_id")
-        }
+        echo = EchoContext(calls, await self._results(owner, kinds.kept_ids(items)))
+        new_input = kinds.to_messages(items, echo)
         date = self.settings.date or datetime.date.today().isoformat()
         head = [
             h.system_message(
@@ -142,7 +130,9 @@ class ResponsesService:
             max_turns=(req.max_tool_calls or self.settings.max_tool_calls) + 8,
         )
         pages = {int(k): v for k, v in state.get("pages", {}).items() if isinstance(v, dict)}
-        tool_state = ToolState(calls=calls, pending=dict(state.get("pending", {})), approvals=approvals, pages=pages)
+        tool_state = ToolState(
+            calls=calls, pending=dict(state.get("pending", {})), approvals=echo.approvals, pages=pages
+        )
         r = Run(
             builder,
             head + history,
@@ -204,7 +194,7 @@ class ResponsesService:
 
     async def _namespaces(self, tools: Toolset) -> tuple[list[h.Namespace], dict[str, Any]]:
         out, listings = [], {}
-        for ns in ("browser", "python", "container"):
+        for ns in kinds.BUILTIN_NAMESPACES:
             if ns not in tools.builtins:
                 continue
             url = self.endpoints.url_for(ns)
@@ -214,7 +204,7 @@ class ResponsesService:
                 out.append(await self.discovery.namespace(ns, url, tools.builtins[ns]))
             except ToolUnavailable as exc:
                 log.warning("tool.discovery_failed", namespace=ns, error=str(exc))
-                out.append(_FALLBACK[ns]())
+                out.append(kinds.fallback(ns))
         for label, server in tools.mcp.items():
             listing = await self._list_mcp(server)
             shown = [t for t in listing.tools if not t["hidden"]]
@@ -247,6 +237,8 @@ class ResponsesService:
 
     async def _results(self, owner: str, item_ids: list[str]) -> dict[str, str]:
         """Stored web_search results of `owner`'s own items (keyed by owner, so ids of other keys find nothing)."""
+        if not item_ids:
+            return {}
         found = await self.store.get_results([_scoped(owner, i) for i in item_ids])
         return {i: found[_scoped(owner, i)] for i in item_ids if _scoped(owner, i) in found}
 
@@ -260,7 +252,7 @@ class ResponsesService:
             status="queued",
             output=[],
             instructions=req.instructions,
-            tools=[_echo(t) for t in req.tools],
+            tools=[kinds.echo_tool(t) for t in req.tools],
             tool_choice=req.tool_choice,
             parallel_tool_calls=req.parallel_tool_calls,
             temperature=req.temperature,
@@ -413,19 +405,3 @@ def _scoped(owner: str, item_id: str) -> str:
 
 def _function(tool: dict[str, Any]) -> dict[str, Any]:
     return {"name": tool["name"], "description": tool.get("description") or "", "parameters": tool.get("parameters")}
-
-
-def _echo(tool: dict[str, Any]) -> dict[str, Any]:
-    """A request tool as the response lists it, with the defaults OpenAI fills in."""
-    tool = dict(tool)
-    if tool.get("type") == "code_interpreter":
-        tool.setdefault("container", {"type": "auto"})
-    elif tool.get("type") == "function":
-        tool.setdefault("parameters", {"type": "object", "properties": {}})
-        tool.setdefault("strict", False)
-    elif tool.get("type") == "mcp":  # credentials go to the server only: never stored, never echoed
-        if tool.pop("authorization", None) is not None:
-            tool["authorization"] = REDACTED
-        if isinstance(tool.get("headers"), dict):
-            tool["headers"] = {str(k): REDACTED for k in tool["headers"]}
-    return tool

@@ -26,8 +26,6 @@ from toolkit.tracing import annotate, inject, span
 
 log = structlog.get_logger(__name__)
 
-BUILTINS = ("browser", "python", "container")
-
 
 class ToolUnavailable(Exception):
     """The tool server could not be reached or did not answer in time."""

@@ -4,6 +4,7 @@ arguments, calling a tool server, and answering the model."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -11,7 +12,7 @@ from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator.run import Run
-from orchestrator.schema import Toolset
+from orchestrator.schema import Requirement, Toolset
 from orchestrator.tools import ToolOutcome
 from orchestrator.worker.client import TokenLogprob
 
@@ -56,20 +57,54 @@ class ToolStream(Stream):
 
 @dataclass
 class EchoContext:
-    """What echoing client-kept input items needs: function call ids -> names (filled in as they come) and
-    the kept tool text of earlier items by item id."""
+    """What echoing client-kept input items needs and finds: function call ids -> names (filled in as they
+    come), the kept tool text of earlier items by item id, and the approval decisions the input carries."""
 
     calls: dict[str, str] = field(default_factory=dict)
     results: dict[str, str] = field(default_factory=dict)
+    approvals: dict[str, bool] = field(default_factory=dict)  # mcp_approval_request id -> approved
+
+
+@dataclass(frozen=True)
+class Parsing:
+    """What parsing a request tool needs besides the tool: the gateway's URL for a namespace (None: no
+    gateway), and the built-in namespaces (derived from the kinds table)."""
+
+    gateway_url: Callable[[str], str | None]
+    builtin_namespaces: tuple[str, ...]
 
 
 class Kind:
-    """One output-item kind: how its item opens and streams, how its call runs and finishes it, and how
-    an item of it sent back as input becomes Harmony messages again (the chat path renders those)."""
+    """One tool type, end to end: the request `tools[]` entries it accepts and `tool_choice` naming it, the
+    namespaces it serves (and what the model is shown when their server cannot be listed), how its output
+    item opens and streams, how its call runs and finishes it, and how an item of it sent back as input
+    becomes Harmony messages again (the chat path renders those)."""
 
+    tool_types: ClassVar[tuple[str, ...]] = ()  # the request `tools[].type` values `parse` reads
     echoes: ClassVar[tuple[str, ...]] = ()  # the input item types `echo` reads
+    reads_kept_text: ClassVar[bool] = False  # `echo` wants the tool text kept (by item id) for its items
     executed: ClassVar[bool] = True  # False: the client runs the call (functions)
-    namespaces: ClassVar[tuple[str, ...]] = ()  # built-in namespaces whose chat functions this kind defines
+    namespaces: ClassVar[tuple[str, ...]] = ()  # built-in namespaces this kind serves (system message, chat)
+
+    # --- the request side ----------------------------------------------------------------------------
+
+    def parse(self, tool: dict[str, Any], where: str, out: Toolset, ctx: Parsing) -> None:
+        """Add one request tool of a type in `tool_types` to `out`; a bad one is a 400 naming `where`."""
+        raise NotImplementedError
+
+    def requirement(self, choice: dict[str, Any], tools: Toolset) -> Requirement | None:
+        """`tool_choice` naming one of `tool_types`; None: this request does not enable it (a 400)."""
+        return None
+
+    def echo_tool(self, tool: dict[str, Any]) -> dict[str, Any]:
+        """The request tool as the response lists it, with the defaults OpenAI fills in."""
+        return dict(tool)
+
+    def fallback(self, ns: str) -> h.Namespace:
+        """The namespace shown to the model (Harmony path) when its tool server cannot be listed."""
+        raise NotImplementedError
+
+    # --- the output side -----------------------------------------------------------------------------
 
     def claims(self, toolset: Toolset, ns: str, fn: str) -> bool:
         """Whether a recipient `ns.fn` is a call of this kind in this request."""

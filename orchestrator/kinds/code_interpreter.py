@@ -9,9 +9,9 @@ from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator.events import new_id
-from orchestrator.kinds.base import EchoContext, Kind, Stream, ToolStream, invoke, tool_args
+from orchestrator.kinds.base import EchoContext, Kind, Parsing, Stream, ToolStream, invoke, tool_args
 from orchestrator.run import Run
-from orchestrator.schema import Toolset
+from orchestrator.schema import Requirement, Toolset
 from orchestrator.tools import ToolOutcome
 
 _CHAT_PARAMETERS = {
@@ -46,8 +46,23 @@ class CodeStream(ToolStream):
 class CodeInterpreterKind(Kind):
     """Harmony's python tool takes the code itself; on the chat path it is a function `python({code})`."""
 
+    tool_types = ("code_interpreter",)
     echoes = ("code_interpreter_call",)
     namespaces = ("python",)
+
+    def parse(self, tool: dict[str, Any], where: str, out: Toolset, ctx: Parsing) -> None:
+        out.builtins.setdefault("python", {})
+
+    def requirement(self, choice: dict[str, Any], tools: Toolset) -> Requirement | None:
+        return (
+            Requirement("python", "<|channel|>analysis to=python", exact=True) if "python" in tools.builtins else None
+        )
+
+    def echo_tool(self, tool: dict[str, Any]) -> dict[str, Any]:
+        return {**tool, "container": tool.get("container", {"type": "auto"})}
+
+    def fallback(self, ns: str) -> h.Namespace:
+        return h.Namespace(ns, h.SystemContent.new().with_python_tool().tools["python"].description)
 
     def claims(self, toolset: Toolset, ns: str, fn: str) -> bool:
         return ns == "python" and "python" in toolset.builtins

@@ -10,9 +10,9 @@ from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator.events import new_id
-from orchestrator.kinds.base import EchoContext, Kind, Stream, tool_args
+from orchestrator.kinds.base import EchoContext, Kind, Parsing, Stream, tool_args
 from orchestrator.run import Run
-from orchestrator.schema import RequestError, Toolset
+from orchestrator.schema import RequestError, Requirement, Toolset
 
 
 class FunctionStream(Stream):
@@ -48,8 +48,24 @@ class FunctionStream(Stream):
 
 
 class FunctionKind(Kind):
+    tool_types = ("function",)
     echoes = ("function_call", "function_call_output")
     executed = False
+
+    def parse(self, tool: dict[str, Any], where: str, out: Toolset, ctx: Parsing) -> None:
+        if not isinstance(tool.get("name"), str) or not tool["name"]:
+            raise RequestError("function tools need a name", f"{where}.name")
+        out.functions.append(tool)
+
+    def requirement(self, choice: dict[str, Any], tools: Toolset) -> Requirement | None:
+        name = choice.get("name")
+        if name not in {f["name"] for f in tools.functions}:
+            raise RequestError(f"tool_choice names function {name!r}, which is not in tools", "tool_choice")
+        return Requirement(f"functions.{name}", f"<|channel|>commentary to=functions.{name}", exact=True)
+
+    def echo_tool(self, tool: dict[str, Any]) -> dict[str, Any]:
+        parameters = tool.get("parameters", {"type": "object", "properties": {}})
+        return {**tool, "parameters": parameters, "strict": tool.get("strict", False)}
 
     def claims(self, toolset: Toolset, ns: str, fn: str) -> bool:
         return ns == "functions"

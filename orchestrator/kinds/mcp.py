@@ -10,13 +10,29 @@ from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator.events import new_id
-from orchestrator.kinds.base import EchoContext, Kind, Stream, ToolStream, answer, invoke, rejected, tool_args
+from orchestrator.kinds.base import (
+    EchoContext,
+    Kind,
+    Parsing,
+    Stream,
+    ToolStream,
+    answer,
+    invoke,
+    rejected,
+    tool_args,
+)
 from orchestrator.run import Run
-from orchestrator.schema import Toolset
+from orchestrator.schema import McpServer, RequestError, Requirement, Toolset
 from orchestrator.tools import ToolOutcome
 
 _MCP_HTTP_CODES = {"unavailable": 503, "timeout": 504}
 _MCP_PROTOCOL_CODES = {"rejected": -32602}  # JSON-RPC invalid params: bad arguments or a tool not allowed
+REDACTED = "<redacted>"
+# Headers a client may not set on an MCP tool: the orchestrator's session id, and what HTTP itself owns.
+RESERVED_HEADERS = frozenset(
+    "x-session-id mcp-session-id host content-length transfer-encoding connection upgrade te trailer keep-alive"
+    " proxy-authorization".split()
+)
 
 
 class McpStream(ToolStream):
@@ -43,7 +59,48 @@ class McpStream(ToolStream):
 
 
 class McpKind(Kind):
+    """`mcp` tools: a client-named server (`server_url`), a gateway namespace by its label, or a built-in
+    namespace's headers (a label that names one)."""
+
+    tool_types = ("mcp",)
     echoes = ("mcp_call", "mcp_list_tools", "mcp_approval_request", "mcp_approval_response")
+
+    def parse(self, tool: dict[str, Any], where: str, out: Toolset, ctx: Parsing) -> None:
+        label = tool.get("server_label")
+        if not isinstance(label, str) or not label.isidentifier():
+            raise RequestError("mcp tools need a server_label that is an identifier", f"{where}.server_label")
+        headers = _client_headers(tool, where)
+        if label in ctx.builtin_namespaces:
+            out.builtins[label] = headers
+            return
+        url = tool.get("server_url") or ctx.gateway_url(label)
+        if not url:
+            raise RequestError(f"mcp server {label!r} needs a server_url", f"{where}.server_url")
+        out.mcp[label] = McpServer(
+            label,
+            url,
+            headers,
+            _tool_names(tool.get("allowed_tools")),
+            tool.get("require_approval", "always"),
+            tool.get("server_description"),
+            client_named=bool(tool.get("server_url")),
+        )
+
+    def requirement(self, choice: dict[str, Any], tools: Toolset) -> Requirement | None:
+        label, name = choice.get("server_label"), choice.get("name")
+        if label not in tools.mcp and label not in tools.builtins:
+            raise RequestError(f"tool_choice names MCP server {label!r}, which is not in tools", "tool_choice")
+        target = f"{label}.{name}" if name else f"{label}."
+        return Requirement(target, f"<|channel|>commentary to={target}", exact=bool(name))
+
+    def echo_tool(self, tool: dict[str, Any]) -> dict[str, Any]:
+        """Credentials go to the server only: never stored, never echoed (header names stay)."""
+        tool = dict(tool)
+        if tool.pop("authorization", None) is not None:
+            tool["authorization"] = REDACTED
+        if isinstance(tool.get("headers"), dict):
+            tool["headers"] = {str(k): REDACTED for k in tool["headers"]}
+        return tool
 
     def claims(self, toolset: Toolset, ns: str, fn: str) -> bool:
         return (ns == "container" and "container" in toolset.builtins) or ns in toolset.mcp
@@ -58,6 +115,8 @@ class McpKind(Kind):
         return await _run(r, msg, ns, fn, stream)
 
     def echo(self, item: dict[str, Any], where: str, ctx: EchoContext) -> list[Message]:
+        if item.get("type") == "mcp_approval_response" and item.get("approval_request_id"):
+            ctx.approvals[item["approval_request_id"]] = bool(item.get("approve"))
         if item.get("type") != "mcp_call":
             return []  # approvals are the turn loop's (`resume_approvals`); listings are informational
         name = f"{item.get('server_label')}.{item.get('name')}"
@@ -65,6 +124,33 @@ class McpKind(Kind):
             h.assistant(str(item.get("arguments") or "{}"), "commentary", name, "json"),
             h.tool_result(name, str(item.get("output") or mcp_error_text(item.get("error")) or "")),
         ]
+
+
+def _tool_names(value: Any) -> set[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return set(value)
+    if isinstance(value, dict):
+        return set(value.get("tool_names") or [])
+    raise RequestError("allowed_tools must be a list of names or {tool_names: [...]}", "tools")
+
+
+def _client_headers(tool: dict[str, Any], where: str) -> dict[str, str]:
+    """An MCP tool's `headers`, plus `authorization` as a bearer token; reserved names are a 400."""
+    raw = tool.get("headers") or {}
+    if not isinstance(raw, dict):
+        raise RequestError("mcp headers must be an object of strings", f"{where}.headers")
+    headers = {str(k): str(v) for k, v in raw.items()}
+    if reserved := sorted(k for k in headers if k.lower() in RESERVED_HEADERS):
+        raise RequestError(f"mcp headers may not set {', '.join(reserved)}", f"{where}.headers")
+    token = tool.get("authorization")
+    if token is not None:
+        if not isinstance(token, str) or not token:
+            raise RequestError("mcp authorization must be a non-empty string", f"{where}.authorization")
+        headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+        headers["Authorization"] = f"Bearer {token}"
+    return headers
 
 
 def _needs_approval(toolset: Toolset, ns: str, fn: str) -> bool:

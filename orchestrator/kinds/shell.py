@@ -11,7 +11,7 @@ from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator.events import new_id
-from orchestrator.kinds.base import EchoContext, Kind, Stream, invoke, rejected, tool_args
+from orchestrator.kinds.base import EchoContext, Kind, Parsing, Stream, invoke, rejected, tool_args
 from orchestrator.run import Run
 from orchestrator.schema import RequestError, Toolset
 from orchestrator.tools import ToolOutcome
@@ -38,8 +38,20 @@ _CONTAINER_EXEC = {
 class ShellKind(Kind):
     """Also the container namespace's chat functions (with or without a shell tool: the same contract)."""
 
+    tool_types = ("shell",)
     echoes = ("shell_call", "shell_call_output")
     namespaces = ("container",)
+
+    def parse(self, tool: dict[str, Any], where: str, out: Toolset, ctx: Parsing) -> None:
+        env = (tool.get("environment") or {}).get("type") if isinstance(tool.get("environment"), dict) else None
+        if env not in (None, "container_auto"):
+            message = f"shell environment {env!r} is not supported: commands run in the container tool"
+            raise RequestError(message + " (environment container_auto)", f"{where}.environment")
+        out.shell_for_container = True  # container.exec calls come out as shell_call items
+        out.builtins.setdefault("container", {})
+
+    def fallback(self, ns: str) -> h.Namespace:
+        return h.Namespace(ns, "Run commands in a persistent container (currently unavailable).")
 
     def claims(self, toolset: Toolset, ns: str, fn: str) -> bool:
         return ns == "container" and fn == "exec" and "container" in toolset.builtins and toolset.shell_for_container

@@ -12,17 +12,32 @@ from openai_harmony import Message, ToolNamespaceConfig
 
 from orchestrator import harmony as h
 from orchestrator.events import new_id
-from orchestrator.kinds.base import EchoContext, Kind, Stream, invoke, rejected, tool_args
+from orchestrator.kinds.base import EchoContext, Kind, Parsing, Stream, invoke, rejected, tool_args
 from orchestrator.run import Run
-from orchestrator.schema import Toolset
+from orchestrator.schema import RequestError, Requirement, Toolset
 from orchestrator.tools import ToolOutcome
 
 _WEB_ACTIONS = {"search": "search", "open_page": "open", "find": "find", "find_in_page": "find"}
+CONTEXT_SIZES = ("low", "medium", "high")
 
 
 class WebSearchKind(Kind):
+    """`web_search` / `web_search_preview` tools enable the `browser` namespace; their options travel as the
+    browser session's headers."""
+
+    tool_types = ("web_search_preview", "web_search")
     echoes = ("web_search_call",)
+    reads_kept_text = True
     namespaces = ("browser",)
+
+    def parse(self, tool: dict[str, Any], where: str, out: Toolset, ctx: Parsing) -> None:
+        out.builtins.setdefault("browser", {}).update(browser_headers(tool, where))
+
+    def requirement(self, choice: dict[str, Any], tools: Toolset) -> Requirement | None:
+        return Requirement("browser.", "<|channel|>analysis to=browser.") if "browser" in tools.builtins else None
+
+    def fallback(self, ns: str) -> h.Namespace:
+        return h.Namespace(ns, h.SystemContent.new().with_browser_tool().tools["browser"].description)
 
     def claims(self, toolset: Toolset, ns: str, fn: str) -> bool:
         return ns == "browser" and "browser" in toolset.builtins
@@ -66,6 +81,28 @@ class WebSearchKind(Kind):
             h.assistant(json.dumps(args), "analysis", f"browser.{fn}", "json"),
             h.tool_result(f"browser.{fn}", _kept_text(item, ctx.results), "analysis"),
         ]
+
+
+def browser_headers(tool: dict[str, Any], where: str) -> dict[str, str]:
+    """A web_search tool's options as the browser's x-browser-* request headers (DESIGN: browser options)."""
+    out: dict[str, str] = {}
+    domains = (tool.get("filters") or {}).get("allowed_domains") if isinstance(tool.get("filters"), dict) else None
+    if domains is not None:
+        if not isinstance(domains, list) or not all(isinstance(d, str) and d and "," not in d for d in domains):
+            raise RequestError("filters.allowed_domains must be a list of domain names", f"{where}.filters")
+        if domains:
+            out["x-browser-allowed-domains"] = ",".join(domains)
+    if tool.get("external_web_access") is False:
+        out["x-browser-external-access"] = "off"
+    if (size := tool.get("search_context_size")) is not None:
+        if size not in CONTEXT_SIZES:
+            raise RequestError("search_context_size must be low, medium or high", f"{where}.search_context_size")
+        out["x-browser-context-size"] = size
+    if (location := tool.get("user_location")) is not None:
+        if not isinstance(location, dict):
+            raise RequestError("user_location must be an object", f"{where}.user_location")
+        out["x-browser-user-location"] = json.dumps(location, separators=(",", ":"))
+    return out
 
 
 def _action(r: Run, fn: str, args: dict[str, Any]) -> dict[str, Any]:
