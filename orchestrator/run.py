@@ -91,12 +91,16 @@ class TurnState:
 
 @dataclass
 class Call:
-    """A tool call the model wrote: its message, the item streamed while it was written (if any), and whether
-    it was within `max_tool_calls` (a call past it has no item and is never run; the model is told to answer)."""
+    """A tool call the model wrote: its message, the item streamed while it was written (if any), whether
+    it was within `max_tool_calls` (a call past it has no item and is never run; the model is told to answer),
+    and, once `toolcalls.sort` classified it, its kind (None: no tool of the request), namespace and function."""
 
     msg: Message
     stream: Any = None  # kinds.Stream
     admitted: bool = True
+    kind: Any = None  # kinds.Kind
+    ns: str = ""
+    fn: str = ""
 
 
 @dataclass

@@ -18,6 +18,7 @@ from orchestrator.chat import ChatTurns, chat_tools
 from orchestrator.events import ResponseBuilder, new_id
 from orchestrator.items import normalize
 from orchestrator.kinds import EchoContext
+from orchestrator.kinds.mcp import list_tools_item
 from orchestrator.limits import check_running
 from orchestrator.mcp_policy import McpPolicy, ServerRefused, refusal
 from orchestrator.run import Limits, Run, ToolState, TurnModel, TurnState
@@ -279,20 +280,7 @@ class ResponsesService:
         try:
             b.in_progress()
             for label, tools in listings.items():
-                listed = [
-                    {
-                        "name": t["name"],
-                        "description": t["description"],
-                        "input_schema": t["parameters"],
-                        "annotations": None,
-                    }
-                    for t in tools
-                ]
-                item = {"id": new_id("mcpl"), "type": "mcp_list_tools", "server_label": label, "tools": listed}
-                index = b.add_item(item)
-                b.item_event(index, "response.mcp_list_tools.in_progress")
-                b.item_event(index, "response.mcp_list_tools.completed")
-                b.done_item(index)
+                list_tools_item(b, label, tools)
             await run(r)
         except asyncio.CancelledError:
             if not b.finished:

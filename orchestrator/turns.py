@@ -49,20 +49,18 @@ async def run(r: Run) -> None:
             continue  # force: tool_choice wants a call and the header is prefilled; retry: generate again
         if turn.outcome == "length":
             return r.builder.finish("incomplete", usage=r.usage.as_dict(), incomplete_reason="max_output_tokens")
-        builtin = [c for c in turn.calls if c.admitted and not toolcalls.is_client_call(r, c.msg)]
-        functions = [c.msg for c in turn.calls if c.admitted and toolcalls.is_client_call(r, c.msg)]
-        ignored = [c.msg for c in turn.calls if not c.admitted]
+        builtin, functions, ignored = toolcalls.sort(r, turn.calls)
         if builtin or ignored:
             if r.tools.count > r.limits.max_turns:
                 return r.builder.finish("incomplete", usage=r.usage.as_dict(), incomplete_reason="max_messages")
-            for msg in ignored:
-                toolcalls.refuse(r, msg)
+            for c in ignored:
+                toolcalls.refuse(r, c)
             answered = True
             for call in builtin:
                 answered = await toolcalls.call(r, call) and answered  # False: an approval request ends it
             if answered and not functions:
                 continue
-        if not builtin and _retry_bad_arguments(r, functions):
+        if not builtin and _retry_bad_arguments(r, [c.msg for c in functions]):
             continue
         if r.turn.required is not None:
             error = {

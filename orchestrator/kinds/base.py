@@ -1,5 +1,5 @@
-"""What every output-item kind module shares: the Kind and Stream interfaces, a tool call's JSON
-arguments, calling a tool server, and answering the model."""
+"""What every kind module shares: the Kind and Stream interfaces, the one sequence a tool call runs
+(`Kind.call`), a tool call's JSON arguments, calling a tool server, and answering the model."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 from openai_harmony import Message
 
 from orchestrator import harmony as h
+from orchestrator.events import Item
 from orchestrator.run import Run
 from orchestrator.schema import Requirement, Toolset
 from orchestrator.tools import ToolOutcome
@@ -24,19 +25,24 @@ class Stream:
     delta_event: ClassVar[str | None] = None  # the event each piece of text is sent as
     shows_arguments: ClassVar[bool] = False  # chat path: the item shows a call's arguments as they arrive
 
-    def __init__(self, r: Run, index: int) -> None:
-        self.r, self.index = r, index
+    def __init__(self, r: Run, item: Item) -> None:
+        self.r, self.item = r, item
 
     @property
     def in_progress(self) -> bool:
-        return self.r.builder.output[self.index].get("status") == "in_progress"
+        return self.item.status == "in_progress"
 
     def delta(self, text: str, lp: TokenLogprob | None = None) -> None:
         if text and self.delta_event:
-            self.r.builder.item_event(self.index, self.delta_event, delta=text)
+            self.item.event(self.delta_event, delta=text)
 
     def close(self, msg: Message | None, *, complete: bool = True) -> None:
         raise NotImplementedError
+
+    def abandon(self) -> None:
+        """The call ended without its kind finishing the item (no kind claimed it): the item failed."""
+        if self.in_progress:
+            self.item.finish("failed")
 
 
 class ToolStream(Stream):
@@ -47,12 +53,11 @@ class ToolStream(Stream):
     field: ClassVar[str]  # the item field (and done-event field) that holds what the model wrote
 
     def close(self, msg: Message | None, *, complete: bool = True) -> None:
-        b, text = self.r.builder, h.text_of(msg) if msg is not None else ""
-        b.item_event(self.index, self.done_event, **{self.field: text})
-        b.output[self.index][self.field] = text
+        text = h.text_of(msg) if msg is not None else ""
+        self.item.event(self.done_event, **{self.field: text})
+        self.item.update(**{self.field: text})
         if not complete:
-            b.output[self.index]["status"] = "failed"
-            b.done_item(self.index)
+            self.item.finish("failed")
 
 
 @dataclass
@@ -115,7 +120,35 @@ class Kind:
         return None
 
     async def call(self, r: Run, msg: Message, ns: str, fn: str, stream: Stream | None) -> ToolOutcome | None:
-        """Run the call and finish its items; None: the response stops here (an approval request)."""
+        """Run the call and finish its items; None: the response stops here (an approval request).
+
+        The one sequence of every tool kind: read the arguments, open the item (or take the one streamed
+        while the call was written) in progress, invoke the tool unless the arguments were refused, then
+        finish the item (status, `*.completed`, `output_item.done`). A kind fills in the steps."""
+        args, err = self.arguments(r, msg, ns, fn)
+        item = self.begin(r, msg, ns, fn, args, stream)
+        if item is None:
+            return None
+        outcome = rejected(err) if err is not None else await invoke(r, ns, self.function(fn), args)
+        self.end(r, item, fn, outcome)
+        return outcome
+
+    def arguments(self, r: Run, msg: Message, ns: str, fn: str) -> tuple[dict[str, Any], str | None]:
+        """The tool's arguments from the call message, and the error the model reads instead of a run."""
+        args, err = tool_args(h.text_of(msg))
+        return args or {}, err
+
+    def function(self, fn: str) -> str:
+        """The tool server's function the call invokes."""
+        return fn
+
+    def begin(self, r: Run, msg: Message, ns: str, fn: str, args: dict[str, Any], stream: Stream | None) -> Item | None:
+        """The call's item, opened (or taken from `stream`) and in progress; None: the call is not run and
+        the response stops here (it waits for the client's approval)."""
+        raise NotImplementedError
+
+    def end(self, r: Run, item: Item, fn: str, outcome: ToolOutcome) -> None:
+        """Finish the item with the tool's outcome (`Item.finish`)."""
         raise NotImplementedError
 
     def echo(self, item: dict[str, Any], where: str, ctx: EchoContext) -> list[Message]:

@@ -35,16 +35,14 @@ class FunctionStream(Stream):
         )
 
     def close(self, msg: Message | None, *, complete: bool = True) -> None:
-        b, text = self.r.builder, h.text_of(msg) if msg is not None else ""
-        item = b.output[self.index]
+        item, text = self.item, h.text_of(msg) if msg is not None else ""
         status = "completed" if complete else "incomplete"
-        b.item_event(self.index, "response.function_call_arguments.done", arguments=text, name=item["name"])
+        item.event("response.function_call_arguments.done", arguments=text, name=item.get("name"))
         if complete and self.r.turn.json_retries > 0 and tool_args(text)[1] is not None:
             status = "incomplete"  # invalid JSON: the model is told and writes the call again (`turns.run`)
-        item.update(arguments=text, status=status)
         if status == "completed":
-            self.r.tools.calls[item["call_id"]] = item["name"]
-        b.done_item(self.index)
+            self.r.tools.calls[item.get("call_id")] = item.get("name")
+        item.finish(status, arguments=text)
 
 
 class FunctionKind(Kind):

@@ -9,7 +9,7 @@ from typing import Any
 from openai_harmony import Message
 
 from orchestrator import harmony as h
-from orchestrator.events import new_id
+from orchestrator.events import Item, ResponseBuilder, new_id
 from orchestrator.kinds.base import (
     EchoContext,
     Kind,
@@ -17,9 +17,6 @@ from orchestrator.kinds.base import (
     Stream,
     ToolStream,
     answer,
-    invoke,
-    rejected,
-    tool_args,
 )
 from orchestrator.run import Run
 from orchestrator.schema import McpServer, RequestError, Requirement, Toolset
@@ -55,7 +52,14 @@ class McpStream(ToolStream):
         if approval_id:
             item["approval_request_id"] = approval_id
         super().__init__(r, r.builder.add_item(item))
-        r.builder.item_event(self.index, "response.mcp_call.in_progress")
+        self.item.event("response.mcp_call.in_progress")
+
+    @classmethod
+    def complete(cls, r: Run, msg: Message, ns: str, fn: str, approval_id: str | None = None) -> McpStream:
+        """The item of a call that was not streamed (approved in an earlier response): opened whole."""
+        stream = cls(r, ns, fn, approval_id)
+        stream.item.event(cls.done_event, arguments=h.text_of(msg))
+        return stream
 
 
 class McpKind(Kind):
@@ -108,11 +112,26 @@ class McpKind(Kind):
     def stream(self, r: Run, ns: str, fn: str) -> Stream | None:
         return None if _needs_approval(r.toolset, ns, fn) else McpStream(r, ns, fn)
 
-    async def call(self, r: Run, msg: Message, ns: str, fn: str, stream: Stream | None) -> ToolOutcome | None:
-        if _needs_approval(r.toolset, ns, fn):
+    def arguments(self, r: Run, msg: Message, ns: str, fn: str) -> tuple[dict[str, Any], str | None]:
+        args, err = super().arguments(r, msg, ns, fn)
+        server = r.toolset.mcp.get(ns)
+        if err is None and server is not None and server.allowed is not None and fn not in server.allowed:
+            err = f"Error: the tool `{fn}` is not allowed on the `{ns}` server."
+        return args, err
+
+    def begin(self, r: Run, msg: Message, ns: str, fn: str, args: dict[str, Any], stream: Stream | None) -> Item | None:
+        if stream is None and _needs_approval(r.toolset, ns, fn):
             _request_approval(r, msg, ns, fn)
             return None
-        return await _run(r, msg, ns, fn, stream)
+        stream = stream or McpStream.complete(r, msg, ns, fn)
+        stream.item.update(arguments=h.text_of(msg))
+        return stream.item
+
+    def end(self, r: Run, item: Item, fn: str, outcome: ToolOutcome) -> None:
+        if outcome.is_error:
+            item.finish("failed", "response.mcp_call.failed", error=mcp_error(outcome.kind, outcome.text))
+        else:
+            item.finish("completed", "response.mcp_call.completed", output=outcome.text)
 
     def echo(self, item: dict[str, Any], where: str, ctx: EchoContext) -> list[Message]:
         if item.get("type") == "mcp_approval_response" and item.get("approval_request_id"):
@@ -158,31 +177,8 @@ def _needs_approval(toolset: Toolset, ns: str, fn: str) -> bool:
     return server is not None and (server.allowed is None or fn in server.allowed) and server.needs_approval(fn)
 
 
-async def _run(r: Run, msg: Message, ns: str, fn: str, stream: Stream | None, approval_id: str | None = None):
-    b, args_text = r.builder, h.text_of(msg)
-    if stream is None:
-        stream = McpStream(r, ns, fn, approval_id)
-        b.item_event(stream.index, "response.mcp_call_arguments.done", arguments=args_text)
-    index = stream.index
-    b.output[index]["arguments"] = args_text
-    args, err = tool_args(args_text)
-    server = r.toolset.mcp.get(ns)
-    if err is None and server is not None and server.allowed is not None and fn not in server.allowed:
-        err = f"Error: the tool `{fn}` is not allowed on the `{ns}` server."
-    outcome = rejected(err) if err else await invoke(r, ns, fn, args or {})
-    item = b.output[index]
-    if outcome.is_error:
-        item.update(status="failed", error=mcp_error(outcome.kind, outcome.text))
-        b.item_event(index, "response.mcp_call.failed")
-    else:
-        item.update(status="completed", output=outcome.text)
-        b.item_event(index, "response.mcp_call.completed")
-    b.done_item(index)
-    return outcome
-
-
 def _request_approval(r: Run, msg: Message, ns: str, fn: str) -> None:
-    b, approval_id = r.builder, new_id("mcpr")
+    approval_id = new_id("mcpr")
     item = {
         "id": approval_id,
         "type": "mcp_approval_request",
@@ -190,8 +186,19 @@ def _request_approval(r: Run, msg: Message, ns: str, fn: str) -> None:
         "name": fn,
         "arguments": h.text_of(msg),
     }
-    b.done_item(b.add_item(item))
+    r.builder.add_item(item).finish(None)
     r.tools.pending[approval_id] = {"recipient": msg.recipient, "server_label": ns, "name": fn}
+
+
+def list_tools_item(builder: ResponseBuilder, label: str, tools: list[dict[str, Any]]) -> None:
+    """The `mcp_list_tools` item of a request's MCP server: the tools the model is shown, as listed."""
+    listed = [
+        {"name": t["name"], "description": t["description"], "input_schema": t["parameters"], "annotations": None}
+        for t in tools
+    ]
+    item = builder.add_item({"id": new_id("mcpl"), "type": "mcp_list_tools", "server_label": label, "tools": listed})
+    item.event("response.mcp_list_tools.in_progress")
+    item.finish(None, "response.mcp_list_tools.completed")
 
 
 async def resume_approvals(r: Run) -> None:
@@ -204,11 +211,16 @@ async def resume_approvals(r: Run) -> None:
             continue
         if decision:
             r.tools.count += 1
-            outcome = await _run(r, last, call["server_label"], call["name"], None, approval_id)
+            ns, fn = call["server_label"], call["name"]
+            outcome = await MCP.call(r, last, ns, fn, McpStream.complete(r, last, ns, fn, approval_id))
+            assert outcome is not None  # a streamed call is run, never sent for approval again
             r.tools.log.append((call["server_label"], outcome.kind))
             answer(r, call["recipient"], outcome.text, last.channel)
         else:
             answer(r, call["recipient"], "Error: the user did not approve this tool call.", last.channel)
+
+
+MCP = McpKind()
 
 
 def mcp_error(kind: str, text: str) -> dict[str, Any]:

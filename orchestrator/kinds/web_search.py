@@ -11,8 +11,8 @@ from typing import Any
 from openai_harmony import Message, ToolNamespaceConfig
 
 from orchestrator import harmony as h
-from orchestrator.events import new_id
-from orchestrator.kinds.base import EchoContext, Kind, Parsing, Stream, invoke, rejected, tool_args
+from orchestrator.events import Item, new_id
+from orchestrator.kinds.base import EchoContext, Kind, Parsing, Stream
 from orchestrator.run import Run
 from orchestrator.schema import RequestError, Requirement, Toolset
 from orchestrator.tools import ToolOutcome
@@ -42,16 +42,23 @@ class WebSearchKind(Kind):
     def claims(self, toolset: Toolset, ns: str, fn: str) -> bool:
         return ns == "browser" and "browser" in toolset.builtins
 
-    async def call(self, r: Run, msg: Message, ns: str, fn: str, stream: Stream | None) -> ToolOutcome:
-        b = r.builder
-        args, err = tool_args(h.text_of(msg))
-        action = _action(r, fn, args or {})
-        index = b.add_item({"id": new_id("ws"), "type": "web_search_call", "status": "in_progress", "action": action})
-        b.item_event(index, "response.web_search_call.in_progress")
-        b.item_event(index, "response.web_search_call.searching")
+    def arguments(self, r: Run, msg: Message, ns: str, fn: str) -> tuple[dict[str, Any], str | None]:
+        args, err = super().arguments(r, msg, ns, fn)
         if fn not in ("search", "open", "find"):
             err = f"Error: the browser has no function `{fn}`; use search, open or find."
-        outcome = rejected(err) if err else await invoke(r, "browser", fn, args or {})
+        return args, err
+
+    def begin(self, r: Run, msg: Message, ns: str, fn: str, args: dict[str, Any], stream: Stream | None) -> Item:
+        action = _action(r, fn, args)  # the item opens once the call is complete: its action needs the arguments
+        item = r.builder.add_item(
+            {"id": new_id("ws"), "type": "web_search_call", "status": "in_progress", "action": action}
+        )
+        item.event("response.web_search_call.in_progress")
+        item.event("response.web_search_call.searching")
+        return item
+
+    def end(self, r: Run, item: Item, fn: str, outcome: ToolOutcome) -> None:
+        action = item.get("action")
         page = browser_page(outcome.structured) if not outcome.is_error else None
         if page is not None:  # the server's structuredContent, never a parse of the page text
             r.tools.pages[page["cursor"]] = page
@@ -59,11 +66,9 @@ class WebSearchKind(Kind):
                 action["url"] = page["url"]
             if fn == "search" and "web_search_call.action.sources" in r.include:
                 action["sources"] = [{"type": "url", "url": hit["url"]} for hit in page["hits"]]
-        r.tools.results[b.output[index]["id"]] = outcome.text  # kept with the response: history may cite it
-        b.output[index].update(status="failed" if outcome.is_error else "completed", action=action)
-        b.item_event(index, "response.web_search_call.completed")
-        b.done_item(index)
-        return outcome
+        r.tools.results[item.id] = outcome.text  # kept with the response: history may cite it
+        status = "failed" if outcome.is_error else "completed"
+        item.finish(status, "response.web_search_call.completed", action=action)
 
     def chat_functions(self, ns: h.Namespace) -> list[dict[str, Any]]:
         if ns.tools:
