@@ -3,6 +3,7 @@ enable (`Toolset`; each tool type is parsed by its kind, `kinds.toolset`)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -74,6 +75,22 @@ class ResponsesRequest(BaseModel):
         if v is not None and (len(v) > 16 or any(len(k) > 64 or len(x) > 512 for k, x in v.items())):
             raise ValueError("metadata holds at most 16 keys of 64 characters with values of 512")
         return v
+
+
+MAX_BODY = 16 * 1024 * 1024
+
+
+def parse_body(raw: bytes) -> ResponsesRequest:
+    """The create body: size-limited, JSON, an object, then validated strictly (a 400 naming what is wrong)."""
+    if len(raw) > MAX_BODY:
+        raise RequestError(f"request body larger than {MAX_BODY} bytes", None, 413)
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RequestError(f"the request body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise RequestError("the request body must be a JSON object")
+    return ResponsesRequest.model_validate(data)
 
 
 @dataclass

@@ -6,11 +6,13 @@ import asyncio
 import contextlib
 import datetime
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 import structlog
+from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator import kinds
@@ -42,6 +44,7 @@ log = structlog.get_logger(__name__)
 
 RUNNING = ("queued", "in_progress")
 CANCEL_WAIT_S = 15.0
+REPLAY_POLL_S = 0.25  # a stream of a response running on another replica follows the shared store
 
 
 @dataclass
@@ -55,6 +58,23 @@ class Live:
     http_status: int = 200
     error_code: str | None = None  # for the HTTP error body; response.error.code is OpenAI's fixed set
     done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def failure(self) -> ResponseFailed | None:
+        """The HTTP error a non-streaming caller gets for a failed response (None: it did not fail that way);
+        partial output, if any, stays readable with GET when stored."""
+        if self.http_status == 200:
+            return None
+        b = self.builder
+        message = (b.body.get("error") or {}).get("message") or "the response failed"
+        if self.request.store:
+            message += f" (response {b.id} is stored with status {b.body['status']})"
+        return ResponseFailed(message, None, self.http_status, self.error_code)
+
+
+class ResponseFailed(RequestError):
+    """A response that failed on our side (worker unavailable or broken, a crash): the non-streaming answer."""
+
+    etype = "server_error"
 
 
 class ResponsesService:
@@ -86,69 +106,34 @@ class ResponsesService:
         if req.background and not req.store:
             raise RequestError("background responses need store=true", "background")
         check_running(sum(lv.owner == owner for lv in self.live.values()), self.settings.max_concurrent_per_key)
-        prev = None
-        if req.previous_response_id:
-            prev = await self.store.get(req.previous_response_id)
-            if prev is None or prev.owner != owner:  # another key's response is as missing as a deleted one
-                raise RequestError(
-                    f"previous response {req.previous_response_id!r} not found",
-                    "previous_response_id",
-                    404,
-                    "previous_response_not_found",
-                )
-            if prev.body.get("status") in RUNNING:
-                raise RequestError(
-                    f"previous response {req.previous_response_id!r} has not finished yet", "previous_response_id", 400
-                )
+        prev = await self._previous(req, owner)
         include = check_include(req.include)
         tools = kinds.toolset(req.tools, req.tool_choice, self._gateway_url)
         namespaces, listings = await self._namespaces(tools)
         model = self._turn_model(req, include, namespaces, tools)
         rid = new_id("resp")
         conversation = prev.conversation if prev else new_id("conv")  # random: not derived from the response id
-        body = self._body(req, rid, prev)
-        builder = ResponseBuilder(body)
+        builder = ResponseBuilder(self._body(req, rid, prev))
         state = (prev.tools if prev else {}) or {}
-        calls = dict(state.get("calls", {}))
         items = normalize(req.input)
-        echo = EchoContext(calls, await self._results(owner, kinds.kept_ids(items)))
+        echo = EchoContext(dict(state.get("calls", {})), await self._results(owner, kinds.kept_ids(items)))
         new_input = kinds.to_messages(items, echo)
-        date = self.settings.date or datetime.date.today().isoformat()
-        head = [
-            h.system_message(
-                effort=(req.reasoning.effort if req.reasoning else None),
-                date=date,
-                namespaces=namespaces,
-                identity=self.settings.identity,
-            )
-        ]
-        if dev := h.developer_message(req.instructions, [_function(f) for f in tools.functions]):
-            head.append(dev)
-        history = h.load(prev.messages) if prev else []
-        limits = Limits(
-            req.max_output_tokens or self.settings.max_output_tokens,
-            self.settings.max_tool_calls if req.max_tool_calls is None else req.max_tool_calls,
-            max_turns=(req.max_tool_calls or self.settings.max_tool_calls) + 8,
-        )
-        pages = {int(k): v for k, v in state.get("pages", {}).items() if isinstance(v, dict)}
-        tool_state = ToolState(
-            calls=calls, pending=dict(state.get("pending", {})), approvals=echo.approvals, pages=pages
-        )
+        head = self._head(req, namespaces, tools)
         r = Run(
             builder,
-            head + history,
+            head + (h.load(prev.messages) if prev else []),
             tools,
             self.endpoints,
             ToolSessions(session_id=conversation, timeout_s=self.settings.tool_timeout_s),
             self.generate,
-            limits,
+            self._limits(req),
             conversation,
             req.temperature,
             req.top_p,
             new_input=new_input,
             include=include,
             model=model,
-            tools=tool_state,
+            tools=_tool_state(state, echo),
             turn=TurnState(required=tools.required),
             logprobs=(req.top_logprobs or 0) if "message.output_text.logprobs" in include else None,
         )
@@ -161,6 +146,42 @@ class ResponsesService:
         self.live[rid] = live
         live.task = asyncio.create_task(self._traced(live, r, listings, len(head), items))
         return live
+
+    async def _previous(self, req: ResponsesRequest, owner: str) -> Record | None:
+        """The finished response `previous_response_id` names, if `owner` made it (else as missing as deleted)."""
+        if not req.previous_response_id:
+            return None
+        prev = await self.store.get(req.previous_response_id)
+        if prev is None or prev.owner != owner:
+            raise RequestError(
+                f"previous response {req.previous_response_id!r} not found",
+                "previous_response_id",
+                404,
+                "previous_response_not_found",
+            )
+        if prev.body.get("status") in RUNNING:
+            raise RequestError(
+                f"previous response {req.previous_response_id!r} has not finished yet", "previous_response_id", 400
+            )
+        return prev
+
+    def _head(self, req: ResponsesRequest, namespaces: list[h.Namespace], tools: Toolset) -> list[Message]:
+        """The system message (date, effort, tool namespaces) and the developer message (instructions, functions)."""
+        system = h.system_message(
+            effort=(req.reasoning.effort if req.reasoning else None),
+            date=self.settings.date or datetime.date.today().isoformat(),
+            namespaces=namespaces,
+            identity=self.settings.identity,
+        )
+        dev = h.developer_message(req.instructions, [_function(f) for f in tools.functions])
+        return [system, dev] if dev else [system]
+
+    def _limits(self, req: ResponsesRequest) -> Limits:
+        return Limits(
+            req.max_output_tokens or self.settings.max_output_tokens,
+            self.settings.max_tool_calls if req.max_tool_calls is None else req.max_tool_calls,
+            max_turns=(req.max_tool_calls or self.settings.max_tool_calls) + 8,
+        )
 
     async def _traced(self, live: Live, r: Run, listings: dict[str, Any], n_head: int, items: list[dict]) -> None:
         """`_execute` under one span per response (a child of the request's), its ids on every log line."""
@@ -340,6 +361,76 @@ class ResponsesService:
             raise RequestError(f"response {rid!r} not found", "response_id", 404, "not_found")
         return None, record
 
+    async def result(self, live: Live, gone: Callable[[], Awaitable[None]]) -> dict[str, Any] | None:
+        """A non-streaming response's body once it ends; None when the caller went away first (`gone`
+        returned): the generation is cancelled. A response that failed on our side raises `ResponseFailed`."""
+        if not await _first(live.done.wait(), gone()):
+            log.info("response.client_gone", response_id=live.builder.id)
+            if live.task and not live.task.done():
+                live.task.cancel()  # the client went away: abort the generation
+            await live.done.wait()
+            return None
+        if (failure := live.failure()) is not None:
+            raise failure
+        return live.builder.body
+
+    async def stream(self, live: Live) -> AsyncIterator[dict[str, Any]]:
+        """A streaming response's events; a caller that stops reading a foreground one cancels it."""
+        try:
+            async for event in live.builder.follow():
+                yield event
+        finally:
+            if not live.request.background and live.task and not live.task.done() and not live.builder.finished:
+                live.task.cancel()  # the client went away: abort the generation (not the settling after it)
+
+    async def retrieve(self, rid: str, owner: str) -> dict[str, Any]:
+        live, record = await self.find(rid, owner)
+        return live.builder.snapshot() if live is not None else record.body
+
+    async def replay(self, rid: str, owner: str, starting_after: int) -> AsyncIterator[dict[str, Any]]:
+        """The events after `starting_after`: live ones, or stored ones (for a response running on another
+        replica, followed through the store until it is stored finished)."""
+        live, record = await self.find(rid, owner)
+        return live.builder.follow(starting_after) if live is not None else self._stored_events(record, starting_after)
+
+    async def _stored_events(self, record: Record, starting_after: int) -> AsyncIterator[dict[str, Any]]:
+        position = starting_after + 1
+        while True:
+            for event in record.events[position:]:
+                yield event
+            position = max(position, len(record.events))
+            if record.body.get("status") not in RUNNING:
+                return
+            await asyncio.sleep(REPLAY_POLL_S)
+            if (current := await self.store.get(record.id)) is None:
+                return  # deleted meanwhile
+            record = current
+
+    async def input_items(self, rid: str, owner: str, limit: int, order: str, after: str | None) -> dict[str, Any]:
+        """One page of a finished response's input items (as OpenAI lists them: newest first by default)."""
+        _, record = await self.find(rid, owner)
+        if record is None:
+            raise RequestError(f"response {rid!r} is still running; its input items are listed once it ends", None, 409)
+        items = list(record.input_items)
+        if order == "desc":
+            items.reverse()
+        if after:
+            ids = [i.get("id") for i in items]
+            items = items[ids.index(after) + 1 :] if after in ids else []
+        limit = max(1, min(limit, 100))
+        page = items[:limit]
+        first, last = (page[0]["id"], page[-1]["id"]) if page else (None, None)
+        return {"object": "list", "data": page, "first_id": first, "last_id": last, "has_more": len(items) > limit}
+
+    async def delete(self, rid: str, owner: str) -> dict[str, Any]:
+        live, _ = await self.find(rid, owner)  # another key's id: 404 like a missing one
+        if live is not None and live.task:
+            live.task.cancel()
+            await live.done.wait()
+        if not await self.store.delete(rid):
+            raise RequestError(f"response {rid!r} not found", "response_id", 404, "not_found")
+        return {"id": rid, "object": "response.deleted", "deleted": True}
+
     async def cancel(self, rid: str, owner: str) -> dict[str, Any]:
         live, record = await self.find(rid, owner)
         if live is None:
@@ -378,6 +469,21 @@ class ResponsesService:
             await cleanup_sessions(conversation, urls)
             await self.store.forget_conversation(conversation)
 
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """The service's background loops (idle conversations, cancels asked on other replicas) while it
+        serves; on exit, the responses still running are cancelled."""
+        loops = [
+            asyncio.create_task(_every(self.settings.reap_interval_s, self.reap_idle, "reaper")),
+            asyncio.create_task(_every(self.settings.cancel_poll_s, self.watch_cancels, "cancel_watch")),
+        ]
+        try:
+            yield
+        finally:
+            for loop in loops:
+                loop.cancel()
+            await self.aclose()
+
     async def aclose(self) -> None:
         tasks = [lv.task for lv in self.live.values() if lv.task]
         for task in tasks:
@@ -387,8 +493,34 @@ class ResponsesService:
                 await task
 
 
+async def _first(done: Awaitable[Any], gone: Awaitable[None]) -> bool:
+    """Wait for `done` or `gone`, whichever comes first; True when `done` did."""
+    waiters = [asyncio.ensure_future(done), asyncio.ensure_future(gone)]
+    try:
+        finished, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in waiters:
+            task.cancel()
+    return waiters[0] in finished
+
+
+async def _every(interval_s: float, job: Callable[[], Awaitable[None]], name: str) -> None:
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await job()
+        except Exception:
+            log.exception(f"{name}.failed")
+
+
 def _scoped(owner: str, item_id: str) -> str:
     return f"{owner}/{item_id}"
+
+
+def _tool_state(state: dict[str, Any], echo: EchoContext) -> ToolState:
+    """The tool state a conversation carries on (stored with the previous response) and what the input adds."""
+    pages = {int(k): v for k, v in state.get("pages", {}).items() if isinstance(v, dict)}
+    return ToolState(calls=echo.calls, pending=dict(state.get("pending", {})), approvals=echo.approvals, pages=pages)
 
 
 def _function(tool: dict[str, Any]) -> dict[str, Any]:
