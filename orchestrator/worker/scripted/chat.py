@@ -1,5 +1,5 @@
-"""A SCRIPTED stand-in for a vLLM chat-template worker: vLLM's `/v1/chat/completions` wire format
-(streaming and not, `return_token_ids`, `stream_options.include_usage`), replies chosen by rules.
+"""The SCRIPTED stand-in's `/v1/chat/completions` adapter: vLLM's wire format for chat-template models
+(streaming and not, `return_token_ids`, `stream_options.include_usage`), plus `/tokenize`.
 
 It plays the part of vLLM's chat template, tool parser and reasoning parser: it says what a model
 *chose*, already parsed. A rule's `match` regex is searched in the last message rendered as
@@ -15,66 +15,33 @@ rules:
 default: {content: "Hello from the scripted chat worker."}
 ```
 Each reasoning / content piece (a word with its leading space) streams as one token, as do a tool call's
-name and each piece of its arguments; `status: N` answers HTTP N instead. Token ids come from a
-vocabulary the worker grows as it meets new pieces; `/tokenize` answers with them (so the orchestrator's
-automatic path choice sees no Harmony `<|start|>` token and picks the chat path).
+name and each piece of its arguments; `status: N` answers HTTP N instead (the completions adapter's
+`fail_after`, `tokens` and `delay_s` are not read here). Token ids come from a vocabulary the worker grows
+as it meets new pieces; `/tokenize` answers with them (so the orchestrator's automatic path choice sees no
+Harmony `<|start|>` token and picks the chat path).
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import re
 import time
 import uuid
 from collections import deque
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
-import yaml
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from orchestrator.worker.scripted import Stats, cached_prefix
+from orchestrator.worker.scripted.routes import MAX_MODEL_LEN, bad_request, build, counted, scripted_status, sse
+from orchestrator.worker.scripted.rules import ChatScenario, Rule, Stats, cached_prefix
 
-DEFAULT_REPLY: dict[str, Any] = {"content": "Hello from the scripted chat worker."}
 _PIECE = re.compile(r"\s*\S+|\s+")
-
-
-@dataclass
-class ChatRule:
-    match: re.Pattern[str]
-    reply: dict[str, Any]  # {reasoning?, content?, tool_calls?: [{name, arguments (str or object)}]}
-    status: int | None = None
-
-
-@dataclass
-class ChatScenario:
-    rules: list[ChatRule] = field(default_factory=list)
-    default: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_REPLY))
-    model: str = "scripted-chat"
-    token_delay_s: float = 0.0
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ChatScenario:
-        rules = [
-            ChatRule(re.compile(r["match"], re.S | re.M), dict(r.get("reply") or {}), r.get("status"))
-            for r in data.get("rules", [])
-        ]
-        return cls(
-            rules,
-            dict(data.get("default") or DEFAULT_REPLY),
-            data.get("model", "scripted-chat"),
-            float(data.get("token_delay_s", 0.0)),
-        )
-
-    @classmethod
-    def load(cls, path: str | Path) -> ChatScenario:
-        return cls.from_dict(yaml.safe_load(Path(path).read_text()))
 
 
 def tail(messages: list[dict[str, Any]], tool_choice: Any) -> str:
@@ -114,9 +81,8 @@ class ScriptedChatModel:
         )
         return self.ids(json.dumps(body.get("tools") or []) + text + "<|im_start|>assistant\n")
 
-    def rule(self, body: dict[str, Any]) -> ChatRule | None:
-        text = tail(body.get("messages") or [], body.get("tool_choice"))
-        return next((r for r in self.scenario.rules if r.match.search(text)), None)
+    def rule(self, body: dict[str, Any]) -> Rule | None:
+        return self.scenario.first(tail(body.get("messages") or [], body.get("tool_choice")))
 
     def deltas(self, reply: dict[str, Any]) -> list[tuple[dict[str, Any], list[int]]]:
         """The reply as vLLM streams it: (delta, token ids) per step."""
@@ -138,8 +104,82 @@ class ScriptedChatModel:
         return out
 
 
+Steps = list[tuple[dict[str, Any], list[int]]]
+
+
+@dataclass
+class _Answer:
+    """One chat completion: its steps (delta, token ids), how it finishes, and its usage."""
+
+    prompt: list[int]
+    steps: Steps
+    finish: str
+    usage: dict[str, Any]
+    id: str
+    created: int
+    model: str
+    with_ids: bool
+
+    def chunk(self, choices: list[dict[str, Any]], **extra: Any) -> str:
+        obj = {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+            **extra,
+        }
+        return sse(obj)
+
+
+def _answer(model: ScriptedChatModel, body: dict[str, Any], reply: dict[str, Any]) -> _Answer:
+    """The reply as steps, cut at `max_tokens` (finish `length`)."""
+    prompt, steps = model.prompt(body), model.deltas(reply)
+    limit = int(body.get("max_tokens") or body.get("max_completion_tokens") or 1 << 30)
+    finish = "tool_calls" if reply.get("tool_calls") else "stop"
+    if sum(len(ids) for _, ids in steps) > limit:
+        kept, n = [], 0
+        for delta, ids in steps:
+            if n + len(ids) > limit:
+                break
+            kept.append((delta, ids))
+            n += len(ids)
+        steps, finish = kept, "length"
+    output = [t for _, ids in steps for t in ids]
+    usage = {
+        "prompt_tokens": len(prompt),
+        "completion_tokens": len(output),
+        "total_tokens": len(prompt) + len(output),
+        "prompt_tokens_details": {"cached_tokens": cached_prefix(model._seen, prompt)},
+    }
+    model._seen.append(prompt + output)
+    model.usages.append(usage)
+    cid = f"chatcmpl-{uuid.uuid4().hex}"
+    with_ids = bool(body.get("return_token_ids"))
+    return _Answer(prompt, steps, finish, usage, cid, int(time.time()), model.scenario.model, with_ids)
+
+
+async def _stream(a: _Answer, body: dict[str, Any], delay: float) -> AsyncIterator[str]:
+    """The role chunk, one chunk per step (the last with the finish reason), a usage chunk when asked, [DONE]."""
+    first = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+    yield a.chunk([first], **({"prompt_token_ids": a.prompt} if a.with_ids else {}))
+    for i, (delta, ids) in enumerate(a.steps):
+        if delay:
+            await asyncio.sleep(delay)
+        last = i == len(a.steps) - 1
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": a.finish if last else None}
+        if a.with_ids:
+            choice["token_ids"] = ids
+        yield a.chunk([choice])
+    if not a.steps:
+        yield a.chunk([{"index": 0, "delta": {}, "logprobs": None, "finish_reason": a.finish}])
+    if (body.get("stream_options") or {}).get("include_usage"):
+        yield a.chunk([], usage=a.usage)
+    yield sse("[DONE]")
+
+
 def build_chat_app(model: ScriptedChatModel) -> Starlette:
-    """`/v1/chat/completions`, `/v1/models`, `/tokenize`, `/health`, `/debug/stats`."""
+    """`/v1/chat/completions`, `/tokenize` and the shared routes."""
 
     async def completions(request: Request) -> Response:
         try:
@@ -147,138 +187,36 @@ def build_chat_app(model: ScriptedChatModel) -> Starlette:
             if not isinstance(body.get("messages"), list) or not body["messages"]:
                 raise ValueError("messages must be a non-empty list")
         except Exception as exc:
-            return JSONResponse({"error": {"message": f"bad request: {exc}", "type": "BadRequestError"}}, 400)
+            return bad_request(exc)
         model.stats.requests += 1
         model.requests.append(body)
         rule = model.rule(body)
         if rule is not None and rule.status:
-            model.stats.failed += 1
-            error = {
-                "message": f"scripted failure (HTTP {rule.status})",
-                "type": "InternalServerError",
-                "code": rule.status,
-            }
-            return JSONResponse({"error": error}, rule.status)
-        reply = rule.reply if rule is not None else model.scenario.default
-        prompt, steps = model.prompt(body), model.deltas(reply)
-        limit = int(body.get("max_tokens") or body.get("max_completion_tokens") or 1 << 30)
-        finish = "tool_calls" if reply.get("tool_calls") else "stop"
-        if sum(len(ids) for _, ids in steps) > limit:
-            kept, n = [], 0
-            for delta, ids in steps:
-                if n + len(ids) > limit:
-                    break
-                kept.append((delta, ids))
-                n += len(ids)
-            steps, finish = kept, "length"
-        output = [t for _, ids in steps for t in ids]
-        usage = {
-            "prompt_tokens": len(prompt),
-            "completion_tokens": len(output),
-            "total_tokens": len(prompt) + len(output),
-            "prompt_tokens_details": {"cached_tokens": cached_prefix(model._seen, prompt)},
-        }
-        model._seen.append(prompt + output)
-        model.usages.append(usage)
-        cid, created, name = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), model.scenario.model
-        with_ids = bool(body.get("return_token_ids"))
+            return scripted_status(model.stats, rule.status)
+        answer = _answer(model, body, rule.reply if rule is not None else model.scenario.default)
         if not body.get("stream"):
             model.stats.completed += 1
-            return JSONResponse(_message_response(cid, created, name, steps, finish, usage, prompt, with_ids))
-
-        def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
-            obj = {
-                "id": cid,
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": name,
-                "choices": choices,
-                **extra,
-            }
-            return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
-
-        async def stream():
-            outcome = "aborted"
-            model.stats.in_flight += 1
-            try:
-                first = {
-                    "index": 0,
-                    "delta": {"role": "assistant", "content": ""},
-                    "logprobs": None,
-                    "finish_reason": None,
-                }
-                yield chunk([first], **({"prompt_token_ids": prompt} if with_ids else {}))
-                for i, (delta, ids) in enumerate(steps):
-                    if model.scenario.token_delay_s:
-                        await asyncio.sleep(model.scenario.token_delay_s)
-                    last = i == len(steps) - 1
-                    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish if last else None}
-                    if with_ids:
-                        choice["token_ids"] = ids
-                    yield chunk([choice])
-                if not steps:
-                    yield chunk([{"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish}])
-                if (body.get("stream_options") or {}).get("include_usage"):
-                    yield chunk([], usage=usage)
-                yield "data: [DONE]\n\n"
-                outcome = "completed"
-            finally:
-                model.stats.in_flight -= 1
-                setattr(model.stats, outcome, getattr(model.stats, outcome) + 1)
-
-        return StreamingResponse(stream(), media_type="text/event-stream")
+            return JSONResponse(_whole(answer))
+        return counted(model.stats, _stream(answer, body, model.scenario.token_delay_s), answer.id)
 
     async def tokenize(request: Request) -> Response:
         body = await request.json()
         tokens = model.ids(str(body.get("prompt") or ""))
-        return JSONResponse({"count": len(tokens), "max_model_len": 131072, "tokens": tokens, "token_strs": None})
+        return JSONResponse(
+            {"count": len(tokens), "max_model_len": MAX_MODEL_LEN, "tokens": tokens, "token_strs": None}
+        )
 
-    async def models(request: Request) -> Response:
-        card = {
-            "id": model.scenario.model,
-            "object": "model",
-            "created": 0,
-            "owned_by": "toolfleet-scripted",
-            "root": model.scenario.model,
-            "parent": None,
-            "max_model_len": 131072,
-            "scripted": True,
-        }
-        return JSONResponse({"object": "list", "data": [card]})
-
-    async def health(request: Request) -> Response:
-        return Response(status_code=200)
-
-    async def debug_stats(request: Request) -> Response:
-        return JSONResponse(dataclasses.asdict(model.stats))
-
-    return Starlette(
-        routes=[
-            Route("/v1/chat/completions", completions, methods=["POST"]),
-            Route("/tokenize", tokenize, methods=["POST"]),
-            Route("/v1/models", models),
-            Route("/health", health),
-            Route("/debug/stats", debug_stats),
-        ]
-    )
+    routes = [
+        Route("/v1/chat/completions", completions, methods=["POST"]),
+        Route("/tokenize", tokenize, methods=["POST"]),
+    ]
+    return build(model, routes)
 
 
-Steps = list[tuple[dict[str, Any], list[int]]]
-
-
-def _message_response(
-    cid: str,
-    created: int,
-    name: str,
-    steps: Steps,
-    finish: str,
-    usage: dict[str, Any],
-    prompt: list[int],
-    with_ids: bool,
-) -> dict[str, Any]:
+def _whole(a: _Answer) -> dict[str, Any]:
     """The non-streaming body: the same steps folded into one assistant message."""
     message: dict[str, Any] = {"role": "assistant", "content": "", "reasoning": None, "tool_calls": []}
-    for delta, _ in steps:
+    for delta, _ in a.steps:
         for key in ("reasoning", "content"):
             if key in delta:
                 message[key] = (message[key] or "") + delta[key]
@@ -288,17 +226,16 @@ def _message_response(
                 message["tool_calls"].append({"id": tc["id"], "type": "function", "function": function})
             else:
                 message["tool_calls"][tc["index"]]["function"]["arguments"] += tc["function"]["arguments"]
-    choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish, "stop_reason": None}
-    if with_ids:
-        choice["token_ids"] = [t for _, ids in steps for t in ids]
+    choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": a.finish, "stop_reason": None}
     body = {
-        "id": cid,
+        "id": a.id,
         "object": "chat.completion",
-        "created": created,
-        "model": name,
+        "created": a.created,
+        "model": a.model,
         "choices": [choice],
-        "usage": usage,
+        "usage": a.usage,
     }
-    if with_ids:
-        body["prompt_token_ids"] = prompt
+    if a.with_ids:
+        choice["token_ids"] = [t for _, ids in a.steps for t in ids]
+        body["prompt_token_ids"] = a.prompt
     return body

@@ -1,109 +1,44 @@
-"""A scripted stand-in for a vLLM worker: same `/v1/completions` wire format, replies chosen by scenario rules.
+"""The SCRIPTED stand-in's `/v1/completions` adapter: vLLM's wire format for Harmony models (token-id
+prompts, `return_token_ids`, streaming or not, `stream_options.include_usage`, `logprobs`).
 
-A scenario (YAML or JSON) lists rules; the first rule whose `match` regex is found in the decoded last
-message of the prompt (special tokens included, e.g. `<|start|>user<|message|>weather?<|end|>`) gives
-the reply, Harmony text such as `<|channel|>final<|message|>Hi<|return|>`, encoded to token ids.
-```yaml
-model: scripted-gpt-oss
-rules:
-  - match: "functions.get_weather to=assistant"
-    reply: "<|channel|>final<|message|>It is sunny.<|return|>"
-  - match: "weather"
-    reply: "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\\"city\\":\\"Paris\\"}<|call|>"
-default: "<|channel|>final<|message|>Hello from the scripted worker.<|return|>"
-```
+A rule's `match` is searched in the decoded last message of the prompt (special tokens included, e.g.
+`<|start|>user<|message|>weather?<|end|>` and the assistant header after it); its `reply` is Harmony text
+such as `<|channel|>final<|message|>Hi<|return|>`, encoded to token ids (or `tokens`, ids as they are).
 A rule may also misbehave on purpose, as a failing vLLM worker does: `status: 503` answers that HTTP
 status at once; `fail_after: N` sends N tokens, then `fail_mode: drop` (default) closes the connection
 mid-stream and `fail_mode: error` sends vLLM's in-stream error chunk (`data: {"error": {...}}`, then
-`[DONE]`); `delay_s` overrides the scenario's `token_delay_s`. `GET /debug/stats` counts requests and
-how they ended: `aborted` are streams whose client went away before the end (vLLM aborts those).
+`[DONE]`); `delay_s` overrides the scenario's `token_delay_s`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import json
-import re
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
-import yaml
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from orchestrator.harmony import START, STOP_TOKENS, encoding
+from orchestrator.worker.scripted.routes import (
+    DroppedConnection,
+    ScriptedEnd,
+    bad_request,
+    build,
+    counted,
+    scripted_status,
+    sse,
+)
+from orchestrator.worker.scripted.rules import Rule, Scenario, Stats, cached_prefix
 
 log = structlog.get_logger(__name__)
-DEFAULT_REPLY = "<|channel|>final<|message|>Hello from the scripted worker.<|return|>"
-
-
-@dataclass
-class Rule:
-    match: re.Pattern[str]
-    reply: str
-    tokens: list[int] | None = None
-    status: int | None = None  # answer this HTTP status instead of a completion
-    fail_after: int | None = None  # stop the stream after this many tokens
-    fail_mode: str = "drop"  # drop: close the connection; error: vLLM's in-stream error chunk
-    delay_s: float | None = None  # per-token delay for this rule
-
-    @classmethod
-    def from_dict(cls, r: dict[str, Any]) -> Rule:
-        if r.get("fail_mode", "drop") not in ("drop", "error"):
-            raise ValueError("fail_mode must be drop or error")
-        return cls(
-            re.compile(r["match"], re.S),
-            r.get("reply", ""),
-            r.get("tokens"),
-            r.get("status"),
-            r.get("fail_after"),
-            r.get("fail_mode", "drop"),
-            r.get("delay_s"),
-        )
-
-
-class DroppedConnection(Exception):
-    """Raised inside a streaming body to make the server close the connection mid-stream (a dying worker)."""
-
-
-@dataclass
-class Stats:
-    requests: int = 0
-    completed: int = 0
-    aborted: int = 0  # the client went away before the end of the stream
-    failed: int = 0  # a scripted failure (status, drop or error chunk)
-    in_flight: int = 0
-
-
-@dataclass
-class Scenario:
-    rules: list[Rule] = field(default_factory=list)
-    default: str = DEFAULT_REPLY
-    model: str = "scripted-gpt-oss"
-    token_delay_s: float = 0.0
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Scenario:
-        rules = [Rule.from_dict(r) for r in data.get("rules", [])]
-        return cls(
-            rules=rules,
-            default=data.get("default", DEFAULT_REPLY),
-            model=data.get("model", "scripted-gpt-oss"),
-            token_delay_s=float(data.get("token_delay_s", 0.0)),
-        )
-
-    @classmethod
-    def load(cls, path: str | Path) -> Scenario:
-        return cls.from_dict(yaml.safe_load(Path(path).read_text()))
 
 
 class ScriptedModel:
@@ -131,8 +66,7 @@ class ScriptedModel:
         """The first rule matching the prompt's last message (and the assistant header after it)."""
         starts = [i for i, t in enumerate(prompt) if t == START]
         tail_from = starts[-2] if len(starts) >= 2 else 0
-        tail = encoding().decode(prompt[tail_from:])
-        return next((rule for rule in self.scenario.rules if rule.match.search(tail)), None)
+        return self.scenario.first(encoding().decode(prompt[tail_from:]))
 
     def cached(self, prompt: list[int]) -> int:
         return cached_prefix(self._seen, prompt)
@@ -144,32 +78,6 @@ class ScriptedModel:
     def remember(self, prompt: list[int], output: list[int]) -> None:
         self._seen.append(prompt + output)
         self.prompts.append(prompt)
-
-
-def cached_prefix(seen: Iterable[list[int]], prompt: list[int]) -> int:
-    """Prompt tokens a prefix cache would hold: the longest prefix shared with a sequence seen before
-    (at least the last prompt token is always computed, as in vLLM)."""
-    best = 0
-    for tokens in seen:
-        n = 0
-        for a, b in zip(tokens, prompt, strict=False):
-            if a != b:
-                break
-            n += 1
-        best = max(best, n)
-    return min(best, len(prompt) - 1) if prompt else 0
-
-
-def _chunk(cid: str, created: int, model: str, choice: dict[str, Any] | None, usage: Any = None) -> str:
-    body = {
-        "id": cid,
-        "object": "text_completion",
-        "created": created,
-        "model": model,
-        "choices": [choice] if choice else [],
-        "usage": usage,
-    }
-    return f"data: {json.dumps(body, separators=(',', ':'), ensure_ascii=False)}\n\n"
 
 
 def fake_logprob(token: int) -> float:
@@ -184,8 +92,104 @@ def _fake_logprobs(token: int, top: int, offset: int) -> dict[str, Any]:
     return {"text_offset": [offset], "token_logprobs": [value], "tokens": [text], "top_logprobs": [ranked]}
 
 
+@dataclass
+class _Answer:
+    """One completion: the prompt, the tokens it answers with, and how it finishes."""
+
+    prompt: list[int]
+    output: list[int]
+    finish: str
+    stop_reason: int | None
+    usage: dict[str, Any]
+    id: str
+    created: int
+    model: str
+
+    def body(self, choices: list[dict[str, Any]], usage: Any = None) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+            "usage": usage,
+        }
+
+
+def _answer(model: ScriptedModel, body: dict[str, Any], prompt: list[int]) -> _Answer:
+    """The reply cut at the first stop token (`stop_token_ids`, else Harmony's) and at `max_tokens`."""
+    output = model.reply(prompt)
+    stops = set(body.get("stop_token_ids") or STOP_TOKENS)
+    end = next((i + 1 for i, tok in enumerate(output) if tok in stops), len(output))
+    output = output[:end]
+    finish, stop_reason = ("stop", output[-1]) if output and output[-1] in stops else ("length", None)
+    max_tokens = int(body.get("max_tokens") or 16)
+    if len(output) > max_tokens:
+        output, finish, stop_reason = output[:max_tokens], "length", None
+    cached = model.cached(prompt)
+    model.remember(prompt, output)
+    usage = {
+        "prompt_tokens": len(prompt),
+        "total_tokens": len(prompt) + len(output),
+        "completion_tokens": len(output),
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
+    log.info("scripted.completion", prompt_tokens=len(prompt), output_tokens=len(output), cached=cached)
+    cid = f"cmpl-{uuid.uuid4().hex}"
+    return _Answer(prompt, output, finish, stop_reason, usage, cid, int(time.time()), model.scenario.model)
+
+
+async def _stream(a: _Answer, rule: Rule | None, body: dict[str, Any], delay: float) -> AsyncIterator[str]:
+    """The answer one token per chunk (the first with the prompt's ids), a usage chunk when asked, [DONE]."""
+    want_logprobs = body.get("logprobs") if isinstance(body.get("logprobs"), int) else None
+    fail_after = rule.fail_after if rule is not None else None
+    offset = 0
+    for i, tok in enumerate(a.output):
+        if fail_after is not None and i == fail_after:
+            if rule is not None and rule.fail_mode == "drop":
+                raise DroppedConnection(f"scripted worker dropped the connection after {i} tokens")
+            error = {"message": "scripted engine failure", "type": "InternalServerError", "param": None, "code": 500}
+            yield sse({"error": error})
+            yield sse("[DONE]")
+            raise ScriptedEnd
+        if delay:
+            await asyncio.sleep(delay)
+        last = i == len(a.output) - 1
+        choice = {
+            "index": 0,
+            "text": encoding().decode([tok]),
+            "logprobs": None,
+            "finish_reason": a.finish if last else None,
+            "stop_reason": a.stop_reason if last else None,
+            "token_ids": [tok],
+        }
+        if i == 0:
+            choice["prompt_token_ids"] = a.prompt
+        if want_logprobs is not None:
+            choice["logprobs"] = _fake_logprobs(tok, want_logprobs, offset)
+            offset += len(choice["text"])
+        yield sse(a.body([choice]))
+    if (body.get("stream_options") or {}).get("include_usage"):
+        yield sse(a.body([], a.usage))
+    yield sse("[DONE]")
+
+
+def _whole(a: _Answer) -> dict[str, Any]:
+    """The non-streaming body."""
+    choice = {
+        "index": 0,
+        "text": encoding().decode(a.output),
+        "logprobs": None,
+        "finish_reason": a.finish,
+        "stop_reason": a.stop_reason,
+        "prompt_token_ids": a.prompt,
+        "token_ids": a.output,
+    }
+    return a.body([choice], a.usage)
+
+
 def build_app(model: ScriptedModel) -> Starlette:
-    """`/v1/completions` (token-id prompts, `return_token_ids`, streaming or not), `/v1/models`, `/health`."""
+    """`/v1/completions` (token-id prompts, `return_token_ids`, streaming or not) and the shared routes."""
 
     async def completions(request: Request) -> Response:
         try:
@@ -194,142 +198,16 @@ def build_app(model: ScriptedModel) -> Starlette:
             if not (isinstance(prompt, list) and all(isinstance(t, int) for t in prompt)):
                 raise ValueError("prompt must be a list of token ids")
         except Exception as exc:
-            return JSONResponse({"error": {"message": f"bad request: {exc}", "type": "BadRequestError"}}, 400)
-        scenario = model.scenario
-        stats = model.stats
-        stats.requests += 1
+            return bad_request(exc)
+        model.stats.requests += 1
         rule = model.rule(prompt)
         if rule is not None and rule.status:
-            stats.failed += 1
-            message = {
-                "message": f"scripted failure (HTTP {rule.status})",
-                "type": "InternalServerError",
-                "param": None,
-                "code": rule.status,
-            }
-            return JSONResponse({"error": message}, rule.status)
-        max_tokens = int(body.get("max_tokens") or 16)
-        output = model.reply(prompt)
-        stops = set(body.get("stop_token_ids") or STOP_TOKENS)
-        for i, tok in enumerate(output):
-            if tok in stops:
-                output = output[: i + 1]
-                break
-        finish, stop_reason = ("stop", output[-1]) if output and output[-1] in stops else ("length", None)
-        if len(output) > max_tokens:
-            output, finish, stop_reason = output[:max_tokens], "length", None
-        cached = model.cached(prompt)
-        model.remember(prompt, output)
-        cid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
-        usage = {
-            "prompt_tokens": len(prompt),
-            "total_tokens": len(prompt) + len(output),
-            "completion_tokens": len(output),
-            "prompt_tokens_details": {"cached_tokens": cached},
-        }
-        log.info("scripted.completion", prompt_tokens=len(prompt), output_tokens=len(output), cached=cached)
+            return scripted_status(model.stats, rule.status)
+        answer = _answer(model, body, prompt)
         if not body.get("stream"):
-            stats.completed += 1
-            choice = {
-                "index": 0,
-                "text": encoding().decode(output),
-                "logprobs": None,
-                "finish_reason": finish,
-                "stop_reason": stop_reason,
-                "prompt_token_ids": prompt,
-                "token_ids": output,
-            }
-            return JSONResponse(
-                {
-                    "id": cid,
-                    "object": "text_completion",
-                    "created": created,
-                    "model": scenario.model,
-                    "choices": [choice],
-                    "usage": usage,
-                }
-            )
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            model.stats.completed += 1
+            return JSONResponse(_whole(answer))
+        delay = rule.delay_s if rule is not None and rule.delay_s is not None else model.scenario.token_delay_s
+        return counted(model.stats, _stream(answer, rule, body, delay), answer.id)
 
-        delay = rule.delay_s if rule is not None and rule.delay_s is not None else scenario.token_delay_s
-        want_logprobs = body.get("logprobs") if isinstance(body.get("logprobs"), int) else None
-        offset = 0
-        fail_after = rule.fail_after if rule is not None else None
-
-        async def stream():
-            nonlocal offset
-            outcome = "aborted"  # unless the stream gets to its end (or to its scripted failure)
-            stats.in_flight += 1
-            try:
-                for i, tok in enumerate(output):
-                    if fail_after is not None and i == fail_after:
-                        outcome = "failed"
-                        if rule.fail_mode == "drop":
-                            raise DroppedConnection(f"scripted worker dropped the connection after {i} tokens")
-                        error = {
-                            "message": "scripted engine failure",
-                            "type": "InternalServerError",
-                            "param": None,
-                            "code": 500,
-                        }
-                        yield f"data: {json.dumps({'error': error})}\n\n"
-                        yield "data: [DONE]\n\n"
-                        return
-                    if delay:
-                        await asyncio.sleep(delay)
-                    last = i == len(output) - 1
-                    choice = {
-                        "index": 0,
-                        "text": encoding().decode([tok]),
-                        "logprobs": None,
-                        "finish_reason": finish if last else None,
-                        "stop_reason": stop_reason if last else None,
-                        "token_ids": [tok],
-                    }
-                    if i == 0:
-                        choice["prompt_token_ids"] = prompt
-                    if want_logprobs is not None:
-                        choice["logprobs"] = _fake_logprobs(tok, want_logprobs, offset)
-                        offset += len(choice["text"])
-                    yield _chunk(cid, created, scenario.model, choice)
-                if include_usage:
-                    yield _chunk(cid, created, scenario.model, None, usage)
-                yield "data: [DONE]\n\n"
-                outcome = "completed"
-            finally:
-                stats.in_flight -= 1
-                setattr(stats, outcome, getattr(stats, outcome) + 1)
-                if outcome == "aborted":
-                    log.info("scripted.aborted", request_id=cid)  # as vLLM logs "Aborted request ..."
-
-        return StreamingResponse(stream(), media_type="text/event-stream")
-
-    async def models(request: Request) -> Response:
-        scenario = model.scenario
-        card = {
-            "id": scenario.model,
-            "object": "model",
-            "created": 0,
-            "owned_by": "toolfleet-scripted",
-            "root": scenario.model,
-            "parent": None,
-            "max_model_len": 131072,
-            "scripted": True,
-        }
-        return JSONResponse({"object": "list", "data": [card]})
-
-    async def health(request: Request) -> Response:
-        return Response(status_code=200)
-
-    async def debug_stats(request: Request) -> Response:
-        return JSONResponse(dataclasses.asdict(model.stats))
-
-    return Starlette(
-        routes=[
-            Route("/v1/completions", completions, methods=["POST"]),
-            Route("/v1/models", models),
-            Route("/health", health),  # what vLLM answers
-            Route("/healthz", health),  # what every toolfleet service answers (tests/support/service.py waits on it)
-            Route("/debug/stats", debug_stats),
-        ]
-    )
+    return build(model, [Route("/v1/completions", completions, methods=["POST"])])
