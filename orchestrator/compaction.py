@@ -45,13 +45,11 @@ def head_of(messages: list[Message]) -> list[Message]:
 
 async def compact_in_stream(r: Run, model: TurnModel) -> None:
     """Compact a running response's context; its output shows the compaction item (with its events)."""
-    b = r.builder
-    index = b.add_item({"id": new_id("cmp"), "type": "compaction", "encrypted_content": ""})
-    b.item_event(index, "response.compaction.compacting")
+    item = r.builder.add_item({"id": new_id("cmp"), "type": "compaction", "encrypted_content": ""})
+    item.event("response.compaction.compacting")
     summary = await summarise(r, model, r.messages)
-    b.output[index]["encrypted_content"] = compaction_item(summary)["encrypted_content"]
-    b.output[index]["created_by"] = "toolfleet"
-    b.done_item(index)
+    sealed = compaction_item(summary)
+    item.finish(None, encrypted_content=sealed["encrypted_content"], created_by=sealed["created_by"])
     head = head_of(r.messages)
     r.messages[:] = [*head, *kept(r.messages[len(head) :]), summary_message(summary)]
     r.turn.renderer = h.Renderer()  # the prompt no longer extends the last one
