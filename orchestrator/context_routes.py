@@ -14,8 +14,19 @@ from orchestrator.service import ResponsesService
 from orchestrator.worker.client import WorkerError, WorkerUnavailable
 
 T = TypeVar("T")
-COUNTED = frozenset({"model", "input", "instructions", "tools", "tool_choice", "previous_response_id", "conversation",
-                     "reasoning", "parallel_tool_calls"})  # fmt: skip
+COUNTED = frozenset(
+    {
+        "model",
+        "input",
+        "instructions",
+        "tools",
+        "tool_choice",
+        "previous_response_id",
+        "conversation",
+        "reasoning",
+        "parallel_tool_calls",
+    }
+)
 """The SDK's count parameters this server renders; the others (`text`, `truncation`, `personality`) are a 400."""
 COMPACTED = frozenset({"model", "input", "instructions", "previous_response_id", "prompt_cache_key"})
 """The SDK's compact parameters; `prompt_cache_key` is a cache hint, a no-op here (the worker is chosen by

@@ -52,8 +52,12 @@ class ChatTurns:
         return body
 
     async def aside(self, r: Run, messages: list[Message], budget: int) -> str:
-        body = {"messages": to_chat(messages), "max_tokens": budget, "stream": True,
-                "stream_options": {"include_usage": True}}  # fmt: skip
+        body = {
+            "messages": to_chat(messages),
+            "max_tokens": budget,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
         text: list[str] = []
         usage: dict[str, Any] = {}
         async with contextlib.aclosing(self.chat(ChatRequest(body, r.conversation))) as chunks:
