@@ -167,6 +167,28 @@ async def test_with_no_corpus_dir_the_default_corpus_is_indexed_and_logged(tmp_p
     assert events["corpus.default"]["corpus_dir"] == str(corpus_dir)
     assert events["index.updated"]["corpus_dir"] == str(corpus_dir)
     assert re.match(r"indexed [1-9]\d* documents \([1-9]\d* new", events["index.updated"]["summary"])
+    with running_service(args) as svc:  # started again: the default's own index is kept up to date, not frozen
+        async with mcp_session(svc.url, "streamable-http", headers(**{"x-browser-external-access": "off"})) as s:
+            opened = await s.call_tool("open", {"id": found["hits"][0]["url"]})
+        assert '"corpus.default"' in svc.log_path.read_text()
+    assert not opened.is_error, opened.content[0].text
+
+
+async def test_an_index_built_before_is_served_as_it_is_not_updated_from_the_default_corpus(
+    tmp_path: Path, corpus_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "note.md").write_text("# Samovar\n\nA samovar keeps the water hot.\n")
+    assert index(own, tmp_path / "index", capsys)[0] == 0
+    args = ["-m", "tools.browser", "--index-dir", str(tmp_path / "index"), "--default-corpus-dir", str(corpus_dir)]
+    with running_service(args) as svc:
+        async with mcp_session(svc.url, "streamable-http", headers(**{"x-browser-external-access": "off"})) as s:
+            mine = (await s.call_tool("search", {"query": "samovar"})).structured_content["hits"]
+            default = (await s.call_tool("search", {"query": "kettle"})).structured_content["hits"]
+        log = svc.log_path.read_text()
+    assert [h["title"] for h in mine] == ["Samovar"] and default == []
+    assert '"corpus.index_only"' in log and '"corpus.default"' not in log
 
 
 async def test_with_no_corpus_at_all_start_up_and_every_empty_search_say_how_to_add_one(tmp_path: Path) -> None:

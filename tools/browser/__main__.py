@@ -19,6 +19,8 @@ from tools.browser.server import build_server
 from tools.browser.settings import NO_CORPUS_HINT, BrowserSettings
 
 log = structlog.get_logger(__name__)
+DEFAULT_MARKER = "default-corpus"
+"""In an index directory: this index was built from the default corpus (so it may be updated from it)."""
 
 
 def build_browser(settings: BrowserSettings) -> Browser:
@@ -34,11 +36,20 @@ def build_browser(settings: BrowserSettings) -> Browser:
 
 
 def with_corpus(settings: BrowserSettings) -> BrowserSettings:
-    """An unset `--corpus-dir` falls back to the default corpus where the machine has one; without, say so once."""
+    """An unset `--corpus-dir` falls back to the default corpus where the machine has one; without, say so once.
+
+    An index built from another directory (`toolfleet browser index DIR`) is served as it is: updating it from
+    the default corpus would replace what the operator indexed. A marker file tells the default's own index."""
     if settings.corpus_dir is not None:
+        return settings
+    marker = settings.index_dir / DEFAULT_MARKER
+    if (settings.index_dir / "meta.json").exists() and not marker.exists():
+        log.info("corpus.index_only", index_dir=str(settings.index_dir))
         return settings
     if settings.default_corpus_dir.is_dir():
         log.info("corpus.default", corpus_dir=str(settings.default_corpus_dir))
+        settings.index_dir.mkdir(parents=True, exist_ok=True)
+        marker.write_text(f"{settings.default_corpus_dir}\n")
         return settings.model_copy(update={"corpus_dir": settings.default_corpus_dir})
     log.warning("corpus.none", hint=NO_CORPUS_HINT)
     return settings
