@@ -60,14 +60,30 @@ def _output(final: dict[str, Any], i: int, calls: int) -> list[dict[str, Any]]:
     return [{"type": "function_call_output", "call_id": call["call_id"], "output": text}]
 
 
+RETRIES = {"sse": 0}
+"""Turns that had to wait for the previous response to be stored: an SSE stream's terminal event can come
+before the store write, so `previous_response_id` may briefly be 404 (a WebSocket connection keeps it)."""
+
+
+async def _sse_turn(client: openai.AsyncOpenAI, request: dict[str, Any]) -> dict[str, Any]:
+    while True:
+        try:
+            stream = await client.responses.create(model="m", tools=[STEP], stream=True, **request)
+            break
+        except openai.NotFoundError:
+            RETRIES["sse"] += 1
+            await asyncio.sleep(0.005)
+    async for event in stream:
+        if event.type in TERMINAL:
+            final = event.response.model_dump(mode="json")
+    return final
+
+
 async def sse_loop(client: openai.AsyncOpenAI, calls: int) -> list[float]:
     turns, request = [], {"input": "begin"}
     for i in range(calls + 1):
         started = time.perf_counter()
-        stream = await client.responses.create(model="m", tools=[STEP], stream=True, **request)
-        async for event in stream:
-            if event.type in TERMINAL:
-                final = event.response.model_dump(mode="json")
+        final = await _sse_turn(client, request)
         turns.append(time.perf_counter() - started)
         if i < calls:
             request = {"input": _output(final, i + 1, calls), "previous_response_id": final["id"]}
@@ -129,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         _row(f"{args.calls}-call agent loop over HTTP SSE (baseline)", sse),
         _row(f"{args.calls}-call agent loop over WebSocket", ws),
     ]
+    rows[0]["retried_turns"] = RETRIES["sse"]
     rows.append(
         {
             "name": "WebSocket / SSE, time per turn (p50)",
