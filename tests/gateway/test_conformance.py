@@ -89,12 +89,17 @@ def upstream() -> Iterator[str]:
         proc.wait(10)
 
 
-def test_the_conformance_suite_scores_the_same_through_the_gateway(upstream: str) -> None:
-    ERA_2025.install()
+def _through_and_direct(suite: Suite, upstream: str) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[int, int]]]:
+    """The suite's scores through a gateway in front of `upstream`, then directly against it."""
+    suite.install()
     with running_gateway(gateway_config({"conf": [upstream]})) as gw:
         via: GatewayProc = gw
-        through = ERA_2025.score(via.url("conf"))
-    direct = ERA_2025.score(upstream)
+        through = suite.score(via.url("conf"))
+    return through, suite.score(upstream)
+
+
+def test_the_conformance_suite_scores_the_same_through_the_gateway(upstream: str) -> None:
+    through, direct = _through_and_direct(ERA_2025, upstream)
     assert sum(p for p, _ in direct.values()) >= 20  # the upstream implements most scenarios
     assert through.keys() == direct.keys()
     for name, (passed, failed) in direct.items():
@@ -105,11 +110,7 @@ def test_the_conformance_suite_scores_the_same_through_the_gateway(upstream: str
 
 
 def test_the_2026_requirements_score_at_least_as_well_through_the_gateway(upstream: str) -> None:
-    ERA_2026.install()
-    with running_gateway(gateway_config({"conf": [upstream]})) as gw:
-        via: GatewayProc = gw
-        through = ERA_2026.score(via.url("conf"))
-    direct = ERA_2026.score(upstream)
+    through, direct = _through_and_direct(ERA_2026, upstream)
     assert sum(p for p, _ in direct.values()) >= 60  # the upstream speaks the 2026 era
     assert through.keys() == direct.keys()
     worse = {n: (direct[n], through[n]) for n in direct if through[n][0] < direct[n][0]}
