@@ -102,6 +102,14 @@ def _headers(ctx: Context) -> Any:
     return getattr(ctx.request_context.request, "headers", None) or {}
 
 
+def _without_handle(tool: Any) -> Any:
+    properties = tool.input_schema.get("properties", {})
+    if handles.ARGUMENT not in properties:
+        return tool
+    kept = {k: v for k, v in properties.items() if k != handles.ARGUMENT}
+    return tool.model_copy(update={"input_schema": {**tool.input_schema, "properties": kept}})
+
+
 def _idle_words(idle_s: float) -> str:
     if idle_s < 60:
         return f"{idle_s:.0f} seconds"
@@ -277,6 +285,19 @@ class ToolServer(Generic[S]):
             if handles.ARGUMENT in inspect.signature(tool.fn).parameters:
                 properties = {**tool.parameters.get("properties", {}), handles.ARGUMENT: prop}
                 tool.parameters = {**tool.parameters, "properties": properties}
+        lowlevel = self.mcp._lowlevel_server  # the SDK exposes the low-level server only this way
+        listed = lowlevel.get_request_handler("tools/list")
+        assert listed is not None
+
+        async def list_tools(ctx: Any, params: Any) -> Any:
+            """Legacy SSE is what vLLM's `--tool-server` reads into the model's prompt: there the tools keep
+            the shapes the model was trained on (an SSE connection is a session; it needs no handle)."""
+            result = await listed.handler(ctx, params)
+            if getattr(ctx.request, "query_params", {}).get("session_id"):
+                result.tools = [_without_handle(t) for t in result.tools]
+            return result
+
+        lowlevel.add_request_handler("tools/list", listed.params_type, list_tools)
 
     async def _heartbeat(self, ctx: Context) -> None:
         """Progress every few seconds, so SSE clients (vLLM gives up after 300 s of silence) wait."""
