@@ -79,7 +79,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         for ns in ("python", "container", "browser"):
             argv, instances[ns] = _servers(ns, corpus, index)
             replicas[ns] = [stack.enter_context(running_service(a)) for a in argv]
-        cfg = gateway_config({ns: [f"{r.url}/mcp" for r in rs] for ns, rs in replicas.items()})
+        urls = {ns: [f"{r.url}/mcp" for r in rs] for ns, rs in replicas.items()}
+        # slow probes on a loaded machine must not mark a live replica down (a killed one is caught at once)
+        cfg = gateway_config(urls, health={"timeout_s": 10, "failures_to_open": 5})
         gw = stack.enter_context(running_gateway(cfg))
         yield Fleet(gw, replicas, instances)
     for ns in ("python", "container"):
