@@ -190,6 +190,9 @@ class ResponsesService(LiveResponses):
         """The finished response `previous_response_id` names, if `owner` made it (else as missing as deleted)."""
         if not req.previous_response_id:
             return None
+        settling = self.live.get(req.previous_response_id)
+        if settling is not None and settling.builder.finished:  # its terminal event went out before the store write
+            await settling.done.wait()
         prev = (kept or {}).get(req.previous_response_id) or await self.store.get(req.previous_response_id)
         if prev is None or prev.owner != owner:
             raise RequestError(

@@ -20,7 +20,7 @@ from fixture_tools import browser_server, container_server, python_server, recor
 
 from orchestrator.app import create_app
 from orchestrator.settings import OrchestratorSettings
-from orchestrator.store import SQLiteStore
+from orchestrator.store import SQLiteStore, Store
 from orchestrator.worker.scripted import Scenario, ScriptedModel
 from orchestrator.worker.scripted import build_app as build_worker
 from tests.support.asgi import serve_asgi
@@ -122,7 +122,7 @@ def scenario(rules: list[tuple[str, str] | dict[str, Any]], default: str | None 
 def make_stack(scripted, tool_urls):
     started: list[contextlib.ExitStack] = []
 
-    def make(worker_urls: list[str] | None = None, **overrides: Any) -> Stack:
+    def make(worker_urls: list[str] | None = None, backend: Store | None = None, **overrides: Any) -> Stack:
         url, model = scripted
         model.scenario = Scenario()
         values = {
@@ -138,7 +138,9 @@ def make_stack(scripted, tool_urls):
             **overrides,
         }
         settings = OrchestratorSettings(**values)
-        app = create_app(settings, store=None if settings.store == "redis" else SQLiteStore(":memory:"))
+        if backend is None and settings.store != "redis":
+            backend = SQLiteStore(":memory:")
+        app = create_app(settings, store=backend)
         stack = contextlib.ExitStack()
         started.append(stack)
         return Stack(stack.enter_context(serving(app)), model, app)
