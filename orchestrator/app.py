@@ -16,6 +16,8 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from orchestrator.auth import ApiKeys, AuthMiddleware, load_keys, warn_if_open
+from orchestrator.files import Files
+from orchestrator.files_api import files_router
 from orchestrator.limits import RequestRate
 from orchestrator.mcp_policy import McpPolicy
 from orchestrator.metrics import LatencyMiddleware, OrchestratorMetrics
@@ -146,6 +148,8 @@ def create_app(
     app.add_middleware(LatencyMiddleware, metrics=metrics)
     app.add_middleware(TracingMiddleware)  # outermost: every request is a span, auth refusals too
     app.state.service = service
+    app.state.files = Files.from_settings(settings)
+    app.include_router(files_router(app.state.files, settings))
 
     async def _error(request: Request, exc: Exception) -> JSONResponse:
         return error_response(exc)
