@@ -11,7 +11,8 @@ from __future__ import annotations
 import contextlib
 import secrets
 import time
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,7 @@ import structlog
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import Request
 
-from orchestrator.file_meta import FileMeta, FileRecord, open_file_meta
+from orchestrator.objects import Objects, open_objects
 from orchestrator.schema import RequestError
 
 if TYPE_CHECKING:
@@ -33,7 +34,31 @@ PURPOSES = ("assistants", "user_data")
 EXPIRY_RANGE = (3600, 2_592_000)  # OpenAI's bounds on expires_after.seconds
 FIELD_LIMIT = 4096  # a form field other than the file (purpose, expires_after[...])
 WRITE_CHUNK = 1 << 20  # bytes gathered before one write in a worker thread
-FIELDS = {"purpose", "expires_after[anchor]", "expires_after[seconds]"}
+FIELDS = frozenset({"purpose", "expires_after[anchor]", "expires_after[seconds]"})
+
+
+@dataclass
+class FileRecord:
+    id: str
+    owner: str
+    filename: str
+    purpose: str
+    bytes: int
+    created_at: int
+    expires_at: int  # the file's own `expires_after`, else the retention
+
+    def body(self) -> dict[str, Any]:
+        """The API's file object (`openai.types.FileObject`); `expires_at` is when it will be deleted."""
+        return {
+            "id": self.id,
+            "object": "file",
+            "bytes": self.bytes,
+            "created_at": self.created_at,
+            "filename": self.filename,
+            "purpose": self.purpose,
+            "status": "processed",
+            "expires_at": self.expires_at,
+        }
 
 
 def check_filename(name: str, param: str) -> str:
@@ -48,6 +73,7 @@ class _Form:
     """The state of one multipart body while it streams: small fields kept, the file part spooled out."""
 
     limit: int
+    allowed: frozenset[str]
     fields: dict[str, str] = field(default_factory=dict)
     filename: str | None = None
     size: int = 0
@@ -86,7 +112,7 @@ class _Form:
             if self.filename is not None:
                 raise RequestError("only one file may be uploaded per request", "file")
             self.filename = check_filename(params.get(b"filename", b"").decode("utf-8", "replace"), "file")
-        elif self._name not in FIELDS:
+        elif self._name not in self.allowed:
             raise RequestError(f"unknown form field {self._name!r}", self._name or None)
 
     def _data(self, data: bytes, start: int, end: int) -> None:
@@ -122,17 +148,49 @@ def _expiry(form: _Form, now: int, retention_s: float) -> int:
     return now + min(int(seconds or 0), int(retention_s))
 
 
+@contextlib.asynccontextmanager
+async def receive_upload(request: Request, target: Path, limit: int, fields: frozenset[str]) -> AsyncIterator[_Form]:
+    """Stream a multipart body's one `file` part to `target` and yield the form for the caller to record;
+    a bad body, the size limit, or a failure in the caller's block removes the bytes again."""
+    ctype, params = parse_options_header(request.headers.get("content-type", ""))
+    if ctype != b"multipart/form-data" or not params.get(b"boundary"):
+        raise RequestError("the request body must be multipart/form-data with a 'file' part", "file")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit + 64 * FIELD_LIMIT:
+        raise RequestError(f"the file is larger than this server's limit of {limit} bytes", "file", 413)
+    part = target.with_name(f".part-{target.name}")
+    form = _Form(limit, fields)
+    try:
+        parser = MultipartParser(params[b"boundary"], form.callbacks())
+        async with await anyio.open_file(part, "xb") as out:
+            async for chunk in request.stream():
+                parser.write(chunk)
+                if form.pending_size >= WRITE_CHUNK:
+                    await out.write(form.take())
+            parser.finalize()
+            await out.write(form.take())
+        if form.filename is None:
+            raise RequestError("the upload has no 'file' part", "file")
+        await anyio.Path(part).rename(target)
+        yield form
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            for leftover in (part, target):
+                await anyio.Path(leftover).unlink(missing_ok=True)
+        raise
+
+
 class Files:
     """The files of every key: upload, look up (owner-checked), list, delete and expire."""
 
-    def __init__(self, meta: FileMeta, directory: Path, *, max_bytes: int, retention_s: float) -> None:
-        self.meta, self.directory, self.max_bytes, self.retention_s = meta, directory, max_bytes, retention_s
+    def __init__(self, objects: Objects, directory: Path, *, max_bytes: int, retention_s: float) -> None:
+        self.objects, self.directory, self.max_bytes, self.retention_s = objects, directory, max_bytes, retention_s
         directory.mkdir(parents=True, exist_ok=True)
 
     @classmethod
     def from_settings(cls, settings: OrchestratorSettings) -> Files:
         return cls(
-            open_file_meta(settings),
+            open_objects(settings),
             Path(settings.files_dir),
             max_bytes=settings.max_file_bytes,
             retention_s=settings.file_retention_s,
@@ -143,63 +201,36 @@ class Files:
 
     async def upload(self, request: Request, owner: str) -> FileRecord:
         """Stream a multipart upload to the volume and record it; any failure leaves nothing behind."""
-        ctype, params = parse_options_header(request.headers.get("content-type", ""))
-        if ctype != b"multipart/form-data" or not params.get(b"boundary"):
-            raise RequestError("the request body must be multipart/form-data with a 'file' and a 'purpose'")
-        declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > self.max_bytes + 64 * FIELD_LIMIT:
-            raise RequestError(f"the file is larger than this server's limit of {self.max_bytes} bytes", "file", 413)
         file_id = "file-" + secrets.token_hex(16)
-        part = self.directory / f".part-{file_id}"
-        form = _Form(self.max_bytes)
-        try:
-            await self._receive(request, params[b"boundary"], form, part)
-            if form.filename is None:
-                raise RequestError("the upload has no 'file' part", "file")
+        async with receive_upload(request, self.path(file_id), self.max_bytes, FIELDS) as form:
             purpose = form.fields.get("purpose")
             if purpose not in PURPOSES:
                 raise RequestError(f"purpose must be one of {', '.join(PURPOSES)} (got {purpose!r})", "purpose")
             now = int(time.time())
-            record = FileRecord(
-                file_id, owner, form.filename, purpose, form.size, now, _expiry(form, now, self.retention_s)
-            )
-            await anyio.Path(part).rename(self.path(file_id))
-            await self.meta.put(record)
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                for leftover in (part, self.path(file_id)):
-                    await anyio.Path(leftover).unlink(missing_ok=True)
-            raise
+            expires = _expiry(form, now, self.retention_s)
+            record = FileRecord(file_id, owner, form.filename or "", purpose, form.size, now, expires)
+            await self.objects.put("file", asdict(record))
         log.info("file.uploaded", file_id=file_id, bytes=record.bytes, purpose=purpose)
         return record
 
-    async def _receive(self, request: Request, boundary: bytes, form: _Form, part: Path) -> None:
-        parser = MultipartParser(boundary, form.callbacks())
-        async with await anyio.open_file(part, "xb") as out:
-            async for chunk in request.stream():
-                parser.write(chunk)
-                if form.pending_size >= WRITE_CHUNK:
-                    await out.write(form.take())
-            parser.finalize()
-            await out.write(form.take())
-
     async def find(self, file_id: str, owner: str) -> FileRecord:
         """The caller's file; another key's, a missing or an expired one: the same 404."""
-        record = await self.meta.get(file_id)
-        if record is None or record.owner != owner:
+        found = await self.objects.get("file", file_id)
+        if found is None or found["owner"] != owner:
             raise RequestError(f"No such File object: {file_id}", "file_id", 404, "not_found")
-        return record
+        return FileRecord(**found)
 
     async def delete(self, file_id: str, owner: str) -> None:
         await self.find(file_id, owner)
-        await self.meta.delete(file_id)
+        await self.objects.delete("file", file_id)
         await anyio.Path(self.path(file_id)).unlink(missing_ok=True)
 
     async def page(
         self, owner: str, *, purpose: str | None, limit: int, order: str, after: str | None
     ) -> dict[str, Any]:
         """A cursor page of the caller's files, as the SDK's `files.list` pages through them."""
-        records = [r for r in await self.meta.owned(owner) if purpose is None or r.purpose == purpose]
+        records = [FileRecord(**o) for o in await self.objects.owned("file", owner)]
+        records = [r for r in records if purpose is None or r.purpose == purpose]
         if order == "desc":
             records.reverse()
         if after is not None:
@@ -216,7 +247,7 @@ class Files:
 
     async def prune(self) -> None:
         """Delete the bytes of expired files (each claimed once across replicas) and stale `.part` files."""
-        for file_id in await self.meta.take_expired():
+        for file_id in await self.objects.take_expired("file"):
             await anyio.Path(self.path(file_id)).unlink(missing_ok=True)
             log.info("file.expired", file_id=file_id)
         stale = time.time() - 6 * 3600  # an upload in progress that long ago has died with its replica
@@ -226,4 +257,4 @@ class Files:
                     await entry.unlink(missing_ok=True)
 
     async def aclose(self) -> None:
-        await self.meta.aclose()
+        await self.objects.aclose()

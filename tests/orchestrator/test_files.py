@@ -6,14 +6,15 @@ import asyncio
 import hashlib
 import os
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
 
-from orchestrator.file_meta import FileRecord, RedisFileMeta, SQLiteFileMeta
-from orchestrator.files import Files
+from orchestrator.files import FileRecord, Files
+from orchestrator.objects import RedisObjects, SQLiteObjects
 
 
 def leftovers(stack) -> list[str]:
@@ -127,18 +128,18 @@ def test_expired_files_are_gone_with_their_bytes(kind: str, request, tmp_path: P
     """The prune loop's job: an expired record answers 404 and its bytes leave the volume, once."""
 
     async def run() -> None:
-        meta = SQLiteFileMeta(str(tmp_path / "m.sqlite3")) if kind == "sqlite" else None
+        meta = SQLiteObjects(str(tmp_path / "m.sqlite3")) if kind == "sqlite" else None
         if meta is None:
-            meta = RedisFileMeta(request.getfixturevalue("redis_url"), prefix=f"t{time.time_ns()}:")
+            meta = RedisObjects(request.getfixturevalue("redis_url"), prefix=f"t{time.time_ns()}:")
         files = Files(meta, tmp_path / "files", max_bytes=10, retention_s=60)
         now = int(time.time())
         for fid, expires in (("file-old", now - 1), ("file-new", now + 60)):
             (tmp_path / "files" / fid).write_bytes(b"1")
-            await meta.put(FileRecord(fid, "k", fid, "user_data", 1, now - 5, expires))
-        assert [r.id for r in await meta.owned("k")] == ["file-new"]
+            await meta.put("file", asdict(FileRecord(fid, "k", fid, "user_data", 1, now - 5, expires)))
+        assert [o["id"] for o in await meta.owned("file", "k")] == ["file-new"]
         await files.prune()
         assert sorted(os.listdir(tmp_path / "files")) == ["file-new"]
-        assert await meta.take_expired() == []  # claimed once
+        assert await meta.take_expired("file") == []  # claimed once
         with pytest.raises(Exception, match="No such File object"):
             await files.find("file-old", "k")
         assert (await files.find("file-new", "k")).bytes == 1
