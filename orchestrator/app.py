@@ -16,6 +16,8 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from orchestrator.auth import ApiKeys, AuthMiddleware, load_keys, warn_if_open
+from orchestrator.containers import Containers
+from orchestrator.containers_api import containers_router
 from orchestrator.files import Files
 from orchestrator.files_api import files_router
 from orchestrator.limits import RequestRate
@@ -150,6 +152,8 @@ def create_app(
     app.state.service = service
     app.state.files = Files.from_settings(settings)
     app.include_router(files_router(app.state.files, settings))
+    app.state.containers = Containers.from_settings(app.state.files, settings)
+    app.include_router(containers_router(app.state.containers, settings))
 
     async def _error(request: Request, exc: Exception) -> JSONResponse:
         return error_response(exc)

@@ -148,6 +148,23 @@ def _expiry(form: _Form, now: int, retention_s: float) -> int:
     return now + min(int(seconds or 0), int(retention_s))
 
 
+def page(items: list[Any], *, limit: int, order: str, after: str | None) -> dict[str, Any]:
+    """A cursor page (`first_id`, `last_id`, `has_more`) of objects in stored order."""
+    if order == "desc":
+        items = items[::-1]
+    if after is not None:
+        ids = [i.id for i in items]
+        items = items[ids.index(after) + 1 :] if after in ids else []
+    shown = items[:limit]
+    return {
+        "object": "list",
+        "data": [i.body() for i in shown],
+        "first_id": shown[0].id if shown else None,
+        "last_id": shown[-1].id if shown else None,
+        "has_more": len(items) > limit,
+    }
+
+
 @contextlib.asynccontextmanager
 async def receive_upload(request: Request, target: Path, limit: int, fields: frozenset[str]) -> AsyncIterator[_Form]:
     """Stream a multipart body's one `file` part to `target` and yield the form for the caller to record;
@@ -230,20 +247,7 @@ class Files:
     ) -> dict[str, Any]:
         """A cursor page of the caller's files, as the SDK's `files.list` pages through them."""
         records = [FileRecord(**o) for o in await self.objects.owned("file", owner)]
-        records = [r for r in records if purpose is None or r.purpose == purpose]
-        if order == "desc":
-            records.reverse()
-        if after is not None:
-            ids = [r.id for r in records]
-            records = records[ids.index(after) + 1 :] if after in ids else []
-        shown = records[:limit]
-        return {
-            "object": "list",
-            "data": [r.body() for r in shown],
-            "first_id": shown[0].id if shown else None,
-            "last_id": shown[-1].id if shown else None,
-            "has_more": len(records) > limit,
-        }
+        return page([r for r in records if purpose in (None, r.purpose)], limit=limit, order=order, after=after)
 
     async def prune(self) -> None:
         """Delete the bytes of expired files (each claimed once across replicas) and stale `.part` files."""
