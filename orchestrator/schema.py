@@ -213,6 +213,37 @@ def browser_headers(tool: dict[str, Any], where: str) -> dict[str, str]:
     return out
 
 
+def check_container(tool: dict[str, Any], where: str) -> None:
+    """A code_interpreter's `container`: only what the python tool honours today passes, the rest is a 400
+    naming it (containers and their files exist at /v1/containers, but no tool sees them yet)."""
+    if tool.get("type") != "code_interpreter" or (spec := tool.get("container")) is None:
+        return
+    if isinstance(spec, str):
+        raise RequestError(
+            "code_interpreter with a container id is not supported yet: the python tool does not"
+            ' see /v1/containers files; use {"type": "auto"}',
+            f"{where}.container",
+        )
+    if not isinstance(spec, dict) or spec.get("type") != "auto":
+        raise RequestError('container must be a container id or {"type": "auto"}', f"{where}.container")
+    if unknown := sorted(set(spec) - {"type", "file_ids", "memory_limit", "network_policy"}):
+        raise RequestError(f"unknown container field(s): {', '.join(unknown)}", f"{where}.container")
+    if spec.get("file_ids"):
+        raise RequestError(
+            "container.file_ids are not supported yet: files are not copied into the python tool's sandbox",
+            f"{where}.container.file_ids",
+        )
+    if spec.get("memory_limit") is not None:
+        raise RequestError(
+            "container.memory_limit is not supported yet: the python sandbox's memory limit is the operator's",
+            f"{where}.container.memory_limit",
+        )
+    if (spec.get("network_policy") or {"type": "disabled"}) != {"type": "disabled"}:
+        raise RequestError(
+            "the python sandbox has no network: only network_policy disabled", f"{where}.container.network_policy"
+        )
+
+
 def toolset(tools: list[dict[str, Any]], tool_choice: Any, gateway_url: Any) -> Toolset:
     """Sort the request's tools into built-in namespaces, MCP servers and functions."""
     out = Toolset()
@@ -221,6 +252,7 @@ def toolset(tools: list[dict[str, Any]], tool_choice: Any, gateway_url: Any) -> 
     for i, tool in enumerate(tools):
         kind = tool.get("type")
         if kind in BUILTIN_TYPES:
+            check_container(tool, f"tools[{i}]")
             out.builtins.setdefault(BUILTIN_TYPES[kind], {}).update(browser_headers(tool, f"tools[{i}]"))
         elif kind == "shell":
             env = (tool.get("environment") or {}).get("type") if isinstance(tool.get("environment"), dict) else None

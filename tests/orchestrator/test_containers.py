@@ -181,3 +181,23 @@ def test_an_idle_container_expires_with_its_files(make_stack) -> None:
     with pytest.raises(openai.NotFoundError):
         client.containers.files.content.retrieve(cfile.id, container_id=box.id)
     assert volume(stack) == []
+
+
+@pytest.mark.parametrize(
+    ("container", "param"),
+    [
+        ("cntr_0123", "tools[0].container"),
+        ({"type": "auto", "file_ids": ["file-1"]}, "tools[0].container.file_ids"),
+        ({"type": "auto", "memory_limit": "4g"}, "tools[0].container.memory_limit"),
+        ({"type": "auto", "network_policy": {"type": "allowlist"}}, "tools[0].container.network_policy"),
+        ({"type": "auto", "colour": "red"}, "tools[0].container"),
+        ({"type": "manual"}, "tools[0].container"),
+    ],
+)
+def test_code_interpreter_refuses_what_it_cannot_honour_yet(stack, container, param: str) -> None:
+    """Containers exist, but the python tool does not see their files yet: a 400 naming the field, never ignored."""
+    with pytest.raises(openai.BadRequestError) as refused:
+        stack.client.responses.create(
+            model="m", input="hi", tools=[{"type": "code_interpreter", "container": container}]
+        )
+    assert refused.value.body["param"] == param
