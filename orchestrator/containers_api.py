@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, FastAPI, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 
 from orchestrator.containers import AddFile, Containers
+from orchestrator.files_api import pruning
 from orchestrator.settings import OrchestratorSettings
 
 Limit = Annotated[int, Query(ge=1, le=100)]
@@ -38,17 +36,7 @@ ADD_DOC = {
 def containers_router(containers: Containers, settings: OrchestratorSettings) -> APIRouter:
     """The routes over `containers`, which the router's lifespan prunes every reap interval."""
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        from orchestrator.app import _every  # the app's one periodic-job loop
-
-        pruner = asyncio.create_task(_every(settings.reap_interval_s, containers.prune, "containers.prune"))
-        try:
-            yield
-        finally:
-            pruner.cancel()
-
-    router = APIRouter(lifespan=lifespan)
+    router = APIRouter(lifespan=pruning(settings.reap_interval_s, containers.prune, "containers.prune"))
 
     @router.post("/v1/containers", openapi_extra=CREATE_DOC)
     async def create(request: Request) -> Response:

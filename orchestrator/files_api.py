@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, FastAPI, Query, Request
@@ -35,21 +35,32 @@ UPLOAD_DOC = {
 """The upload reads its body as a stream itself, so the OpenAPI document names the form here."""
 
 
-def files_router(files: Files, settings: OrchestratorSettings) -> APIRouter:
-    """The routes over `files`, which the router's lifespan prunes every reap interval and closes."""
+def pruning(
+    interval_s: float,
+    prune: Callable[[], Awaitable[None]],
+    name: str,
+    close: Callable[[], Awaitable[None]] | None = None,
+) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]:
+    """A router's lifespan: `prune` every `interval_s` while the app runs, then `close`."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        from orchestrator.app import _every  # the app's one periodic-job loop
+        from orchestrator.app import _every  # the app's one periodic-job loop (the app imports this module)
 
-        pruner = asyncio.create_task(_every(settings.reap_interval_s, files.prune, "files.prune"))
+        pruner = asyncio.create_task(_every(interval_s, prune, name))
         try:
             yield
         finally:
             pruner.cancel()
-            await files.aclose()
+            if close is not None:
+                await close()
 
-    router = APIRouter(lifespan=lifespan)
+    return lifespan
+
+
+def files_router(files: Files, settings: OrchestratorSettings) -> APIRouter:
+    """The routes over `files`, which the router's lifespan prunes every reap interval and closes."""
+    router = APIRouter(lifespan=pruning(settings.reap_interval_s, files.prune, "files.prune", files.aclose))
 
     @router.post("/v1/files", openapi_extra=UPLOAD_DOC)
     async def upload(request: Request) -> Response:
