@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.responses import JSONResponse, Response
 
 from orchestrator.containers import AddFile, Containers
 from orchestrator.files_api import pruning
@@ -76,8 +76,7 @@ def containers_router(containers: Containers, settings: OrchestratorSettings) ->
     @router.get("/v1/containers/{container_id}/files/{file_id}/content")
     async def content(request: Request, container_id: str, file_id: str) -> Response:
         record = await containers.find_file(container_id, file_id, request.state.owner)
-        name = record.path.rsplit("/", 1)[-1]
-        return FileResponse(containers.files.path(file_id), media_type="application/octet-stream", filename=name)
+        return await containers.files.download(file_id, record.path.rsplit("/", 1)[-1])
 
     @router.delete("/v1/containers/{container_id}/files/{file_id}")
     async def delete_file(request: Request, container_id: str, file_id: str) -> Response:

@@ -20,9 +20,11 @@ import anyio
 import structlog
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import Request
+from starlette.responses import FileResponse
 
 from orchestrator.objects import Objects, open_objects
 from orchestrator.schema import RequestError
+from orchestrator.store import StoreUnavailable
 
 if TYPE_CHECKING:
     from orchestrator.settings import OrchestratorSettings
@@ -236,6 +238,14 @@ class Files:
         if found is None or found["owner"] != owner:
             raise RequestError(f"No such File object: {file_id}", "file_id", 404, "not_found")
         return FileRecord(**found)
+
+    async def download(self, file_id: str, filename: str) -> FileResponse:
+        """The bytes, streamed from the volume; a record whose bytes this replica cannot see is a 503 that says
+        why (replicas sharing a Redis store must share `--files-dir` too)."""
+        if not await anyio.Path(self.path(file_id)).is_file():
+            log.error("file.bytes_missing", file_id=file_id, files_dir=str(self.directory))
+            raise StoreUnavailable(f"the bytes of {file_id} are not on this replica's files volume")
+        return FileResponse(self.path(file_id), media_type="application/octet-stream", filename=filename)
 
     async def delete(self, file_id: str, owner: str) -> None:
         await self.find(file_id, owner)

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, FastAPI, Query, Request
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.responses import JSONResponse, Response
 
 from orchestrator.files import Files
 from orchestrator.settings import OrchestratorSettings
@@ -83,8 +83,7 @@ def files_router(files: Files, settings: OrchestratorSettings) -> APIRouter:
 
     @router.get("/v1/files/{file_id}/content")
     async def content(request: Request, file_id: str) -> Response:
-        record = await files.find(file_id, request.state.owner)
-        return FileResponse(files.path(file_id), media_type="application/octet-stream", filename=record.filename)
+        return await files.download(file_id, (await files.find(file_id, request.state.owner)).filename)
 
     @router.delete("/v1/files/{file_id}")
     async def delete(request: Request, file_id: str) -> Response:

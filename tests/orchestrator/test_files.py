@@ -42,6 +42,9 @@ def test_upload_list_retrieve_content_delete(make_stack) -> None:
     with pytest.raises(openai.NotFoundError, match="No such File object"):
         stack.client.files.retrieve(made.id)
     assert leftovers(stack) == [other.id]
+    os.unlink(stack.app.state.files.path(other.id))  # a replica that does not share the files volume
+    with pytest.raises(openai.InternalServerError, match="not on this replica's files volume"):
+        stack.client.with_options(max_retries=0).files.content(other.id)
 
 
 def test_another_keys_file_is_missing(make_stack) -> None:
