@@ -34,9 +34,9 @@ ADD_DOC = {
 
 
 def containers_router(containers: Containers, settings: OrchestratorSettings) -> APIRouter:
-    """The routes over `containers`, which the router's lifespan prunes every reap interval."""
+    """The routes over `containers`, which the router's lifespan prunes every prune interval."""
 
-    router = APIRouter(lifespan=pruning(settings.reap_interval_s, containers.prune, "containers.prune"))
+    router = APIRouter(lifespan=pruning(settings.prune_interval_s, containers.prune, "containers.prune"))
 
     @router.post("/v1/containers", openapi_extra=CREATE_DOC)
     async def create(request: Request) -> Response:

@@ -59,8 +59,8 @@ def pruning(
 
 
 def files_router(files: Files, settings: OrchestratorSettings) -> APIRouter:
-    """The routes over `files`, which the router's lifespan prunes every reap interval and closes."""
-    router = APIRouter(lifespan=pruning(settings.reap_interval_s, files.prune, "files.prune", files.aclose))
+    """The routes over `files`, which the router's lifespan prunes every prune interval and closes."""
+    router = APIRouter(lifespan=pruning(settings.prune_interval_s, files.prune, "files.prune", files.aclose))
 
     @router.post("/v1/files", openapi_extra=UPLOAD_DOC)
     async def upload(request: Request) -> Response:

@@ -44,6 +44,7 @@ class OrchestratorSettings(ServiceSettings):
     )
     max_file_bytes: int = Field(512 * 1024 * 1024, description="largest file one upload may carry (larger: 413)")
     file_retention_s: float = Field(30 * 86400, description="delete uploaded files older than this")
+    prune_interval_s: float = Field(60.0, description="how often expired files and containers are deleted")
     max_container_memory: Literal["1g", "4g", "16g", "64g"] = Field(
         "4g", description="largest memory_limit a container may ask for (above: 400)"
     )
