@@ -10,9 +10,9 @@ from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator.events import new_id
-from orchestrator.kinds.base import EchoContext, Kind, Stream, tool_args
+from orchestrator.kinds.base import EchoContext, Kind, Parsing, Stream, tool_args
 from orchestrator.run import Run
-from orchestrator.schema import RequestError, Toolset
+from orchestrator.schema import RequestError, Requirement, Toolset
 
 
 class FunctionStream(Stream):
@@ -20,26 +20,50 @@ class FunctionStream(Stream):
     shows_arguments = True
 
     def __init__(self, r: Run, name: str) -> None:
-        super().__init__(r, r.builder.add_item({"id": new_id("fc"), "type": "function_call",
-                                                "call_id": new_id("call"), "name": name, "arguments": "",
-                                                "status": "in_progress"}))  # fmt: skip
+        super().__init__(
+            r,
+            r.builder.add_item(
+                {
+                    "id": new_id("fc"),
+                    "type": "function_call",
+                    "call_id": new_id("call"),
+                    "name": name,
+                    "arguments": "",
+                    "status": "in_progress",
+                }
+            ),
+        )
 
     def close(self, msg: Message | None, *, complete: bool = True) -> None:
-        b, text = self.r.builder, h.text_of(msg) if msg is not None else ""
-        item = b.output[self.index]
+        item, text = self.item, h.text_of(msg) if msg is not None else ""
         status = "completed" if complete else "incomplete"
-        b.item_event(self.index, "response.function_call_arguments.done", arguments=text, name=item["name"])
+        item.event("response.function_call_arguments.done", arguments=text, name=item.get("name"))
         if complete and self.r.turn.json_retries > 0 and tool_args(text)[1] is not None:
             status = "incomplete"  # invalid JSON: the model is told and writes the call again (`turns.run`)
-        item.update(arguments=text, status=status)
         if status == "completed":
-            self.r.tools.calls[item["call_id"]] = item["name"]
-        b.done_item(self.index)
+            self.r.tools.calls[item.get("call_id")] = item.get("name")
+        item.finish(status, arguments=text)
 
 
 class FunctionKind(Kind):
+    tool_types = ("function",)
     echoes = ("function_call", "function_call_output")
     executed = False
+
+    def parse(self, tool: dict[str, Any], where: str, out: Toolset, ctx: Parsing) -> None:
+        if not isinstance(tool.get("name"), str) or not tool["name"]:
+            raise RequestError("function tools need a name", f"{where}.name")
+        out.functions.append(tool)
+
+    def requirement(self, choice: dict[str, Any], tools: Toolset) -> Requirement | None:
+        name = choice.get("name")
+        if name not in {f["name"] for f in tools.functions}:
+            raise RequestError(f"tool_choice names function {name!r}, which is not in tools", "tool_choice")
+        return Requirement(f"functions.{name}", f"<|channel|>commentary to=functions.{name}", exact=True)
+
+    def echo_tool(self, tool: dict[str, Any]) -> dict[str, Any]:
+        parameters = tool.get("parameters", {"type": "object", "properties": {}})
+        return {**tool, "parameters": parameters, "strict": tool.get("strict", False)}
 
     def claims(self, toolset: Toolset, ns: str, fn: str) -> bool:
         return ns == "functions"
