@@ -11,6 +11,7 @@ from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from orchestrator.files import Files
+from orchestrator.service import every
 from orchestrator.settings import OrchestratorSettings
 
 UPLOAD_DOC = {
@@ -45,9 +46,7 @@ def pruning(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        from orchestrator.app import _every  # the app's one periodic-job loop (the app imports this module)
-
-        pruner = asyncio.create_task(_every(interval_s, prune, name))
+        pruner = asyncio.create_task(every(interval_s, prune, name))
         try:
             yield
         finally:
