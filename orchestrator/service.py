@@ -404,8 +404,8 @@ class ResponsesService(LiveResponses):
         """The service's background loops (idle conversations, cancels asked on other replicas) while it
         serves; on exit, the responses still running are cancelled."""
         loops = [
-            asyncio.create_task(_every(self.settings.reap_interval_s, self.reap_idle, "reaper")),
-            asyncio.create_task(_every(self.settings.cancel_poll_s, self.watch_cancels, "cancel_watch")),
+            asyncio.create_task(every(self.settings.reap_interval_s, self.reap_idle, "reaper")),
+            asyncio.create_task(every(self.settings.cancel_poll_s, self.watch_cancels, "cancel_watch")),
         ]
         try:
             yield
@@ -423,7 +423,8 @@ class ResponsesService(LiveResponses):
                 await task
 
 
-async def _every(interval_s: float, job: Callable[[], Awaitable[None]], name: str) -> None:
+async def every(interval_s: float, job: Callable[[], Awaitable[None]], name: str) -> None:
+    """Run `job` every `interval_s` until cancelled; a failed round is logged and the next one runs."""
     while True:
         await asyncio.sleep(interval_s)
         try:
