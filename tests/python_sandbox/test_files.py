@@ -9,6 +9,7 @@ import json
 
 from mcp.client.session import ClientSession
 
+from tests.gateway.harness import connect
 from tests.support.mcp2 import mcp_session
 from tests.support.service import Service
 
@@ -62,3 +63,17 @@ async def test_paths_outside_mnt_data_are_refused(server: Service, session_id: s
         names = {f["path"] for f in (await call(session, "list_files"))["files"]}
         assert names == set()  # the symlink is not a file of /mnt/data, and nothing was written
         await session.call_tool("cleanup_session", {})
+
+
+async def test_a_sessionless_client_moves_files_in_the_session_of_its_handle(server: Service) -> None:
+    """The 2026-07-28 era (no MCP session, no x-session-id): the file tools follow the handle like `python`."""
+    async with connect(f"{server.url}/mcp", "streamable-http") as client:
+        made = await client.call_tool("python", {"code": "1", "session_handle": "new"})
+        handle = made.structured_content["session_handle"]  # type: ignore[index]
+        payload = base64.b64encode(b"by handle").decode()
+        await client.call_tool("write_file", {"path": "h.txt", "data": payload, "session_handle": handle})
+        seen = await client.call_tool("python", {"code": "open('h.txt').read()", "session_handle": handle})
+        assert "by handle" in seen.content[0].text  # type: ignore[union-attr]
+        lone = await client.call_tool("list_files", {})  # no handle: a session of its own, which has nothing
+        assert json.loads(lone.content[0].text)["files"] == []  # type: ignore[union-attr]
+        await client.call_tool("cleanup_session", {"session_handle": handle})
