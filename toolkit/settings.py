@@ -38,7 +38,9 @@ class ToolServerSettings(ServiceSettings):
         " (1500) and the orchestrator's conversation idle (1200), so the conversation's owner cleans up first",
     )
     reap_interval_s: float = Field(30.0, description="how often idle sessions are looked for")
-    max_sessions: int = Field(256, description="refuse new sessions beyond this many")
+    max_sessions: int = Field(
+        256, description="sessions held at most: a new one evicts the least recently used idle one"
+    )
     max_body_bytes: int = Field(4 * 1024 * 1024, description="largest accepted request body")
     allowed_hosts: list[str] = Field(
         default_factory=list,
