@@ -21,6 +21,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.routing import Namespace, Router, Target
 from gateway.store import Store, open_store
 from gateway.upstream import Replica, make_client, open_stream
+from toolkit.loops import Loops
 from toolkit.tracing import annotate, extract, inject, span
 
 log = structlog.get_logger(__name__)
@@ -48,8 +49,10 @@ class Gateway:
         """The running gateway's task group (set by `lifecycle.running`), for work a callback starts."""
         self.legacy: dict[str, Any] = {}
         """Open legacy SSE connections by gateway session id (they live and die with this process)."""
-        self.background: list[Callable[[], Awaitable[None]]] = []
-        """Extra long-running jobs for `running` (the entrypoint adds the config watcher)."""
+        self.background: dict[str, Callable[[], Awaitable[None]]] = {}
+        """Extra long-running jobs for `running`, by name (the entrypoint adds the config watcher)."""
+        self.loops = Loops()
+        """The long-running jobs' watch: one that ends makes /healthz fail."""
         self.reviving: dict[str, anyio.Event] = {}
         """Namespaces whose down replicas are being probed for a waiting call, and the round's end."""
         self.apply(cfg)

@@ -27,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 
+from toolkit.loops import Loops
 from toolkit.metrics import ToolMetrics
 from toolkit.rpc_errors import JsonRpcErrors
 from toolkit.sessions import S, SessionRegistry, TooManySessions
@@ -107,6 +108,7 @@ class ToolServer(Generic[S]):
             session_factory, ttl_s=settings.session_ttl_s, max_sessions=settings.max_sessions
         )
         self.sessions.on_change = self.metrics.sessions.set
+        self.loops = Loops()
         self._lifespan = lifespan
         self._progress_interval_s = progress_interval_s
         mcp.add_tool(
@@ -222,7 +224,7 @@ class ToolServer(Generic[S]):
                     await stack.enter_async_context(self._lifespan())
                 await stack.enter_async_context(manager.run())
                 tg = await stack.enter_async_context(anyio.create_task_group())
-                tg.start_soon(self.sessions.reap_forever, self.settings.reap_interval_s)
+                self.loops.start(tg, "reaper", self.sessions.reap_forever, self.settings.reap_interval_s)
                 log.info("server.started", namespace=self.namespace, port=self.settings.port)
                 try:
                     yield
@@ -232,8 +234,9 @@ class ToolServer(Generic[S]):
                         await self.sessions.close_all()
                     log.info("server.stopped", namespace=self.namespace)
 
-        async def healthz(request: Request) -> Response:
-            return JSONResponse({"status": "ok", "namespace": self.namespace, "sessions": len(self.sessions)})
+        async def healthz(request: Request) -> Response:  # alive: the reaper still runs
+            status, body = self.loops.health()
+            return JSONResponse(body | {"namespace": self.namespace, "sessions": len(self.sessions)}, status)
 
         return Starlette(
             routes=[
