@@ -22,6 +22,11 @@ class ServiceSettings(BaseSettings):
     otlp_endpoint: str | None = Field(
         None, description="OTLP/HTTP traces URL to export spans to (needs the otlp extra); unset = no export"
     )
+    drain_s: float = Field(
+        25.0,
+        description="on SIGTERM: stop taking connections at once, give requests in flight this long to finish"
+        " (keep it under the orchestrator's stop grace period: 30 s in compose.yaml)",
+    )
 
     @classmethod
     def from_args(cls, argv: Sequence[str] | None, prog: str) -> Self:
