@@ -113,7 +113,12 @@ def test_openapi(orchestrator: Service, mode: GenerationMode) -> None:
 
 @pytest.mark.parametrize(
     ("method", "path", "status"),
-    [("GET", "/v1/nowhere", 404), ("PUT", "/v1/responses", 405), ("GET", "/v1/responses/x/input_items?limit=ten", 400)],
+    [
+        ("GET", "/v1/nowhere", 404),
+        ("PUT", "/v1/responses", 404),
+        ("POST", "/v1/responses/nowhere", 404),
+        ("GET", "/v1/responses/x/input_items?limit=ten", 400),
+    ],
 )
 def test_routing_errors_in_openai_shape(orchestrator: Service, method: str, path: str, status: int) -> None:
     """What FastAPI answers itself (no route, no method, a bad query value) is in OpenAI's shape too."""

@@ -7,7 +7,7 @@ import re
 import structlog
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import ImageContent, TextContent
+from mcp_types import CallToolResult, ImageContent, TextContent
 from openai_harmony import ToolNamespaceConfig
 
 from toolkit.server import HIDDEN, ToolServer, backend_lifespan
@@ -46,19 +46,19 @@ def build_server(settings: PythonSandboxSettings, backend: Backend) -> ToolServe
         description="Run Python code in this session's stateful sandbox.",
         structured_output=False,
     )
-    async def python(code: str, ctx: Context) -> list[TextContent | ImageContent]:
+    async def python(code: str, ctx: Context, session_handle: str | None = None) -> CallToolResult:
         if len(code) > settings.max_code_chars:
             raise ToolError(f"code is {len(code)} characters; the limit is {settings.max_code_chars}")
         try:
-            async with kit.session(ctx, "python") as (key, kernel):
+            async with kit.session(ctx, "python", session_handle) as (key, kernel):
                 result = await _run(kit, key, kernel, code, settings.timeout_s)
-                notice = kit.reset_notice(key)
+                notice = kit.notice(key)
         except SandboxError as exc:
             raise ToolError(f"sandbox unavailable: {exc}") from exc
         text = notice + result.render(settings.timeout_s)
         content: list[TextContent | ImageContent] = [TextContent(type="text", text=text)]
         content += [ImageContent(type="image", data=png, mime_type="image/png") for png in result.images]
-        return content
+        return CallToolResult(content=content, structured_content=kit.structured(key))
 
     return kit
 
