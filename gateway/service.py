@@ -15,7 +15,7 @@ from opentelemetry.trace import SpanKind
 
 from gateway.config import GatewayConfig
 from gateway.envelope import NEW_HANDLE, session_handle
-from gateway.errors import SessionLost, ToolNotApproved, Unavailable
+from gateway.errors import SessionLost, ToolNotApproved, Unavailable, Unreached
 from gateway.http import Response, Timeouts
 from gateway.keys import SessionKey
 from gateway.messages import SAFE_METHODS, Rewriter, tool_name
@@ -144,7 +144,10 @@ class Gateway:
                     self.client, target.replica, "POST", headers, body, http_timeout=timeout
                 )
             except Unavailable as exc:
-                if target.fresh and attempt == 0 and msg.get("method") in SAFE_METHODS and len(ns.replicas) > 1:
+                # Another replica may take it: a safe method, or any call that never reached the first one
+                # (a replica draining or gone refuses the connection) on a session no replica holds yet.
+                retry = msg.get("method") in SAFE_METHODS or isinstance(exc, Unreached)
+                if target.fresh and attempt == 0 and retry and len(ns.replicas) > 1:
                     with contextlib.suppress(Unavailable):
                         target = await self.router.repick(target, target.replica)
                         continue
