@@ -33,7 +33,8 @@ def serve(app: ASGIApp, settings: ServiceSettings) -> None:
         access_log=False,
         lifespan="on",
         # SIGTERM drains: the listening socket closes at once (a gateway's new connection is refused and it
-        # places the call on another replica), requests in flight get drain_s to finish.
+        # places the call on another replica), requests in flight get drain_s to finish (open SSE streams
+        # hold it that long).
         timeout_graceful_shutdown=settings.drain_s,
         log_config=None,  # uvicorn logs through our JSON handler (toolkit.logging)
     )

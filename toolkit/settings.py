@@ -28,9 +28,9 @@ class ServiceSettings(BaseSettings):
         None, description="OTLP/HTTP traces URL to export spans to (needs the otlp extra); unset = no export"
     )
     drain_s: float = Field(
-        25.0,
-        description="on SIGTERM: stop taking connections at once, give requests in flight this long to finish"
-        " (keep it under the orchestrator's stop grace period: 30 s in compose.yaml)",
+        10.0,
+        description="on SIGTERM: stop taking connections at once, give requests in flight this long to finish;"
+        " what is left of the stop grace period (30 s in compose.yaml) goes to removing the sessions' sandboxes",
     )
 
     RENAMED: ClassVar[dict[str, str]] = {}
