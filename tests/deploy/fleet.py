@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import httpx
 import openai
+from openai.types.responses import Response
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_TOOLS = [
@@ -185,3 +187,48 @@ class Stack:
         """The output item types of one demo request that answered without a tool error."""
         resp = self.client().responses.create(model="m", input="Run the fleet demo now.", tools=DEMO_TOOLS)
         return {item.type for item in resp.output if item.type != "mcp_call" or not item.error}
+
+
+def every_tool_answered(resp: Response) -> str:
+    """ "ok" for a demo response in which browser, python and container each answered without an error, else
+    what went wrong (for the assertion's message)."""
+    logs = " ".join(o.logs for i in resp.output if i.type == "code_interpreter_call" for o in i.outputs or [])
+    errors = [f"{i.name}: {i.error}" for i in resp.output if i.type == "mcp_call" and i.error]
+    errors += [f"search {i.status}" for i in resp.output if i.type == "web_search_call" and i.status != "completed"]
+    errors += [] if "demo-checksum" in logs else [f"python: {logs[:300]}"]
+    kinds = {item.type for item in resp.output}
+    missing = {"web_search_call", "code_interpreter_call", "mcp_call"} - kinds
+    errors += [f"status {resp.status}"] if resp.status != "completed" else []
+    errors += [f"no {sorted(missing)}"] if missing else []
+    return "; ".join(errors) or "ok"
+
+
+def outcomes_of(stack: Stack, count: int) -> list[str]:
+    """`count` demo requests, each "ok" when every tool answered (else what went wrong)."""
+    client = stack.client()
+    demo = {"model": "m", "input": "Run the fleet demo now.", "tools": DEMO_TOOLS}
+    return [every_tool_answered(client.responses.create(**demo)) for _ in range(count)]
+
+
+def calls_during(stack: Stack, work: Callable[[], None]) -> list[str]:
+    """Demo requests one after another for as long as `work` runs; each one's outcome (`every_tool_answered`)."""
+    outcomes: list[str] = []
+    done = threading.Event()
+
+    def call() -> None:
+        while not done.is_set():
+            outcomes.extend(outcomes_of(stack, 1))
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    try:
+        work()
+    finally:
+        done.set()
+        caller.join()
+    return outcomes
+
+
+def update(stack: Stack, service: str) -> None:
+    """A rolling update of one service (deploy/swarm.yaml: start-first, one task at a time), until it is done."""
+    stack.engine("service", "update", "--force", "--detach=false", f"{stack.name}_{service}", timeout=400)

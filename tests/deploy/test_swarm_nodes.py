@@ -7,8 +7,9 @@ workers spread by zone: every tool call crosses the overlay network between node
 or container replica starts its sandboxes on its own node's engine. Checks: a request per tool; python state
 kept by a replica on another node than the gateway's; a worker killed (a lost machine): its tasks come back
 on the other worker, the sessions it held get the "session ... was lost" error, a session on the other
-worker keeps its state, the surviving nodes hold no sandbox of a dead replica; `docker stack rm` and the
-nodes' removal leave nothing. The time from the kill to every tool answering again is printed (-s).
+worker keeps its state, the surviving nodes hold no sandbox of a dead replica; then a rolling update of the
+python tool with a client calling every tool throughout loses no call; `docker stack rm` and the nodes'
+removal leave nothing. The time from the kill to every tool answering again is printed (-s).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import httpx
 import pytest
 from openai.types.responses import Response
 
-from tests.deploy.fleet import DEMO_TOOLS, REPO, Stack, build_images, docker, wait_for
+from tests.deploy.fleet import DEMO_TOOLS, REPO, Stack, build_images, calls_during, docker, update, wait_for
 from tests.deploy.nodes import Cluster, Node, build_node_image, swarm_nodes
 
 pytestmark = pytest.mark.docker
@@ -156,6 +157,15 @@ def test_a_lost_worker_node_loses_only_its_sessions_and_its_tasks_come_back_on_t
     # The surviving nodes hold sandboxes of live replicas only (the lost node's went with it).
     for node in (cluster.manager, kept_node):
         wait_for(f"no orphaned sandbox on {node.name}", lambda n=node: owners(n) <= live_instances(stack, n), 60)
+
+
+def test_a_rolling_update_of_the_python_tool_across_the_overlay_loses_no_call(stack) -> None:
+    t0 = time.monotonic()
+    outcomes = calls_during(stack, lambda: update(stack, "python"))
+    print(f"\n[swarm-nodes] python updated in {time.monotonic() - t0:.0f} s; {len(outcomes)} demo calls meanwhile")
+    # As on one node (tests/deploy/test_swarm.py): a conversation whose session a replaced task held may lose a
+    # call, one per replaced task at most; new conversations do not.
+    assert len(outcomes) >= 2 and len([o for o in outcomes if o != "ok"]) <= 2, outcomes
 
 
 def test_stack_rm_and_the_nodes_removal_leave_nothing(cluster, stack) -> None:
