@@ -78,7 +78,7 @@ def app(settings: GatewaySettings) -> ASGIApp:
     """The gateway over its routes; a routes file is also watched, so edits apply without a restart."""
     gw = build_gateway(routes(settings))
     if settings.config is not None:
-        gw.background.append(lambda: watch(gw, settings.config, settings.watch_s))  # type: ignore[arg-type]
+        gw.background["config-watch"] = lambda: watch(gw, settings.config, settings.watch_s)  # type: ignore[arg-type]
     return build_app(gw)
 
 

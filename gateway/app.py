@@ -35,8 +35,8 @@ def build_app(gw: Gateway) -> ASGIApp:
                 await send_error(send, None, UnknownNamespace(f"unknown namespace {parts[0]!r}"))
                 return
             await handler(gw, ns, scope, receive, send)
-        elif path == "/healthz":
-            await send_json(send, 200, {"status": "ok"})
+        elif path == "/healthz":  # alive: every background loop still runs
+            await send_json(send, *gw.loops.health())
         elif path == "/readyz":
             await _readyz(gw, send)
         elif path == "/metrics":

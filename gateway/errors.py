@@ -80,6 +80,11 @@ class Unavailable(GatewayError):
     code = UPSTREAM_UNAVAILABLE
 
 
+class Unreached(Unavailable):
+    """The replica did not take the connection (it stopped, or is draining after SIGTERM): the request never
+    left, so a call on a session no replica holds yet may go to another replica, whatever its method."""
+
+
 class UpstreamTimeout(GatewayError):
     code = UPSTREAM_TIMEOUT
 

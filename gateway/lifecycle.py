@@ -29,15 +29,15 @@ def build_gateway(cfg: GatewayConfig, *, store: Store | None = None, resolver: R
 @contextlib.asynccontextmanager
 async def running(gw: Gateway) -> AsyncIterator[None]:
     """Probes, the idle-session reaper, DNS discovery and the entrypoint's extra jobs, for as long as
-    the block runs; then the HTTP client and the store are closed."""
+    the block runs (one that ends is recorded in `gw.loops`: /healthz fails); then the HTTP client and the
+    store are closed."""
     await gw.load_discovery()
     async with anyio.create_task_group() as tg:
         gw.tasks = tg
-        tg.start_soon(probe_forever, gw)
-        tg.start_soon(reap_forever, gw)
-        tg.start_soon(discover_forever, gw)
-        for job in gw.background:
-            tg.start_soon(job)
+        for name, loop in (("health", probe_forever), ("reaper", reap_forever), ("discovery", discover_forever)):
+            gw.loops.start(tg, name, loop, gw)
+        for name, job in gw.background.items():
+            gw.loops.start(tg, name, job)
         try:
             yield
         finally:

@@ -15,7 +15,7 @@ from opentelemetry.trace import SpanKind
 
 from gateway.config import GatewayConfig
 from gateway.envelope import NEW_HANDLE, session_handle
-from gateway.errors import SessionLost, ToolNotApproved, Unavailable
+from gateway.errors import SessionLost, ToolNotApproved, Unavailable, Unreached
 from gateway.http import Response, Timeouts
 from gateway.keys import SessionKey
 from gateway.messages import SAFE_METHODS, Rewriter, tool_name
@@ -23,6 +23,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.routing import Degraded, Namespace, Router, Target
 from gateway.store import Store, open_store
 from gateway.upstream import Replica, make_client, open_stream
+from toolkit.loops import Loops
 from toolkit.tracing import REQUEST_ID_HEADER, annotate, current_request_id, extract, inject, span
 
 log = structlog.get_logger(__name__)
@@ -50,8 +51,10 @@ class Gateway:
         """The running gateway's task group (set by `lifecycle.running`), for work a callback starts."""
         self.legacy: dict[str, Any] = {}
         """Open legacy SSE connections by gateway session id (they live and die with this process)."""
-        self.background: list[Callable[[], Awaitable[None]]] = []
-        """Extra long-running jobs for `running` (the entrypoint adds the config watcher)."""
+        self.background: dict[str, Callable[[], Awaitable[None]]] = {}
+        """Extra long-running jobs for `running`, by name (the entrypoint adds the config watcher)."""
+        self.loops = Loops()
+        """The long-running jobs' watch: one that ends makes /healthz fail."""
         self.reviving: dict[str, anyio.Event] = {}
         """Namespaces whose down replicas are being probed for a waiting call, and the round's end."""
         self.apply(cfg)
@@ -141,7 +144,10 @@ class Gateway:
                     self.client, target.replica, "POST", headers, body, http_timeout=timeout
                 )
             except Unavailable as exc:
-                if target.fresh and attempt == 0 and msg.get("method") in SAFE_METHODS and len(ns.replicas) > 1:
+                # Another replica may take it: a safe method, or any call that never reached the first one
+                # (a replica draining or gone refuses the connection) on a session no replica holds yet.
+                retry = msg.get("method") in SAFE_METHODS or isinstance(exc, Unreached)
+                if target.fresh and attempt == 0 and retry and len(ns.replicas) > 1:
                     with contextlib.suppress(Unavailable):
                         target = await self.router.repick(target, target.replica)
                         continue

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import structlog
 
-from gateway.errors import BadUpstream, Unavailable, UpstreamTimeout
+from gateway.errors import BadUpstream, Unavailable, Unreached, UpstreamTimeout
 from gateway.http import ConnectFailed, Pool, ProtocolError, Response, Timeouts
 
 log = structlog.get_logger(__name__)
@@ -67,7 +67,7 @@ def upstream_errors(replica: Replica) -> Iterator[None]:
         yield
     except ConnectFailed as exc:
         replica.record_failure(decisive=True)
-        raise Unavailable(f"replica {replica.url} of {replica.namespace!r} is unreachable") from exc
+        raise Unreached(f"replica {replica.url} of {replica.namespace!r} is unreachable") from exc
     except TimeoutError as exc:
         replica.record_failure()
         raise UpstreamTimeout(f"replica {replica.url} of {replica.namespace!r} timed out") from exc

@@ -32,7 +32,10 @@ def serve(app: ASGIApp, settings: ServiceSettings) -> None:
         log_level=settings.log_level.lower(),
         access_log=False,
         lifespan="on",
-        timeout_graceful_shutdown=5,
+        # SIGTERM drains: the listening socket closes at once (a gateway's new connection is refused and it
+        # places the call on another replica), requests in flight get drain_s to finish (open SSE streams
+        # hold it that long).
+        timeout_graceful_shutdown=settings.drain_s,
         log_config=None,  # uvicorn logs through our JSON handler (toolkit.logging)
     )
     _Server(config).run()

@@ -31,6 +31,7 @@ from starlette.routing import Mount, Route
 
 from toolkit import handles
 from toolkit.handles import BadHandle, Handles
+from toolkit.loops import Loops
 from toolkit.metrics import ToolMetrics
 from toolkit.rpc_errors import JsonRpcErrors
 from toolkit.sessions import S, SessionGone, SessionRegistry, TooManySessions
@@ -136,6 +137,7 @@ class ToolServer(Generic[S]):
             session_factory, ttl_s=settings.session_ttl_s, max_sessions=settings.max_sessions
         )
         self.sessions.on_change = self.metrics.sessions.set
+        self.loops = Loops()
         self.handles = Handles(self.namespace)
         self._minted: set[str] = set()
         self._lifespan = lifespan
@@ -340,7 +342,7 @@ class ToolServer(Generic[S]):
                     await stack.enter_async_context(self._lifespan())
                 await stack.enter_async_context(manager.run())
                 tg = await stack.enter_async_context(anyio.create_task_group())
-                tg.start_soon(self.sessions.reap_forever, self.settings.reap_interval_s)
+                self.loops.start(tg, "reaper", self.sessions.reap_forever, self.settings.reap_interval_s)
                 log.info("server.started", namespace=self.namespace, port=self.settings.port)
                 try:
                     yield
@@ -350,8 +352,9 @@ class ToolServer(Generic[S]):
                         await self.sessions.close_all()
                     log.info("server.stopped", namespace=self.namespace)
 
-        async def healthz(request: Request) -> Response:
-            return JSONResponse({"status": "ok", "namespace": self.namespace, "sessions": len(self.sessions)})
+        async def healthz(request: Request) -> Response:  # alive: the reaper still runs
+            status, body = self.loops.health()
+            return JSONResponse(body | {"namespace": self.namespace, "sessions": len(self.sessions)}, status)
 
         return Starlette(
             routes=[

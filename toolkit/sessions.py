@@ -1,4 +1,8 @@
-"""Per-session state in one place: create on first use, touch on each call, reap when idle or on shutdown."""
+"""Per-session state in one place: create on first use, touch on each call, reap when idle or on shutdown.
+
+At the session limit a new session takes the place of the least recently used idle one (its next call gets
+the same reset notice as after the idle TTL), so a replica full of finished conversations still serves new
+ones; only a replica whose every session is busy in a call refuses."""
 
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ S = TypeVar("S", bound=SessionState)
 
 
 class TooManySessions(Exception):
-    """The server holds its maximum number of sessions."""
+    """The server holds its maximum number of sessions, every one of them busy in a call."""
 
 
 class SessionGone(Exception):
@@ -69,8 +73,8 @@ class SessionRegistry(Generic[S]):
                 if not create:
                     self._locks.pop(key, None)
                     raise SessionGone(key)
-                if len(self._entries) >= self._max:
-                    raise TooManySessions(f"server holds its limit of {self._max} sessions")
+                if len(self._entries) >= self._max and not await self._evict_least_recently_used():
+                    raise TooManySessions(f"server holds its limit of {self._max} sessions, all of them busy")
                 entry = _Entry(await self.factory(key), reset_after_s=self._reaped.pop(key, None))
                 self._entries[key] = entry
                 self.on_change(len(self._entries))
@@ -123,11 +127,23 @@ class SessionRegistry(Generic[S]):
         now = time.monotonic()
         idle = [k for k, e in self._entries.items() if e.busy <= 0 and now - e.last_used > self._ttl_s]
         for key in idle:
-            idle_s = now - self._entries[key].last_used
-            log.info("session.reaped", session_id=key, idle_s=round(idle_s, 1))
-            await self.close(key)
-            self._remember_reaped(key, idle_s)
+            await self._reap(key, "session.reaped")
         return len(idle)
+
+    async def _evict_least_recently_used(self) -> bool:
+        """Make room by reaping the idle session used longest ago; False when every session is busy."""
+        idle = [(e.last_used, k) for k, e in self._entries.items() if e.busy <= 0]
+        if not idle:
+            return False
+        await self._reap(min(idle)[1], "session.evicted")
+        return True
+
+    async def _reap(self, key: str, event: str) -> None:
+        """Close a session its caller did not end, remembering it so its next call hears of the reset."""
+        idle_s = time.monotonic() - self._entries[key].last_used
+        log.info(event, session_id=key, idle_s=round(idle_s, 1), sessions=len(self._entries), limit=self._max)
+        await self.close(key)
+        self._remember_reaped(key, idle_s)
 
     def _remember_reaped(self, key: str, idle_s: float) -> None:
         self._reaped[key] = idle_s

@@ -27,6 +27,11 @@ class ServiceSettings(BaseSettings):
     otlp_endpoint: str | None = Field(
         None, description="OTLP/HTTP traces URL to export spans to (needs the otlp extra); unset = no export"
     )
+    drain_s: float = Field(
+        10.0,
+        description="on SIGTERM: stop taking connections at once, give requests in flight this long to finish;"
+        " what is left of the stop grace period (30 s in compose.yaml) goes to removing the sessions' sandboxes",
+    )
 
     RENAMED: ClassVar[dict[str, str]] = {}
     """Old setting name -> new one: the old still works for one release, with a deprecation warning."""
@@ -63,7 +68,9 @@ class ToolServerSettings(ServiceSettings):
         " (1500) and the orchestrator's conversation idle (1200), so the conversation's owner cleans up first",
     )
     reap_interval_s: float = Field(30.0, description="how often idle sessions are looked for")
-    max_sessions: int = Field(256, description="refuse new sessions beyond this many")
+    max_sessions: int = Field(
+        256, description="sessions held at most: a new one evicts the least recently used idle one"
+    )
     max_body_bytes: int = Field(4 * 1024 * 1024, description="largest accepted request body")
     accepted_host_headers: list[str] = Field(
         default_factory=list,

@@ -5,6 +5,9 @@
         fleet.compose("up", "-d", "--scale", "python=3", "--no-recreate")
         fleet.readyz()                    # the gateway's view of its replicas (asked from inside its container)
 
+    stack = Stack("tfsw1234", "http://127.0.0.1:8080", env)   # a swarm stack by deploy/swarm.sh
+    stack.swarm_sh("up"); stack.wait_up("python", 2); stack.client()
+
 Every resource the project makes is named or labelled by it, so the checks of what is left behind look at
 this project only (other engineers' containers run on the same engine).
 """
@@ -15,6 +18,7 @@ import contextlib
 import json
 import os
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -23,6 +27,7 @@ from pathlib import Path
 
 import httpx
 import openai
+from openai.types.responses import Response
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_TOOLS = [
@@ -142,3 +147,88 @@ def compose_fleet(*, scale: dict[str, int] | None = None, profile: str | None = 
     finally:
         with contextlib.suppress(Exception):
             fleet.down()
+
+
+@dataclass
+class Stack:
+    """A stack deployed by deploy/swarm.sh; `engine` is the docker CLI of the manager (a node's, on a swarm of
+    several) and `env` what swarm.sh runs with (TOOLFLEET_PORT, DOCKER_HOST, ...)."""
+
+    name: str
+    url: str  # the orchestrator's published address
+    env: dict[str, str]
+    engine: Callable[..., str] = docker
+
+    def swarm_sh(self, action: str) -> None:
+        script = ["bash", str(REPO / "deploy" / "swarm.sh"), action, self.name]
+        out = subprocess.run(script, env=self.env, cwd=REPO, timeout=600, capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(f"deploy/swarm.sh {action} failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
+
+    def tasks(self, service: str, engine: Callable[..., str] | None = None) -> list[str]:
+        """Running containers of a service's tasks on one engine (the manager's unless named)."""
+        label = f"label=com.docker.swarm.service.name={self.name}_{service}"
+        return (engine or self.engine)("ps", "-q", "--filter", label, "--filter", "status=running").split()
+
+    def readyz(self) -> dict:
+        code = "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8800/readyz').read().decode())"
+        return json.loads(self.engine("exec", self.tasks("gateway")[0], "python", "-c", code))
+
+    def up(self, namespace: str) -> list[str]:
+        return sorted(u for u, state in self.readyz()["namespaces"][namespace]["replicas"].items() if state == "up")
+
+    def wait_up(self, namespace: str, count: int, timeout_s: float = 120) -> None:
+        wait_for(f"{count} {namespace} replicas", lambda: len(self.up(namespace)) == count, timeout_s)
+
+    def client(self) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key="unused", max_retries=0, timeout=120)
+
+    def kinds(self) -> set[str]:
+        """The output item types of one demo request that answered without a tool error."""
+        resp = self.client().responses.create(model="m", input="Run the fleet demo now.", tools=DEMO_TOOLS)
+        return {item.type for item in resp.output if item.type != "mcp_call" or not item.error}
+
+
+def every_tool_answered(resp: Response) -> str:
+    """ "ok" for a demo response in which browser, python and container each answered without an error, else
+    what went wrong (for the assertion's message)."""
+    logs = " ".join(o.logs for i in resp.output if i.type == "code_interpreter_call" for o in i.outputs or [])
+    errors = [f"{i.name}: {i.error}" for i in resp.output if i.type == "mcp_call" and i.error]
+    errors += [f"search {i.status}" for i in resp.output if i.type == "web_search_call" and i.status != "completed"]
+    errors += [] if "demo-checksum" in logs else [f"python: {logs[:300]}"]
+    kinds = {item.type for item in resp.output}
+    missing = {"web_search_call", "code_interpreter_call", "mcp_call"} - kinds
+    errors += [f"status {resp.status}"] if resp.status != "completed" else []
+    errors += [f"no {sorted(missing)}"] if missing else []
+    return "; ".join(errors) or "ok"
+
+
+def outcomes_of(stack: Stack, count: int) -> list[str]:
+    """`count` demo requests, each "ok" when every tool answered (else what went wrong)."""
+    client = stack.client()
+    demo = {"model": "m", "input": "Run the fleet demo now.", "tools": DEMO_TOOLS}
+    return [every_tool_answered(client.responses.create(**demo)) for _ in range(count)]
+
+
+def calls_during(stack: Stack, work: Callable[[], None]) -> list[str]:
+    """Demo requests one after another for as long as `work` runs; each one's outcome (`every_tool_answered`)."""
+    outcomes: list[str] = []
+    done = threading.Event()
+
+    def call() -> None:
+        while not done.is_set():
+            outcomes.extend(outcomes_of(stack, 1))
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    try:
+        work()
+    finally:
+        done.set()
+        caller.join()
+    return outcomes
+
+
+def update(stack: Stack, service: str) -> None:
+    """A rolling update of one service (deploy/swarm.yaml: start-first, one task at a time), until it is done."""
+    stack.engine("service", "update", "--force", "--detach=false", f"{stack.name}_{service}", timeout=400)

@@ -42,6 +42,35 @@ def test_the_swarm_overrides_win_and_the_rest_is_kept() -> None:
     assert s["services"]["python"]["read_only"] is True and s["networks"]["fleet"]["internal"] is True
 
 
+def test_files_the_repository_mounts_become_swarm_configs_every_node_receives() -> None:
+    s = stack()
+    (mount,) = s["services"]["gateway"]["configs"]
+    assert mount["target"] == "/etc/toolfleet/gateway.yaml" and mount["mode"] == 0o444
+    assert s["configs"][mount["source"]] == {"file": str(REPO / "deploy" / "gateway.yaml")}
+    assert not any(isinstance(v, str) and v.startswith("./") for v in s["services"]["gateway"].get("volumes", []))
+    # The engine socket stays a bind mount: each node's own engine.
+    assert "/var/run/docker.sock:/var/run/docker.sock" in s["services"]["python"]["volumes"]
+
+
+def test_a_changed_file_is_a_new_config(tmp_path) -> None:
+    compose = {"services": {"gateway": {"image": "x", "volumes": ["./routes.yaml:/etc/routes.yaml:ro"]}}}
+    keys = []
+    for text in ("a: 1", "a: 2"):
+        (tmp_path / "routes.yaml").write_text(text)
+        keys.append(swarm_stack.stack(compose, base=tmp_path)["services"]["gateway"]["configs"][0]["source"])
+    assert keys[0] != keys[1] and all(key.startswith("routes-") for key in keys)
+
+
+def test_the_nodes_overlay_puts_the_core_on_managers_and_spreads_the_tools_over_workers() -> None:
+    compose = yaml.safe_load((REPO / "compose.yaml").read_text())
+    overlays = [yaml.safe_load((REPO / "deploy" / name).read_text()) for name in ("swarm.yaml", "swarm-nodes.yaml")]
+    services = swarm_stack.stack(compose, *overlays)["services"]
+    assert services["gateway"]["deploy"]["placement"]["constraints"] == ["node.role == manager"]
+    assert services["gateway"]["deploy"]["endpoint_mode"] == "dnsrr"  # swarm.yaml's keys kept under the overlay
+    tools = services["python"]["deploy"]
+    assert tools["placement"]["preferences"] == [{"spread": "node.labels.toolfleet.zone"}] and tools["replicas"] == 2
+
+
 def test_merge_merges_mappings_and_replaces_lists() -> None:
     merged = swarm_stack.merge({"a": {"x": 1, "y": [1]}, "b": 2}, {"a": {"y": [2], "z": 3}})
     assert merged == {"a": {"x": 1, "y": [2], "z": 3}, "b": 2}

@@ -129,6 +129,23 @@ async def test_idle_sessions_are_reaped_after_the_ttl(backend_name: str) -> None
         assert first.endswith("'fresh'") and second == "1"  # said once, then the new state serves
 
 
+async def test_a_replica_at_its_limit_serves_a_new_conversation_by_evicting_the_least_recently_used() -> None:
+    require_backend("local")
+    instance = f"pytest-evict-{uuid.uuid4().hex[:8]}"
+    with running_service(server_args("local", instance, "--max-sessions", "2")) as server:
+        for sid in ("oldest", "recent"):
+            async with mcp_session(server.url, "streamable-http", {"x-session-id": sid}) as session:
+                await session.call_tool("python", {"code": f"mine = {sid!r}"})
+        async with mcp_session(server.url, "streamable-http", {"x-session-id": "new"}) as session:
+            assert (await session.call_tool("python", {"code": "6 * 7"})).content[0].text == "42"
+        assert sessions_held(server) == 2
+        async with mcp_session(server.url, "streamable-http", {"x-session-id": "recent"}) as session:
+            assert (await session.call_tool("python", {"code": "mine"})).content[0].text == "'recent'"
+        async with mcp_session(server.url, "streamable-http", {"x-session-id": "oldest"}) as session:
+            evicted = (await session.call_tool("python", {"code": "'fresh'"})).content[0].text
+        assert evicted.startswith("[this session's state was reset after ") and evicted.endswith("'fresh'")
+
+
 @pytest.mark.parametrize("backend_name", ["docker", "local"])
 async def test_a_killed_server_leaves_nothing_after_restart(backend_name: str) -> None:
     require_backend(backend_name)

@@ -39,12 +39,30 @@ async def test_concurrent_first_calls_of_one_key_share_one_state() -> None:
     assert len({id(s) for s in got}) == 1 and len(registry) == 1
 
 
-async def test_the_session_limit_refuses_new_keys_but_serves_existing_ones() -> None:
+async def test_the_session_limit_refuses_new_keys_only_while_every_session_is_busy() -> None:
     registry: SessionRegistry[State] = SessionRegistry(make, ttl_s=60, max_sessions=1)
-    await registry.acquire("a")
-    with pytest.raises(TooManySessions, match="limit of 1 sessions"):
+    await registry.acquire("a")  # busy: in a call
+    with pytest.raises(TooManySessions, match="limit of 1 sessions, all of them busy"):
         await registry.acquire("b")
-    assert (await registry.acquire("a")).key == "a"
+    assert (await registry.acquire("a")).key == "a" and "b" not in registry
+
+
+async def test_at_the_limit_a_new_session_evicts_the_least_recently_used_idle_one() -> None:
+    registry: SessionRegistry[State] = SessionRegistry(make, ttl_s=60, max_sessions=2)
+    states = {}
+    for key in ("old", "recent"):
+        states[key] = await registry.acquire(key)
+        registry.release(key)
+        await anyio.sleep(0.01)
+    await registry.acquire("new")
+    assert states["old"].closed and not states["recent"].closed
+    assert "old" not in registry and "recent" in registry and "new" in registry
+    registry.release("new")
+    # The evicted conversation comes back to a fresh state and hears of it once, as after the idle TTL;
+    # making room for it evicts the next least recently used ("recent").
+    assert (await registry.acquire("old")) is not states["old"]
+    assert registry.take_reset("old") is not None and registry.take_reset("old") is None
+    assert states["recent"].closed and "new" in registry
 
 
 async def test_idle_sessions_are_reaped_but_busy_ones_are_kept() -> None:

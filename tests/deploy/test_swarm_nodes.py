@@ -1,0 +1,188 @@
+"""The fleet on a swarm of three nodes: three Docker engines in containers (tests/deploy/nodes.py) joined as one
+swarm, the project's images loaded into each, compose.yaml + deploy/swarm.yaml + deploy/swarm-nodes.yaml
+deployed by deploy/swarm.sh from the host against the manager's engine.
+
+The core (orchestrator, gateway, Redis, the SCRIPTED worker) runs on the manager, the tools on the two
+workers spread by zone: every tool call crosses the overlay network between nodes (VXLAN), and each python
+or container replica starts its sandboxes on its own node's engine. Checks: a request per tool; python state
+kept by a replica on another node than the gateway's; a worker killed (a lost machine): its tasks come back
+on the other worker, the sessions it held get the "session ... was lost" error, a session on the other
+worker keeps its state, the surviving nodes hold no sandbox of a dead replica; then a rolling update of the
+python tool with a client calling every tool throughout loses no call; `docker stack rm` and the nodes'
+removal leave nothing. The time from the kill to every tool answering again is printed (-s).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from openai.types.responses import Response
+
+from tests.deploy.fleet import DEMO_TOOLS, REPO, Stack, build_images, calls_during, docker, update, wait_for
+from tests.deploy.nodes import Cluster, Node, build_node_image, swarm_nodes
+
+pytestmark = pytest.mark.docker
+EVERY_TOOL = {"web_search_call", "code_interpreter_call", "mcp_call"}
+CORE_IMAGES = ["toolfleet/toolfleet:latest", "toolfleet/redis:latest"]
+TOOL_IMAGES = [
+    "toolfleet/toolfleet:latest",
+    "toolfleet/browser:latest",
+    "toolfleet/python-sandbox:latest",
+    "toolfleet/container-sandbox:latest",
+]
+PYTHON = [{"type": "code_interpreter", "container": {"type": "auto"}}]
+PORTS = {"python": 8802, "container": 8803}
+OWNED = '{{.ID}} {{.Label "toolfleet.owner"}}'
+
+
+def python_logs(resp: Response) -> str:
+    return " ".join(o.logs for item in resp.output if item.type == "code_interpreter_call" for o in item.outputs or [])
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    build_images("all")
+    build_node_image()
+    with swarm_nodes(3) as nodes:
+        t0 = time.monotonic()
+        nodes.load({nodes.manager: CORE_IMAGES} | {node: TOOL_IMAGES for node in nodes.workers})
+        print(f"\n[swarm-nodes] images loaded into 3 nodes in {time.monotonic() - t0:.0f} s")
+        yield nodes
+    assert nodes.volumes and nodes.leftovers() == {"containers": [], "networks": [], "volumes": []}
+
+
+@pytest.fixture(scope="module")
+def stack(cluster: Cluster) -> Iterator[Stack]:
+    manager = cluster.manager
+    env = {
+        **manager.env,
+        "TOOLFLEET_PORT": "8080",  # published in the manager's own network namespace: no clash with the host's
+        "TOOLFLEET_SWARM_FILES": str(REPO / "deploy" / "swarm-nodes.yaml"),
+        "DOCKER_GID": docker("exec", manager.name, "stat", "-c", "%g", "/var/run/docker.sock").strip(),
+    }
+    deployed = Stack(f"tfmn{uuid.uuid4().hex[:6]}", f"http://{manager.ip}:8080", env, manager.docker)
+    try:
+        t0 = time.monotonic()
+        deployed.swarm_sh("deploy")
+        healthz = f"{deployed.url}/healthz"
+        wait_for("the orchestrator", lambda: httpx.get(healthz, timeout=2).status_code == 200, 240, every_s=2)
+        _wait_every_tool(deployed, python=2)
+        print(f"\n[swarm-nodes] stack deployed and answering in {time.monotonic() - t0:.0f} s")
+        yield deployed
+    finally:
+        with contextlib.suppress(Exception):
+            deployed.swarm_sh("down")
+
+
+def _wait_every_tool(stack: Stack, python: int) -> None:
+    for namespace, count in (("browser", 1), ("python", python), ("container", 1)):
+        stack.wait_up(namespace, count, 180)
+    # A swarm has no start order: tasks can be up before the gateway has found them by DNS.
+    wait_for("every tool answering through the gateway", lambda: EVERY_TOOL <= stack.kinds(), 180, every_s=3)
+
+
+def sandboxes(node: Node, port: int = PORTS["python"]) -> set[str]:
+    """Sandbox containers on a node's engine whose owner is a replica listening on `port`."""
+    rows = node.docker("ps", "-a", "--filter", "label=toolfleet.owner", "--format", OWNED)
+    return {cid for cid, owner in (row.split() for row in rows.splitlines()) if owner.endswith(f"-{port}")}
+
+
+def owners(node: Node) -> set[str]:
+    """The replicas named as owners by the sandboxes on a node's engine."""
+    rows = node.docker("ps", "-a", "--filter", "label=toolfleet.owner", "--format", OWNED)
+    return {row.split()[1] for row in rows.splitlines()}
+
+
+def live_instances(stack: Stack, node: Node) -> set[str]:
+    """The sandbox owner names of the python and container replicas running on a node (hostname-port)."""
+    return {f"{cid[:12]}-{port}" for service, port in PORTS.items() for cid in stack.tasks(service, node.docker)}
+
+
+def test_every_tool_answers_with_the_core_on_the_manager_and_the_tools_spread_over_the_workers(cluster, stack) -> None:
+    resp = stack.client().responses.create(model="m", input="Run the fleet demo now.", tools=DEMO_TOOLS)
+    Response.model_validate(resp.model_dump())
+    assert resp.status == "completed" and EVERY_TOOL <= {item.type for item in resp.output}
+    assert not any(item.type == "mcp_call" and item.error for item in resp.output)
+    assert "demo-checksum" in python_logs(resp)
+    assert stack.tasks("gateway") and stack.tasks("orchestrator")  # on the manager
+    assert not any(stack.tasks(service) for service in ("browser", "python", "container"))
+    per_worker = [len(stack.tasks("python", node.docker)) for node in cluster.workers]
+    assert per_worker == [1, 1]  # spread by zone
+    # Each python replica's sandboxes live on its own node's engine.
+    for node in cluster.workers:
+        assert owners(node) and owners(node) <= live_instances(stack, node)
+
+
+def _session_per_worker(cluster: Cluster, stack: Stack) -> dict[str, Response]:
+    """A python conversation holding state on each worker (new sessions go to the replica with fewest)."""
+    held: dict[str, Response] = {}
+    for _ in range(6):
+        before = {node.name: sandboxes(node) for node in cluster.workers}
+        resp = stack.client().responses.create(model="m", input="please remember a number", tools=PYTHON)
+        assert python_logs(resp) == "kept 42"
+        # The session took the warm sandbox and the pool made a new one: on the node of the replica.
+        (where,) = [node.name for node in cluster.workers if sandboxes(node) - before[node.name]]
+        held.setdefault(where, resp)
+        if len(held) == len(cluster.workers):
+            return held
+    raise AssertionError(f"sessions only on {sorted(held)}")
+
+
+def test_a_lost_worker_node_loses_only_its_sessions_and_its_tasks_come_back_on_the_other(cluster, stack) -> None:
+    client = stack.client()
+    held = _session_per_worker(cluster, stack)
+    lost_node, kept_node = cluster.workers[1], cluster.workers[0]
+    # State kept across turns by a replica on another node than the gateway's (the manager).
+    recall = dict(model="m", input="please recall the number", tools=PYTHON)
+    assert python_logs(client.responses.create(previous_response_id=held[lost_node.name].id, **recall)) == "recalled 42"
+
+    t0 = time.monotonic()
+    docker("kill", lost_node.name)  # a machine lost: every process on it gone at once
+    lost = client.responses.create(previous_response_id=held[lost_node.name].id, **recall)
+    assert "was lost" in python_logs(lost) and "session" in python_logs(lost), python_logs(lost)
+    kept = client.responses.create(previous_response_id=held[kept_node.name].id, **recall)
+    assert python_logs(kept) == "recalled 42"
+
+    wait_for(
+        "the lost node's tasks on the other worker", lambda: len(stack.tasks("python", kept_node.docker)) == 2, 180
+    )
+    _wait_every_tool(stack, python=2)
+    print(f"\n[swarm-nodes] node loss: every tool answering again {time.monotonic() - t0:.0f} s after the kill")
+    assert python_logs(client.responses.create(previous_response_id=held[kept_node.name].id, **recall)) == "recalled 42"
+    # The surviving nodes hold sandboxes of live replicas only (the lost node's went with it).
+    for node in (cluster.manager, kept_node):
+        wait_for(f"no orphaned sandbox on {node.name}", lambda n=node: owners(n) <= live_instances(stack, n), 60)
+
+
+def test_a_rolling_update_of_the_python_tool_across_the_overlay_loses_no_call(stack) -> None:
+    t0 = time.monotonic()
+    outcomes = calls_during(stack, lambda: update(stack, "python"))
+    print(f"\n[swarm-nodes] python updated in {time.monotonic() - t0:.0f} s; {len(outcomes)} demo calls meanwhile")
+    # As on one node (tests/deploy/test_swarm.py): a conversation whose session a replaced task held may lose a
+    # call, one per replaced task at most; new conversations do not.
+    assert len(outcomes) >= 2 and len([o for o in outcomes if o != "ok"]) <= 2, outcomes
+
+
+def test_stack_rm_and_the_nodes_removal_leave_nothing(cluster, stack) -> None:
+    stack.swarm_sh("down")
+    alive = [node for node in cluster.nodes if node.ready()]
+
+    def left() -> dict[str, list[str]]:
+        label = f"label=com.docker.stack.namespace={stack.name}"
+        return {
+            node.name: node.docker("ps", "-aq", "--filter", label).split()
+            + node.docker("network", "ls", "-q", "--filter", label).split()
+            + sorted(owners(node))
+            for node in alive
+        }
+
+    nothing = {node.name: [] for node in alive}
+    with contextlib.suppress(TimeoutError):
+        wait_for("nothing left on the nodes", lambda: left() == nothing, 90)
+    assert left() == nothing
+    assert cluster.manager.docker("service", "ls", "-q") == ""
