@@ -16,6 +16,10 @@ from starlette.exceptions import HTTPException
 
 from orchestrator import context_routes, conversation_routes, websocket_routes
 from orchestrator.auth import ApiKeys, AuthMiddleware, load_keys, warn_if_open
+from orchestrator.containers import Containers
+from orchestrator.containers_api import containers_router
+from orchestrator.files import Files
+from orchestrator.files_api import files_router
 from orchestrator.limits import RequestRate
 from orchestrator.mcp_policy import McpPolicy
 from orchestrator.metrics import LatencyMiddleware, OrchestratorMetrics
@@ -160,6 +164,10 @@ def create_app(
     app.add_middleware(LatencyMiddleware, metrics=metrics)
     app.add_middleware(TracingMiddleware)  # outermost: every request is a span, auth refusals too
     app.state.service = service
+    app.state.files = Files.from_settings(settings)
+    app.include_router(files_router(app.state.files, settings))
+    app.state.containers = Containers.from_settings(app.state.files, settings)
+    app.include_router(containers_router(app.state.containers, settings))
 
     async def _error(request: Request, exc: Exception) -> JSONResponse:
         return error_response(exc, f"{request.method} {request.url.path}")

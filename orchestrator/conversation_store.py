@@ -188,7 +188,7 @@ BACKENDS: dict[type, type] = {SQLiteStore: SQLiteConversations, RedisStore: Redi
 
 def conversations_for(store: Store) -> ConversationStore:
     """The conversation backend beside `store`."""
-    backend = BACKENDS.get(type(store))
+    backend = next((b for kind, b in BACKENDS.items() if isinstance(store, kind)), None)
     if backend is None:
         raise ValueError(f"no conversation store for a {type(store).__name__}")
     conversations: ConversationStore = backend(store)

@@ -190,6 +190,9 @@ class ResponsesService(LiveResponses):
         """The finished response `previous_response_id` names, if `owner` made it (else as missing as deleted)."""
         if not req.previous_response_id:
             return None
+        settling = self.live.get(req.previous_response_id)
+        if settling is not None and settling.builder.finished:  # its terminal event went out before the store write
+            await settling.done.wait()
         prev = (kept or {}).get(req.previous_response_id) or await self.store.get(req.previous_response_id)
         if prev is None or prev.owner != owner:
             raise RequestError(
@@ -401,8 +404,8 @@ class ResponsesService(LiveResponses):
         """The service's background loops (idle conversations, cancels asked on other replicas) while it
         serves; on exit, the responses still running are cancelled."""
         loops = [
-            asyncio.create_task(_every(self.settings.reap_interval_s, self.reap_idle, "reaper")),
-            asyncio.create_task(_every(self.settings.cancel_poll_s, self.watch_cancels, "cancel_watch")),
+            asyncio.create_task(every(self.settings.reap_interval_s, self.reap_idle, "reaper")),
+            asyncio.create_task(every(self.settings.cancel_poll_s, self.watch_cancels, "cancel_watch")),
         ]
         try:
             yield
@@ -420,7 +423,8 @@ class ResponsesService(LiveResponses):
                 await task
 
 
-async def _every(interval_s: float, job: Callable[[], Awaitable[None]], name: str) -> None:
+async def every(interval_s: float, job: Callable[[], Awaitable[None]], name: str) -> None:
+    """Run `job` every `interval_s` until cancelled; a failed round is logged and the next one runs."""
     while True:
         await asyncio.sleep(interval_s)
         try:

@@ -45,7 +45,7 @@ def orchestrator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     tmp = tmp_path_factory.mktemp("openapi-fuzz")
     with running_service(["-m", "orchestrator.worker", "--scripted"]) as worker:
         flags = ["-m", "orchestrator", "--worker-urls", json.dumps([worker.url]), "--api-keys", API_KEY,
-                 "--store-path", str(Path(tmp) / "store.db")]  # fmt: skip
+                 "--store-path", str(Path(tmp) / "store.db"), "--files-dir", str(Path(tmp) / "files")]  # fmt: skip
         with running_service(flags) as svc:
             yield svc
 
