@@ -188,7 +188,9 @@ class ToolServer(Generic[S]):
         parent = extract(_headers(ctx))
         with (
             request_context(_headers(ctx).get(REQUEST_ID_HEADER), **ids),
-            span(f"{self.namespace}.{tool}", kind=SpanKind.SERVER, parent=parent, **ids) as current,
+            span(
+                f"{self.namespace}.{tool}", kind=SpanKind.SERVER, parent=parent, expected=(ToolError,), **ids
+            ) as current,
         ):
             try:
                 if isinstance(who, ToolError):

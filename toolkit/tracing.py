@@ -119,12 +119,33 @@ def span(
     *,
     kind: SpanKind = SpanKind.INTERNAL,
     parent: otel_context.Context | None = None,
+    expected: tuple[type[Exception], ...] = (),
     **attributes: Any,
 ) -> Iterator[Span]:
-    """A current span named `name` with `toolfleet.*` attributes; an escaping exception marks it failed."""
+    """A current span named `name` with `toolfleet.*` attributes; an escaping exception marks it failed. An
+    `expected` one (a caller's misuse, answered as such) is recorded by type and message only: formatting its
+    traceback was the largest single cost of a refused tool call."""
     attrs = {ATTR + k: v for k, v in attributes.items() if v is not None}
-    with _tracer.start_as_current_span(name, context=parent, kind=kind, attributes=attrs) as current:
-        yield current
+    with _tracer.start_as_current_span(
+        name, context=parent, kind=kind, attributes=attrs, record_exception=False
+    ) as current:
+        try:
+            yield current
+        except Exception as exc:
+            if current.is_recording():
+                _record(current, exc, with_stack=not isinstance(exc, expected))
+            raise
+
+
+def _record(current: Span, exc: Exception, *, with_stack: bool) -> None:
+    if with_stack:
+        current.record_exception(exc)
+        return
+    kind = type(exc)
+    current.add_event(
+        "exception",
+        {"exception.type": f"{kind.__module__}.{kind.__qualname__}", "exception.message": str(exc)},
+    )
 
 
 @contextlib.contextmanager

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import NonRecordingSpan, SpanContext, StatusCode, TraceFlags
 
+from toolkit import tracing
 from toolkit.tracing import JsonLinesExporter, extract, inject, trace_ids
 
 TRACE, SPAN = 0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331
@@ -59,4 +62,23 @@ def test_the_file_exporter_writes_one_json_line_per_span_with_its_parent_link(tm
     }  # fmt: skip
     assert inner["parent_id"] == outer_line["span_id"] and inner["trace_id"] == outer_line["trace_id"]
     assert inner["attributes"] == {"k": 1}
+    provider.shutdown()
+
+
+def test_an_expected_error_is_recorded_without_its_traceback_and_any_other_with_it(monkeypatch) -> None:
+    exported = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exported))
+    monkeypatch.setattr(tracing, "_tracer", provider.get_tracer("test"))
+    for exc in (KeyError("misuse"), ValueError("bug")):
+        with contextlib.suppress(Exception), tracing.span("call", expected=(KeyError,)):
+            raise exc
+    misuse, bug = exported.get_finished_spans()
+    assert [s.status.status_code for s in (misuse, bug)] == [StatusCode.ERROR, StatusCode.ERROR]
+    assert [e.name for e in misuse.events] == ["exception"] == [e.name for e in bug.events]
+    assert dict(misuse.events[0].attributes or {}) == {
+        "exception.type": "builtins.KeyError",
+        "exception.message": "'misuse'",
+    }
+    assert "Traceback" in (bug.events[0].attributes or {})["exception.stacktrace"]
     provider.shutdown()
