@@ -16,9 +16,11 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from orchestrator.auth import ApiKeys, AuthMiddleware, load_keys, warn_if_open
+from orchestrator.chat_completions import ChatRelay
 from orchestrator.limits import RequestRate
 from orchestrator.mcp_policy import McpPolicy
 from orchestrator.metrics import LatencyMiddleware, OrchestratorMetrics
+from orchestrator.params import check_params
 from orchestrator.schema import ErrorBody, RequestError, ResponsesRequest, error_body
 from orchestrator.service import RUNNING, ResponsesService
 from orchestrator.settings import OrchestratorSettings
@@ -118,6 +120,7 @@ def create_app(
     store = store if store is not None else open_store(settings)
     service = ResponsesService(settings, generate=generate, store=store, policy=McpPolicy.from_settings(settings),
                                chat=chat, api_for=pool.api_for if pool is not None else None)  # fmt: skip
+    relay = ChatRelay(pool, settings.max_concurrent_per_key)
     keys = ApiKeys(load_keys(settings))
     metrics = OrchestratorMetrics(pool, lambda: len(service.live))
     service.on_settled = metrics.settled
@@ -156,15 +159,10 @@ def create_app(
 
     @app.post("/v1/responses", openapi_extra=CREATE_DOC)
     async def create(request: Request) -> Response:
-        raw = await request.body()
-        if len(raw) > MAX_BODY:
-            raise RequestError(f"request body larger than {MAX_BODY} bytes", None, 413)
-        try:
-            data = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise RequestError(f"the request body is not valid JSON: {exc}") from None
+        data = await _json_body(request)
         if not isinstance(data, dict):
             raise RequestError("the request body must be a JSON object")
+        check_params(data)
         req = ResponsesRequest.model_validate(data)
         live = await service.create(req, request.state.owner)
         b = live.builder
@@ -185,6 +183,15 @@ def create_app(
             return JSONResponse({"error": {"message": message, "type": "server_error", "param": None,
                                            "code": live.error_code}}, live.http_status)  # fmt: skip
         return JSONResponse(b.body)
+
+    @app.post("/v1/chat/completions", openapi_extra={"responses": SSE_OR_JSON})
+    async def chat_completions(request: Request) -> Response:
+        owner = request.state.owner
+        running = sum(lv.owner == owner for lv in service.live.values())
+        body = relay.admit(await _json_body(request), owner, running)
+        if body.get("stream"):
+            return StreamingResponse(relay.stream(body, owner), media_type="text/event-stream")
+        return JSONResponse(await relay.complete(body, owner))
 
     async def _stream(live: Any, background: bool) -> AsyncIterator[str]:
         try:
@@ -250,11 +257,18 @@ def create_app(
         return JSONResponse({"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
                              "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit})  # fmt: skip
 
+    async def model_names() -> list[str]:
+        return await pool.models() if pool is not None else [settings.model or "gpt-oss"]
+
     @app.get("/v1/models")
     async def models() -> Response:
-        names = await pool.models() if pool is not None else [settings.model or "gpt-oss"]
-        data = [{"id": n, "object": "model", "created": 0, "owned_by": "toolfleet"} for n in names]
-        return JSONResponse({"object": "list", "data": data})
+        return JSONResponse({"object": "list", "data": [_model(n) for n in await model_names()]})
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model(model_id: str) -> Response:
+        if model_id not in await model_names():
+            raise RequestError(f"The model {model_id!r} does not exist", "model", 404, "model_not_found")
+        return JSONResponse(_model(model_id))
 
     @app.get("/healthz")
     async def healthz() -> Response:
@@ -269,6 +283,20 @@ def create_app(
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
 
     return app
+
+
+async def _json_body(request: Request) -> Any:
+    raw = await request.body()
+    if len(raw) > MAX_BODY:
+        raise RequestError(f"request body larger than {MAX_BODY} bytes", None, 413)
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RequestError(f"the request body is not valid JSON: {exc}") from None
+
+
+def _model(name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "toolfleet"}
 
 
 async def _done_unless_disconnected(request: Request, done: asyncio.Event) -> bool:

@@ -123,8 +123,7 @@ class Run:
     generate: Generate
     limits: Limits
     conversation: str
-    temperature: float | None = None
-    top_p: float | None = None
+    sampling: dict[str, float] = field(default_factory=dict)  # temperature, top_p, penalties (the values used)
     new_input: list[Message] = field(default_factory=list)  # appended after pending approvals are answered
     container_id: str = "auto"
     include: set[str] = field(default_factory=set)

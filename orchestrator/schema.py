@@ -41,9 +41,21 @@ class ErrorBody(BaseModel):
 
 
 class Reasoning(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    effort: Literal["minimal", "low", "medium", "high"] | None = None
-    summary: str | None = None
+    """`reasoning`: effort is mapped onto the model's levels (`harmony.EFFORTS`), summary is echoed (the
+    reasoning itself is returned in full as `reasoning_text`, so there is nothing to summarise)."""
+
+    model_config = ConfigDict(extra="forbid")
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None
+    generate_summary: Literal["auto", "concise", "detailed"] | None = None
+
+
+class TextConfig(BaseModel):
+    """`text`: the answer's format (checked in `service`) and verbosity (echoed)."""
+
+    model_config = ConfigDict(extra="forbid")
+    format: dict[str, Any] = Field(default_factory=lambda: {"type": "text"})
+    verbosity: Literal["low", "medium", "high"] | None = None
 
 
 class ResponsesRequest(BaseModel):
@@ -62,13 +74,33 @@ class ResponsesRequest(BaseModel):
     reasoning: Reasoning | None = None
     max_output_tokens: int | None = Field(None, ge=1)
     max_tool_calls: int | None = Field(None, ge=0)
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, gt=0, le=1)
+    temperature: float = Field(1.0, ge=0, le=2)  # OpenAI's defaults, sent to the worker as the values used
+    top_p: float = Field(1.0, gt=0, le=1)
     include: list[str] | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
     metadata: dict[str, str] | None = None
     parallel_tool_calls: bool = True
     user: str | None = None
+    presence_penalty: float = Field(0.0, ge=-2, le=2)
+    frequency_penalty: float = Field(0.0, ge=-2, le=2)
+    text: TextConfig | None = None
+    truncation: Literal["auto", "disabled"] = "disabled"
+    service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    prompt_cache_retention: Literal["in_memory", "in-memory", "24h"] | None = None
+    prompt_cache_options: dict[str, Any] | None = None
+    stream_options: dict[str, Any] | None = None
+    client_metadata: dict[str, Any] | None = None
+
+    def sampling(self) -> dict[str, float]:
+        """The sampling values sent to the worker (and echoed: the values actually used)."""
+        return {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "presence_penalty": self.presence_penalty,
+            "frequency_penalty": self.frequency_penalty,
+        }
 
     @field_validator("metadata")
     @classmethod
@@ -149,6 +181,8 @@ class Toolset:
     shell_for_container: bool = False
     mcp: dict[str, McpServer] = field(default_factory=dict)
     functions: list[dict[str, Any]] = field(default_factory=list)
+    # `namespace` tools: name -> (description, functions); the model addresses them as `NAME.fn`
+    namespaces: dict[str, tuple[str, list[dict[str, Any]]]] = field(default_factory=dict)
     required: Requirement | None = None  # from tool_choice: required, or a named tool
 
 
@@ -233,6 +267,9 @@ def toolset(tools: list[dict[str, Any]], tool_choice: Any, gateway_url: Any) -> 
             if not isinstance(tool.get("name"), str) or not tool["name"]:
                 raise RequestError("function tools need a name", f"tools[{i}].name")
             out.functions.append(tool)
+        elif kind == "namespace":
+            name, described = _namespace(tool, f"tools[{i}]")
+            out.namespaces[name] = described
         elif kind == "mcp":
             label = tool.get("server_label")
             if not isinstance(label, str) or not label.isidentifier():
@@ -254,14 +291,36 @@ def toolset(tools: list[dict[str, Any]], tool_choice: Any, gateway_url: Any) -> 
     return out
 
 
+TAKEN_NAMESPACES = frozenset({"functions", "browser", "python", "container", "assistant", "user", "system"})
+
+
+def _namespace(tool: dict[str, Any], where: str) -> tuple[str, tuple[str, list[dict[str, Any]]]]:
+    """A `namespace` tool: client functions grouped under a name the model addresses as `NAME.fn`."""
+    name, inner = tool.get("name"), tool.get("tools")
+    if not isinstance(name, str) or not name.isidentifier() or name in TAKEN_NAMESPACES:
+        raise RequestError(
+            "a namespace tool needs a name that is an identifier and not a built-in one", f"{where}.name"
+        )
+    if not isinstance(inner, list):
+        raise RequestError("a namespace tool needs a list of tools", f"{where}.tools")
+    for j, fn in enumerate(inner):
+        if not isinstance(fn, dict) or fn.get("type") != "function":
+            kind = fn.get("type") if isinstance(fn, dict) else None
+            message = f"namespace tools of type {kind!r} are not supported (only function)"
+            raise RequestError(message, f"{where}.tools[{j}].type")
+        if not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise RequestError("function tools need a name", f"{where}.tools[{j}].name")
+    return name, (str(tool.get("description") or ""), inner)
+
+
 def _requirement(choice: Any, tools: Toolset) -> Requirement | None:
     """`tool_choice` as a Requirement; a choice naming a tool the request does not enable is a 400."""
     if choice == "auto":
         return None
     if choice == "required":
-        if not (tools.builtins or tools.mcp or tools.functions):
+        if not (tools.builtins or tools.mcp or tools.functions or tools.namespaces):
             raise RequestError("tool_choice 'required' needs at least one tool in tools", "tool_choice")
-        channel = "commentary" if tools.functions or tools.mcp else "analysis"
+        channel = "commentary" if tools.functions or tools.mcp or tools.namespaces else "analysis"
         return Requirement("", f"<|channel|>{channel} to=")
     kind = choice.get("type") if isinstance(choice, dict) else None
     if kind == "function":

@@ -20,7 +20,15 @@ from orchestrator.kinds import EchoContext, to_messages
 from orchestrator.limits import check_running
 from orchestrator.mcp_policy import McpPolicy, ServerRefused, refusal
 from orchestrator.run import Limits, Run, ToolState, TurnModel, TurnState
-from orchestrator.schema import McpServer, RequestError, ResponsesRequest, Toolset, check_include, toolset
+from orchestrator.schema import (
+    McpServer,
+    RequestError,
+    ResponsesRequest,
+    TextConfig,
+    Toolset,
+    check_include,
+    toolset,
+)
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.store import Record, Store
 from orchestrator.tools import (
@@ -97,6 +105,7 @@ class ResponsesService:
                 raise RequestError(f"previous response {req.previous_response_id!r} has not finished yet",
                                    "previous_response_id", 400)  # fmt: skip
         include = check_include(req.include)
+        _check_unenforced(req)
         tools = toolset(req.tools, req.tool_choice, self._gateway_url)
         namespaces, listings = await self._namespaces(tools)
         model = self._turn_model(req, include, namespaces, tools)
@@ -124,7 +133,7 @@ class ResponsesService:
         tool_state = ToolState(calls=calls, pending=dict(state.get("pending", {})), approvals=approvals, pages=pages)
         r = Run(builder, head + history, tools, self.endpoints,
                 ToolSessions(session_id=conversation, timeout_s=self.settings.tool_timeout_s),
-                self.generate, limits, conversation, req.temperature, req.top_p, new_input=new_input,
+                self.generate, limits, conversation, req.sampling(), new_input=new_input,
                 include=include, model=model, tools=tool_state, turn=TurnState(required=tools.required),
                 logprobs=(req.top_logprobs or 0) if "message.output_text.logprobs" in include else None)  # fmt: skip
         live = Live(builder, req, owner)
@@ -174,6 +183,8 @@ class ResponsesService:
             except ToolUnavailable as exc:
                 log.warning("tool.discovery_failed", namespace=ns, error=str(exc))
                 out.append(_FALLBACK[ns]())
+        for name, (description, functions) in tools.namespaces.items():
+            out.append(h.Namespace(name, description, tuple(_function(f) for f in functions)))
         for label, server in tools.mcp.items():
             listing = await self._list_mcp(server)
             shown = [t for t in listing.tools if not t["hidden"]]
@@ -210,9 +221,12 @@ class ResponsesService:
             parallel_tool_calls=req.parallel_tool_calls, temperature=req.temperature, top_p=req.top_p,
             max_output_tokens=req.max_output_tokens, max_tool_calls=req.max_tool_calls,
             previous_response_id=req.previous_response_id, background=req.background, store=req.store,
-            reasoning={"effort": req.reasoning.effort if req.reasoning else None, "summary": None},
-            metadata=req.metadata or {}, text={"format": {"type": "text"}}, truncation="disabled",
-            usage=None, error=None, incomplete_details=None, user=req.user,
+            reasoning=req.reasoning.model_dump() if req.reasoning else {"effort": None, "summary": None},
+            metadata=req.metadata or {}, text=(req.text or TextConfig()).model_dump(exclude_none=True),
+            truncation=req.truncation, usage=None, error=None, incomplete_details=None, user=req.user,
+            presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,
+            top_logprobs=req.top_logprobs or 0, service_tier="default", safety_identifier=req.safety_identifier,
+            prompt_cache_key=req.prompt_cache_key, prompt_cache_retention=req.prompt_cache_retention,
         )  # fmt: skip
 
     # --- running ----------------------------------------------------------------------------------
@@ -333,6 +347,17 @@ class ResponsesService:
         for task in tasks:
             with contextlib.suppress(BaseException):
                 await task
+
+
+def _check_unenforced(req: ResponsesRequest) -> None:
+    """Values this server cannot honour yet are a 400 naming them, never accepted and ignored."""
+    kind = req.text.format.get("type") if req.text is not None else "text"
+    if kind != "text":
+        message = f"text.format {kind!r} is not supported by this server yet (only 'text')"
+        raise RequestError(message, "text.format", 400, "unsupported_value")
+    if req.truncation == "auto":
+        message = "truncation 'auto' is not supported by this server yet (only 'disabled')"
+        raise RequestError(message, "truncation", 400, "unsupported_value")
 
 
 def _scoped(owner: str, item_id: str) -> str:

@@ -106,7 +106,7 @@ async def _turn(r: Run, budget: int) -> tuple[str, Stream | None]:
     prompt_tokens = generated = 0
     finish = None
     last_token = None
-    req = GenerateRequest(prompt, budget, r.temperature, r.top_p, r.conversation, r.logprobs)
+    req = GenerateRequest(prompt, budget, r.sampling, r.conversation, r.logprobs)
     try:
         async with contextlib.aclosing(r.generate(req)) as chunks:
             async for chunk in chunks:

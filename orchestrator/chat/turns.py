@@ -39,10 +39,7 @@ class ChatTurns:
         }
         if tools:
             body.update(tools=tools, tool_choice=choice)
-        if r.temperature is not None:
-            body["temperature"] = r.temperature
-        if r.top_p is not None:
-            body["top_p"] = r.top_p
+        body.update(r.sampling)
         return body
 
     async def turn(self, r: Run, budget: int) -> Turn:

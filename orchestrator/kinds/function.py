@@ -1,5 +1,6 @@
-"""`function_call` items: calls of the client's own functions (`functions.NAME`), returned to the client,
-which sends the result back as a `function_call_output` item."""
+"""`function_call` items: calls of the client's own functions (`functions.NAME`, or `NS.NAME` for a function
+of a `namespace` tool, whose item carries `namespace`), returned to the client, which sends the result back
+as a `function_call_output` item."""
 
 from __future__ import annotations
 
@@ -19,10 +20,11 @@ class FunctionStream(Stream):
     delta_event = "response.function_call_arguments.delta"
     shows_arguments = True
 
-    def __init__(self, r: Run, name: str) -> None:
-        super().__init__(r, r.builder.add_item({"id": new_id("fc"), "type": "function_call",
-                                                "call_id": new_id("call"), "name": name, "arguments": "",
-                                                "status": "in_progress"}))  # fmt: skip
+    def __init__(self, r: Run, name: str, namespace: str | None = None) -> None:
+        item = {"id": new_id("fc"), "type": "function_call", "call_id": new_id("call"), "name": name, "arguments": ""}
+        if namespace is not None:
+            item["namespace"] = namespace
+        super().__init__(r, r.builder.add_item({**item, "status": "in_progress"}))
 
     def close(self, msg: Message | None, *, complete: bool = True) -> None:
         b, text = self.r.builder, h.text_of(msg) if msg is not None else ""
@@ -33,7 +35,7 @@ class FunctionStream(Stream):
             status = "incomplete"  # invalid JSON: the model is told and writes the call again (`turns.run`)
         item.update(arguments=text, status=status)
         if status == "completed":
-            self.r.tools.calls[item["call_id"]] = item["name"]
+            self.r.tools.calls[item["call_id"]] = _recipient(item)
         b.done_item(self.index)
 
 
@@ -42,21 +44,27 @@ class FunctionKind(Kind):
     executed = False
 
     def claims(self, toolset: Toolset, ns: str, fn: str) -> bool:
-        return ns == "functions"
+        return ns == "functions" or ns in toolset.namespaces
 
     def stream(self, r: Run, ns: str, fn: str) -> Stream | None:
-        return FunctionStream(r, fn)
+        return FunctionStream(r, fn, None if ns == "functions" else ns)
 
     def echo(self, item: dict[str, Any], where: str, ctx: EchoContext) -> list[Message]:
         if item.get("type") == "function_call":
             name, call_id = item.get("name"), item.get("call_id")
             if not name or not call_id:
                 raise RequestError("function_call items need name and call_id", where)
-            ctx.calls[call_id] = name
-            return [h.assistant(str(item.get("arguments", "")), "commentary", f"functions.{name}", "json")]
+            ctx.calls[call_id] = _recipient(item)
+            return [h.assistant(str(item.get("arguments", "")), "commentary", ctx.calls[call_id], "json")]
         call_id = item.get("call_id")
         if call_id not in ctx.calls:
             raise RequestError(f"no function call with call_id {call_id!r} in this conversation", f"{where}.call_id")
         output = item.get("output")
         text = output if isinstance(output, str) else json.dumps(output)
-        return [h.tool_result(f"functions.{ctx.calls[call_id]}", text)]
+        recipient = ctx.calls[call_id]
+        return [h.tool_result(recipient if "." in recipient else f"functions.{recipient}", text)]
+
+
+def _recipient(item: dict[str, Any]) -> str:
+    """What the model addressed: `functions.NAME`, or `NS.NAME` for a namespaced function."""
+    return f"{item.get('namespace') or 'functions'}.{item['name']}"

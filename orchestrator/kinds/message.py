@@ -10,10 +10,12 @@ from openai_harmony import Message
 from orchestrator import harmony as h
 from orchestrator.events import new_id
 from orchestrator.kinds.base import EchoContext, Kind, Stream
-from orchestrator.kinds.web_search import annotations
+from orchestrator.kinds.web_search import cite
 from orchestrator.run import Run
 from orchestrator.schema import RequestError
 from orchestrator.worker.client import TokenLogprob
+
+HOLD_LIMIT = 64  # characters; a citation marker is shorter, so longer held text is sent as it is
 
 
 class MessageStream(Stream):
@@ -23,12 +25,15 @@ class MessageStream(Stream):
         super().__init__(r, index)
         self.logprobs: list[dict[str, Any]] = []  # output_text logprobs, when include asks for them
         self.pending: list[tuple[int, TokenLogprob]] = []  # tokens whose text has not shown yet (split UTF-8)
+        self.closing = False
+        self.held = ""  # text from a `【` that may open a citation, sent once it is rewritten (`cite`)
         r.builder.item_event(index, "response.content_part.added", content_index=0,
                              part={"type": "output_text", "text": "", "annotations": [], "logprobs": []})  # fmt: skip
 
     def delta(self, text: str, lp: TokenLogprob | None = None) -> None:
         if lp is not None:
             self.pending.append((self.r.turn.last_token, lp))
+        text = self._release(text)
         if not text:
             return
         entries: list[dict[str, Any]] = []
@@ -39,10 +44,21 @@ class MessageStream(Stream):
         self.r.builder.item_event(self.index, "response.output_text.delta", content_index=0, delta=text,
                                   logprobs=[_without_bytes(e) for e in entries])  # fmt: skip
 
+    def _release(self, text: str) -> str:
+        """The text that can be sent now, citations rewritten; a possible citation's start is held back."""
+        text, self.held = self.held + text, ""
+        start = text.rfind("【")
+        if start >= 0 and "】" not in text[start:] and len(text) - start < HOLD_LIMIT and not self.closing:
+            text, self.held = text[:start], text[start:]
+        return cite(self.r, text)[0]
+
     def close(self, msg: Message | None, *, complete: bool = True) -> None:
-        b, text = self.r.builder, h.text_of(msg) if msg is not None else ""
+        self.closing = True
+        self.delta("")  # what was held back
+        b = self.r.builder
+        text, found = cite(self.r, h.text_of(msg)) if msg is not None else ("", [])
         part = {"type": "output_text", "text": text, "annotations": [], "logprobs": self.logprobs}
-        for i, ann in enumerate(annotations(self.r, msg) if msg is not None else []):
+        for i, ann in enumerate(found):
             part["annotations"].append(ann)
             b.item_event(self.index, "response.output_text.annotation.added", content_index=0,
                          annotation_index=i, annotation=ann)  # fmt: skip
