@@ -19,8 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.worker.scripted_chat import ChatScenario, ScriptedChatModel, build_chat_app
 from tests.orchestrator.conftest import make_stack, scripted, tool_urls  # noqa: F401
 from tests.orchestrator.test_fleet import gateway_url  # noqa: F401
+from tests.support.asgi import serve_asgi
 
 ROOT = Path(__file__).resolve().parents[2]
 SETUP = ROOT / "deploy" / "scripts" / "setup_clients.sh"
@@ -45,11 +47,28 @@ def clients() -> Clients:
     return Clients(target / "venv" / "bin" / "python", target / "npm" / "node_modules" / ".bin" / "codex")
 
 
+@pytest.fixture(scope="session")
+def chat_worker() -> Iterator[ScriptedChatModel]:
+    """A scripted chat-template worker (model `scripted-chat`), beside the scripted Harmony one."""
+    model = ScriptedChatModel()
+    with serve_asgi(build_chat_app(model)) as url:
+        model.url = url  # type: ignore[attr-defined]
+        yield model
+
+
 @pytest.fixture
-def fleet(make_stack, gateway_url):  # noqa: F811
-    """The orchestrator with every tool behind the real gateway."""
+def fleet(make_stack, gateway_url, scripted, chat_worker):  # noqa: F811
+    """The orchestrator with every tool behind the real gateway, a Harmony worker first and a chat worker."""
     url, _ = gateway_url
-    return make_stack(tools_url=url, python_url=None, browser_url=None, container_url=None)
+    chat_worker.scenario = ChatScenario()
+    stack = make_stack(worker_urls=[scripted[0], chat_worker.url], tools_url=url, python_url=None,
+                       browser_url=None, container_url=None)  # fmt: skip
+    stack.chat = chat_worker  # type: ignore[attr-defined]
+    return stack
+
+
+def chat_script(model: ScriptedChatModel, rules: list[tuple[str, dict]]) -> None:
+    model.scenario = ChatScenario.from_dict({"rules": [{"match": m, "reply": r} for m, r in rules]})
 
 
 def run_python(clients: Clients, code: str, base_url: str, timeout: float = 120) -> dict:
