@@ -51,7 +51,7 @@ PARAMS: dict[str, tuple[str, str]] = {
     "stream": (HONOURED, "Server-Sent Events"),
     "stream_options": (NO_OP, "`include_obfuscation`: events carry no obfuscation field either way"),
     "temperature": (HONOURED, "sent to the worker (default 1.0) and echoed"),
-    "text": (HONOURED, "`format` `text`; `json_schema` / `json_object` are refused until enforced; `verbosity` echoed"),
+    "text": (HONOURED, "`format` enforced by the worker's structured decoding (below) and echoed; `verbosity` echoed"),
     "tool_choice": (HONOURED, "see **tool_choice** above"),
     "tools": (HONOURED, "see the kinds; an unknown tool type is a 400"),
     "top_logprobs": (HONOURED, "with `include: message.output_text.logprobs`; echoed"),

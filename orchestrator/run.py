@@ -15,7 +15,7 @@ from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator.events import ResponseBuilder, usage
-from orchestrator.schema import Requirement, Toolset
+from orchestrator.schema import AnswerFormat, Requirement, Toolset
 from orchestrator.tools import Endpoints, ToolSessions
 from orchestrator.worker.client import Generate
 
@@ -82,6 +82,8 @@ class TurnState:
     forced: bool = False  # the header prefill was used: a second miss fails the response
     last_token: int = 0
     json_retries: int = JSON_RETRIES
+    answer_format: AnswerFormat | None = None  # text.format json_schema / json_object
+    constraining: bool = False  # the final channel is prefilled and the next generation constrained
 
 
 @dataclass

@@ -158,6 +158,34 @@ def check_include(include: list[str] | None) -> set[str]:
 
 
 @dataclass(frozen=True)
+class AnswerFormat:
+    """`text.format` json_schema / json_object: the constraint the worker's structured decoding puts on the
+    final answer, as vLLM takes it on each path."""
+
+    structured: dict[str, Any]  # `structured_outputs` on /v1/completions (Harmony)
+    response_format: dict[str, Any]  # `response_format` on /v1/chat/completions (the chat path)
+
+
+def answer_format(text: TextConfig | None) -> AnswerFormat | None:
+    """The request's answer format as a constraint; None for plain text. A malformed format is a 400."""
+    fmt = text.format if text is not None else {"type": "text"}
+    kind = fmt.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return AnswerFormat({"json_object": True}, {"type": "json_object"})
+    if kind != "json_schema":
+        raise RequestError(f"unknown text.format type {kind!r} (text, json_schema or json_object)", "text.format.type")
+    schema, name = fmt.get("schema"), fmt.get("name")
+    if not isinstance(schema, dict):
+        raise RequestError("text.format json_schema needs a schema object", "text.format.schema")
+    if not isinstance(name, str) or not name:
+        raise RequestError("text.format json_schema needs a name", "text.format.name")
+    described = {"name": name, "schema": schema, "strict": bool(fmt.get("strict"))}
+    return AnswerFormat({"json": schema}, {"type": "json_schema", "json_schema": described})
+
+
+@dataclass(frozen=True)
 class Requirement:
     """What `tool_choice` demands of the model's first addressed message: a recipient prefix, and the
     header text to prefill (`<|channel|>... to=...`) when the model heads elsewhere."""

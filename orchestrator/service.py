@@ -26,6 +26,7 @@ from orchestrator.schema import (
     ResponsesRequest,
     TextConfig,
     Toolset,
+    answer_format,
     check_include,
     toolset,
 )
@@ -107,6 +108,7 @@ class ResponsesService:
         include = check_include(req.include)
         _check_unenforced(req)
         tools = toolset(req.tools, req.tool_choice, self._gateway_url)
+        turn = TurnState(required=tools.required, answer_format=answer_format(req.text))
         namespaces, listings = await self._namespaces(tools)
         model = self._turn_model(req, include, namespaces, tools)
         rid = new_id("resp")
@@ -134,7 +136,7 @@ class ResponsesService:
         r = Run(builder, head + history, tools, self.endpoints,
                 ToolSessions(session_id=conversation, timeout_s=self.settings.tool_timeout_s),
                 self.generate, limits, conversation, req.sampling(), new_input=new_input,
-                include=include, model=model, tools=tool_state, turn=TurnState(required=tools.required),
+                include=include, model=model, tools=tool_state, turn=turn,
                 logprobs=(req.top_logprobs or 0) if "message.output_text.logprobs" in include else None)  # fmt: skip
         live = Live(builder, req, owner)
         builder.start(queued=req.background)
@@ -351,10 +353,6 @@ class ResponsesService:
 
 def _check_unenforced(req: ResponsesRequest) -> None:
     """Values this server cannot honour yet are a 400 naming them, never accepted and ignored."""
-    kind = req.text.format.get("type") if req.text is not None else "text"
-    if kind != "text":
-        message = f"text.format {kind!r} is not supported by this server yet (only 'text')"
-        raise RequestError(message, "text.format", 400, "unsupported_value")
     if req.truncation == "auto":
         message = "truncation 'auto' is not supported by this server yet (only 'disabled')"
         raise RequestError(message, "truncation", 400, "unsupported_value")

@@ -17,7 +17,7 @@ from orchestrator import toolcalls
 from orchestrator.kinds import Stream, open_stream
 from orchestrator.kinds.base import tool_args
 from orchestrator.kinds.mcp import resume_approvals
-from orchestrator.run import Call, Run, Turn, TurnModel
+from orchestrator.run import Call, Run, Turn, TurnModel, TurnState
 from orchestrator.worker.client import GenerateRequest, TokenLogprob
 
 
@@ -97,16 +97,22 @@ async def _turn(r: Run, budget: int) -> tuple[str, Stream | None]:
     "length" or "force"."""
     t = r.turn
     parser = h.TurnParser()
-    prefill = h.encoding().encode(t.required.prefill, allowed_special="all") if t.forced and t.required else []
-    for token in prefill:  # the header the model must continue (tool_choice), as if it had sampled it
-        parser.feed(token)
-    prompt = t.renderer.render(r.messages) + prefill
     stream: Stream | None = None  # the item now open
+    constrained, t.constraining = t.constraining, False
+    prefill = _prefill(t, constrained)
+    for token in prefill:  # the header the model must continue, as if it had sampled it
+        header, _, _ = parser.feed(token)
+        if header is not None:
+            stream = open_item(r, header.channel, header.recipient)
+    prompt = t.renderer.render(r.messages) + prefill
     call_stream: Stream | None = None  # the item of the call this generation ended with
     prompt_tokens = generated = 0
     finish = None
     last_token = None
-    req = GenerateRequest(prompt, budget, r.sampling, r.conversation, r.logprobs)
+    structured = t.answer_format.structured if constrained and t.answer_format else None
+    if t.answer_format is not None and not constrained:
+        budget = max(1, budget // 2)  # the free part (reasoning, calls) leaves room for the constrained answer
+    req = GenerateRequest(prompt, budget, r.sampling, r.conversation, r.logprobs, structured)
     try:
         async with contextlib.aclosing(r.generate(req)) as chunks:
             async for chunk in chunks:
@@ -124,6 +130,9 @@ async def _turn(r: Run, budget: int) -> tuple[str, Stream | None]:
                     if header is not None and t.required is not None and _misses(r, header):
                         t.forced = True
                         return "force", None  # closing the stream aborts the generation on the worker
+                    if not constrained and _unformatted(t, header, parser):
+                        t.constraining = True
+                        return "force", None  # the answer is written again, under the format's constraint
                     stream, done = _feed(r, parser, stream, header, delta, msg, lp)
                     if msg is not None:
                         call_stream = done
@@ -136,9 +145,36 @@ async def _turn(r: Run, budget: int) -> tuple[str, Stream | None]:
             stream.close(partial, complete=False)
     if last_token == h.CALL:
         return "call", call_stream
+    if t.answer_format is not None and not constrained:
+        t.constraining = True  # no answer yet (the free half of the budget is spent, or the model stopped)
+        return "force", None
     if finish == "length" and last_token not in h.STOP_TOKENS:
         return "length", None
     return "return", None
+
+
+FINAL_PREFILL = "<|channel|>final<|message|>"
+
+
+def _prefill(t: TurnState, constrained: bool) -> list[int]:
+    """The header the next generation continues: tool_choice's, or the final channel under a format."""
+    if t.forced and t.required:
+        text = t.required.prefill
+    elif constrained:
+        text = FINAL_PREFILL
+    else:
+        return []
+    return h.encoding().encode(text, allowed_special="all")
+
+
+def _unformatted(t: TurnState, header: h.Header | None, parser: h.TurnParser) -> bool:
+    """Whether a format-bound response is about to answer freely (or left the Harmony grammar): the answer is
+    then written under the constraint instead. Reasoning and tool calls stay free."""
+    if t.answer_format is None or t.required is not None:
+        return False
+    if parser.broken:
+        return True
+    return header is not None and header.channel == "final" and header.recipient in (None, "assistant")
 
 
 def _is_function(msg: Message) -> bool:

@@ -40,6 +40,8 @@ class ChatTurns:
         if tools:
             body.update(tools=tools, tool_choice=choice)
         body.update(r.sampling)
+        if r.turn.answer_format is not None:  # vLLM constrains the content; the reasoning parser keeps reasoning free
+            body["response_format"] = r.turn.answer_format.response_format
         return body
 
     async def turn(self, r: Run, budget: int) -> Turn:

@@ -40,6 +40,7 @@ class GenerateRequest:
     sampling: dict[str, float] = field(default_factory=dict)  # temperature, top_p, penalties: sent as they are
     affinity: str | None = None  # conversation id: stays on the worker holding its prefix
     logprobs: int | None = None  # top logprobs per token (vLLM `logprobs`); None: none asked
+    structured: dict[str, Any] | None = None  # vLLM `structured_outputs`: the constraint on what is generated
 
 
 @dataclass
@@ -272,6 +273,8 @@ class WorkerPool:
             "skip_special_tokens": False,
         }
         body.update(req.sampling)
+        if req.structured is not None:
+            body["structured_outputs"] = req.structured
         if req.logprobs is not None:
             body["logprobs"] = req.logprobs
         async for obj in self._post_stream(worker, "/v1/completions", body):
