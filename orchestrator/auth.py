@@ -52,8 +52,9 @@ def _bearer(scope: Scope) -> str | None:
 
 
 def _unauthorized(message: str, code: str | None) -> JSONResponse:
-    return JSONResponse(error_body(message, "invalid_request_error", None, code), 401,
-                        headers={"www-authenticate": "Bearer"})  # fmt: skip
+    return JSONResponse(
+        error_body(message, "invalid_request_error", None, code), 401, headers={"www-authenticate": "Bearer"}
+    )
 
 
 class ApiKeys:

@@ -1,8 +1,9 @@
 """The response object and its streaming events, built together so they can never disagree.
 
 Every change to the response goes through `ResponseBuilder`, which numbers events from 0, keeps each
-`*.added` paired with its `*.done`, and emits exactly one terminal event. Live readers follow the
-event log (`follow`), which is also what `GET /v1/responses/{id}?stream=true` replays.
+`*.added` paired with its `*.done`, and emits exactly one terminal event. An output item is written only
+through the `Item` handle `add_item` returns (its events, its fields, its status, its one `done`). Live
+readers follow the event log (`follow`), which is also what `GET /v1/responses/{id}?stream=true` replays.
 """
 
 from __future__ import annotations
@@ -63,13 +64,19 @@ class ResponseBuilder:
         self.body["status"] = "in_progress"
         self.emit("response.in_progress", response=self.snapshot())
 
-    def finish(self, status: str, *, usage: dict[str, Any] | None = None, error: dict[str, Any] | None = None,
-               incomplete_reason: str | None = None) -> None:  # fmt: skip
+    def finish(
+        self,
+        status: str,
+        *,
+        usage: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+        incomplete_reason: str | None = None,
+    ) -> None:
         """Close whatever is open, then the single terminal event."""
         for index in sorted(self._open):
             item = self.output[index]
             item["status"] = "incomplete" if item.get("type") in ("message", "reasoning") else "failed"
-            self.done_item(index)
+            self._done_item(index)
         self.body["status"] = status
         self.body["completed_at"] = int(time.time()) if status == "completed" else None
         if usage is not None:
@@ -82,19 +89,17 @@ class ResponseBuilder:
 
     # --- output items ----------------------------------------------------------------------------
 
-    def add_item(self, item: dict[str, Any]) -> int:
+    def add_item(self, item: dict[str, Any]) -> Item:
+        """Append an item (`output_item.added`); the returned handle is its only writer from then on."""
         index = len(self.output)
         self.output.append(item)
         self._open[index] = item["id"]
         self.emit("response.output_item.added", output_index=index, item=copy.deepcopy(item))
-        return index
+        return Item(self, index)
 
-    def done_item(self, index: int) -> None:
+    def _done_item(self, index: int) -> None:
         self._open.pop(index, None)
         self.emit("response.output_item.done", output_index=index, item=copy.deepcopy(self.output[index]))
-
-    def item_event(self, index: int, type_: str, **fields: Any) -> None:
-        self.emit(type_, output_index=index, item_id=self.output[index]["id"], **fields)
 
     # --- readers ---------------------------------------------------------------------------------
 
@@ -111,6 +116,50 @@ class ResponseBuilder:
             if self.finished:
                 return
             await self._changed.wait()
+
+
+class Item:
+    """One output item while it is written: its events carry its index (and id), `update` sets its fields,
+    `finish` sets its status and sends its `output_item.done`, once."""
+
+    def __init__(self, builder: ResponseBuilder, index: int) -> None:
+        self._builder, self.index = builder, index
+
+    @property
+    def _data(self) -> dict[str, Any]:
+        return self._builder.output[self.index]
+
+    @property
+    def id(self) -> str:
+        return self._data["id"]
+
+    @property
+    def status(self) -> str | None:
+        return self._data.get("status")
+
+    def get(self, field: str) -> Any:
+        return self._data.get(field)
+
+    def event(self, type_: str, **fields: Any) -> None:
+        """An event of this item (`output_index` and `item_id` filled in)."""
+        self._builder.emit(type_, output_index=self.index, item_id=self.id, **fields)
+
+    def indexed_event(self, type_: str, **fields: Any) -> None:
+        """An event that names the item by `output_index` alone (the shell_call_command events)."""
+        self._builder.emit(type_, output_index=self.index, **fields)
+
+    def update(self, **fields: Any) -> None:
+        self._data.update(fields)
+
+    def finish(self, status: str | None, event: str | None = None, **fields: Any) -> None:
+        """Set the final fields and status (None: an item without one, an approval request), send `event`
+        (e.g. `*.completed`) if any, then `output_item.done`."""
+        self._data.update(fields)
+        if status is not None:
+            self._data["status"] = status
+        if event is not None:
+            self.event(event)
+        self._builder._done_item(self.index)
 
 
 def usage(*, input_tokens: int, output_tokens: int, cached: int, reasoning: int, tool_output: int) -> dict[str, Any]:

@@ -11,29 +11,39 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from orchestrator.kinds import BUILTIN_NAMESPACES
 from orchestrator.worker.client import WorkerPool
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
-BUILTIN_NAMESPACES = ("browser", "python", "container")
 
 
 class OrchestratorMetrics:
     def __init__(self, pool: WorkerPool | None, running: Callable[[], int]) -> None:
         self.registry = r = CollectorRegistry()
-        self.latency = Histogram("toolfleet_orchestrator_request_seconds",
-                                 "HTTP request time by route template (streams: until the last event)",
-                                 ["route", "method", "status"], buckets=LATENCY_BUCKETS, registry=r)  # fmt: skip
+        self.latency = Histogram(
+            "toolfleet_orchestrator_request_seconds",
+            "HTTP request time by route template (streams: until the last event)",
+            ["route", "method", "status"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.responses = Counter(
             "toolfleet_orchestrator_responses", "Responses by final status", ["status"], registry=r
         )
         Gauge("toolfleet_orchestrator_responses_in_flight", "Responses running", registry=r).set_function(running)
-        self.tokens = Counter("toolfleet_orchestrator_tokens",
-                              "Tokens by kind: input, output, cached (input), reasoning and tool_output (of output)",
-                              ["kind"], registry=r)  # fmt: skip
-        self.tool_calls = Counter("toolfleet_orchestrator_tool_calls",
-                                  "Tool calls by namespace (browser, python, container; mcp = any other server) and "
-                                  "outcome (ok, tool_error, timeout, unavailable, rejected, error)",
-                                  ["namespace", "outcome"], registry=r)  # fmt: skip
+        self.tokens = Counter(
+            "toolfleet_orchestrator_tokens",
+            "Tokens by kind: input, output, cached (input), reasoning and tool_output (of output)",
+            ["kind"],
+            registry=r,
+        )
+        self.tool_calls = Counter(
+            "toolfleet_orchestrator_tool_calls",
+            "Tool calls by namespace (browser, python, container; mcp = any other server) and "
+            "outcome (ok, tool_error, timeout, unavailable, rejected, error)",
+            ["namespace", "outcome"],
+            registry=r,
+        )
         if pool is not None:
             r.register(_WorkerCollector(pool))
 
@@ -62,13 +72,17 @@ class _WorkerCollector(Collector):
         self.pool = pool
 
     def collect(self) -> Iterator[Metric]:
-        healthy = GaugeMetricFamily("toolfleet_orchestrator_worker_healthy", "1 when the worker takes traffic",
-                                    labels=["worker"])  # fmt: skip
-        outstanding = GaugeMetricFamily("toolfleet_orchestrator_worker_outstanding", "Requests in flight",
-                                        labels=["worker"])  # fmt: skip
-        failures = CounterMetricFamily("toolfleet_orchestrator_worker_failures",
-                                       "Failed generations (before the first token: retried; after: 502)",
-                                       labels=["worker", "stage"])  # fmt: skip
+        healthy = GaugeMetricFamily(
+            "toolfleet_orchestrator_worker_healthy", "1 when the worker takes traffic", labels=["worker"]
+        )
+        outstanding = GaugeMetricFamily(
+            "toolfleet_orchestrator_worker_outstanding", "Requests in flight", labels=["worker"]
+        )
+        failures = CounterMetricFamily(
+            "toolfleet_orchestrator_worker_failures",
+            "Failed generations (before the first token: retried; after: 502)",
+            labels=["worker", "stage"],
+        )
         for w in self.pool.workers:
             healthy.add_metric([w.url], 1.0 if w.healthy else 0.0)
             outstanding.add_metric([w.url], w.outstanding)

@@ -40,8 +40,13 @@ class Usage:
     last_output: int = 0
 
     def as_dict(self) -> dict[str, Any]:
-        return usage(input_tokens=self.input, output_tokens=self.output, cached=self.cached,
-                     reasoning=self.reasoning, tool_output=self.tool_output)  # fmt: skip
+        return usage(
+            input_tokens=self.input,
+            output_tokens=self.output,
+            cached=self.cached,
+            reasoning=self.reasoning,
+            tool_output=self.tool_output,
+        )
 
     def account(self, prompt_tokens: int, generated: int) -> None:
         """One generation's tokens; the prompt's growth beyond the last prompt and output is tool output."""
@@ -61,6 +66,7 @@ class ToolState:
     admitted: bool = True  # whether the call now being written is within max_tool_calls
     calls: dict[str, str] = field(default_factory=dict)  # function call_id -> name
     pending: dict[str, dict[str, Any]] = field(default_factory=dict)  # approval id -> call
+    answered: dict[str, dict[str, Any]] = field(default_factory=dict)  # approvals asked and answered in the input
     approvals: dict[str, bool] = field(default_factory=dict)  # mcp_approval_response decisions
     pages: dict[int, dict[str, Any]] = field(default_factory=dict)  # browser cursor -> web_search.browser_page
     results: dict[str, str] = field(default_factory=dict)  # output item id -> the tool's text
@@ -88,12 +94,16 @@ class TurnState:
 
 @dataclass
 class Call:
-    """A tool call the model wrote: its message, the item streamed while it was written (if any), and whether
-    it was within `max_tool_calls` (a call past it has no item and is never run; the model is told to answer)."""
+    """A tool call the model wrote: its message, the item streamed while it was written (if any), whether
+    it was within `max_tool_calls` (a call past it has no item and is never run; the model is told to answer),
+    and, once `toolcalls.sort` classified it, its kind (None: no tool of the request), namespace and function."""
 
     msg: Message
     stream: Any = None  # kinds.Stream
     admitted: bool = True
+    kind: Any = None  # kinds.Kind
+    ns: str = ""
+    fn: str = ""
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""The `POST /v1/responses` request body, validated at the edge, and the tools it enables."""
+"""The `POST /v1/responses` request body validated at the edge, the error shape, and what the request's tools
+enable (`Toolset`; each tool type is parsed by its kind, `kinds.toolset`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-BUILTIN_TYPES = {"web_search_preview": "browser", "web_search": "browser", "code_interpreter": "python"}
+from orchestrator.params import PARAMS, REFUSED
 
 
 class RequestError(ValueError):
@@ -110,6 +111,39 @@ class ResponsesRequest(BaseModel):
         return v
 
 
+MAX_BODY = 16 * 1024 * 1024
+
+
+def parse_body(raw: bytes) -> ResponsesRequest:
+    """The create body: size-limited, JSON, an object, then validated strictly (a 400 naming what is wrong)."""
+    data = read_json(raw)
+    if not isinstance(data, dict):
+        raise RequestError("the request body must be a JSON object")
+    check_params(data)
+    return ResponsesRequest.model_validate(data)
+
+
+def read_json(raw: bytes) -> Any:
+    """A request body as JSON, size-limited (413) and parsed (400)."""
+    if len(raw) > MAX_BODY:
+        raise RequestError(f"request body larger than {MAX_BODY} bytes", None, 413)
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RequestError(f"the request body is not valid JSON: {exc}") from None
+
+
+def check_params(data: dict[str, Any]) -> None:
+    """A 400 naming the first parameter this server does not know, or refuses and the request sets
+    (`params.PARAMS`: nothing is accepted and ignored)."""
+    for name, value in data.items():
+        if name not in PARAMS:
+            raise RequestError(f"unknown parameter {name!r}", name, 400, "unknown_parameter")
+        if PARAMS[name][0] == REFUSED and value is not None:
+            message = f"{name!r} is not supported by this server: {PARAMS[name][1]}"
+            raise RequestError(message, name, 400, "unsupported_parameter")
+
+
 @dataclass
 class McpServer:
     label: str
@@ -135,12 +169,21 @@ class McpServer:
 
 
 INCLUDABLE = (
-    "code_interpreter_call.outputs", "web_search_call.action.sources", "reasoning.encrypted_content",
-    "message.output_text.logprobs", "web_search_call.results", "file_search_call.results",
-    "message.input_image.image_url", "computer_call_output.output.image_url",
-)  # fmt: skip
-INCLUDE_SUPPORTED = {"code_interpreter_call.outputs", "web_search_call.action.sources", "reasoning.encrypted_content",
-                     "message.output_text.logprobs"}  # fmt: skip
+    "code_interpreter_call.outputs",
+    "web_search_call.action.sources",
+    "reasoning.encrypted_content",
+    "message.output_text.logprobs",
+    "web_search_call.results",
+    "file_search_call.results",
+    "message.input_image.image_url",
+    "computer_call_output.output.image_url",
+)
+INCLUDE_SUPPORTED = {
+    "code_interpreter_call.outputs",
+    "web_search_call.action.sources",
+    "reasoning.encrypted_content",
+    "message.output_text.logprobs",
+}
 
 
 def check_include(include: list[str] | None) -> set[str]:
@@ -148,8 +191,9 @@ def check_include(include: list[str] | None) -> set[str]:
     for i, value in enumerate(include or []):
         if value not in INCLUDABLE:
             supported = ", ".join(f"'{v}'" for v in INCLUDABLE)
-            raise RequestError(f"Invalid value: '{value}'. Supported values are: {supported}.", f"include[{i}]",
-                               400, "invalid_value")  # fmt: skip
+            raise RequestError(
+                f"Invalid value: '{value}'. Supported values are: {supported}.", f"include[{i}]", 400, "invalid_value"
+            )
         if value not in INCLUDE_SUPPORTED:
             supported = ", ".join(sorted(INCLUDE_SUPPORTED))
             message = f"include value '{value}' is not supported by this server (supported: {supported})"
@@ -209,162 +253,7 @@ class Toolset:
     shell_for_container: bool = False
     mcp: dict[str, McpServer] = field(default_factory=dict)
     functions: list[dict[str, Any]] = field(default_factory=list)
-    # `namespace` tools: name -> (description, functions); the model addresses them as `NAME.fn`
+    local_shell: str | None = None  # a client-run shell: the item type its calls come out as
+    # `namespace` tools (and a local shell's `container`): name -> (description, functions), addressed `NAME.fn`
     namespaces: dict[str, tuple[str, list[dict[str, Any]]]] = field(default_factory=dict)
     required: Requirement | None = None  # from tool_choice: required, or a named tool
-
-
-def _tool_names(value: Any) -> set[str] | None:
-    if value is None:
-        return None
-    if isinstance(value, list):
-        return set(value)
-    if isinstance(value, dict):
-        return set(value.get("tool_names") or [])
-    raise RequestError("allowed_tools must be a list of names or {tool_names: [...]}", "tools")
-
-
-# Headers a client may not set on an MCP tool: the orchestrator's session id, and what HTTP itself owns.
-RESERVED_HEADERS = frozenset(
-    "x-session-id mcp-session-id host content-length transfer-encoding connection upgrade te trailer keep-alive"
-    " proxy-authorization".split()
-)
-
-
-def _client_headers(tool: dict[str, Any], i: int) -> dict[str, str]:
-    """An MCP tool's `headers`, plus `authorization` as a bearer token; reserved names are a 400."""
-    raw = tool.get("headers") or {}
-    if not isinstance(raw, dict):
-        raise RequestError("mcp headers must be an object of strings", f"tools[{i}].headers")
-    headers = {str(k): str(v) for k, v in raw.items()}
-    if reserved := sorted(k for k in headers if k.lower() in RESERVED_HEADERS):
-        raise RequestError(f"mcp headers may not set {', '.join(reserved)}", f"tools[{i}].headers")
-    token = tool.get("authorization")
-    if token is not None:
-        if not isinstance(token, str) or not token:
-            raise RequestError("mcp authorization must be a non-empty string", f"tools[{i}].authorization")
-        headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
-        headers["Authorization"] = f"Bearer {token}"
-    return headers
-
-
-CONTEXT_SIZES = ("low", "medium", "high")
-
-
-def browser_headers(tool: dict[str, Any], where: str) -> dict[str, str]:
-    """A web_search tool's options as the browser's x-browser-* request headers (DESIGN: browser options)."""
-    if tool.get("type") not in ("web_search", "web_search_preview"):
-        return {}
-    out: dict[str, str] = {}
-    domains = (tool.get("filters") or {}).get("allowed_domains") if isinstance(tool.get("filters"), dict) else None
-    if domains is not None:
-        if not isinstance(domains, list) or not all(isinstance(d, str) and d and "," not in d for d in domains):
-            raise RequestError("filters.allowed_domains must be a list of domain names", f"{where}.filters")
-        if domains:
-            out["x-browser-allowed-domains"] = ",".join(domains)
-    if tool.get("external_web_access") is False:
-        out["x-browser-external-access"] = "off"
-    if (size := tool.get("search_context_size")) is not None:
-        if size not in CONTEXT_SIZES:
-            raise RequestError("search_context_size must be low, medium or high", f"{where}.search_context_size")
-        out["x-browser-context-size"] = size
-    if (location := tool.get("user_location")) is not None:
-        if not isinstance(location, dict):
-            raise RequestError("user_location must be an object", f"{where}.user_location")
-        out["x-browser-user-location"] = json.dumps(location, separators=(",", ":"))
-    return out
-
-
-def toolset(tools: list[dict[str, Any]], tool_choice: Any, gateway_url: Any) -> Toolset:
-    """Sort the request's tools into built-in namespaces, MCP servers and functions."""
-    out = Toolset()
-    if tool_choice == "none":
-        return out
-    for i, tool in enumerate(tools):
-        kind = tool.get("type")
-        if kind in BUILTIN_TYPES:
-            out.builtins.setdefault(BUILTIN_TYPES[kind], {}).update(browser_headers(tool, f"tools[{i}]"))
-        elif kind == "shell":
-            env = (tool.get("environment") or {}).get("type") if isinstance(tool.get("environment"), dict) else None
-            if env not in (None, "container_auto"):
-                message = f"shell environment {env!r} is not supported: commands run in the container tool"
-                raise RequestError(message + " (environment container_auto)", f"tools[{i}].environment")
-            out.shell_for_container = True  # container.exec calls come out as shell_call items
-            out.builtins.setdefault("container", {})
-        elif kind == "function":
-            if not isinstance(tool.get("name"), str) or not tool["name"]:
-                raise RequestError("function tools need a name", f"tools[{i}].name")
-            out.functions.append(tool)
-        elif kind == "namespace":
-            name, described = _namespace(tool, f"tools[{i}]")
-            out.namespaces[name] = described
-        elif kind == "mcp":
-            label = tool.get("server_label")
-            if not isinstance(label, str) or not label.isidentifier():
-                raise RequestError("mcp tools need a server_label that is an identifier", f"tools[{i}].server_label")
-            headers = _client_headers(tool, i)
-            if label in ("browser", "python", "container"):
-                out.builtins[label] = headers
-                continue
-            url = tool.get("server_url") or gateway_url(label)
-            if not url:
-                raise RequestError(f"mcp server {label!r} needs a server_url", f"tools[{i}].server_url")
-            allowed = _tool_names(tool.get("allowed_tools"))
-            approval = tool.get("require_approval", "always")
-            out.mcp[label] = McpServer(label, url, headers, allowed, approval, tool.get("server_description"),
-                                       client_named=bool(tool.get("server_url")))  # fmt: skip
-        else:
-            raise RequestError(f"unsupported tool type {kind!r}", f"tools[{i}].type")
-    out.required = _requirement(tool_choice, out)
-    return out
-
-
-TAKEN_NAMESPACES = frozenset({"functions", "browser", "python", "container", "assistant", "user", "system"})
-
-
-def _namespace(tool: dict[str, Any], where: str) -> tuple[str, tuple[str, list[dict[str, Any]]]]:
-    """A `namespace` tool: client functions grouped under a name the model addresses as `NAME.fn`."""
-    name, inner = tool.get("name"), tool.get("tools")
-    if not isinstance(name, str) or not name.isidentifier() or name in TAKEN_NAMESPACES:
-        raise RequestError(
-            "a namespace tool needs a name that is an identifier and not a built-in one", f"{where}.name"
-        )
-    if not isinstance(inner, list):
-        raise RequestError("a namespace tool needs a list of tools", f"{where}.tools")
-    for j, fn in enumerate(inner):
-        if not isinstance(fn, dict) or fn.get("type") != "function":
-            kind = fn.get("type") if isinstance(fn, dict) else None
-            message = f"namespace tools of type {kind!r} are not supported (only function)"
-            raise RequestError(message, f"{where}.tools[{j}].type")
-        if not isinstance(fn.get("name"), str) or not fn["name"]:
-            raise RequestError("function tools need a name", f"{where}.tools[{j}].name")
-    return name, (str(tool.get("description") or ""), inner)
-
-
-def _requirement(choice: Any, tools: Toolset) -> Requirement | None:
-    """`tool_choice` as a Requirement; a choice naming a tool the request does not enable is a 400."""
-    if choice == "auto":
-        return None
-    if choice == "required":
-        if not (tools.builtins or tools.mcp or tools.functions or tools.namespaces):
-            raise RequestError("tool_choice 'required' needs at least one tool in tools", "tool_choice")
-        channel = "commentary" if tools.functions or tools.mcp or tools.namespaces else "analysis"
-        return Requirement("", f"<|channel|>{channel} to=")
-    kind = choice.get("type") if isinstance(choice, dict) else None
-    if kind == "function":
-        name = choice.get("name")
-        if name not in {f["name"] for f in tools.functions}:
-            raise RequestError(f"tool_choice names function {name!r}, which is not in tools", "tool_choice")
-        return Requirement(f"functions.{name}", f"<|channel|>commentary to=functions.{name}", exact=True)
-    if kind == "mcp":
-        label, name = choice.get("server_label"), choice.get("name")
-        if label not in tools.mcp and label not in tools.builtins:
-            raise RequestError(f"tool_choice names MCP server {label!r}, which is not in tools", "tool_choice")
-        target = f"{label}.{name}" if name else f"{label}."
-        return Requirement(target, f"<|channel|>commentary to={target}", exact=bool(name))
-    if kind == "code_interpreter" and "python" in tools.builtins:
-        return Requirement("python", "<|channel|>analysis to=python", exact=True)
-    if kind in ("web_search_preview", "web_search") and "browser" in tools.builtins:
-        return Requirement("browser.", "<|channel|>analysis to=browser.")
-    raise RequestError(f"unsupported tool_choice {choice!r} (auto, none, required, or a function, mcp, "
-                       "code_interpreter or web_search_preview tool of this request)", "tool_choice")  # fmt: skip

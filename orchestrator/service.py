@@ -6,17 +6,21 @@ import asyncio
 import contextlib
 import datetime
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 import structlog
+from openai_harmony import Message
 
 from orchestrator import harmony as h
+from orchestrator import kinds
 from orchestrator.chat import ChatTurns, chat_tools
 from orchestrator.events import ResponseBuilder, new_id
 from orchestrator.items import normalize
-from orchestrator.kinds import EchoContext, to_messages
+from orchestrator.kinds import EchoContext
+from orchestrator.kinds.mcp import list_tools_item
 from orchestrator.limits import check_running
 from orchestrator.mcp_policy import McpPolicy, ServerRefused, refusal
 from orchestrator.run import Limits, Run, ToolState, TurnModel, TurnState
@@ -28,7 +32,6 @@ from orchestrator.schema import (
     Toolset,
     answer_format,
     check_include,
-    toolset,
 )
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.store import Record, Store
@@ -47,16 +50,9 @@ from toolkit.tracing import annotate, span
 
 log = structlog.get_logger(__name__)
 
-_FALLBACK = {
-    "browser": lambda: h.Namespace("browser", h.SystemContent.new().with_browser_tool().tools["browser"].description),
-    "python": lambda: h.Namespace("python", h.SystemContent.new().with_python_tool().tools["python"].description),
-    "container": lambda: h.Namespace("container", "Run commands in a persistent container (currently unavailable)."),
-}
-
-
 RUNNING = ("queued", "in_progress")
-REDACTED = "<redacted>"
 CANCEL_WAIT_S = 15.0
+REPLAY_POLL_S = 0.25  # a stream of a response running on another replica follows the shared store
 
 
 @dataclass
@@ -71,11 +67,35 @@ class Live:
     error_code: str | None = None  # for the HTTP error body; response.error.code is OpenAI's fixed set
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
+    def failure(self) -> ResponseFailed | None:
+        """The HTTP error a non-streaming caller gets for a failed response (None: it did not fail that way);
+        partial output, if any, stays readable with GET when stored."""
+        if self.http_status == 200:
+            return None
+        b = self.builder
+        message = (b.body.get("error") or {}).get("message") or "the response failed"
+        if self.request.store:
+            message += f" (response {b.id} is stored with status {b.body['status']})"
+        return ResponseFailed(message, None, self.http_status, self.error_code)
+
+
+class ResponseFailed(RequestError):
+    """A response that failed on our side (worker unavailable or broken, a crash): the non-streaming answer."""
+
+    etype = "server_error"
+
 
 class ResponsesService:
-    def __init__(self, settings: OrchestratorSettings, *, generate: Generate, store: Store,
-                 model_names: Any = None, policy: McpPolicy | None = None, chat: Chat | None = None,
-                 api_for: Any = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        settings: OrchestratorSettings,
+        *,
+        generate: Generate,
+        store: Store,
+        policy: McpPolicy | None = None,
+        chat: Chat | None = None,
+        api_for: Any = None,
+    ) -> None:
         self.settings = settings
         self.policy = policy or McpPolicy.from_settings(settings)
         self.generate = generate
@@ -85,8 +105,6 @@ class ResponsesService:
         self.discovery = Discovery()
         self.endpoints = Endpoints(settings.tools_url, settings.endpoint_overrides())
         self.live: dict[str, Live] = {}
-        self.model_names = model_names
-        self.counts: dict[str, int] = {}
         self.on_settled: Any = None  # (status, usage, [(namespace, outcome)]) -> None: the metrics
 
     # --- creating ---------------------------------------------------------------------------------
@@ -96,56 +114,82 @@ class ResponsesService:
         if req.background and not req.store:
             raise RequestError("background responses need store=true", "background")
         check_running(sum(lv.owner == owner for lv in self.live.values()), self.settings.max_concurrent_per_key)
-        prev = None
-        if req.previous_response_id:
-            prev = await self.store.get(req.previous_response_id)
-            if prev is None or prev.owner != owner:  # another key's response is as missing as a deleted one
-                raise RequestError(f"previous response {req.previous_response_id!r} not found",
-                                   "previous_response_id", 404, "previous_response_not_found")  # fmt: skip
-            if prev.body.get("status") in RUNNING:
-                raise RequestError(f"previous response {req.previous_response_id!r} has not finished yet",
-                                   "previous_response_id", 400)  # fmt: skip
+        prev = await self._previous(req, owner)
         include = check_include(req.include)
         _check_unenforced(req)
-        tools = toolset(req.tools, req.tool_choice, self._gateway_url)
-        turn = TurnState(required=tools.required, answer_format=answer_format(req.text))
+        tools = kinds.toolset(req.tools, req.tool_choice, self._gateway_url)
         namespaces, listings = await self._namespaces(tools)
         model = self._turn_model(req, include, namespaces, tools)
         rid = new_id("resp")
         conversation = prev.conversation if prev else new_id("conv")  # random: not derived from the response id
-        body = self._body(req, rid, prev)
-        builder = ResponseBuilder(body)
+        builder = ResponseBuilder(self._body(req, rid, prev))
         state = (prev.tools if prev else {}) or {}
-        calls = dict(state.get("calls", {}))
         items = normalize(req.input)
-        searched = [str(i["id"]) for i in items if i.get("type") == "web_search_call"]
-        new_input = to_messages(items, EchoContext(calls, await self._results(owner, searched) if searched else {}))
-        approvals = {i["approval_request_id"]: bool(i.get("approve")) for i in items
-                     if i.get("type") == "mcp_approval_response" and i.get("approval_request_id")}  # fmt: skip
-        date = self.settings.date or datetime.date.today().isoformat()
-        head = [h.system_message(effort=(req.reasoning.effort if req.reasoning else None), date=date,
-                                 namespaces=namespaces, identity=self.settings.identity)]  # fmt: skip
-        if dev := h.developer_message(req.instructions, [_function(f) for f in tools.functions]):
-            head.append(dev)
-        history = h.load(prev.messages) if prev else []
-        limits = Limits(req.max_output_tokens or self.settings.max_output_tokens,
-                        self.settings.max_tool_calls if req.max_tool_calls is None else req.max_tool_calls,
-                        max_turns=(req.max_tool_calls or self.settings.max_tool_calls) + 8)  # fmt: skip
-        pages = {int(k): v for k, v in state.get("pages", {}).items() if isinstance(v, dict)}
-        tool_state = ToolState(calls=calls, pending=dict(state.get("pending", {})), approvals=approvals, pages=pages)
-        r = Run(builder, head + history, tools, self.endpoints,
-                ToolSessions(session_id=conversation, timeout_s=self.settings.tool_timeout_s),
-                self.generate, limits, conversation, req.sampling(), new_input=new_input,
-                include=include, model=model, tools=tool_state, turn=turn,
-                logprobs=(req.top_logprobs or 0) if "message.output_text.logprobs" in include else None)  # fmt: skip
+        echo = EchoContext(dict(state.get("calls", {})), await self._results(owner, kinds.kept_ids(items)))
+        new_input = kinds.to_messages(items, echo)
+        head = self._head(req, namespaces, tools)
+        r = Run(
+            builder,
+            head + (h.load(prev.messages) if prev else []),
+            tools,
+            self.endpoints,
+            ToolSessions(session_id=conversation, timeout_s=self.settings.tool_timeout_s),
+            self.generate,
+            self._limits(req),
+            conversation,
+            req.sampling(),
+            new_input=new_input,
+            include=include,
+            model=model,
+            tools=_tool_state(state, echo),
+            turn=TurnState(required=tools.required, answer_format=answer_format(req.text)),
+            logprobs=(req.top_logprobs or 0) if "message.output_text.logprobs" in include else None,
+        )
         live = Live(builder, req, owner)
         builder.start(queued=req.background)
         if req.background:  # other replicas sharing the store can see it running (and ask to cancel it)
-            await self.store.put(Record(rid, conversation, builder.snapshot(), items, [], list(builder.events),
-                                        owner=owner))  # fmt: skip
+            await self.store.put(
+                Record(rid, conversation, builder.snapshot(), items, [], list(builder.events), owner=owner)
+            )
         self.live[rid] = live
         live.task = asyncio.create_task(self._traced(live, r, listings, len(head), items))
         return live
+
+    async def _previous(self, req: ResponsesRequest, owner: str) -> Record | None:
+        """The finished response `previous_response_id` names, if `owner` made it (else as missing as deleted)."""
+        if not req.previous_response_id:
+            return None
+        prev = await self.store.get(req.previous_response_id)
+        if prev is None or prev.owner != owner:
+            raise RequestError(
+                f"previous response {req.previous_response_id!r} not found",
+                "previous_response_id",
+                404,
+                "previous_response_not_found",
+            )
+        if prev.body.get("status") in RUNNING:
+            raise RequestError(
+                f"previous response {req.previous_response_id!r} has not finished yet", "previous_response_id", 400
+            )
+        return prev
+
+    def _head(self, req: ResponsesRequest, namespaces: list[h.Namespace], tools: Toolset) -> list[Message]:
+        """The system message (date, effort, tool namespaces) and the developer message (instructions, functions)."""
+        system = h.system_message(
+            effort=(req.reasoning.effort if req.reasoning else None),
+            date=self.settings.date or datetime.date.today().isoformat(),
+            namespaces=namespaces,
+            identity=self.settings.identity,
+        )
+        dev = h.developer_message(req.instructions, [_function(f) for f in tools.functions])
+        return [system, dev] if dev else [system]
+
+    def _limits(self, req: ResponsesRequest) -> Limits:
+        return Limits(
+            req.max_output_tokens or self.settings.max_output_tokens,
+            self.settings.max_tool_calls if req.max_tool_calls is None else req.max_tool_calls,
+            max_turns=(req.max_tool_calls or self.settings.max_tool_calls) + 8,
+        )
 
     async def _traced(self, live: Live, r: Run, listings: dict[str, Any], n_head: int, items: list[dict]) -> None:
         """`_execute` under one span per response (a child of the request's), its ids on every log line."""
@@ -157,16 +201,22 @@ class ResponsesService:
                 status = live.builder.body.get("status")
                 annotate(current, outcome="ok" if status == "completed" else str(status))
 
-    def _turn_model(self, req: ResponsesRequest, include: set[str], namespaces: list[h.Namespace],
-                    tools: Toolset) -> TurnModel:  # fmt: skip
+    def _turn_model(
+        self, req: ResponsesRequest, include: set[str], namespaces: list[h.Namespace], tools: Toolset
+    ) -> TurnModel:
         """Harmony, or the chat path when the worker that serves `req.model` is a chat-template worker."""
         if (self.api_for(req.model) or self.settings.worker_api) != "chat":
             return HARMONY
         if self.chat is None:
             raise RequestError("this orchestrator has no chat-completions worker client", "model", 503)
         if "message.output_text.logprobs" in include:
-            raise RequestError("include 'message.output_text.logprobs' is not supported for chat-template models "
-                               "(the chat-completions path)", "include", 400, "unsupported_value")  # fmt: skip
+            raise RequestError(
+                "include 'message.output_text.logprobs' is not supported for chat-template models "
+                "(the chat-completions path)",
+                "include",
+                400,
+                "unsupported_value",
+            )
         return ChatTurns(self.chat, chat_tools(namespaces, tools.functions))
 
     def _gateway_url(self, label: str) -> str | None:
@@ -174,7 +224,7 @@ class ResponsesService:
 
     async def _namespaces(self, tools: Toolset) -> tuple[list[h.Namespace], dict[str, Any]]:
         out, listings = [], {}
-        for ns in ("browser", "python", "container"):
+        for ns in kinds.BUILTIN_NAMESPACES:
             if ns not in tools.builtins:
                 continue
             url = self.endpoints.url_for(ns)
@@ -184,7 +234,7 @@ class ResponsesService:
                 out.append(await self.discovery.namespace(ns, url, tools.builtins[ns]))
             except ToolUnavailable as exc:
                 log.warning("tool.discovery_failed", namespace=ns, error=str(exc))
-                out.append(_FALLBACK[ns]())
+                out.append(kinds.fallback(ns))
         for name, (description, functions) in tools.namespaces.items():
             out.append(h.Namespace(name, description, tuple(_function(f) for f in functions)))
         for label, server in tools.mcp.items():
@@ -192,9 +242,16 @@ class ResponsesService:
             shown = [t for t in listing.tools if not t["hidden"]]
             listings[label] = shown
             allowed = [t for t in shown if server.allowed is None or t["name"] in server.allowed]
-            out.append(h.Namespace(label, server.description or listing.instructions, tuple(
-                {"name": t["name"], "description": t["description"], "parameters": t["parameters"]} for t in allowed
-            )))  # fmt: skip
+            out.append(
+                h.Namespace(
+                    label,
+                    server.description or listing.instructions,
+                    tuple(
+                        {"name": t["name"], "description": t["description"], "parameters": t["parameters"]}
+                        for t in allowed
+                    ),
+                )
+            )
         return out, listings
 
     async def _list_mcp(self, server: McpServer) -> Listing:
@@ -212,24 +269,47 @@ class ResponsesService:
 
     async def _results(self, owner: str, item_ids: list[str]) -> dict[str, str]:
         """Stored web_search results of `owner`'s own items (keyed by owner, so ids of other keys find nothing)."""
+        if not item_ids:
+            return {}
         found = await self.store.get_results([_scoped(owner, i) for i in item_ids])
         return {i: found[_scoped(owner, i)] for i in item_ids if _scoped(owner, i) in found}
 
     def _body(self, req: ResponsesRequest, rid: str, prev: Record | None) -> dict[str, Any]:
         model = req.model or self.settings.model or "gpt-oss"
         return dict(
-            id=rid, object="response", created_at=int(time.time()), model=model, status="queued", output=[],
-            instructions=req.instructions, tools=[_echo(t) for t in req.tools], tool_choice=req.tool_choice,
-            parallel_tool_calls=req.parallel_tool_calls, temperature=req.temperature, top_p=req.top_p,
-            max_output_tokens=req.max_output_tokens, max_tool_calls=req.max_tool_calls,
-            previous_response_id=req.previous_response_id, background=req.background, store=req.store,
+            id=rid,
+            object="response",
+            created_at=int(time.time()),
+            model=model,
+            status="queued",
+            output=[],
+            instructions=req.instructions,
+            tools=[kinds.echo_tool(t) for t in req.tools],
+            tool_choice=req.tool_choice,
+            parallel_tool_calls=req.parallel_tool_calls,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            presence_penalty=req.presence_penalty,
+            frequency_penalty=req.frequency_penalty,
+            top_logprobs=req.top_logprobs or 0,
+            max_output_tokens=req.max_output_tokens,
+            max_tool_calls=req.max_tool_calls,
+            previous_response_id=req.previous_response_id,
+            background=req.background,
+            store=req.store,
             reasoning=req.reasoning.model_dump() if req.reasoning else {"effort": None, "summary": None},
-            metadata=req.metadata or {}, text=(req.text or TextConfig()).model_dump(exclude_none=True),
-            truncation=req.truncation, usage=None, error=None, incomplete_details=None, user=req.user,
-            presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,
-            top_logprobs=req.top_logprobs or 0, service_tier="default", safety_identifier=req.safety_identifier,
-            prompt_cache_key=req.prompt_cache_key, prompt_cache_retention=req.prompt_cache_retention,
-        )  # fmt: skip
+            metadata=req.metadata or {},
+            text=(req.text or TextConfig()).model_dump(exclude_none=True),
+            truncation=req.truncation,
+            usage=None,
+            error=None,
+            incomplete_details=None,
+            user=req.user,
+            service_tier="default",
+            safety_identifier=req.safety_identifier,
+            prompt_cache_key=req.prompt_cache_key,
+            prompt_cache_retention=req.prompt_cache_retention,
+        )
 
     # --- running ----------------------------------------------------------------------------------
 
@@ -238,13 +318,7 @@ class ResponsesService:
         try:
             b.in_progress()
             for label, tools in listings.items():
-                listed = [{"name": t["name"], "description": t["description"], "input_schema": t["parameters"],
-                           "annotations": None} for t in tools]  # fmt: skip
-                item = {"id": new_id("mcpl"), "type": "mcp_list_tools", "server_label": label, "tools": listed}
-                index = b.add_item(item)
-                b.item_event(index, "response.mcp_list_tools.in_progress")
-                b.item_event(index, "response.mcp_list_tools.completed")
-                b.done_item(index)
+                list_tools_item(b, label, tools)
             await run(r)
         except asyncio.CancelledError:
             if not b.finished:
@@ -270,14 +344,14 @@ class ResponsesService:
     async def _settle(self, live: Live, r: Run, n_head: int, items: list[dict]) -> None:
         b, req = live.builder, live.request
         status = b.body["status"]
-        self.counts[status] = self.counts.get(status, 0) + 1
         if self.on_settled is not None:
             self.on_settled(status, b.body.get("usage"), r.tools.log)
         try:
             if req.store:
                 state = {"calls": r.tools.calls, "pending": r.tools.pending, "pages": r.tools.pages}
-                record = Record(b.id, r.conversation, b.body, items, h.dump(r.messages[n_head:]), b.events, state,
-                                live.owner)  # fmt: skip
+                record = Record(
+                    b.id, r.conversation, b.body, items, h.dump(r.messages[n_head:]), b.events, state, live.owner
+                )
                 await self.store.put(record)
                 if r.tools.results:
                     await self.store.put_results({_scoped(live.owner, k): v for k, v in r.tools.results.items()})
@@ -303,6 +377,76 @@ class ResponsesService:
         if record is None or record.owner != owner:
             raise RequestError(f"response {rid!r} not found", "response_id", 404, "not_found")
         return None, record
+
+    async def result(self, live: Live, gone: Callable[[], Awaitable[None]]) -> dict[str, Any] | None:
+        """A non-streaming response's body once it ends; None when the caller went away first (`gone`
+        returned): the generation is cancelled. A response that failed on our side raises `ResponseFailed`."""
+        if not await _first(live.done.wait(), gone()):
+            log.info("response.client_gone", response_id=live.builder.id)
+            if live.task and not live.task.done():
+                live.task.cancel()  # the client went away: abort the generation
+            await live.done.wait()
+            return None
+        if (failure := live.failure()) is not None:
+            raise failure
+        return live.builder.body
+
+    async def stream(self, live: Live) -> AsyncIterator[dict[str, Any]]:
+        """A streaming response's events; a caller that stops reading a foreground one cancels it."""
+        try:
+            async for event in live.builder.follow():
+                yield event
+        finally:
+            if not live.request.background and live.task and not live.task.done() and not live.builder.finished:
+                live.task.cancel()  # the client went away: abort the generation (not the settling after it)
+
+    async def retrieve(self, rid: str, owner: str) -> dict[str, Any]:
+        live, record = await self.find(rid, owner)
+        return live.builder.snapshot() if live is not None else record.body
+
+    async def replay(self, rid: str, owner: str, starting_after: int) -> AsyncIterator[dict[str, Any]]:
+        """The events after `starting_after`: live ones, or stored ones (for a response running on another
+        replica, followed through the store until it is stored finished)."""
+        live, record = await self.find(rid, owner)
+        return live.builder.follow(starting_after) if live is not None else self._stored_events(record, starting_after)
+
+    async def _stored_events(self, record: Record, starting_after: int) -> AsyncIterator[dict[str, Any]]:
+        position = starting_after + 1
+        while True:
+            for event in record.events[position:]:
+                yield event
+            position = max(position, len(record.events))
+            if record.body.get("status") not in RUNNING:
+                return
+            await asyncio.sleep(REPLAY_POLL_S)
+            if (current := await self.store.get(record.id)) is None:
+                return  # deleted meanwhile
+            record = current
+
+    async def input_items(self, rid: str, owner: str, limit: int, order: str, after: str | None) -> dict[str, Any]:
+        """One page of a finished response's input items (as OpenAI lists them: newest first by default)."""
+        _, record = await self.find(rid, owner)
+        if record is None:
+            raise RequestError(f"response {rid!r} is still running; its input items are listed once it ends", None, 409)
+        items = list(record.input_items)
+        if order == "desc":
+            items.reverse()
+        if after:
+            ids = [i.get("id") for i in items]
+            items = items[ids.index(after) + 1 :] if after in ids else []
+        limit = max(1, min(limit, 100))
+        page = items[:limit]
+        first, last = (page[0]["id"], page[-1]["id"]) if page else (None, None)
+        return {"object": "list", "data": page, "first_id": first, "last_id": last, "has_more": len(items) > limit}
+
+    async def delete(self, rid: str, owner: str) -> dict[str, Any]:
+        live, _ = await self.find(rid, owner)  # another key's id: 404 like a missing one
+        if live is not None and live.task:
+            live.task.cancel()
+            await live.done.wait()
+        if not await self.store.delete(rid):
+            raise RequestError(f"response {rid!r} not found", "response_id", 404, "not_found")
+        return {"id": rid, "object": "response.deleted", "deleted": True}
 
     async def cancel(self, rid: str, owner: str) -> dict[str, Any]:
         live, record = await self.find(rid, owner)
@@ -342,6 +486,21 @@ class ResponsesService:
             await cleanup_sessions(conversation, urls)
             await self.store.forget_conversation(conversation)
 
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """The service's background loops (idle conversations, cancels asked on other replicas) while it
+        serves; on exit, the responses still running are cancelled."""
+        loops = [
+            asyncio.create_task(_every(self.settings.reap_interval_s, self.reap_idle, "reaper")),
+            asyncio.create_task(_every(self.settings.cancel_poll_s, self.watch_cancels, "cancel_watch")),
+        ]
+        try:
+            yield
+        finally:
+            for loop in loops:
+                loop.cancel()
+            await self.aclose()
+
     async def aclose(self) -> None:
         tasks = [lv.task for lv in self.live.values() if lv.task]
         for task in tasks:
@@ -351,6 +510,37 @@ class ResponsesService:
                 await task
 
 
+async def _first(done: Awaitable[Any], gone: Awaitable[None]) -> bool:
+    """Wait for `done` or `gone`, whichever comes first; True when `done` did."""
+    waiters = [asyncio.ensure_future(done), asyncio.ensure_future(gone)]
+    try:
+        finished, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in waiters:
+            task.cancel()
+    return waiters[0] in finished
+
+
+async def _every(interval_s: float, job: Callable[[], Awaitable[None]], name: str) -> None:
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await job()
+        except Exception:
+            log.exception(f"{name}.failed")
+
+
+def _scoped(owner: str, item_id: str) -> str:
+    return f"{owner}/{item_id}"
+
+
+def _tool_state(state: dict[str, Any], echo: EchoContext) -> ToolState:
+    """The tool state a conversation carries on (stored with the previous response) and what the input adds."""
+    pages = {int(k): v for k, v in state.get("pages", {}).items() if isinstance(v, dict)}
+    pending = dict(state.get("pending", {}))
+    return ToolState(calls=echo.calls, pending=pending, approvals=echo.approvals, pages=pages, answered=echo.answered)
+
+
 def _check_unenforced(req: ResponsesRequest) -> None:
     """Values this server cannot honour yet are a 400 naming them, never accepted and ignored."""
     if req.truncation == "auto":
@@ -358,25 +548,5 @@ def _check_unenforced(req: ResponsesRequest) -> None:
         raise RequestError(message, "truncation", 400, "unsupported_value")
 
 
-def _scoped(owner: str, item_id: str) -> str:
-    return f"{owner}/{item_id}"
-
-
 def _function(tool: dict[str, Any]) -> dict[str, Any]:
     return {"name": tool["name"], "description": tool.get("description") or "", "parameters": tool.get("parameters")}
-
-
-def _echo(tool: dict[str, Any]) -> dict[str, Any]:
-    """A request tool as the response lists it, with the defaults OpenAI fills in."""
-    tool = dict(tool)
-    if tool.get("type") == "code_interpreter":
-        tool.setdefault("container", {"type": "auto"})
-    elif tool.get("type") == "function":
-        tool.setdefault("parameters", {"type": "object", "properties": {}})
-        tool.setdefault("strict", False)
-    elif tool.get("type") == "mcp":  # credentials go to the server only: never stored, never echoed
-        if tool.pop("authorization", None) is not None:
-            tool["authorization"] = REDACTED
-        if isinstance(tool.get("headers"), dict):
-            tool["headers"] = {str(k): REDACTED for k in tool["headers"]}
-    return tool

@@ -21,9 +21,12 @@ class OrchestratorSettings(ServiceSettings):
     port: int = Field(8080, description="port to bind")
     worker_urls: list[str] = Field(["http://127.0.0.1:8000"], description="vLLM worker base URLs")
     model: str | None = Field(None, description="model name to send (default: what the worker lists)")
-    worker_api: WorkerApi = Field("auto", description="how workers are driven: harmony (/v1/completions with "
-                                  "token ids), chat (/v1/chat/completions) or auto (per worker: Harmony when its "
-                                  "tokenizer has Harmony's <|start|> token)")  # fmt: skip
+    worker_api: WorkerApi = Field(
+        "auto",
+        description="how workers are driven: harmony (/v1/completions with "
+        "token ids), chat (/v1/chat/completions) or auto (per worker: Harmony when its "
+        "tokenizer has Harmony's <|start|> token)",
+    )
     worker_apis: dict[str, WorkerApi] = Field({}, description='per-worker --worker-api, JSON {"URL": "chat"}')
     tools_url: str | None = Field(
         "http://127.0.0.1:8800", description="gateway base URL: namespace NS is at {url}/NS/mcp; '' = no gateway"

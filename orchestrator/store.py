@@ -93,9 +93,16 @@ class SQLiteStore:
 
     def _put(self, record: Record) -> None:
         row = (
-            record.id, time.time(), record.conversation, json.dumps(record.body), json.dumps(record.input_items),
-            json.dumps(record.messages), json.dumps(record.events), json.dumps(record.tools), record.owner,
-        )  # fmt: skip
+            record.id,
+            time.time(),
+            record.conversation,
+            json.dumps(record.body),
+            json.dumps(record.input_items),
+            json.dumps(record.messages),
+            json.dumps(record.events),
+            json.dumps(record.tools),
+            record.owner,
+        )
         self._db.execute(
             "INSERT OR REPLACE INTO responses (id, created, conversation, body, input_items, messages, events,"
             " tools, owner) VALUES (?,?,?,?,?,?,?,?,?)",

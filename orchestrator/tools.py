@@ -26,8 +26,6 @@ from toolkit.tracing import annotate, inject, span
 
 log = structlog.get_logger(__name__)
 
-BUILTINS = ("browser", "python", "container")
-
 
 class ToolUnavailable(Exception):
     """The tool server could not be reached or did not answer in time."""
@@ -38,7 +36,7 @@ class ToolOutcome:
     text: str
     is_error: bool = False
     images: list[str] = field(default_factory=list)  # data: or http URLs from image content
-    structured: dict[str, Any] | None = None  # the result's structuredContent (browser: {"links": {id: url}})
+    structured: dict[str, Any] | None = None  # structuredContent: browser {cursor, url, title, hits}, exec {stdout,..}
     outcome: str = ""  # ok, tool_error, timeout, unavailable, rejected, error (metrics); "" = from is_error
 
     @property
@@ -62,8 +60,12 @@ class Endpoints:
 def _client(url: str, headers: dict[str, str], timeout_s: float, address: str | None = None) -> Client:
     """An MCP client of `url`; with `address`, every connection goes to that checked IP (no proxy, no DNS)."""
     pinned = {"transport": PinnedTransport(url, address), "trust_env": False} if address else {}
-    http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(timeout_s, connect=5.0),
-                              event_hooks={"request": [_trace_context]}, **pinned)  # fmt: skip
+    http = httpx2.AsyncClient(
+        headers=headers,
+        timeout=httpx2.Timeout(timeout_s, connect=5.0),
+        event_hooks={"request": [_trace_context]},
+        **pinned,
+    )
     return Client(streamable_http_client(url, http_client=http), mode="legacy", read_timeout_seconds=timeout_s)
 
 
@@ -118,22 +120,35 @@ class ToolSessions:
         return self._clients[key]
 
     async def call(
-        self, url: str, name: str, args: dict[str, Any], headers: dict[str, str] | None = None,
-        *, address: str | None = None, client_named: bool = False,
-    ) -> ToolOutcome:  # fmt: skip
+        self,
+        url: str,
+        name: str,
+        args: dict[str, Any],
+        headers: dict[str, str] | None = None,
+        *,
+        address: str | None = None,
+        client_named: bool = False,
+    ) -> ToolOutcome:
         """Call `name` on `url`. A `client_named` server gets its own session id and no `cleanup_session`
         later (it is reached only while its request's checked address and credentials are at hand)."""
         ns = urllib.parse.urlsplit(url).path.strip("/").partition("/")[0] or None
-        with span(f"tool {name}", kind=SpanKind.CLIENT, tool=name, url=loggable(url), session_id=self.session_id,
-                  namespace=ns) as current:  # fmt: skip
+        with span(
+            f"tool {name}", kind=SpanKind.CLIENT, tool=name, url=loggable(url), session_id=self.session_id, namespace=ns
+        ) as current:
             outcome = await self._call(url, name, args, headers, address=address, client_named=client_named)
             annotate(current, outcome=outcome.kind)
             return outcome
 
     async def _call(
-        self, url: str, name: str, args: dict[str, Any], headers: dict[str, str] | None,
-        *, address: str | None, client_named: bool,
-    ) -> ToolOutcome:  # fmt: skip
+        self,
+        url: str,
+        name: str,
+        args: dict[str, Any],
+        headers: dict[str, str] | None,
+        *,
+        address: str | None,
+        client_named: bool,
+    ) -> ToolOutcome:
         start = time.perf_counter()
         outcome = "error"
         try:
@@ -157,8 +172,9 @@ class ToolSessions:
             return ToolOutcome(f"Error: {exc}", True, outcome=outcome)
         except TimeoutError:
             outcome = "timeout"
-            return ToolOutcome(f"Error: the tool `{name}` did not answer within {self.timeout_s:.0f} s", True,
-                               outcome=outcome)  # fmt: skip
+            return ToolOutcome(
+                f"Error: the tool `{name}` did not answer within {self.timeout_s:.0f} s", True, outcome=outcome
+            )
         except Exception as exc:
             return ToolOutcome(f"Error: the tool `{name}` failed: {_error_text(exc)}", True, outcome="error")
         finally:

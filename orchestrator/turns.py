@@ -37,8 +37,11 @@ HARMONY: TurnModel = HarmonyTurns()
 
 async def run(r: Run) -> None:
     """Drive turns until the response is finished; the caller handles cancellation and worker errors."""
-    await resume_approvals(r)
+    await resume_approvals(r)  # a call the stored conversation stopped at
     r.messages.extend(r.new_input)
+    if r.tools.answered:  # a stateless history carries the request and its answer: resume that call
+        r.tools.pending, r.tools.answered = r.tools.answered, {}
+        await resume_approvals(r)
     model = r.model or HARMONY
     while True:
         remaining = r.limits.max_output_tokens - r.usage.output
@@ -49,27 +52,25 @@ async def run(r: Run) -> None:
             continue  # force: tool_choice wants a call and the header is prefilled; retry: generate again
         if turn.outcome == "length":
             return r.builder.finish("incomplete", usage=r.usage.as_dict(), incomplete_reason="max_output_tokens")
-        builtin = [c for c in turn.calls if c.admitted and not toolcalls.is_client_call(r, c.msg)]
-        functions = [c.msg for c in turn.calls if c.admitted and toolcalls.is_client_call(r, c.msg)]
-        ignored = [c.msg for c in turn.calls if not c.admitted]
+        builtin, functions, ignored = toolcalls.sort(r, turn.calls)
         if builtin or ignored:
             if r.tools.count > r.limits.max_turns:
                 return r.builder.finish("incomplete", usage=r.usage.as_dict(), incomplete_reason="max_messages")
-            for msg in ignored:
-                toolcalls.refuse(r, msg)
+            for c in ignored:
+                toolcalls.refuse(r, c)
             answered = True
             for call in builtin:
                 answered = await toolcalls.call(r, call) and answered  # False: an approval request ends it
             if answered and not functions:
                 continue
-        if not builtin and _retry_bad_arguments(r, functions):
+        if not builtin and _retry_bad_arguments(r, [c.msg for c in functions]):
             continue
         if r.turn.required is not None:
             error = {
                 "code": "server_error",
                 "message": "tool_choice requires a tool call; the model answered without one even when prompted",
             }
-            return r.builder.finish("failed", usage=r.usage.as_dict(), error=error)  # fmt: skip
+            return r.builder.finish("failed", usage=r.usage.as_dict(), error=error)
         return r.builder.finish("completed", usage=r.usage.as_dict())
 
 
@@ -193,8 +194,15 @@ def _misses(r: Run, header: h.Header) -> bool:
     return not r.turn.forced
 
 
-def _feed(r: Run, parser: h.TurnParser, stream: Stream | None, header: h.Header | None, delta: str,
-          msg: Message | None, lp: TokenLogprob | None = None) -> tuple[Stream | None, Stream | None]:  # fmt: skip
+def _feed(
+    r: Run,
+    parser: h.TurnParser,
+    stream: Stream | None,
+    header: h.Header | None,
+    delta: str,
+    msg: Message | None,
+    lp: TokenLogprob | None = None,
+) -> tuple[Stream | None, Stream | None]:
     """One sampled token's effect on the output items: (the item now open, the item a finished message
     just left, for the call it may be)."""
     if parser.header is not None and parser.header.channel in ("analysis", "commentary") and not header:

@@ -39,14 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if name not in SERVICES:
         sys.stderr.write(f"toolfleet: unknown service {name!r}\n\n{_usage()}")
         return 2
-    module_name = SERVICES[name][0]
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name and module_name.startswith(exc.name):
-            sys.stderr.write(f"toolfleet: the {name} service is not built yet in this release\n")
-            return 2
-        raise
+    module = importlib.import_module(SERVICES[name][0])
     return int(module.main(rest) or 0)
 
 

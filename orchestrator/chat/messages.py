@@ -57,8 +57,9 @@ def chat_tools(namespaces: list[h.Namespace], functions: list[dict[str, Any]]) -
             raise RequestError(f"two tools would be offered to the model as function {name!r}", "tools")
         out.recipients[name] = recipient
         params = parameters or {"type": "object", "properties": {}}
-        out.functions.append({"type": "function", "function": {"name": name, "description": description or "",
-                                                                "parameters": params}})  # fmt: skip
+        out.functions.append(
+            {"type": "function", "function": {"name": name, "description": description or "", "parameters": params}}
+        )
 
     for ns in namespaces:  # each as the kind that owns the namespace offers it
         for tool in kinds.chat_functions(ns):
@@ -103,8 +104,9 @@ def _developer_text(msg: Message) -> str:
     return "".join(parts)
 
 
-def _assistant(out: list[dict[str, Any]], msg: Message, i: int, keep_reasoning: bool,
-               open_calls: list[tuple[str, str]]) -> None:  # fmt: skip
+def _assistant(
+    out: list[dict[str, Any]], msg: Message, i: int, keep_reasoning: bool, open_calls: list[tuple[str, str]]
+) -> None:
     text, recipient = h.text_of(msg), msg.recipient
     current = out[-1] if out and out[-1]["role"] == "assistant" else None
     if recipient and recipient != "assistant":

@@ -1,31 +1,101 @@
-"""One module per output-item kind, behind the `Kind` interface (`base`): how its item opens, streams and
-finishes (success and error), what the model reads back, and how the item is echoed when a client sends
-it back as input. Adding a kind: one module with a `Kind` subclass, and one line in `TOOLS` below."""
+"""One module per tool type (and per output-item kind), behind the `Kind` interface (`base`): the request
+`tools[]` entries it accepts and `tool_choice` naming it, the namespaces it serves, how its item opens,
+streams and finishes, what the model reads back, and how the item is echoed when a client sends it back as
+input. Adding a tool type: one module with a `Kind` subclass, and one line in `TOOLS` below; the
+dispatch tables and the built-in namespace list are derived from it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from openai_harmony import Message
 
 from orchestrator import harmony as h
-from orchestrator.kinds.base import EchoContext, Kind, Stream
+from orchestrator.kinds.base import EchoContext, Kind, Parsing, Stream
 from orchestrator.kinds.code_interpreter import CodeInterpreterKind
 from orchestrator.kinds.function import FunctionKind
+from orchestrator.kinds.local_shell import LocalShellKind
 from orchestrator.kinds.mcp import McpKind
 from orchestrator.kinds.message import MessageKind
+from orchestrator.kinds.namespace import NamespaceKind
 from orchestrator.kinds.reasoning import ReasoningKind
 from orchestrator.kinds.shell import ShellKind
 from orchestrator.kinds.web_search import WebSearchKind
 from orchestrator.run import Run
-from orchestrator.schema import RequestError, Toolset
+from orchestrator.schema import RequestError, Requirement, Toolset
 
 MESSAGE, REASONING = MessageKind(), ReasoningKind()
 # The kinds of tool calls, in the order they claim a recipient (shell before mcp: container.exec).
-TOOLS: tuple[Kind, ...] = (FunctionKind(), WebSearchKind(), CodeInterpreterKind(), ShellKind(), McpKind())
+TOOLS: tuple[Kind, ...] = (
+    FunctionKind(),
+    LocalShellKind(),
+    NamespaceKind(),
+    WebSearchKind(),
+    CodeInterpreterKind(),
+    ShellKind(),
+    McpKind(),
+)
+BUILTIN_NAMESPACES: tuple[str, ...] = tuple(ns for kind in TOOLS for ns in kind.namespaces)
+_TYPES = {t: kind for kind in TOOLS for t in kind.tool_types}
 _ECHOES = {t: kind for kind in (MESSAGE, REASONING, *TOOLS) for t in kind.echoes}
 _NAMESPACES = {ns: kind for kind in TOOLS for ns in kind.namespaces}
 _DEFAULT = Kind()  # an MCP server's namespace, or a recipient no kind defines: its listed tools, as written
+
+
+def _typed(table: dict[str, Kind], value: Any) -> Kind | None:
+    return table.get(value) if isinstance(value, str) else None
+
+
+def toolset(tools: list[dict[str, Any]], tool_choice: Any, gateway_url: Callable[[str], str | None]) -> Toolset:
+    """The request's tools as what the model may address, each parsed by the kind that owns its type."""
+    out = Toolset()
+    if tool_choice == "none":
+        return out
+    ctx = Parsing(gateway_url, BUILTIN_NAMESPACES)
+    for i, tool in enumerate(tools):
+        kind = _typed(_TYPES, tool.get("type"))
+        if kind is None:
+            raise RequestError(f"unsupported tool type {tool.get('type')!r}", f"tools[{i}].type")
+        kind.parse(tool, f"tools[{i}]", out, ctx)
+    out.required = _requirement(tool_choice, out)
+    return out
+
+
+def _requirement(choice: Any, tools: Toolset) -> Requirement | None:
+    """`tool_choice` as a Requirement; a choice naming a tool the request does not enable is a 400."""
+    if choice == "auto":
+        return None
+    if choice == "required":
+        if not (tools.builtins or tools.mcp or tools.functions or tools.namespaces):
+            raise RequestError("tool_choice 'required' needs at least one tool in tools", "tool_choice")
+        channel = "commentary" if tools.functions or tools.mcp or tools.namespaces else "analysis"
+        return Requirement("", f"<|channel|>{channel} to=")
+    kind = _typed(_TYPES, choice.get("type")) if isinstance(choice, dict) else None
+    required = kind.requirement(choice, tools) if kind is not None else None
+    if required is None:
+        raise RequestError(
+            f"unsupported tool_choice {choice!r} (auto, none, required, or a function, mcp, "
+            "code_interpreter or web_search_preview tool of this request)",
+            "tool_choice",
+        )
+    return required
+
+
+def echo_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """A request tool as the response lists it, by the kind that owns its type."""
+    kind = _typed(_TYPES, tool.get("type"))
+    return kind.echo_tool(tool) if kind is not None else dict(tool)
+
+
+def fallback(ns: str) -> h.Namespace:
+    """What the model is shown of a built-in namespace whose tool server cannot be listed."""
+    return _NAMESPACES[ns].fallback(ns)
+
+
+def kept_ids(items: list[dict[str, Any]]) -> list[str]:
+    """Ids of the input items whose echo reads the tool text kept for them (web_search_call)."""
+    return [str(i.get("id")) for i in items if (k := _typed(_ECHOES, i.get("type"))) is not None and k.reads_kept_text]
 
 
 def classify(toolset: Toolset, recipient: str) -> tuple[Kind | None, str, str]:
@@ -62,12 +132,27 @@ def to_messages(items: list[dict[str, Any]], ctx: EchoContext) -> list[Message]:
     """Input items as Harmony messages, each by the kind that owns its type."""
     out: list[Message] = []
     for i, item in enumerate(items):
-        kind = _ECHOES.get(t) if isinstance(t := item.get("type"), str) else None
+        kind = _typed(_ECHOES, item.get("type"))
         if kind is None:
             raise RequestError(f"unsupported input item type {item.get('type')!r}", f"input[{i}].type")
         out += kind.echo(item, f"input[{i}]", ctx)
     return out
 
 
-__all__ = ["TOOLS", "EchoContext", "Kind", "Stream", "chat_arguments", "chat_functions", "classify", "from_chat",
-           "open_stream", "to_messages"]  # fmt: skip
+__all__ = [
+    "BUILTIN_NAMESPACES",
+    "TOOLS",
+    "EchoContext",
+    "Kind",
+    "Stream",
+    "chat_arguments",
+    "chat_functions",
+    "classify",
+    "echo_tool",
+    "fallback",
+    "from_chat",
+    "kept_ids",
+    "open_stream",
+    "to_messages",
+    "toolset",
+]

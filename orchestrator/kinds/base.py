@@ -1,17 +1,19 @@
-"""What every output-item kind module shares: the Kind and Stream interfaces, a tool call's JSON
-arguments, calling a tool server, and answering the model."""
+"""What every kind module shares: the Kind and Stream interfaces, the one sequence a tool call runs
+(`Kind.call`), a tool call's JSON arguments, calling a tool server, and answering the model."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from openai_harmony import Message
 
 from orchestrator import harmony as h
+from orchestrator.events import Item
 from orchestrator.run import Run
-from orchestrator.schema import Toolset
+from orchestrator.schema import Requirement, Toolset
 from orchestrator.tools import ToolOutcome
 from orchestrator.worker.client import TokenLogprob
 
@@ -23,19 +25,24 @@ class Stream:
     delta_event: ClassVar[str | None] = None  # the event each piece of text is sent as
     shows_arguments: ClassVar[bool] = False  # chat path: the item shows a call's arguments as they arrive
 
-    def __init__(self, r: Run, index: int) -> None:
-        self.r, self.index = r, index
+    def __init__(self, r: Run, item: Item) -> None:
+        self.r, self.item = r, item
 
     @property
     def in_progress(self) -> bool:
-        return self.r.builder.output[self.index].get("status") == "in_progress"
+        return self.item.status == "in_progress"
 
     def delta(self, text: str, lp: TokenLogprob | None = None) -> None:
         if text and self.delta_event:
-            self.r.builder.item_event(self.index, self.delta_event, delta=text)
+            self.item.event(self.delta_event, delta=text)
 
     def close(self, msg: Message | None, *, complete: bool = True) -> None:
         raise NotImplementedError
+
+    def abandon(self) -> None:
+        """The call ended without its kind finishing the item (no kind claimed it): the item failed."""
+        if self.in_progress:
+            self.item.finish("failed")
 
 
 class ToolStream(Stream):
@@ -46,30 +53,65 @@ class ToolStream(Stream):
     field: ClassVar[str]  # the item field (and done-event field) that holds what the model wrote
 
     def close(self, msg: Message | None, *, complete: bool = True) -> None:
-        b, text = self.r.builder, h.text_of(msg) if msg is not None else ""
-        b.item_event(self.index, self.done_event, **{self.field: text})
-        b.output[self.index][self.field] = text
+        text = h.text_of(msg) if msg is not None else ""
+        self.item.event(self.done_event, **{self.field: text})
+        self.item.update(**{self.field: text})
         if not complete:
-            b.output[self.index]["status"] = "failed"
-            b.done_item(self.index)
+            self.item.finish("failed")
 
 
 @dataclass
 class EchoContext:
-    """What echoing client-kept input items needs: function call ids -> names (filled in as they come) and
-    the kept tool text of earlier items by item id."""
+    """What echoing client-kept input items needs and finds: function call ids -> names (filled in as they
+    come), the kept tool text of earlier items by item id, and the approval decisions the input carries."""
 
     calls: dict[str, str] = field(default_factory=dict)
     results: dict[str, str] = field(default_factory=dict)
+    approvals: dict[str, bool] = field(default_factory=dict)  # mcp_approval_request id -> approved
+    requests: dict[str, dict[str, Any]] = field(default_factory=dict)  # approval requests the input carries
+    answered: dict[str, dict[str, Any]] = field(default_factory=dict)  # ... and those the input answers too
+
+
+@dataclass(frozen=True)
+class Parsing:
+    """What parsing a request tool needs besides the tool: the gateway's URL for a namespace (None: no
+    gateway), and the built-in namespaces (derived from the kinds table)."""
+
+    gateway_url: Callable[[str], str | None]
+    builtin_namespaces: tuple[str, ...]
 
 
 class Kind:
-    """One output-item kind: how its item opens and streams, how its call runs and finishes it, and how
-    an item of it sent back as input becomes Harmony messages again (the chat path renders those)."""
+    """One tool type, end to end: the request `tools[]` entries it accepts and `tool_choice` naming it, the
+    namespaces it serves (and what the model is shown when their server cannot be listed), how its output
+    item opens and streams, how its call runs and finishes it, and how an item of it sent back as input
+    becomes Harmony messages again (the chat path renders those)."""
 
+    tool_types: ClassVar[tuple[str, ...]] = ()  # the request `tools[].type` values `parse` reads
     echoes: ClassVar[tuple[str, ...]] = ()  # the input item types `echo` reads
+    reads_kept_text: ClassVar[bool] = False  # `echo` wants the tool text kept (by item id) for its items
     executed: ClassVar[bool] = True  # False: the client runs the call (functions)
-    namespaces: ClassVar[tuple[str, ...]] = ()  # built-in namespaces whose chat functions this kind defines
+    namespaces: ClassVar[tuple[str, ...]] = ()  # built-in namespaces this kind serves (system message, chat)
+
+    # --- the request side ----------------------------------------------------------------------------
+
+    def parse(self, tool: dict[str, Any], where: str, out: Toolset, ctx: Parsing) -> None:
+        """Add one request tool of a type in `tool_types` to `out`; a bad one is a 400 naming `where`."""
+        raise NotImplementedError
+
+    def requirement(self, choice: dict[str, Any], tools: Toolset) -> Requirement | None:
+        """`tool_choice` naming one of `tool_types`; None: this request does not enable it (a 400)."""
+        return None
+
+    def echo_tool(self, tool: dict[str, Any]) -> dict[str, Any]:
+        """The request tool as the response lists it, with the defaults OpenAI fills in."""
+        return dict(tool)
+
+    def fallback(self, ns: str) -> h.Namespace:
+        """The namespace shown to the model (Harmony path) when its tool server cannot be listed."""
+        raise NotImplementedError
+
+    # --- the output side -----------------------------------------------------------------------------
 
     def claims(self, toolset: Toolset, ns: str, fn: str) -> bool:
         """Whether a recipient `ns.fn` is a call of this kind in this request."""
@@ -80,7 +122,35 @@ class Kind:
         return None
 
     async def call(self, r: Run, msg: Message, ns: str, fn: str, stream: Stream | None) -> ToolOutcome | None:
-        """Run the call and finish its items; None: the response stops here (an approval request)."""
+        """Run the call and finish its items; None: the response stops here (an approval request).
+
+        The one sequence of every tool kind: read the arguments, open the item (or take the one streamed
+        while the call was written) in progress, invoke the tool unless the arguments were refused, then
+        finish the item (status, `*.completed`, `output_item.done`). A kind fills in the steps."""
+        args, err = self.arguments(r, msg, ns, fn)
+        item = self.begin(r, msg, ns, fn, args, stream)
+        if item is None:
+            return None
+        outcome = rejected(err) if err is not None else await invoke(r, ns, self.function(fn), args)
+        self.end(r, item, fn, outcome)
+        return outcome
+
+    def arguments(self, r: Run, msg: Message, ns: str, fn: str) -> tuple[dict[str, Any], str | None]:
+        """The tool's arguments from the call message, and the error the model reads instead of a run."""
+        args, err = tool_args(h.text_of(msg))
+        return args or {}, err
+
+    def function(self, fn: str) -> str:
+        """The tool server's function the call invokes."""
+        return fn
+
+    def begin(self, r: Run, msg: Message, ns: str, fn: str, args: dict[str, Any], stream: Stream | None) -> Item | None:
+        """The call's item, opened (or taken from `stream`) and in progress; None: the call is not run and
+        the response stops here (it waits for the client's approval)."""
+        raise NotImplementedError
+
+    def end(self, r: Run, item: Item, fn: str, outcome: ToolOutcome) -> None:
+        """Finish the item with the tool's outcome (`Item.finish`)."""
         raise NotImplementedError
 
     def echo(self, item: dict[str, Any], where: str, ctx: EchoContext) -> list[Message]:
@@ -125,8 +195,9 @@ def rejected(text: str) -> ToolOutcome:
 async def invoke(r: Run, ns: str, fn: str, args: dict[str, Any]) -> ToolOutcome:
     """Call `ns.fn` on its server: a request's MCP server, or the fleet's tool server for the namespace."""
     if (server := r.toolset.mcp.get(ns)) is not None:  # at the address its listing was checked at
-        return await r.sessions.call(server.url, fn, args, server.headers, address=server.address,
-                                     client_named=server.client_named)  # fmt: skip
+        return await r.sessions.call(
+            server.url, fn, args, server.headers, address=server.address, client_named=server.client_named
+        )
     url = r.endpoints.url_for(ns)
     if url is None:
         return ToolOutcome(f"Error: no tool server is configured for `{ns}`.", True, outcome="unavailable")

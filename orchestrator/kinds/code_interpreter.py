@@ -8,10 +8,10 @@ from typing import Any
 from openai_harmony import Message
 
 from orchestrator import harmony as h
-from orchestrator.events import new_id
-from orchestrator.kinds.base import EchoContext, Kind, Stream, ToolStream, invoke, tool_args
+from orchestrator.events import Item, new_id
+from orchestrator.kinds.base import EchoContext, Kind, Parsing, Stream, ToolStream, tool_args
 from orchestrator.run import Run
-from orchestrator.schema import Toolset
+from orchestrator.schema import Requirement, Toolset
 from orchestrator.tools import ToolOutcome
 
 _CHAT_PARAMETERS = {
@@ -27,17 +27,38 @@ class CodeStream(ToolStream):
     field = "code"
 
     def __init__(self, r: Run) -> None:
-        super().__init__(r, r.builder.add_item({"id": new_id("ci"), "type": "code_interpreter_call", "code": "",
-                                                "container_id": r.container_id, "outputs": None,
-                                                "status": "in_progress"}))  # fmt: skip
-        r.builder.item_event(self.index, "response.code_interpreter_call.in_progress")
+        item = {
+            "id": new_id("ci"),
+            "type": "code_interpreter_call",
+            "code": "",
+            "container_id": r.container_id,
+            "outputs": None,
+            "status": "in_progress",
+        }
+        super().__init__(r, r.builder.add_item(item))
+        self.item.event("response.code_interpreter_call.in_progress")
 
 
 class CodeInterpreterKind(Kind):
     """Harmony's python tool takes the code itself; on the chat path it is a function `python({code})`."""
 
+    tool_types = ("code_interpreter",)
     echoes = ("code_interpreter_call",)
     namespaces = ("python",)
+
+    def parse(self, tool: dict[str, Any], where: str, out: Toolset, ctx: Parsing) -> None:
+        out.builtins.setdefault("python", {})
+
+    def requirement(self, choice: dict[str, Any], tools: Toolset) -> Requirement | None:
+        return (
+            Requirement("python", "<|channel|>analysis to=python", exact=True) if "python" in tools.builtins else None
+        )
+
+    def echo_tool(self, tool: dict[str, Any]) -> dict[str, Any]:
+        return {**tool, "container": tool.get("container", {"type": "auto"})}
+
+    def fallback(self, ns: str) -> h.Namespace:
+        return h.Namespace(ns, h.SystemContent.new().with_python_tool().tools["python"].description)
 
     def claims(self, toolset: Toolset, ns: str, fn: str) -> bool:
         return ns == "python" and "python" in toolset.builtins
@@ -45,26 +66,32 @@ class CodeInterpreterKind(Kind):
     def stream(self, r: Run, ns: str, fn: str) -> Stream | None:
         return CodeStream(r)
 
-    async def call(self, r: Run, msg: Message, ns: str, fn: str, stream: Stream | None) -> ToolOutcome:
-        b, code = r.builder, h.text_of(msg)
+    def arguments(self, r: Run, msg: Message, ns: str, fn: str) -> tuple[dict[str, Any], str | None]:
+        return {"code": h.text_of(msg)}, None  # Harmony's python takes the code itself
+
+    def function(self, fn: str) -> str:
+        return "python"
+
+    def begin(self, r: Run, msg: Message, ns: str, fn: str, args: dict[str, Any], stream: Stream | None) -> Item:
         if stream is None:
             stream = CodeStream(r)
-            b.item_event(stream.index, "response.code_interpreter_call_code.done", code=code)
-        index = stream.index
-        b.output[index].update(code=code, status="interpreting")
-        b.item_event(index, "response.code_interpreter_call.interpreting")
-        outcome = await invoke(r, "python", "python", {"code": code})
+            stream.item.event("response.code_interpreter_call_code.done", code=args["code"])
+        stream.item.update(code=args["code"], status="interpreting")
+        stream.item.event("response.code_interpreter_call.interpreting")
+        return stream.item
+
+    def end(self, r: Run, item: Item, fn: str, outcome: ToolOutcome) -> None:
         outputs: list[dict[str, Any]] = [{"type": "logs", "logs": outcome.text}] if outcome.text else []
         outputs += [{"type": "image", "url": url} for url in outcome.images]
-        b.output[index].update(outputs=outputs, status="failed" if outcome.is_error else "completed")
-        b.item_event(index, "response.code_interpreter_call.completed")
-        b.done_item(index)
-        return outcome
+        status = "failed" if outcome.is_error else "completed"
+        item.finish(status, "response.code_interpreter_call.completed", outputs=outputs)
 
     def echo(self, item: dict[str, Any], where: str, ctx: EchoContext) -> list[Message]:
         logs = "".join(o.get("logs", "") for o in item.get("outputs") or [] if o.get("type") == "logs")
-        return [h.assistant(str(item.get("code") or ""), "analysis", "python"),
-                h.tool_result("python", logs, "analysis")]  # fmt: skip
+        return [
+            h.assistant(str(item.get("code") or ""), "analysis", "python"),
+            h.tool_result("python", logs, "analysis"),
+        ]
 
     def chat_functions(self, ns: h.Namespace) -> list[dict[str, Any]]:
         return [{"name": "", "description": ns.description, "parameters": _CHAT_PARAMETERS}]

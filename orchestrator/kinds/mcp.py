@@ -9,14 +9,27 @@ from typing import Any
 from openai_harmony import Message
 
 from orchestrator import harmony as h
-from orchestrator.events import new_id
-from orchestrator.kinds.base import EchoContext, Kind, Stream, ToolStream, answer, invoke, rejected, tool_args
+from orchestrator.events import Item, ResponseBuilder, new_id
+from orchestrator.kinds.base import (
+    EchoContext,
+    Kind,
+    Parsing,
+    Stream,
+    ToolStream,
+    answer,
+)
 from orchestrator.run import Run
-from orchestrator.schema import Toolset
+from orchestrator.schema import McpServer, RequestError, Requirement, Toolset
 from orchestrator.tools import ToolOutcome
 
 _MCP_HTTP_CODES = {"unavailable": 503, "timeout": 504}
 _MCP_PROTOCOL_CODES = {"rejected": -32602}  # JSON-RPC invalid params: bad arguments or a tool not allowed
+REDACTED = "<redacted>"
+# Headers a client may not set on an MCP tool: the orchestrator's session id, and what HTTP itself owns.
+RESERVED_HEADERS = frozenset(
+    "x-session-id mcp-session-id host content-length transfer-encoding connection upgrade te trailer keep-alive"
+    " proxy-authorization".split()
+)
 
 
 class McpStream(ToolStream):
@@ -26,16 +39,72 @@ class McpStream(ToolStream):
     shows_arguments = True
 
     def __init__(self, r: Run, ns: str, fn: str, approval_id: str | None = None) -> None:
-        item = {"id": new_id("mcp"), "type": "mcp_call", "server_label": ns, "name": fn, "arguments": "",
-                "status": "in_progress", "output": None, "error": None}  # fmt: skip
+        item = {
+            "id": new_id("mcp"),
+            "type": "mcp_call",
+            "server_label": ns,
+            "name": fn,
+            "arguments": "",
+            "status": "in_progress",
+            "output": None,
+            "error": None,
+        }
         if approval_id:
             item["approval_request_id"] = approval_id
         super().__init__(r, r.builder.add_item(item))
-        r.builder.item_event(self.index, "response.mcp_call.in_progress")
+        self.item.event("response.mcp_call.in_progress")
+
+    @classmethod
+    def complete(cls, r: Run, msg: Message, ns: str, fn: str, approval_id: str | None = None) -> McpStream:
+        """The item of a call that was not streamed (approved in an earlier response): opened whole."""
+        stream = cls(r, ns, fn, approval_id)
+        stream.item.event(cls.done_event, arguments=h.text_of(msg))
+        return stream
 
 
 class McpKind(Kind):
+    """`mcp` tools: a client-named server (`server_url`), a gateway namespace by its label, or a built-in
+    namespace's headers (a label that names one)."""
+
+    tool_types = ("mcp",)
     echoes = ("mcp_call", "mcp_list_tools", "mcp_approval_request", "mcp_approval_response")
+
+    def parse(self, tool: dict[str, Any], where: str, out: Toolset, ctx: Parsing) -> None:
+        label = tool.get("server_label")
+        if not isinstance(label, str) or not label.isidentifier():
+            raise RequestError("mcp tools need a server_label that is an identifier", f"{where}.server_label")
+        headers = _client_headers(tool, where)
+        if label in ctx.builtin_namespaces:
+            out.builtins[label] = headers
+            return
+        url = tool.get("server_url") or ctx.gateway_url(label)
+        if not url:
+            raise RequestError(f"mcp server {label!r} needs a server_url", f"{where}.server_url")
+        out.mcp[label] = McpServer(
+            label,
+            url,
+            headers,
+            _tool_names(tool.get("allowed_tools")),
+            tool.get("require_approval", "always"),
+            tool.get("server_description"),
+            client_named=bool(tool.get("server_url")),
+        )
+
+    def requirement(self, choice: dict[str, Any], tools: Toolset) -> Requirement | None:
+        label, name = choice.get("server_label"), choice.get("name")
+        if label not in tools.mcp and label not in tools.builtins:
+            raise RequestError(f"tool_choice names MCP server {label!r}, which is not in tools", "tool_choice")
+        target = f"{label}.{name}" if name else f"{label}."
+        return Requirement(target, f"<|channel|>commentary to={target}", exact=bool(name))
+
+    def echo_tool(self, tool: dict[str, Any]) -> dict[str, Any]:
+        """Credentials go to the server only: never stored, never echoed (header names stay)."""
+        tool = dict(tool)
+        if tool.pop("authorization", None) is not None:
+            tool["authorization"] = REDACTED
+        if isinstance(tool.get("headers"), dict):
+            tool["headers"] = {str(k): REDACTED for k in tool["headers"]}
+        return tool
 
     def claims(self, toolset: Toolset, ns: str, fn: str) -> bool:
         return (ns == "container" and "container" in toolset.builtins) or ns in toolset.mcp
@@ -43,18 +112,79 @@ class McpKind(Kind):
     def stream(self, r: Run, ns: str, fn: str) -> Stream | None:
         return None if _needs_approval(r.toolset, ns, fn) else McpStream(r, ns, fn)
 
-    async def call(self, r: Run, msg: Message, ns: str, fn: str, stream: Stream | None) -> ToolOutcome | None:
-        if _needs_approval(r.toolset, ns, fn):
+    def arguments(self, r: Run, msg: Message, ns: str, fn: str) -> tuple[dict[str, Any], str | None]:
+        args, err = super().arguments(r, msg, ns, fn)
+        server = r.toolset.mcp.get(ns)
+        if err is None and server is not None and server.allowed is not None and fn not in server.allowed:
+            err = f"Error: the tool `{fn}` is not allowed on the `{ns}` server."
+        return args, err
+
+    def begin(self, r: Run, msg: Message, ns: str, fn: str, args: dict[str, Any], stream: Stream | None) -> Item | None:
+        if stream is None and _needs_approval(r.toolset, ns, fn):
             _request_approval(r, msg, ns, fn)
             return None
-        return await _run(r, msg, ns, fn, stream)
+        stream = stream or McpStream.complete(r, msg, ns, fn)
+        stream.item.update(arguments=h.text_of(msg))
+        return stream.item
+
+    def end(self, r: Run, item: Item, fn: str, outcome: ToolOutcome) -> None:
+        if outcome.is_error:
+            item.finish("failed", "response.mcp_call.failed", error=mcp_error(outcome.kind, outcome.text))
+        else:
+            item.finish("completed", "response.mcp_call.completed", output=outcome.text)
 
     def echo(self, item: dict[str, Any], where: str, ctx: EchoContext) -> list[Message]:
+        if item.get("type") == "mcp_approval_request":  # a client-kept history: the call the model wrote
+            return _echo_request(item, where, ctx)
+        if item.get("type") == "mcp_approval_response" and item.get("approval_request_id"):
+            ctx.approvals[item["approval_request_id"]] = bool(item.get("approve"))
+            if (call := ctx.requests.get(item["approval_request_id"])) is not None:
+                ctx.answered[item["approval_request_id"]] = call
         if item.get("type") != "mcp_call":
             return []  # approvals are the turn loop's (`resume_approvals`); listings are informational
         name = f"{item.get('server_label')}.{item.get('name')}"
-        return [h.assistant(str(item.get("arguments") or "{}"), "commentary", name, "json"),
-                h.tool_result(name, str(item.get("output") or mcp_error_text(item.get("error")) or ""))]  # fmt: skip
+        return [
+            h.assistant(str(item.get("arguments") or "{}"), "commentary", name, "json"),
+            h.tool_result(name, str(item.get("output") or mcp_error_text(item.get("error")) or "")),
+        ]
+
+
+def _tool_names(value: Any) -> set[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return set(value)
+    if isinstance(value, dict):
+        return set(value.get("tool_names") or [])
+    raise RequestError("allowed_tools must be a list of names or {tool_names: [...]}", "tools")
+
+
+def _client_headers(tool: dict[str, Any], where: str) -> dict[str, str]:
+    """An MCP tool's `headers`, plus `authorization` as a bearer token; reserved names are a 400."""
+    raw = tool.get("headers") or {}
+    if not isinstance(raw, dict):
+        raise RequestError("mcp headers must be an object of strings", f"{where}.headers")
+    headers = {str(k): str(v) for k, v in raw.items()}
+    if reserved := sorted(k for k in headers if k.lower() in RESERVED_HEADERS):
+        raise RequestError(f"mcp headers may not set {', '.join(reserved)}", f"{where}.headers")
+    token = tool.get("authorization")
+    if token is not None:
+        if not isinstance(token, str) or not token:
+            raise RequestError("mcp authorization must be a non-empty string", f"{where}.authorization")
+        headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+        headers["Authorization"] = f"Bearer {token}"
+    return headers
+
+
+def _echo_request(item: dict[str, Any], where: str, ctx: EchoContext) -> list[Message]:
+    """An `mcp_approval_request` sent back as input: the call message it stands for; its answer, later in the
+    same input, resumes the call (`turns.run`) whether or not `previous_response_id` is used."""
+    label, name, approval_id = item.get("server_label"), item.get("name"), item.get("id")
+    if not all(isinstance(v, str) and v for v in (label, name, approval_id)):
+        raise RequestError("mcp_approval_request items need id, server_label and name", where)
+    recipient = f"{label}.{name}"
+    ctx.requests[approval_id] = {"recipient": recipient, "server_label": label, "name": name}
+    return [h.assistant(str(item.get("arguments") or "{}"), "commentary", recipient, "json")]
 
 
 def _needs_approval(toolset: Toolset, ns: str, fn: str) -> bool:
@@ -62,35 +192,28 @@ def _needs_approval(toolset: Toolset, ns: str, fn: str) -> bool:
     return server is not None and (server.allowed is None or fn in server.allowed) and server.needs_approval(fn)
 
 
-async def _run(r: Run, msg: Message, ns: str, fn: str, stream: Stream | None, approval_id: str | None = None):
-    b, args_text = r.builder, h.text_of(msg)
-    if stream is None:
-        stream = McpStream(r, ns, fn, approval_id)
-        b.item_event(stream.index, "response.mcp_call_arguments.done", arguments=args_text)
-    index = stream.index
-    b.output[index]["arguments"] = args_text
-    args, err = tool_args(args_text)
-    server = r.toolset.mcp.get(ns)
-    if err is None and server is not None and server.allowed is not None and fn not in server.allowed:
-        err = f"Error: the tool `{fn}` is not allowed on the `{ns}` server."
-    outcome = rejected(err) if err else await invoke(r, ns, fn, args or {})
-    item = b.output[index]
-    if outcome.is_error:
-        item.update(status="failed", error=mcp_error(outcome.kind, outcome.text))
-        b.item_event(index, "response.mcp_call.failed")
-    else:
-        item.update(status="completed", output=outcome.text)
-        b.item_event(index, "response.mcp_call.completed")
-    b.done_item(index)
-    return outcome
-
-
 def _request_approval(r: Run, msg: Message, ns: str, fn: str) -> None:
-    b, approval_id = r.builder, new_id("mcpr")
-    item = {"id": approval_id, "type": "mcp_approval_request", "server_label": ns, "name": fn,
-            "arguments": h.text_of(msg)}  # fmt: skip
-    b.done_item(b.add_item(item))
+    approval_id = new_id("mcpr")
+    item = {
+        "id": approval_id,
+        "type": "mcp_approval_request",
+        "server_label": ns,
+        "name": fn,
+        "arguments": h.text_of(msg),
+    }
+    r.builder.add_item(item).finish(None)
     r.tools.pending[approval_id] = {"recipient": msg.recipient, "server_label": ns, "name": fn}
+
+
+def list_tools_item(builder: ResponseBuilder, label: str, tools: list[dict[str, Any]]) -> None:
+    """The `mcp_list_tools` item of a request's MCP server: the tools the model is shown, as listed."""
+    listed = [
+        {"name": t["name"], "description": t["description"], "input_schema": t["parameters"], "annotations": None}
+        for t in tools
+    ]
+    item = builder.add_item({"id": new_id("mcpl"), "type": "mcp_list_tools", "server_label": label, "tools": listed})
+    item.event("response.mcp_list_tools.in_progress")
+    item.finish(None, "response.mcp_list_tools.completed")
 
 
 async def resume_approvals(r: Run) -> None:
@@ -103,11 +226,16 @@ async def resume_approvals(r: Run) -> None:
             continue
         if decision:
             r.tools.count += 1
-            outcome = await _run(r, last, call["server_label"], call["name"], None, approval_id)
+            ns, fn = call["server_label"], call["name"]
+            outcome = await MCP.call(r, last, ns, fn, McpStream.complete(r, last, ns, fn, approval_id))
+            assert outcome is not None  # a streamed call is run, never sent for approval again
             r.tools.log.append((call["server_label"], outcome.kind))
             answer(r, call["recipient"], outcome.text, last.channel)
         else:
             answer(r, call["recipient"], "Error: the user did not approve this tool call.", last.channel)
+
+
+MCP = McpKind()
 
 
 def mcp_error(kind: str, text: str) -> dict[str, Any]:

@@ -20,15 +20,19 @@ HOLD_LIMIT = 64  # characters; a citation marker is shorter, so longer held text
 
 class MessageStream(Stream):
     def __init__(self, r: Run) -> None:
-        index = r.builder.add_item({"id": new_id("msg"), "type": "message", "role": "assistant",
-                                    "status": "in_progress", "content": []})  # fmt: skip
-        super().__init__(r, index)
+        item = r.builder.add_item(
+            {"id": new_id("msg"), "type": "message", "role": "assistant", "status": "in_progress", "content": []}
+        )
+        super().__init__(r, item)
         self.logprobs: list[dict[str, Any]] = []  # output_text logprobs, when include asks for them
         self.pending: list[tuple[int, TokenLogprob]] = []  # tokens whose text has not shown yet (split UTF-8)
         self.closing = False
         self.held = ""  # text from a `【` that may open a citation, sent once it is rewritten (`cite`)
-        r.builder.item_event(index, "response.content_part.added", content_index=0,
-                             part={"type": "output_text", "text": "", "annotations": [], "logprobs": []})  # fmt: skip
+        item.event(
+            "response.content_part.added",
+            content_index=0,
+            part={"type": "output_text", "text": "", "annotations": [], "logprobs": []},
+        )
 
     def delta(self, text: str, lp: TokenLogprob | None = None) -> None:
         if lp is not None:
@@ -41,8 +45,12 @@ class MessageStream(Stream):
             entries = [_logprob(t, x, self.r.logprobs) for t, x in self.pending]
             self.logprobs += entries
             self.pending = []
-        self.r.builder.item_event(self.index, "response.output_text.delta", content_index=0, delta=text,
-                                  logprobs=[_without_bytes(e) for e in entries])  # fmt: skip
+        self.item.event(
+            "response.output_text.delta",
+            content_index=0,
+            delta=text,
+            logprobs=[_without_bytes(e) for e in entries],
+        )
 
     def _release(self, text: str) -> str:
         """The text that can be sent now, citations rewritten; a possible citation's start is held back."""
@@ -55,18 +63,20 @@ class MessageStream(Stream):
     def close(self, msg: Message | None, *, complete: bool = True) -> None:
         self.closing = True
         self.delta("")  # what was held back
-        b = self.r.builder
+        item = self.item
         text, found = cite(self.r, h.text_of(msg)) if msg is not None else ("", [])
         part = {"type": "output_text", "text": text, "annotations": [], "logprobs": self.logprobs}
         for i, ann in enumerate(found):
             part["annotations"].append(ann)
-            b.item_event(self.index, "response.output_text.annotation.added", content_index=0,
-                         annotation_index=i, annotation=ann)  # fmt: skip
-        b.item_event(self.index, "response.output_text.done", content_index=0, text=text,
-                     logprobs=[_without_bytes(e) for e in self.logprobs])  # fmt: skip
-        b.item_event(self.index, "response.content_part.done", content_index=0, part=part)
-        b.output[self.index].update(content=[part], status="completed" if complete else "incomplete")
-        b.done_item(self.index)
+            item.event("response.output_text.annotation.added", content_index=0, annotation_index=i, annotation=ann)
+        item.event(
+            "response.output_text.done",
+            content_index=0,
+            text=text,
+            logprobs=[_without_bytes(e) for e in self.logprobs],
+        )
+        item.event("response.content_part.done", content_index=0, part=part)
+        item.finish("completed" if complete else "incomplete", content=[part])
 
 
 class MessageKind(Kind):

@@ -23,26 +23,23 @@ class ReasoningStream(Stream):
     delta_event = None  # reasoning deltas carry a content index
 
     def __init__(self, r: Run) -> None:
-        index = r.builder.add_item({"id": new_id("rs"), "type": "reasoning", "summary": [], "content": [],
-                                    "status": "in_progress"})  # fmt: skip
-        super().__init__(r, index)
-        r.builder.item_event(index, "response.content_part.added", content_index=0,
-                             part={"type": "reasoning_text", "text": ""})  # fmt: skip
+        item = r.builder.add_item(
+            {"id": new_id("rs"), "type": "reasoning", "summary": [], "content": [], "status": "in_progress"}
+        )
+        super().__init__(r, item)
+        item.event("response.content_part.added", content_index=0, part={"type": "reasoning_text", "text": ""})
 
     def delta(self, text: str, lp: Any = None) -> None:
         if text:
-            self.r.builder.item_event(self.index, "response.reasoning_text.delta", content_index=0, delta=text)
+            self.item.event("response.reasoning_text.delta", content_index=0, delta=text)
 
     def close(self, msg: Message | None, *, complete: bool = True) -> None:
-        b, text = self.r.builder, h.text_of(msg) if msg is not None else ""
-        b.item_event(self.index, "response.reasoning_text.done", content_index=0, text=text)
+        item, text = self.item, h.text_of(msg) if msg is not None else ""
+        item.event("response.reasoning_text.done", content_index=0, text=text)
         part = {"type": "reasoning_text", "text": text}
-        b.item_event(self.index, "response.content_part.done", content_index=0, part=part)
-        item = b.output[self.index]
-        item.update(content=[part], status="completed" if complete else "incomplete")
-        if "reasoning.encrypted_content" in self.r.include:
-            item["encrypted_content"] = seal_reasoning(text)
-        b.done_item(self.index)
+        item.event("response.content_part.done", content_index=0, part=part)
+        sealed = {"encrypted_content": seal_reasoning(text)} if "reasoning.encrypted_content" in self.r.include else {}
+        item.finish("completed" if complete else "incomplete", content=[part], **sealed)
 
 
 class ReasoningKind(Kind):

@@ -10,73 +10,95 @@ from typing import Any
 from openai_harmony import Message
 
 from orchestrator import harmony as h
-from orchestrator.events import new_id
-from orchestrator.kinds.base import EchoContext, Kind, Stream, invoke, rejected, tool_args
+from orchestrator.events import Item, new_id
+from orchestrator.kinds import local_shell
+from orchestrator.kinds.base import EchoContext, Kind, Parsing, Stream
+from orchestrator.kinds.local_shell import CONTAINER_EXEC
 from orchestrator.run import Run
-from orchestrator.schema import RequestError, Toolset
+from orchestrator.schema import RequestError, Requirement, Toolset
 from orchestrator.tools import ToolOutcome
-
-# The container contract (DESIGN.md), offered on the chat path when the container server cannot be listed.
-_CONTAINER_EXEC = {
-    "name": "exec",
-    "description": "Run a command in this conversation's persistent container.",
-    "parameters": {
-        "type": "object",
-        "properties": {
-            "cmd": {"type": "array", "items": {"type": "string"}, "description": "program and arguments"},
-            "workdir": {"type": "string"},
-            "env": {"type": "object", "additionalProperties": {"type": "string"}},
-            "session_name": {"type": "string"},
-            "timeout": {"type": "integer", "description": "seconds"},
-            "user": {"type": "string"},
-        },
-        "required": ["cmd"],
-    },
-}
 
 
 class ShellKind(Kind):
     """Also the container namespace's chat functions (with or without a shell tool: the same contract)."""
 
+    tool_types = ("shell",)
     echoes = ("shell_call", "shell_call_output")
     namespaces = ("container",)
+
+    def parse(self, tool: dict[str, Any], where: str, out: Toolset, ctx: Parsing) -> None:
+        env = (tool.get("environment") or {}).get("type") if isinstance(tool.get("environment"), dict) else None
+        if env == "local":  # the client runs the commands (`kinds/local_shell.py`)
+            return local_shell.enable(out, "shell_call", f"{where}.environment")
+        if env not in (None, "container_auto"):
+            message = f"shell environment {env!r} is not supported: commands run in the container tool"
+            raise RequestError(message + " (environment container_auto or local)", f"{where}.environment")
+        if out.local_shell is not None:
+            raise RequestError("one shell per request: a local shell and a container shell cannot be combined", where)
+        out.shell_for_container = True  # container.exec calls come out as shell_call items
+        out.builtins.setdefault("container", {})
+
+    def requirement(self, choice: dict[str, Any], tools: Toolset) -> Requirement | None:
+        """`{"type": "shell"}`: the exec call, of the container shell or the local one."""
+        if not tools.shell_for_container and tools.local_shell is None:
+            return None
+        return Requirement("container.exec", "<|channel|>commentary to=container.exec", exact=True)
+
+    def fallback(self, ns: str) -> h.Namespace:
+        return h.Namespace(ns, "Run commands in a persistent container (currently unavailable).")
 
     def claims(self, toolset: Toolset, ns: str, fn: str) -> bool:
         return ns == "container" and fn == "exec" and "container" in toolset.builtins and toolset.shell_for_container
 
-    async def call(self, r: Run, msg: Message, ns: str, fn: str, stream: Stream | None) -> ToolOutcome:
-        b = r.builder
-        args, err = tool_args(h.text_of(msg))
-        cmd = (args or {}).get("cmd")
-        if err is None and not (isinstance(cmd, list) and cmd and all(isinstance(c, str) for c in cmd)):
+    def arguments(self, r: Run, msg: Message, ns: str, fn: str) -> tuple[dict[str, Any], str | None]:
+        args, err = super().arguments(r, msg, ns, fn)
+        if err is None and not _is_command(args.get("cmd")):
             err = "Error: container.exec needs `cmd`, a non-empty list of strings."
-        command = shlex.join(cmd) if err is None else h.text_of(msg)
-        timeout = (args or {}).get("timeout")
-        call_id = new_id("call")
+        return args, err
+
+    def begin(self, r: Run, msg: Message, ns: str, fn: str, args: dict[str, Any], stream: Stream | None) -> Item:
+        """The `shell_call` item, complete before the command runs (its output is an item of its own)."""
+        command = shlex.join(args["cmd"]) if _is_command(args.get("cmd")) else h.text_of(msg)
+        timeout = args.get("timeout")
         timeout_ms = int(timeout * 1000) if isinstance(timeout, int | float) else None
         action = {"commands": [command], "timeout_ms": timeout_ms, "max_output_length": None}
-        index = b.add_item({"id": new_id("sh"), "type": "shell_call", "call_id": call_id, "action": action,
-                            "status": "in_progress", "environment": None})  # fmt: skip
-        b.emit("response.shell_call_command.added", output_index=index, command_index=0, command="")
-        b.emit("response.shell_call_command.delta", output_index=index, command_index=0, delta=command)
-        b.emit("response.shell_call_command.done", output_index=index, command_index=0, command=command)
-        b.output[index]["status"] = "completed"
-        b.done_item(index)
-        outcome = rejected(err) if err else await invoke(r, "container", "exec", args or {})
+        item = r.builder.add_item(
+            {
+                "id": new_id("sh"),
+                "type": "shell_call",
+                "call_id": new_id("call"),
+                "action": action,
+                "status": "in_progress",
+                "environment": None,
+            }
+        )
+        item.indexed_event("response.shell_call_command.added", command_index=0, command="")
+        item.indexed_event("response.shell_call_command.delta", command_index=0, delta=command)
+        item.indexed_event("response.shell_call_command.done", command_index=0, command=command)
+        item.finish("completed")
+        return item
+
+    def end(self, r: Run, item: Item, fn: str, outcome: ToolOutcome) -> None:
         result = _output(outcome)
-        index = b.add_item({"id": new_id("sho"), "type": "shell_call_output", "call_id": call_id, "output": [],
-                            "status": "in_progress", "max_output_length": None})  # fmt: skip
+        output = r.builder.add_item(
+            {
+                "id": new_id("sho"),
+                "type": "shell_call_output",
+                "call_id": item.get("call_id"),
+                "output": [],
+                "status": "in_progress",
+                "max_output_length": None,
+            }
+        )
         delta = {k: result[k] for k in ("stdout", "stderr") if result[k]}
         if delta:
-            b.item_event(index, "response.shell_call_output_content.delta", command_index=0, delta=delta)
-        b.item_event(index, "response.shell_call_output_content.done", command_index=0, output=[result])
-        b.output[index].update(output=[result], status="completed")
-        b.done_item(index)
-        r.tools.results[b.output[index]["id"]] = outcome.text
-        return outcome
+            output.event("response.shell_call_output_content.delta", command_index=0, delta=delta)
+        output.event("response.shell_call_output_content.done", command_index=0, output=[result])
+        output.finish("completed", output=[result])
+        r.tools.results[output.id] = outcome.text
 
     def chat_functions(self, ns: h.Namespace) -> list[dict[str, Any]]:
-        return list(ns.tools) or [_CONTAINER_EXEC]
+        return list(ns.tools) or [CONTAINER_EXEC]
 
     def echo(self, item: dict[str, Any], where: str, ctx: EchoContext) -> list[Message]:
         if item.get("type") == "shell_call_output":
@@ -98,6 +120,10 @@ class ShellKind(Kind):
         return out
 
 
+def _is_command(cmd: Any) -> bool:
+    return isinstance(cmd, list) and bool(cmd) and all(isinstance(c, str) for c in cmd)
+
+
 def _output(outcome: ToolOutcome) -> dict[str, Any]:
     """One `shell_call_output` chunk: the server's structured {stdout, stderr, exit_code, timed_out} when it
     sends one, else the text as stdout (exit 0) or, for a failed call, as stderr (exit 1)."""
@@ -105,8 +131,11 @@ def _output(outcome: ToolOutcome) -> dict[str, Any]:
     if isinstance(s.get("stdout"), str) or isinstance(s.get("exit_code"), int):
         timed_out = bool(s.get("timed_out"))
         code = s.get("exit_code") if isinstance(s.get("exit_code"), int) else (1 if outcome.is_error else 0)
-        return {"stdout": str(s.get("stdout") or ""), "stderr": str(s.get("stderr") or ""),
-                "outcome": {"type": "timeout"} if timed_out else {"type": "exit", "exit_code": code}}  # fmt: skip
+        return {
+            "stdout": str(s.get("stdout") or ""),
+            "stderr": str(s.get("stderr") or ""),
+            "outcome": {"type": "timeout"} if timed_out else {"type": "exit", "exit_code": code},
+        }
     if outcome.is_error:
         return {"stdout": "", "stderr": outcome.text, "outcome": {"type": "exit", "exit_code": 1}}
     return {"stdout": outcome.text, "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}

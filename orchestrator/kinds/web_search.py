@@ -12,32 +12,54 @@ from urllib.parse import urlsplit
 from openai_harmony import Message, ToolNamespaceConfig
 
 from orchestrator import harmony as h
-from orchestrator.events import new_id
-from orchestrator.kinds.base import EchoContext, Kind, Stream, invoke, rejected, tool_args
+from orchestrator.events import Item, new_id
+from orchestrator.kinds.base import EchoContext, Kind, Parsing, Stream
 from orchestrator.run import Run
-from orchestrator.schema import Toolset
+from orchestrator.schema import RequestError, Requirement, Toolset
 from orchestrator.tools import ToolOutcome
 
 _WEB_ACTIONS = {"search": "search", "open_page": "open", "find": "find", "find_in_page": "find"}
+CONTEXT_SIZES = ("low", "medium", "high")
 
 
 class WebSearchKind(Kind):
+    """`web_search` / `web_search_preview` tools enable the `browser` namespace; their options travel as the
+    browser session's headers."""
+
+    tool_types = ("web_search_preview", "web_search")
     echoes = ("web_search_call",)
+    reads_kept_text = True
     namespaces = ("browser",)
+
+    def parse(self, tool: dict[str, Any], where: str, out: Toolset, ctx: Parsing) -> None:
+        out.builtins.setdefault("browser", {}).update(browser_headers(tool, where))
+
+    def requirement(self, choice: dict[str, Any], tools: Toolset) -> Requirement | None:
+        return Requirement("browser.", "<|channel|>analysis to=browser.") if "browser" in tools.builtins else None
+
+    def fallback(self, ns: str) -> h.Namespace:
+        return h.Namespace(ns, h.SystemContent.new().with_browser_tool().tools["browser"].description)
 
     def claims(self, toolset: Toolset, ns: str, fn: str) -> bool:
         return ns == "browser" and "browser" in toolset.builtins
 
-    async def call(self, r: Run, msg: Message, ns: str, fn: str, stream: Stream | None) -> ToolOutcome:
-        b = r.builder
-        args, err = tool_args(h.text_of(msg))
-        action = _action(r, fn, args or {})
-        index = b.add_item({"id": new_id("ws"), "type": "web_search_call", "status": "in_progress", "action": action})
-        b.item_event(index, "response.web_search_call.in_progress")
-        b.item_event(index, "response.web_search_call.searching")
+    def arguments(self, r: Run, msg: Message, ns: str, fn: str) -> tuple[dict[str, Any], str | None]:
+        args, err = super().arguments(r, msg, ns, fn)
         if fn not in ("search", "open", "find"):
             err = f"Error: the browser has no function `{fn}`; use search, open or find."
-        outcome = rejected(err) if err else await invoke(r, "browser", fn, args or {})
+        return args, err
+
+    def begin(self, r: Run, msg: Message, ns: str, fn: str, args: dict[str, Any], stream: Stream | None) -> Item:
+        action = _action(r, fn, args)  # the item opens once the call is complete: its action needs the arguments
+        item = r.builder.add_item(
+            {"id": new_id("ws"), "type": "web_search_call", "status": "in_progress", "action": action}
+        )
+        item.event("response.web_search_call.in_progress")
+        item.event("response.web_search_call.searching")
+        return item
+
+    def end(self, r: Run, item: Item, fn: str, outcome: ToolOutcome) -> None:
+        action = item.get("action")
         page = browser_page(outcome.structured) if not outcome.is_error else None
         if page is not None:  # the server's structuredContent, never a parse of the page text
             r.tools.pages[page["cursor"]] = page
@@ -45,11 +67,9 @@ class WebSearchKind(Kind):
                 action["url"] = page["url"]
             if fn == "search" and "web_search_call.action.sources" in r.include:
                 action["sources"] = [{"type": "url", "url": hit["url"]} for hit in page["hits"]]
-        r.tools.results[b.output[index]["id"]] = outcome.text  # kept with the response: history may cite it
-        b.output[index].update(status="failed" if outcome.is_error else "completed", action=action)
-        b.item_event(index, "response.web_search_call.completed")
-        b.done_item(index)
-        return outcome
+        r.tools.results[item.id] = outcome.text  # kept with the response: history may cite it
+        status = "failed" if outcome.is_error else "completed"
+        item.finish(status, "response.web_search_call.completed", action=action)
 
     def chat_functions(self, ns: h.Namespace) -> list[dict[str, Any]]:
         if ns.tools:
@@ -63,8 +83,32 @@ class WebSearchKind(Kind):
         args = {k: v for k, v in action.items() if k in ("query", "pattern") or (k == "url" and fn == "open")}
         if "url" in args:
             args["id"] = args.pop("url")
-        return [h.assistant(json.dumps(args), "analysis", f"browser.{fn}", "json"),
-                h.tool_result(f"browser.{fn}", _kept_text(item, ctx.results), "analysis")]  # fmt: skip
+        return [
+            h.assistant(json.dumps(args), "analysis", f"browser.{fn}", "json"),
+            h.tool_result(f"browser.{fn}", _kept_text(item, ctx.results), "analysis"),
+        ]
+
+
+def browser_headers(tool: dict[str, Any], where: str) -> dict[str, str]:
+    """A web_search tool's options as the browser's x-browser-* request headers (DESIGN: browser options)."""
+    out: dict[str, str] = {}
+    domains = (tool.get("filters") or {}).get("allowed_domains") if isinstance(tool.get("filters"), dict) else None
+    if domains is not None:
+        if not isinstance(domains, list) or not all(isinstance(d, str) and d and "," not in d for d in domains):
+            raise RequestError("filters.allowed_domains must be a list of domain names", f"{where}.filters")
+        if domains:
+            out["x-browser-allowed-domains"] = ",".join(domains)
+    if tool.get("external_web_access") is False:
+        out["x-browser-external-access"] = "off"
+    if (size := tool.get("search_context_size")) is not None:
+        if size not in CONTEXT_SIZES:
+            raise RequestError("search_context_size must be low, medium or high", f"{where}.search_context_size")
+        out["x-browser-context-size"] = size
+    if (location := tool.get("user_location")) is not None:
+        if not isinstance(location, dict):
+            raise RequestError("user_location must be an object", f"{where}.user_location")
+        out["x-browser-user-location"] = json.dumps(location, separators=(",", ":"))
+    return out
 
 
 def _action(r: Run, fn: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -102,8 +146,11 @@ def browser_page(structured: dict[str, Any] | None) -> dict[str, Any] | None:
     s = structured or {}
     if not isinstance(s.get("cursor"), int):
         return None
-    hits = [{"url": h["url"], "title": str(h.get("title") or h["url"]), "lines": h.get("lines")}
-            for h in s.get("hits") or [] if isinstance(h, dict) and isinstance(h.get("url"), str)]  # fmt: skip
+    hits = [
+        {"url": h["url"], "title": str(h.get("title") or h["url"]), "lines": h.get("lines")}
+        for h in s.get("hits") or []
+        if isinstance(h, dict) and isinstance(h.get("url"), str)
+    ]
     url = s.get("url") if isinstance(s.get("url"), str) else None
     return {"cursor": s["cursor"], "url": url, "title": str(s.get("title") or url or ""), "hits": hits}
 

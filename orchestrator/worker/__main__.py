@@ -11,6 +11,14 @@ import structlog
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
+from orchestrator.worker.scripted import (
+    ChatScenario,
+    Scenario,
+    ScriptedChatModel,
+    ScriptedModel,
+    build_app,
+    build_chat_app,
+)
 from toolkit.logging import configure_logging
 from toolkit.serve import serve
 from toolkit.settings import ServiceSettings
@@ -37,29 +45,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(settings.log_level, service="worker-scripted")
     app, model, rules = _app(settings)
     structlog.get_logger(__name__).info(
-        "worker.scripted", model=model, api=settings.api, rules=rules, port=settings.port,
+        "worker.scripted",
+        model=model,
+        api=settings.api,
+        rules=rules,
+        port=settings.port,
         note="SCRIPTED worker: replies come from a scenario file, not a model",
-    )  # fmt: skip
+    )
     serve(app, settings)
     return 0
 
 
 def _app(settings: WorkerSettings) -> tuple[object, str, int]:
     """(app, model name, rule count) for the chosen wire format."""
-    if settings.api == "chat":
-        from orchestrator.worker.scripted_chat import ChatScenario, ScriptedChatModel, build_chat_app
-
-        chat = ChatScenario.load(settings.scenario) if settings.scenario else ChatScenario()
-        if settings.token_delay_s is not None:
-            chat.token_delay_s = settings.token_delay_s
-        return build_chat_app(ScriptedChatModel(chat)), chat.model, len(chat.rules)
-    from orchestrator.worker.scripted import Scenario, ScriptedModel, build_app
-
-    scenario = Scenario.load(settings.scenario) if settings.scenario else Scenario()
+    kind = ChatScenario if settings.api == "chat" else Scenario
+    scenario = kind.load(settings.scenario) if settings.scenario else kind()
     if settings.token_delay_s is not None:
         scenario.token_delay_s = settings.token_delay_s
+    if isinstance(scenario, ChatScenario):
+        return build_chat_app(ScriptedChatModel(scenario)), scenario.model, len(scenario.rules)
     return build_app(ScriptedModel(scenario)), scenario.model, len(scenario.rules)
-    return 0
 
 
 if __name__ == "__main__":

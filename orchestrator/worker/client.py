@@ -229,8 +229,13 @@ class WorkerPool:
             raise WorkerRefused(resp.status_code, resp.text[:500])
         yield resp.json()
 
-    async def _balanced(self, affinity: str | None, api: Api, open_stream: Callable[[_Worker], AsyncIterator[T]],
-                        begun: Callable[[T], bool]) -> AsyncIterator[T]:  # fmt: skip
+    async def _balanced(
+        self,
+        affinity: str | None,
+        api: Api,
+        open_stream: Callable[[_Worker], AsyncIterator[T]],
+        begun: Callable[[T], bool],
+    ) -> AsyncIterator[T]:
         candidates = self._candidates(affinity, api)
         if not candidates:
             raise WorkerUnavailable(f"no healthy vLLM worker for the {api} path")
@@ -342,13 +347,6 @@ async def sse_objects(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, Any]
         yield obj
 
 
-async def parse_sse(lines: AsyncIterator[str]) -> AsyncIterator[Chunk]:
-    """vLLM's completion stream: `data: {json}` chunks with `token_ids`, a usage chunk, then `data: [DONE]`."""
-    async for obj in sse_objects(lines):
-        for chunk in _completion_chunks(obj):
-            yield chunk
-
-
 def _completion_chunks(obj: dict[str, Any]) -> list[Chunk]:
     out = []
     choices = obj.get("choices") or []
@@ -358,8 +356,15 @@ def _completion_chunks(obj: dict[str, Any]) -> list[Chunk]:
         if ids is None:
             raise WorkerError("worker does not return token ids (needs vLLM with return_token_ids)")
         prompt = choice.get("prompt_token_ids")
-        out.append(Chunk(list(ids), len(prompt) if prompt is not None else None, None, choice.get("finish_reason"),
-                         _logprobs(choice.get("logprobs"), len(ids))))  # fmt: skip
+        out.append(
+            Chunk(
+                list(ids),
+                len(prompt) if prompt is not None else None,
+                None,
+                choice.get("finish_reason"),
+                _logprobs(choice.get("logprobs"), len(ids)),
+            )
+        )
     if usage := obj.get("usage"):
         details = usage.get("prompt_tokens_details") or {}
         out.append(Chunk([], usage.get("prompt_tokens"), details.get("cached_tokens") or 0, None))

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.worker.scripted_chat import ChatScenario, ScriptedChatModel, build_chat_app
+from orchestrator.worker.scripted import ChatScenario, ScriptedChatModel, build_chat_app
 from tests.orchestrator.conftest import make_stack, scripted, tool_urls  # noqa: F401
 from tests.orchestrator.test_fleet import gateway_url  # noqa: F401
 from tests.support.asgi import serve_asgi
@@ -61,8 +61,9 @@ def fleet(make_stack, gateway_url, scripted, chat_worker):  # noqa: F811
     """The orchestrator with every tool behind the real gateway, a Harmony worker first and a chat worker."""
     url, _ = gateway_url
     chat_worker.scenario = ChatScenario()
-    stack = make_stack(worker_urls=[scripted[0], chat_worker.url], tools_url=url, python_url=None,
-                       browser_url=None, container_url=None)  # fmt: skip
+    stack = make_stack(
+        worker_urls=[scripted[0], chat_worker.url], tools_url=url, python_url=None, browser_url=None, container_url=None
+    )
     stack.chat = chat_worker  # type: ignore[attr-defined]
     return stack
 
@@ -71,11 +72,17 @@ def chat_script(model: ScriptedChatModel, rules: list[tuple[str, dict]]) -> None
     model.scenario = ChatScenario.from_dict({"rules": [{"match": m, "reply": r} for m, r in rules]})
 
 
-def run_python(clients: Clients, code: str, base_url: str, timeout: float = 120) -> dict:
+def run_python(clients: Clients, code: str, base_url: str, timeout: float = 120, **env_vars: str) -> dict:
     """`code` run by the clients' interpreter with `BASE_URL`; its last stdout line is the JSON it printed."""
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
-    env.update(BASE_URL=base_url, OPENAI_BASE_URL=base_url, OPENAI_API_KEY="test-key",
-               OPENAI_AGENTS_DISABLE_TRACING="1", LITELLM_LOCAL_MODEL_COST_MAP="True")  # fmt: skip
+    env.update(
+        BASE_URL=base_url,
+        OPENAI_BASE_URL=base_url,
+        OPENAI_API_KEY="test-key",
+        OPENAI_AGENTS_DISABLE_TRACING="1",
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+        **env_vars,
+    )
     proc = subprocess.run([str(clients.python), "-c", code], capture_output=True, text=True, timeout=timeout, env=env)
     assert proc.returncode == 0, f"client failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -95,8 +102,9 @@ def codex(clients, fleet, tmp_path) -> Iterator:
 
     def run(*args: str, timeout: float = 120) -> list[dict]:
         cmd = [str(clients.codex), "exec", *args]
-        proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)  # fmt: skip
+        proc = subprocess.run(
+            cmd, cwd=work, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+        )
         assert proc.returncode == 0, f"codex failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
         return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 

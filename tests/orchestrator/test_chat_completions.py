@@ -6,7 +6,7 @@ import httpx
 import openai
 import pytest
 
-from orchestrator.worker.scripted_chat import ChatScenario, ScriptedChatModel, build_chat_app
+from orchestrator.worker.scripted import ChatScenario, ScriptedChatModel, build_chat_app
 from tests.support.asgi import serve_asgi
 
 

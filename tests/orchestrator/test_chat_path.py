@@ -13,7 +13,7 @@ from invariants import check_stream
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from test_basic import WEATHER_TOOL
 
-from orchestrator.worker.scripted_chat import ChatScenario, ScriptedChatModel, build_chat_app
+from orchestrator.worker.scripted import ChatScenario, ScriptedChatModel, build_chat_app
 
 CI = {"type": "code_interpreter"}
 PY_42 = {"name": "python", "arguments": {"code": "print(42)"}}

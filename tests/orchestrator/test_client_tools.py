@@ -43,3 +43,60 @@ def test_a_namespaced_function_call_carries_its_namespace_and_its_output_comes_b
     second = stack.client.responses.create(model="m", input=history, tools=[NAMESPACE], store=False)
     assert second.output_text == "It is Ada."
     assert "<|start|>crm.lookup to=assistant" in stack.model.encode_prompt_text(-1)
+
+
+EXEC = '<|channel|>commentary to=container.exec <|constrain|>json<|message|>{"cmd": ["ls", "-l"], "timeout": 5}<|call|>'
+
+
+def test_a_local_shell_call_is_the_clients_to_run_and_its_output_comes_back(stack):
+    stack.script(
+        [("container\\.exec to=assistant.*total 0", "<|channel|>final<|message|>Empty.<|return|>"), ("list", EXEC)]
+    )
+    for tool, kind in (
+        ({"type": "local_shell"}, "local_shell_call"),
+        ({"type": "shell", "environment": {"type": "local"}}, "shell_call"),
+    ):
+        events = list(stack.client.responses.create(model="m", input="list files", tools=[tool], stream=True))
+        call = check_stream(events).output[0]
+        assert call.type == kind and call.status == "completed"
+        if kind == "shell_call":
+            assert call.action.commands == ["ls -l"] and call.action.timeout_ms == 5000
+            assert call.environment.type == "local"
+            output = {
+                "type": "shell_call_output",
+                "call_id": call.call_id,
+                "output": [{"stdout": "total 0", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}],
+            }
+        else:
+            assert call.action.command == ["ls", "-l"] and call.action.timeout_ms == 5000
+            output = {"type": "local_shell_call_output", "id": call.call_id, "output": "total 0"}
+        history = [{"role": "user", "content": "list files"}, call.model_dump(exclude_none=True), output]
+        second = stack.client.responses.create(model="m", input=history, tools=[tool], store=False)
+        assert second.output_text == "Empty."
+    assert "namespace container" in stack.model.encode_prompt_text(-1)  # the exec contract, on the user's machine
+
+
+FORECAST = '<|channel|>commentary to=weather.get_forecast <|constrain|>json<|message|>{"city": "Oslo"}<|call|>'
+
+
+def test_an_approval_in_a_stateless_history_resumes_the_call(stack, tool_urls):
+    stack.script(
+        [
+            ("weather\\.get_forecast to=assistant.*Sunny in Oslo", "<|channel|>final<|message|>Sunny.<|return|>"),
+            ("Oslo", FORECAST),
+        ]
+    )
+    tools = [
+        {"type": "mcp", "server_label": "weather", "server_url": tool_urls["weather"], "require_approval": "always"}
+    ]
+    first = stack.client.responses.create(model="m", input="Oslo?", tools=tools, store=False)
+    request = first.output[-1]
+    assert request.type == "mcp_approval_request"
+    history = [
+        {"role": "user", "content": "Oslo?"},
+        *[o.model_dump(exclude_none=True) for o in first.output],
+        {"type": "mcp_approval_response", "approval_request_id": request.id, "approve": True},
+    ]
+    second = stack.client.responses.create(model="m", input=history, tools=tools, store=False)
+    assert [o.type for o in second.output] == ["mcp_list_tools", "mcp_call", "message"]
+    assert second.output[1].approval_request_id == request.id and second.output_text == "Sunny."

@@ -44,7 +44,8 @@ def test_a_non_streaming_client_that_disconnects_aborts_the_generation(slow_stac
     wait_for(lambda: worker.stats.aborted == 1, "the worker to see its request aborted")
     assert worker.stats.completed == 0 and worker.stats.in_flight == 0
     wait_for(lambda: not stack.app.state.service.live, "the response to settle")
-    assert stack.app.state.service.counts.get("cancelled") == 1
+    metrics = httpx.get(f"{stack.url}/metrics").text
+    assert 'toolfleet_orchestrator_responses_total{status="cancelled"} 1.0' in metrics
 
 
 def test_a_background_response_survives_its_creator_disconnecting(slow_stack):

@@ -17,7 +17,7 @@ from openai.types.responses import Response
 from paths import Call, Forced, Say, ToolSaid, User, chat_rules, harmony_rules
 from test_basic import WEATHER_TOOL
 
-from orchestrator.worker.scripted_chat import ChatScenario, ScriptedChatModel, build_chat_app
+from orchestrator.worker.scripted import ChatScenario, ScriptedChatModel, build_chat_app
 
 CI = {"type": "code_interpreter", "container": {"type": "auto"}}
 WEB = {"type": "web_search_preview"}

@@ -81,7 +81,7 @@ def test_web_search_options_reach_the_browser_and_are_enforced(make_stack, real_
 
 
 def test_web_search_options_become_the_browser_headers() -> None:
-    from orchestrator.schema import browser_headers
+    from orchestrator.kinds.web_search import browser_headers
 
     tool = {
         "type": "web_search",

@@ -10,7 +10,7 @@ import openai
 import pytest
 from invariants import check_stream
 
-from orchestrator.worker.scripted_chat import ChatScenario, ScriptedChatModel, build_chat_app
+from orchestrator.worker.scripted import ChatScenario, ScriptedChatModel, build_chat_app
 from tests.support.asgi import serve_asgi
 
 SCHEMA = {
