@@ -79,6 +79,15 @@ class ToolState:
         return self.admitted
 
 
+@dataclass(frozen=True)
+class Constraint:
+    """A generation under the worker's structured decoding: the header it continues, and the constraint
+    (vLLM `structured_outputs`) on what follows: an answer format, or a custom tool's grammar."""
+
+    prefill: str
+    structured: dict[str, Any]
+
+
 @dataclass
 class TurnState:
     """What the turn models carry from one generation to the next."""
@@ -89,7 +98,7 @@ class TurnState:
     last_token: int = 0
     json_retries: int = JSON_RETRIES
     answer_format: AnswerFormat | None = None  # text.format json_schema / json_object
-    constraining: bool = False  # the final channel is prefilled and the next generation constrained
+    constraining: Constraint | None = None  # the next generation: its prefilled header and its constraint
 
 
 @dataclass

@@ -19,7 +19,7 @@ from orchestrator import kinds
 from orchestrator.chat import ChatTurns, chat_tools
 from orchestrator.events import ResponseBuilder, new_id
 from orchestrator.items import normalize
-from orchestrator.kinds import EchoContext
+from orchestrator.kinds import EchoContext, custom
 from orchestrator.kinds.mcp import list_tools_item
 from orchestrator.limits import check_running
 from orchestrator.mcp_policy import McpPolicy, ServerRefused, refusal
@@ -181,7 +181,8 @@ class ResponsesService:
             namespaces=namespaces,
             identity=self.settings.identity,
         )
-        dev = h.developer_message(req.instructions, [_function(f) for f in tools.functions])
+        shown = [_function(f) for f in tools.functions] + [custom.shown(t) for t in tools.custom.values()]
+        dev = h.developer_message(req.instructions, shown)
         return [system, dev] if dev else [system]
 
     def _limits(self, req: ResponsesRequest) -> Limits:
@@ -209,6 +210,9 @@ class ResponsesService:
             return HARMONY
         if self.chat is None:
             raise RequestError("this orchestrator has no chat-completions worker client", "model", 503)
+        if tools.custom:
+            message = "custom tools are not supported for chat-template models (the chat-completions path)"
+            raise RequestError(message, "tools", 400, "unsupported_value")
         if "message.output_text.logprobs" in include:
             raise RequestError(
                 "include 'message.output_text.logprobs' is not supported for chat-template models "

@@ -14,10 +14,10 @@ from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator import toolcalls
-from orchestrator.kinds import Stream, open_stream
+from orchestrator.kinds import Stream, custom, open_stream
 from orchestrator.kinds.base import tool_args
 from orchestrator.kinds.mcp import resume_approvals
-from orchestrator.run import Call, Run, Turn, TurnModel, TurnState
+from orchestrator.run import Call, Constraint, Run, Turn, TurnModel, TurnState
 from orchestrator.worker.client import GenerateRequest, TokenLogprob
 
 
@@ -63,7 +63,7 @@ async def run(r: Run) -> None:
                 answered = await toolcalls.call(r, call) and answered  # False: an approval request ends it
             if answered and not functions:
                 continue
-        if not builtin and _retry_bad_arguments(r, [c.msg for c in functions]):
+        if not builtin and _retry_bad_arguments(r, [c.msg for c in functions if c.kind and c.kind.json_arguments]):
             continue
         if r.turn.required is not None:
             error = {
@@ -99,7 +99,7 @@ async def _turn(r: Run, budget: int) -> tuple[str, Stream | None]:
     t = r.turn
     parser = h.TurnParser()
     stream: Stream | None = None  # the item now open
-    constrained, t.constraining = t.constraining, False
+    constrained, t.constraining = t.constraining, None
     prefill = _prefill(t, constrained)
     for token in prefill:  # the header the model must continue, as if it had sampled it
         header, _, _ = parser.feed(token)
@@ -110,8 +110,8 @@ async def _turn(r: Run, budget: int) -> tuple[str, Stream | None]:
     prompt_tokens = generated = 0
     finish = None
     last_token = None
-    structured = t.answer_format.structured if constrained and t.answer_format else None
-    if t.answer_format is not None and not constrained:
+    structured = constrained.structured if constrained is not None else None
+    if t.answer_format is not None and constrained is None:
         budget = max(1, budget // 2)  # the free part (reasoning, calls) leaves room for the constrained answer
     req = GenerateRequest(prompt, budget, r.sampling, r.conversation, r.logprobs, structured)
     try:
@@ -131,9 +131,9 @@ async def _turn(r: Run, budget: int) -> tuple[str, Stream | None]:
                     if header is not None and t.required is not None and _misses(r, header):
                         t.forced = True
                         return "force", None  # closing the stream aborts the generation on the worker
-                    if not constrained and _unformatted(t, header, parser):
-                        t.constraining = True
-                        return "force", None  # the answer is written again, under the format's constraint
+                    if constrained is None and (constraint := _constraint(r, header, parser)) is not None:
+                        t.constraining = constraint  # written again under it (an answer format, a tool's grammar)
+                        return "force", None
                     stream, done = _feed(r, parser, stream, header, delta, msg, lp)
                     if msg is not None:
                         call_stream = done
@@ -146,8 +146,8 @@ async def _turn(r: Run, budget: int) -> tuple[str, Stream | None]:
             stream.close(partial, complete=False)
     if last_token == h.CALL:
         return "call", call_stream
-    if t.answer_format is not None and not constrained:
-        t.constraining = True  # no answer yet (the free half of the budget is spent, or the model stopped)
+    if t.answer_format is not None and constrained is None:
+        t.constraining = Constraint(FINAL_PREFILL, t.answer_format.structured)  # no answer yet: write one
         return "force", None
     if finish == "length" and last_token not in h.STOP_TOKENS:
         return "length", None
@@ -157,25 +157,34 @@ async def _turn(r: Run, budget: int) -> tuple[str, Stream | None]:
 FINAL_PREFILL = "<|channel|>final<|message|>"
 
 
-def _prefill(t: TurnState, constrained: bool) -> list[int]:
-    """The header the next generation continues: tool_choice's, or the final channel under a format."""
+def _prefill(t: TurnState, constrained: Constraint | None) -> list[int]:
+    """The header the next generation continues: tool_choice's, or the one a constraint applies after."""
     if t.forced and t.required:
         text = t.required.prefill
-    elif constrained:
-        text = FINAL_PREFILL
+    elif constrained is not None:
+        text = constrained.prefill
     else:
         return []
     return h.encoding().encode(text, allowed_special="all")
 
 
-def _unformatted(t: TurnState, header: h.Header | None, parser: h.TurnParser) -> bool:
-    """Whether a format-bound response is about to answer freely (or left the Harmony grammar): the answer is
-    then written under the constraint instead. Reasoning and tool calls stay free."""
-    if t.answer_format is None or t.required is not None:
-        return False
-    if parser.broken:
-        return True
-    return header is not None and header.channel == "final" and header.recipient in (None, "assistant")
+def _constraint(r: Run, header: h.Header | None, parser: h.TurnParser) -> Constraint | None:
+    """Whether the model heads for text that must be constrained: a call of a custom tool with a grammar,
+    or, under an answer format, a free answer (or it left the Harmony grammar). That text is then written
+    again under the constraint; reasoning and other calls stay free."""
+    t = r.turn
+    if t.required is not None:
+        return None
+    recipient = header.recipient if header is not None else None
+    if recipient and recipient.startswith("functions."):
+        tool = r.toolset.custom.get(recipient.removeprefix("functions.").split(" ")[0])
+        grammar = custom.constraint(tool) if tool is not None else None
+        if grammar is not None:
+            return Constraint(f"<|channel|>{header.channel or 'commentary'} to={recipient}<|message|>", grammar)
+    if t.answer_format is None:
+        return None
+    final = header is not None and header.channel == "final" and recipient in (None, "assistant")
+    return Constraint(FINAL_PREFILL, t.answer_format.structured) if final or parser.broken else None
 
 
 def _is_function(msg: Message) -> bool:

@@ -14,6 +14,7 @@ from openai_harmony import Message
 from orchestrator import harmony as h
 from orchestrator.kinds.base import EchoContext, Kind, Parsing, Stream
 from orchestrator.kinds.code_interpreter import CodeInterpreterKind
+from orchestrator.kinds.custom import CustomKind
 from orchestrator.kinds.function import FunctionKind
 from orchestrator.kinds.local_shell import LocalShellKind
 from orchestrator.kinds.mcp import McpKind
@@ -28,6 +29,7 @@ from orchestrator.schema import RequestError, Requirement, Toolset
 MESSAGE, REASONING = MessageKind(), ReasoningKind()
 # The kinds of tool calls, in the order they claim a recipient (shell before mcp: container.exec).
 TOOLS: tuple[Kind, ...] = (
+    CustomKind(),
     FunctionKind(),
     LocalShellKind(),
     NamespaceKind(),
@@ -67,9 +69,10 @@ def _requirement(choice: Any, tools: Toolset) -> Requirement | None:
     if choice == "auto":
         return None
     if choice == "required":
-        if not (tools.builtins or tools.mcp or tools.functions or tools.namespaces):
+        client = tools.functions or tools.mcp or tools.namespaces or tools.custom or tools.local_shell
+        if not (tools.builtins or client):
             raise RequestError("tool_choice 'required' needs at least one tool in tools", "tool_choice")
-        channel = "commentary" if tools.functions or tools.mcp or tools.namespaces else "analysis"
+        channel = "commentary" if client else "analysis"
         return Requirement("", f"<|channel|>{channel} to=")
     kind = _typed(_TYPES, choice.get("type")) if isinstance(choice, dict) else None
     required = kind.requirement(choice, tools) if kind is not None else None

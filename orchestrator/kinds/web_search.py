@@ -26,7 +26,7 @@ class WebSearchKind(Kind):
     """`web_search` / `web_search_preview` tools enable the `browser` namespace; their options travel as the
     browser session's headers."""
 
-    tool_types = ("web_search_preview", "web_search")
+    tool_types = ("web_search_preview", "web_search", "web_search_2025_08_26", "web_search_preview_2025_03_11")
     echoes = ("web_search_call",)
     reads_kept_text = True
     namespaces = ("browser",)

@@ -100,3 +100,44 @@ def test_an_approval_in_a_stateless_history_resumes_the_call(stack, tool_urls):
     second = stack.client.responses.create(model="m", input=history, tools=tools, store=False)
     assert [o.type for o in second.output] == ["mcp_list_tools", "mcp_call", "message"]
     assert second.output[1].approval_request_id == request.id and second.output_text == "Sunny."
+
+
+LARK = 'start: "*** Begin Patch" LF /(.+)/ LF "*** End Patch"\n%import common.LF\n'
+PATCH_TOOL = {
+    "type": "custom",
+    "name": "apply_patch",
+    "description": "Edit files.",
+    "format": {"type": "grammar", "syntax": "lark", "definition": LARK},
+}
+PATCH = "*** Begin Patch\nadd hello\n*** End Patch"
+
+
+def test_a_custom_tool_call_is_written_under_its_grammar_and_streams_its_input(stack):
+    stack.script(
+        [
+            ("functions\\.apply_patch to=assistant.*Done!", "<|channel|>final<|message|>Patched.<|return|>"),
+            ("to=functions\\.apply_patch<\\|message\\|>$", PATCH + "<|call|>"),  # the constrained retry
+            ("patch it", "<|channel|>commentary to=functions.apply_patch<|message|>not a patch<|call|>"),
+        ]
+    )
+    events = list(stack.client.responses.create(model="m", input="patch it", tools=[PATCH_TOOL], stream=True))
+    call = check_stream(events).output[0]
+    assert (call.type, call.name, call.input) == ("custom_tool_call", "apply_patch", PATCH)
+    deltas = "".join(e.delta for e in events if e.type == "response.custom_tool_call_input.delta")
+    sent = [o.get("structured_outputs") for o in stack.model.options][-2:]
+    assert deltas == PATCH and sent == [None, {"grammar": LARK}]  # free first, then under the grammar
+    history = [
+        {"role": "user", "content": "patch it"},
+        call.model_dump(exclude_none=True),
+        {"type": "custom_tool_call_output", "call_id": call.call_id, "output": "Done!"},
+    ]
+    second = stack.client.responses.create(model="m", input=history, tools=[PATCH_TOOL], store=False)
+    assert second.output_text == "Patched."
+    assert "apply_patch" in stack.model.encode_prompt_text(-1) and "Freeform" in stack.model.encode_prompt_text(-1)
+
+
+def test_dated_web_search_aliases_are_web_search(stack):
+    stack.script([], default="<|channel|>final<|message|>ok<|return|>")
+    for kind in ("web_search_2025_08_26", "web_search_preview_2025_03_11"):
+        resp = stack.client.responses.create(model="m", input="hi", tools=[{"type": kind}])
+        assert resp.tools[0].type == kind and "namespace browser" in stack.model.encode_prompt_text(-1)
