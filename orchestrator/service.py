@@ -182,6 +182,7 @@ class ResponsesService:
             identity=self.settings.identity,
         )
         shown = [_function(f) for f in tools.functions] + [custom.shown(t) for t in tools.custom.values()]
+        shown += [tools.tool_search] if tools.tool_search is not None else []
         dev = h.developer_message(req.instructions, shown)
         return [system, dev] if dev else [system]
 
@@ -210,8 +211,8 @@ class ResponsesService:
             return HARMONY
         if self.chat is None:
             raise RequestError("this orchestrator has no chat-completions worker client", "model", 503)
-        if tools.custom:
-            message = "custom tools are not supported for chat-template models (the chat-completions path)"
+        if tools.custom or tools.tool_search:
+            message = "custom and tool_search tools are not supported for chat-template models (the chat path)"
             raise RequestError(message, "tools", 400, "unsupported_value")
         if "message.output_text.logprobs" in include:
             raise RequestError(

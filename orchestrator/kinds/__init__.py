@@ -22,6 +22,7 @@ from orchestrator.kinds.message import MessageKind
 from orchestrator.kinds.namespace import NamespaceKind
 from orchestrator.kinds.reasoning import ReasoningKind
 from orchestrator.kinds.shell import ShellKind
+from orchestrator.kinds.tool_search import ToolSearchKind
 from orchestrator.kinds.web_search import WebSearchKind
 from orchestrator.run import Run
 from orchestrator.schema import RequestError, Requirement, Toolset
@@ -30,6 +31,7 @@ MESSAGE, REASONING = MessageKind(), ReasoningKind()
 # The kinds of tool calls, in the order they claim a recipient (shell before mcp: container.exec).
 TOOLS: tuple[Kind, ...] = (
     CustomKind(),
+    ToolSearchKind(),
     FunctionKind(),
     LocalShellKind(),
     NamespaceKind(),
@@ -69,7 +71,9 @@ def _requirement(choice: Any, tools: Toolset) -> Requirement | None:
     if choice == "auto":
         return None
     if choice == "required":
-        client = tools.functions or tools.mcp or tools.namespaces or tools.custom or tools.local_shell
+        client = (
+            tools.functions or tools.mcp or tools.namespaces or tools.custom or tools.local_shell or tools.tool_search
+        )
         if not (tools.builtins or client):
             raise RequestError("tool_choice 'required' needs at least one tool in tools", "tool_choice")
         channel = "commentary" if client else "analysis"

@@ -46,3 +46,23 @@ def test_codex_searches_the_web_through_the_gateway_browser(codex, fleet):
     assert searches and searches[0]["query"] == "tea"
     answer = "Tea is a drink ([example.com](https://example.com/tea))."  # the citation as OpenAI's search writes it
     assert [m["text"] for m in _items(events, "agent_message")] == [answer]
+
+
+PATCH = "*** Begin Patch\n*** Add File: hello.txt\n+hello from the patch\n*** End Patch\n"
+PATCH_RULES = [
+    ("functions\\.apply_patch to=assistant", "<|channel|>final<|message|>Patched.<|return|>"),
+    ("to=functions\\.apply_patch<\\|message\\|>$", PATCH + "<|call|>"),  # the call again, under its lark grammar
+    ("Add the file", "<|channel|>commentary to=functions.apply_patch<|message|>" + PATCH + "<|call|>"),
+]
+
+
+def test_codex_applies_a_patch_with_its_freeform_apply_patch_tool(codex, fleet):
+    """A model Codex knows as a GPT-5 model: its `apply_patch` is a `custom` tool with a lark grammar, and
+    it sends a client-run `tool_search` too."""
+    fleet.script(PATCH_RULES)
+    events = codex("--json", "--skip-git-repo-check", "-s", "danger-full-access", "-m", "gpt-5.5", "Add the file.")
+    assert (codex.work / "hello.txt").read_text() == "hello from the patch\n"
+    assert [m["text"] for m in _items(events, "agent_message")] == ["Patched."]
+    assert _items(events, "file_change")
+    grammar = fleet.model.options[-2]["structured_outputs"]["grammar"]
+    assert grammar.startswith("start: begin_patch hunk+ end_patch")  # Codex's own grammar reached the worker
