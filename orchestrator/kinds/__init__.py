@@ -57,13 +57,35 @@ def toolset(tools: list[dict[str, Any]], tool_choice: Any, gateway_url: Callable
     if tool_choice == "none":
         return out
     ctx = Parsing(gateway_url, BUILTIN_NAMESPACES)
+    allowed = _allowed(tool_choice, tools)
     for i, tool in enumerate(tools):
         kind = _typed(_TYPES, tool.get("type"))
         if kind is None:
             raise RequestError(f"unsupported tool type {tool.get('type')!r}", f"tools[{i}].type")
-        kind.parse(tool, f"tools[{i}]", out, ctx)
-    out.required = _requirement(tool_choice, out)
+        if allowed is None or any(_names(tool, a) for a in allowed):
+            kind.parse(tool, f"tools[{i}]", out, ctx)
+    out.required = _requirement(tool_choice["mode"] if allowed is not None else tool_choice, out)
     return out
+
+
+def _allowed(choice: Any, tools: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """`tool_choice: {"type": "allowed_tools", "mode", "tools"}`: the tools the model may use (the others are
+    not shown to it at all); None: every tool of the request."""
+    if not isinstance(choice, dict) or choice.get("type") != "allowed_tools":
+        return None
+    listed = choice.get("tools")
+    if choice.get("mode") not in ("auto", "required") or not isinstance(listed, list) or not listed:
+        raise RequestError("allowed_tools needs mode auto or required and a list of tools", "tool_choice")
+    for j, entry in enumerate(listed):
+        if not isinstance(entry, dict) or not any(_names(t, entry) for t in tools):
+            raise RequestError(f"allowed_tools names a tool that is not in tools: {entry!r}", f"tool_choice.tools[{j}]")
+    return listed
+
+
+def _names(tool: dict[str, Any], entry: dict[str, Any]) -> bool:
+    """Whether an allowed_tools entry ({type, and name or server_label when the type has them}) names `tool`."""
+    keys = ("type", "name", "server_label")
+    return all(tool.get(k) == entry[k] for k in keys if k in entry)
 
 
 def _requirement(choice: Any, tools: Toolset) -> Requirement | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import openai
+import pytest
 from invariants import check_stream
 
 NAMESPACE = {
@@ -141,3 +143,19 @@ def test_dated_web_search_aliases_are_web_search(stack):
     for kind in ("web_search_2025_08_26", "web_search_preview_2025_03_11"):
         resp = stack.client.responses.create(model="m", input="hi", tools=[{"type": kind}])
         assert resp.tools[0].type == kind and "namespace browser" in stack.model.encode_prompt_text(-1)
+
+
+def test_allowed_tools_shows_the_model_only_the_tools_it_names(stack):
+    stack.script([], default="<|channel|>final<|message|>ok<|return|>")
+    tools = [
+        {"type": "function", "name": "alpha", "parameters": {"type": "object", "properties": {}}},
+        {"type": "function", "name": "beta", "parameters": {"type": "object", "properties": {}}},
+    ]
+    choice = {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "beta"}]}
+    stack.client.responses.create(model="m", input="hi", tools=tools, tool_choice=choice)
+    prompt = stack.model.encode_prompt_text(-1)
+    assert "type beta" in prompt and "type alpha" not in prompt
+    with pytest.raises(openai.BadRequestError) as caught:
+        choice["tools"] = [{"type": "function", "name": "gamma"}]
+        stack.client.responses.create(model="m", input="hi", tools=tools, tool_choice=choice)
+    assert caught.value.body["param"] == "tool_choice.tools[0]"
