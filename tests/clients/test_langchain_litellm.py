@@ -3,6 +3,8 @@ to a worker) and on the Responses API. The scripted workers stand in for the mod
 
 from __future__ import annotations
 
+import pytest
+
 from tests.clients.conftest import chat_script, run_python
 
 LANGCHAIN = """
@@ -34,24 +36,13 @@ print(json.dumps({"chat": chat.choices[0].message.content, "streamed": streamed,
 """
 
 
-def _script(fleet) -> None:
+@pytest.mark.parametrize("client", [LANGCHAIN, LITELLM], ids=["langchain-chat-openai", "litellm"])
+def test_the_client_works_on_its_default_chat_completions_path_streaming_and_on_the_responses_api(
+    clients, fleet, client
+):
     chat_script(fleet.chat, [("^user: Say hello to ", {"content": "Hello, chat client."})])
     fleet.script([("Say hello over Responses", "<|channel|>final<|message|>Hello over Responses.<|return|>")])
-
-
-def test_langchain_chat_openai_works_on_chat_completions_and_on_the_responses_api(clients, fleet):
-    _script(fleet)
-    got = run_python(clients, LANGCHAIN, f"{fleet.url}/v1")
-    assert got == {
-        "chat": "Hello, chat client.",
-        "streamed": "Hello, chat client.",
-        "responses": "Hello over Responses.",
-    }
-
-
-def test_litellm_completion_and_responses_work(clients, fleet):
-    _script(fleet)
-    got = run_python(clients, LITELLM, f"{fleet.url}/v1")
+    got = run_python(clients, client, f"{fleet.url}/v1")
     assert got == {
         "chat": "Hello, chat client.",
         "streamed": "Hello, chat client.",
