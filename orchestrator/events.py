@@ -124,14 +124,8 @@ class Item:
 
     def __init__(self, builder: ResponseBuilder, index: int) -> None:
         self._builder, self.index = builder, index
-
-    @property
-    def _data(self) -> dict[str, Any]:
-        return self._builder.output[self.index]
-
-    @property
-    def id(self) -> str:
-        return self._data["id"]
+        self._data: dict[str, Any] = builder.output[index]
+        self.id: str = self._data["id"]  # read once: an item's id never changes, and events name it per token
 
     @property
     def status(self) -> str | None:

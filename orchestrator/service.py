@@ -7,7 +7,6 @@ import contextlib
 import datetime
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -22,6 +21,7 @@ from orchestrator.items import normalize
 from orchestrator.kinds import EchoContext, custom
 from orchestrator.kinds.mcp import list_tools_item
 from orchestrator.limits import check_running
+from orchestrator.live import RUNNING, Live, LiveResponses
 from orchestrator.mcp_policy import McpPolicy, ServerRefused, refusal
 from orchestrator.run import Limits, Run, ToolState, TurnModel, TurnState
 from orchestrator.schema import (
@@ -50,42 +50,8 @@ from toolkit.tracing import annotate, span
 
 log = structlog.get_logger(__name__)
 
-RUNNING = ("queued", "in_progress")
-CANCEL_WAIT_S = 15.0
-REPLAY_POLL_S = 0.25  # a stream of a response running on another replica follows the shared store
 
-
-@dataclass
-class Live:
-    """A response while it runs: its builder, its task, and what the HTTP status should be if it fails."""
-
-    builder: ResponseBuilder
-    request: ResponsesRequest
-    owner: str
-    task: asyncio.Task[None] | None = None
-    http_status: int = 200
-    error_code: str | None = None  # for the HTTP error body; response.error.code is OpenAI's fixed set
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def failure(self) -> ResponseFailed | None:
-        """The HTTP error a non-streaming caller gets for a failed response (None: it did not fail that way);
-        partial output, if any, stays readable with GET when stored."""
-        if self.http_status == 200:
-            return None
-        b = self.builder
-        message = (b.body.get("error") or {}).get("message") or "the response failed"
-        if self.request.store:
-            message += f" (response {b.id} is stored with status {b.body['status']})"
-        return ResponseFailed(message, None, self.http_status, self.error_code)
-
-
-class ResponseFailed(RequestError):
-    """A response that failed on our side (worker unavailable or broken, a crash): the non-streaming answer."""
-
-    etype = "server_error"
-
-
-class ResponsesService:
+class ResponsesService(LiveResponses):
     def __init__(
         self,
         settings: OrchestratorSettings,
@@ -371,121 +337,6 @@ class ResponsesService:
             self.live.pop(b.id, None)
             live.done.set()
 
-    # --- reading and managing -----------------------------------------------------------------------
-
-    async def find(self, rid: str, owner: str) -> tuple[Live | None, Record | None]:
-        """The live response or the stored record `owner` created; 404 for any other key (no existence oracle)."""
-        live = self.live.get(rid)
-        if live is not None and live.request.store and live.owner == owner:
-            return live, None
-        record = None if live is not None else await self.store.get(rid)
-        if record is None or record.owner != owner:
-            raise RequestError(f"response {rid!r} not found", "response_id", 404, "not_found")
-        return None, record
-
-    async def result(self, live: Live, gone: Callable[[], Awaitable[None]]) -> dict[str, Any] | None:
-        """A non-streaming response's body once it ends; None when the caller went away first (`gone`
-        returned): the generation is cancelled. A response that failed on our side raises `ResponseFailed`."""
-        if not await _first(live.done.wait(), gone()):
-            log.info("response.client_gone", response_id=live.builder.id)
-            if live.task and not live.task.done():
-                live.task.cancel()  # the client went away: abort the generation
-            await live.done.wait()
-            return None
-        if (failure := live.failure()) is not None:
-            raise failure
-        return live.builder.body
-
-    async def stream(self, live: Live) -> AsyncIterator[dict[str, Any]]:
-        """A streaming response's events; a caller that stops reading a foreground one cancels it."""
-        try:
-            async for event in live.builder.follow():
-                yield event
-        finally:
-            if not live.request.background and live.task and not live.task.done() and not live.builder.finished:
-                live.task.cancel()  # the client went away: abort the generation (not the settling after it)
-
-    async def retrieve(self, rid: str, owner: str) -> dict[str, Any]:
-        live, record = await self.find(rid, owner)
-        return live.builder.snapshot() if live is not None else record.body
-
-    async def replay(self, rid: str, owner: str, starting_after: int) -> AsyncIterator[dict[str, Any]]:
-        """The events after `starting_after`: live ones, or stored ones (for a response running on another
-        replica, followed through the store until it is stored finished)."""
-        live, record = await self.find(rid, owner)
-        return live.builder.follow(starting_after) if live is not None else self._stored_events(record, starting_after)
-
-    async def _stored_events(self, record: Record, starting_after: int) -> AsyncIterator[dict[str, Any]]:
-        position = starting_after + 1
-        while True:
-            for event in record.events[position:]:
-                yield event
-            position = max(position, len(record.events))
-            if record.body.get("status") not in RUNNING:
-                return
-            await asyncio.sleep(REPLAY_POLL_S)
-            if (current := await self.store.get(record.id)) is None:
-                return  # deleted meanwhile
-            record = current
-
-    async def input_items(self, rid: str, owner: str, limit: int, order: str, after: str | None) -> dict[str, Any]:
-        """One page of a finished response's input items (as OpenAI lists them: newest first by default)."""
-        _, record = await self.find(rid, owner)
-        if record is None:
-            raise RequestError(f"response {rid!r} is still running; its input items are listed once it ends", None, 409)
-        items = list(record.input_items)
-        if order == "desc":
-            items.reverse()
-        if after:
-            ids = [i.get("id") for i in items]
-            items = items[ids.index(after) + 1 :] if after in ids else []
-        limit = max(1, min(limit, 100))
-        page = items[:limit]
-        first, last = (page[0]["id"], page[-1]["id"]) if page else (None, None)
-        return {"object": "list", "data": page, "first_id": first, "last_id": last, "has_more": len(items) > limit}
-
-    async def delete(self, rid: str, owner: str) -> dict[str, Any]:
-        live, _ = await self.find(rid, owner)  # another key's id: 404 like a missing one
-        if live is not None and live.task:
-            live.task.cancel()
-            await live.done.wait()
-        if not await self.store.delete(rid):
-            raise RequestError(f"response {rid!r} not found", "response_id", 404, "not_found")
-        return {"id": rid, "object": "response.deleted", "deleted": True}
-
-    async def cancel(self, rid: str, owner: str) -> dict[str, Any]:
-        live, record = await self.find(rid, owner)
-        if live is None:
-            if record and record.body.get("status") == "cancelled":
-                return record.body
-            if record and record.body.get("status") in RUNNING:  # running on another replica
-                return await self._cancel_elsewhere(rid, record)
-            raise RequestError("only a background response that is still running can be cancelled", None, 400)
-        if not live.request.background:
-            raise RequestError("only background responses can be cancelled", None, 400)
-        if live.task:
-            live.task.cancel()
-        await live.done.wait()
-        return live.builder.body
-
-    async def _cancel_elsewhere(self, rid: str, record: Record) -> dict[str, Any]:
-        """Flag the response in the shared store; the replica running it cancels it (`watch_cancels`)."""
-        await self.store.request_cancel(rid)
-        with anyio.move_on_after(CANCEL_WAIT_S):
-            while record.body.get("status") in RUNNING:
-                await asyncio.sleep(0.1)
-                record = await self.store.get(rid) or record
-        return record.body
-
-    async def watch_cancels(self) -> None:
-        """Cancel the background responses this replica runs that another replica was asked to cancel."""
-        ids = [rid for rid, lv in self.live.items() if lv.request.background]
-        for rid in await self.store.cancel_requested(ids) if ids else ():
-            live = self.live.get(rid)
-            if live is not None and live.task:
-                log.info("response.cancelled_elsewhere", response_id=rid)
-                live.task.cancel()
-
     async def reap_idle(self) -> None:
         for conversation, urls in await self.store.idle_conversations(self.settings.session_idle_s):
             await cleanup_sessions(conversation, urls)
@@ -513,17 +364,6 @@ class ResponsesService:
         for task in tasks:
             with contextlib.suppress(BaseException):
                 await task
-
-
-async def _first(done: Awaitable[Any], gone: Awaitable[None]) -> bool:
-    """Wait for `done` or `gone`, whichever comes first; True when `done` did."""
-    waiters = [asyncio.ensure_future(done), asyncio.ensure_future(gone)]
-    try:
-        finished, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in waiters:
-            task.cancel()
-    return waiters[0] in finished
 
 
 async def _every(interval_s: float, job: Callable[[], Awaitable[None]], name: str) -> None:

@@ -103,9 +103,10 @@ def _requirement(choice: Any, tools: Toolset) -> Requirement | None:
     kind = _typed(_TYPES, choice.get("type")) if isinstance(choice, dict) else None
     required = kind.requirement(choice, tools) if kind is not None else None
     if required is None:
+        named = [t for k in TOOLS if type(k).requirement is not Kind.requirement for t in k.tool_types]
+        choices = ", ".join(named[:-1]) + f" or {named[-1]}"
         raise RequestError(
-            f"unsupported tool_choice {choice!r} (auto, none, required, or a function, mcp, "
-            "code_interpreter or web_search_preview tool of this request)",
+            f"unsupported tool_choice {choice!r} (auto, none, required, or a {choices} tool of this request)",
             "tool_choice",
         )
     return required
