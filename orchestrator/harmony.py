@@ -29,6 +29,7 @@ from toolkit.vocab import ensure_vocab
 
 START, CHANNEL, MESSAGE, END, CALL, RETURN, CONSTRAIN = 200006, 200005, 200008, 200007, 200012, 200002, 200003
 STOP_TOKENS = (CALL, RETURN)
+END_OF_TEXT = 199999  # `<|endoftext|>`: an end of sequence the worker may stop on (a grammar's end), not Harmony
 MESSAGE_END_TOKENS = frozenset((END, CALL, RETURN))
 EFFORTS = {
     "none": ReasoningEffort.LOW,

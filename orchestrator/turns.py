@@ -125,6 +125,8 @@ async def _turn(r: Run, budget: int) -> tuple[str, Stream | None]:
                     finish = chunk.finish_reason
                 for i, token in enumerate(chunk.token_ids):
                     generated += 1
+                    if token == h.END_OF_TEXT:
+                        continue  # the worker's end of sequence: the message is ended below, not written on
                     last_token = t.last_token = token
                     lp = chunk.logprobs[i] if chunk.logprobs and i < len(chunk.logprobs) else None
                     header, delta, msg = parser.feed(token)
@@ -137,6 +139,12 @@ async def _turn(r: Run, budget: int) -> tuple[str, Stream | None]:
                     stream, done = _feed(r, parser, stream, header, delta, msg, lp)
                     if msg is not None:
                         call_stream = done
+        if constrained is not None and finish == "stop" and last_token not in h.STOP_TOKENS and parser.header:
+            # the constraint ended the text and the worker stopped on its end of sequence: end the message
+            last_token = h.CALL if parser.header.recipient not in (None, "assistant") else h.RETURN
+            header, delta, msg = parser.feed(last_token)
+            stream, done = _feed(r, parser, stream, header, delta, msg)
+            call_stream = done if msg is not None else call_stream
     finally:
         r.usage.account(prompt_tokens or len(prompt), generated)
         if stream is not None and stream.in_progress:

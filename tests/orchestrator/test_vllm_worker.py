@@ -86,5 +86,10 @@ def test_real_worker_answers_json_that_validates_against_the_requested_schema(co
         )
     )
     final = check_stream(events)
-    jsonschema.validate(json.loads(final.output_text), ANSWER_SCHEMA)  # random weights: only the constraint does this
+    try:
+        answer = json.loads(final.output_text)
+    except ValueError:
+        pytest.fail(f"not JSON: {final.output_text!r} ({[o.type for o in final.output]})")
+    jsonschema.validate(answer, ANSWER_SCHEMA)  # random weights: only the constraint can do this
+    assert final.output[-1].status == "completed"
     assert final.text.format.type == "json_schema"
