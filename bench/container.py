@@ -1,9 +1,10 @@
 """Figures of the container tool through MCP, beside `docker run --rm` and `docker exec` per command, in one run.
 
-Usage: python -m bench.container [--n 200] [--sessions 20] [--out results.json]
+Usage: python -m bench.container [--n 200] [--sessions 20] [--out results.json] [--runtimes runc,runsc]
 
-Rows: warm `exec ["true"]` (streamable HTTP, mcp 2.x client); the first exec of a new session with
-and without the warm pool; 8 concurrent sessions' throughput; and the baselines, straight on the
+Rows, under each OCI runtime of `--runtimes` (runc and gVisor's runsc, then a side-by-side table): warm
+`exec ["true"]` (streamable HTTP, mcp 2.x client); the first exec of a new session with and
+without the warm pool; 8 concurrent sessions' throughput; and the baselines, straight on the
 engine API with the same image: a fresh container per command (`docker run --rm`) and `docker exec`
 in a running container (create + start + inspect, what a server without a resident agent pays).
 """
@@ -55,12 +56,8 @@ def docker_exec_baseline(n: int) -> list[float]:
 
 async def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
-    instance = f"bench-ctr-{uuid.uuid4().hex[:8]}"
-    with sessions.tool_server("tools.container", instance, 2) as server:
-        await asyncio.sleep(2)  # let the pool fill before the first measured session
-        rows += await sessions.pooled_rows(server.url, args, timed_exec, call="exec true", pool=2)
-    with sessions.tool_server("tools.container", f"{instance}-nopool", 0) as server:
-        rows.append(await sessions.unpooled_row(server.url, args, timed_exec, call="exec true"))
+    for runtime in sessions.engine_runtimes(args.runtimes):
+        rows += await measure_runtime(args, runtime)
     rows.append(
         sessions.row(
             "baseline: docker run --rm per command", sessions.fresh_container_runs(IMAGE, ["true"], args.baseline_n)
@@ -70,12 +67,26 @@ async def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+async def measure_runtime(args: argparse.Namespace, runtime: str) -> list[dict[str, Any]]:
+    """The server's rows with its session containers under one OCI runtime (runc, or gVisor's runsc)."""
+    rows = []
+    instance = f"bench-ctr-{uuid.uuid4().hex[:8]}"
+    with sessions.tool_server("tools.container", instance, 2, "--oci-runtime", runtime) as server:
+        await asyncio.sleep(2)  # let the pool fill before the first measured session
+        rows += await sessions.pooled_rows(server.url, args, timed_exec, call="exec true", pool=2)
+    with sessions.tool_server("tools.container", f"{instance}-nopool", 0, "--oci-runtime", runtime) as server:
+        rows.append(await sessions.unpooled_row(server.url, args, timed_exec, call="exec true"))
+    return sessions.tagged(rows, runtime)
+
+
 def print_table(rows: list[dict[str, Any]]) -> None:
-    print_rows(rows)
+    print_rows(rows, width=56)
     by_name = {r["name"]: r for r in rows}
-    warm = by_name["warm exec true"]["p50_ms"]
-    for name in ("baseline: docker run --rm per command", "baseline: docker exec per command"):
-        print(f"{'ratio ' + name.removeprefix('baseline: ') + ' p50 / warm':<48} {by_name[name]['p50_ms'] / warm:.1f}x")
+    for warm in (r for r in rows if r["name"].startswith("warm exec true [")):
+        for name in ("baseline: docker run --rm per command", "baseline: docker exec per command"):
+            label = f"ratio {name.removeprefix('baseline: ')} p50 / {warm['name']}"
+            print(f"{label:<56} {by_name[name]['p50_ms'] / warm['p50_ms']:.1f}x")
+    sessions.print_side_by_side(rows)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -47,7 +47,47 @@ def tool_bench_parser(doc: str, *, calls: str, baseline_n: int, baseline: str) -
     p.add_argument("--arrival-s", type=float, default=0.5, help="pause between new sessions (lets the pool refill)")
     p.add_argument("--baseline-n", type=int, default=baseline_n, help=baseline)
     p.add_argument("--out", default=None, help="write the figures as JSON here")
+    p.add_argument(
+        "--runtimes",
+        default="runc,runsc",
+        help="OCI runtimes measured side by side (those the engine lacks are skipped)",
+    )
     return p
+
+
+def engine_runtimes(wanted: str) -> list[str]:
+    """The runtimes of the comma-separated `wanted` that the Docker engine has; says which it skips."""
+    known = docker.from_env().info().get("Runtimes") or {}
+    found = [rt for rt in wanted.split(",") if rt in known]
+    for rt in set(wanted.split(",")) - set(found):
+        print(f"skipping {rt}: the Docker engine has no such runtime (deploy/setup-host.sh gvisor registers runsc)")
+    return found
+
+
+def tagged(rows: list[dict[str, Any]], runtime: str) -> list[dict[str, Any]]:
+    return [{**r, "name": f"{r['name']} [{runtime}]", "runtime": runtime} for r in rows]
+
+
+def print_side_by_side(rows: list[dict[str, Any]]) -> None:
+    """Each measured row beside its counterpart under the other runtimes: p50 / p99, and the ratio to runc."""
+    by_base: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in rows:
+        if "runtime" in r and "p50_ms" in r:
+            by_base.setdefault(r["name"].rsplit(" [", 1)[0], {})[r["runtime"]] = r
+    runtimes = sorted({rt for per in by_base.values() for rt in per}, key=lambda rt: rt != "runc")
+    if len(runtimes) < 2:
+        return
+    print(f"\n{'p50 / p99 ms':<48} " + " ".join(f"{rt:>16}" for rt in runtimes) + "  p50 ratio to runc")
+    for base, per in by_base.items():
+        cells = " ".join(
+            f"{per[rt]['p50_ms']:>7.1f} / {per[rt]['p99_ms']:<6.1f}" if rt in per else f"{'-':>16}" for rt in runtimes
+        )
+        ratios = ", ".join(
+            f"{rt} {per[rt]['p50_ms'] / per['runc']['p50_ms']:.1f}x"
+            for rt in runtimes[1:]
+            if rt in per and "runc" in per
+        )
+        print(f"{base:<48} {cells}  {ratios}")
 
 
 def tool_server(module: str, instance: str, pool: int, *flags: str) -> AbstractContextManager[Service]:

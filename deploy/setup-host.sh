@@ -15,6 +15,10 @@ if [ "${1:-}" = gvisor ]; then
   # Debian's runsc, added to /etc/docker/daemon.json (other keys kept) with --network=none: runsc cannot run
   # with a network from the engine's root network namespace, and sandboxes have none anyway.
   command -v runsc >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runsc >/dev/null; }
+  if docker info -f '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'; then
+    say "gVisor (runsc) already registered with the engine"
+    exit 0
+  fi
   python3 - <<'PY'
 import json, pathlib
 path = pathlib.Path("/etc/docker/daemon.json")
@@ -23,7 +27,9 @@ config.setdefault("runtimes", {})["runsc"] = {"path": "/usr/bin/runsc", "runtime
 path.parent.mkdir(parents=True, exist_ok=True)
 path.write_text(json.dumps(config, indent=2) + "\n")
 PY
-  kill -HUP "$(pidof dockerd)"
+  # SIGHUP reloads daemon.json's runtimes; running containers are untouched. The engine's own pid file, not
+  # pidof: docker-in-docker nodes' dockerd processes are visible from the host too.
+  kill -HUP "$(cat /var/run/docker.pid 2>/dev/null || pidof -s dockerd)"
   for _ in $(seq 20); do docker info -f '{{json .Runtimes}}' | grep -q runsc && break; sleep 0.5; done
   docker info -f '{{json .Runtimes}}' | grep -q runsc || { echo "dockerd did not pick up runsc" >&2; exit 1; }
   say "gVisor (runsc) registered with the engine"

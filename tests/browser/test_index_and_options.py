@@ -132,6 +132,72 @@ async def test_the_python_documentation_is_searched_and_browsed_offline(tmp_path
 def test_the_allowlist_comes_from_the_flag_or_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     from tools.browser.settings import BrowserSettings
 
-    monkeypatch.setenv("TOOLFLEET_BROWSER_ALLOW_HOSTS", "127.0.0.1:8080, Intranet.example")
-    assert BrowserSettings.from_args([], prog="t").allow_hosts == ["127.0.0.1:8080", "intranet.example"]
-    assert BrowserSettings.from_args(["--allow-hosts", "a:1,b"], prog="t").allow_hosts == ["a:1", "b"]
+    monkeypatch.setenv("TOOLFLEET_BROWSER_SSRF_EXEMPT_HOSTS", "127.0.0.1:8080, Intranet.example")
+    assert BrowserSettings.from_args([], prog="t").ssrf_exempt_hosts == ["127.0.0.1:8080", "intranet.example"]
+    assert BrowserSettings.from_args(["--ssrf-exempt-hosts", "a:1,b"], prog="t").ssrf_exempt_hosts == ["a:1", "b"]
+
+
+def test_the_old_names_of_both_host_lists_still_work_with_a_deprecation_warning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tools.browser.settings import BrowserSettings
+
+    with pytest.warns(FutureWarning, match="--allow-hosts is deprecated.*use --ssrf-exempt-hosts"):
+        assert BrowserSettings.from_args(["--allow-hosts", "a:1"], prog="t").ssrf_exempt_hosts == ["a:1"]
+    monkeypatch.setenv("TOOLFLEET_BROWSER_ALLOWED_HOSTS", '["b:2"]')
+    with pytest.warns(FutureWarning, match="--allowed-hosts is deprecated.*use --accepted-host-headers"):
+        assert BrowserSettings.from_args([], prog="t").accepted_host_headers == ["b:2"]
+
+
+def test_the_default_corpus_is_debians_python_documentation() -> None:
+    from tools.browser.settings import BrowserSettings
+
+    assert BrowserSettings.from_args([], prog="t").default_corpus_dir == PYDOC
+
+
+async def test_with_no_corpus_dir_the_default_corpus_is_indexed_and_logged(tmp_path: Path, corpus_dir: Path) -> None:
+    """A browser started with no `--corpus-dir` searches the default corpus (here the test corpus stands in)."""
+    args = ["-m", "tools.browser", "--index-dir", str(tmp_path / "index"), "--default-corpus-dir", str(corpus_dir)]
+    with running_service(args) as svc:
+        async with mcp_session(svc.url, "streamable-http", headers(**{"x-browser-external-access": "off"})) as s:
+            found = (await s.call_tool("search", {"query": "kettle"})).structured_content
+        log = svc.log_path.read_text()
+    assert found["hits"][0]["url"].startswith("corpus://local/")
+    events = {e["event"]: e for e in map(json.loads, log.splitlines()) if "event" in e}
+    assert events["corpus.default"]["corpus_dir"] == str(corpus_dir)
+    assert events["index.updated"]["corpus_dir"] == str(corpus_dir)
+    assert re.match(r"indexed [1-9]\d* documents \([1-9]\d* new", events["index.updated"]["summary"])
+    with running_service(args) as svc:  # started again: the default's own index is kept up to date, not frozen
+        async with mcp_session(svc.url, "streamable-http", headers(**{"x-browser-external-access": "off"})) as s:
+            opened = await s.call_tool("open", {"id": found["hits"][0]["url"]})
+        assert '"corpus.default"' in svc.log_path.read_text()
+    assert not opened.is_error, opened.content[0].text
+
+
+async def test_an_index_built_before_is_served_as_it_is_not_updated_from_the_default_corpus(
+    tmp_path: Path, corpus_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "note.md").write_text("# Samovar\n\nA samovar keeps the water hot.\n")
+    assert index(own, tmp_path / "index", capsys)[0] == 0
+    args = ["-m", "tools.browser", "--index-dir", str(tmp_path / "index"), "--default-corpus-dir", str(corpus_dir)]
+    with running_service(args) as svc:
+        async with mcp_session(svc.url, "streamable-http", headers(**{"x-browser-external-access": "off"})) as s:
+            mine = (await s.call_tool("search", {"query": "samovar"})).structured_content["hits"]
+            default = (await s.call_tool("search", {"query": "kettle"})).structured_content["hits"]
+        log = svc.log_path.read_text()
+    assert [h["title"] for h in mine] == ["Samovar"] and default == []
+    assert '"corpus.index_only"' in log and '"corpus.default"' not in log
+
+
+async def test_with_no_corpus_at_all_start_up_and_every_empty_search_say_how_to_add_one(tmp_path: Path) -> None:
+    args = ["-m", "tools.browser", "--index-dir", str(tmp_path / "index"), "--default-corpus-dir", str(tmp_path / "no")]
+    with running_service(args) as svc:
+        async with mcp_session(svc.url, "streamable-http", headers()) as s:
+            texts = [(await s.call_tool("search", {"query": q})).content[0].text for q in ("kettle", "tea")]
+        log = svc.log_path.read_text()
+    events = {e["event"]: e for e in map(json.loads, log.splitlines()) if "event" in e}
+    assert events["corpus.none"]["level"] == "warning" and "--corpus-dir DIR" in events["corpus.none"]["hint"]
+    for text in texts:
+        assert "No results for" in text and "No corpus is configured" in text and "--corpus-dir DIR" in text

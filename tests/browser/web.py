@@ -133,5 +133,5 @@ def write_corpus(root: Path) -> Path:
 def browser_args(web: str, corpus: Path, index: Path, *extra: str) -> list[str]:
     """`python -m tools.browser` flags for a server over the test corpus that may fetch the fixture web."""
     host = web.removeprefix("http://")
-    return ["-m", "tools.browser", "--corpus-dir", str(corpus), "--index-dir", str(index), "--allow-hosts", host,
+    return ["-m", "tools.browser", "--corpus-dir", str(corpus), "--index-dir", str(index), "--ssrf-exempt-hosts", host,
             "--fetch-timeout-s", "3", *extra]  # fmt: skip

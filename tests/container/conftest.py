@@ -81,10 +81,17 @@ def instance() -> str:
     return f"pytest-ctr-{uuid.uuid4().hex[:10]}"
 
 
+@pytest.fixture(scope="module", params=["runc", "runsc"])
+def oci_runtime(request: pytest.FixtureRequest) -> str:
+    """The module's server runs its sessions under runc, then under gVisor (runsc) where the engine has it."""
+    if request.param not in (require_docker().info().get("Runtimes") or {}):
+        pytest.skip(f"the Docker engine has no {request.param} runtime (deploy/setup-host.sh gvisor registers runsc)")
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def server(instance: str) -> Iterator[Service]:
-    require_docker()
-    with running_service(server_args(instance)) as svc:
+def server(instance: str, oci_runtime: str) -> Iterator[Service]:
+    with running_service(server_args(instance, "--oci-runtime", oci_runtime)) as svc:
         yield svc
     assert containers_of(instance) == [], "the server left containers behind"
 

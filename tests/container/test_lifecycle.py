@@ -81,19 +81,6 @@ def test_a_server_that_cannot_run_containers_refuses_to_start_and_says_why(flags
     assert containers_of(instance) == []
 
 
-async def test_gvisor_runs_session_containers_where_the_engine_has_runsc() -> None:
-    client = require_docker()
-    if "runsc" not in (client.info().get("Runtimes") or {}):
-        pytest.skip("the Docker engine has no runsc runtime configured (README: the container tool)")
-    instance = f"pytest-ctr-runsc-{uuid.uuid4().hex[:8]}"
-    with running_service(server_args(instance, "--oci-runtime", "runsc")) as server:
-        async with mcp_session(server.url, "streamable-http", {"x-session-id": "gvisor"}) as session:
-            mounts = (await session.call_tool("exec", {"cmd": ["cat", "/proc/self/mountinfo"]})).content[0].text
-            dmesg = (await session.call_tool("exec", {"cmd": ["dmesg"]})).content[0].text
-    assert "/var/lib/docker" not in mounts and "gVisor" in dmesg
-    assert containers_of(instance) == []
-
-
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_mcp_1x_client_drives_a_persistent_session(server: Service, transport: str, session_id: str) -> None:
     ops = [

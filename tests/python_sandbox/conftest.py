@@ -28,7 +28,9 @@ def docker_client() -> docker.DockerClient | None:
         return None
 
 
-def server_args(backend: str, instance: str, *extra: str, timeout_s: float = TIMEOUT_S) -> list[str]:
+def server_args(
+    backend: str, instance: str, *extra: str, timeout_s: float = TIMEOUT_S, oci_runtime: str = "runc"
+) -> list[str]:
     return [
         "-m",
         "tools.python_sandbox",
@@ -46,21 +48,39 @@ def server_args(backend: str, instance: str, *extra: str, timeout_s: float = TIM
         "64",
         "--max-output-chars",
         "5000",
+        *(["--oci-runtime", oci_runtime] if backend == "docker" else []),
         *extra,
     ]
 
 
-def require_backend(backend: str) -> None:
+def require_backend(backend: str, oci_runtime: str = "runc") -> None:
     if backend == "docker" and docker_client() is None:
         pytest.skip("needs a Docker engine and toolfleet/python-sandbox:latest (deploy/build-images.sh)")
+    if backend == "docker" and oci_runtime not in (docker_client().info().get("Runtimes") or {}):  # type: ignore[union-attr]
+        pytest.skip(f"the Docker engine has no {oci_runtime} runtime (deploy/setup-host.sh gvisor registers runsc)")
     if backend == "local" and shutil.which("bwrap") is None:
         pytest.skip("needs bubblewrap")
 
 
-@pytest.fixture(scope="module", params=["docker", "local"])
-def backend(request: pytest.FixtureRequest) -> str:
-    require_backend(request.param)
+@pytest.fixture(
+    scope="module",
+    params=[("docker", "runc"), ("local", ""), ("docker", "runsc")],
+    ids=["docker", "local", "docker-runsc"],
+)
+def sandbox(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """Where sessions run: the docker backend under runc and under gVisor (runsc), and the local one (bwrap)."""
+    require_backend(*request.param)
     return request.param
+
+
+@pytest.fixture(scope="module")
+def backend(sandbox: tuple[str, str]) -> str:
+    return sandbox[0]
+
+
+@pytest.fixture(scope="module")
+def oci_runtime(sandbox: tuple[str, str]) -> str:
+    return sandbox[1]
 
 
 @pytest.fixture(scope="module")
@@ -68,27 +88,27 @@ def instance() -> str:
     return f"pytest-{uuid.uuid4().hex[:10]}"
 
 
-def serving(backend: str, instance: str, timeout_s: float = TIMEOUT_S) -> Iterator[Service]:
+def serving(backend: str, instance: str, oci_runtime: str, timeout_s: float = TIMEOUT_S) -> Iterator[Service]:
     """A server for the module; on the docker backend it must leave none of its containers behind."""
-    with running_service(server_args(backend, instance, timeout_s=timeout_s)) as svc:
+    with running_service(server_args(backend, instance, timeout_s=timeout_s, oci_runtime=oci_runtime)) as svc:
         yield svc
     if backend == "docker":
         assert containers_of(instance) == [], "the server left containers behind"
 
 
 @pytest.fixture(scope="module")
-def server(backend: str, instance: str) -> Iterator[Service]:
-    yield from serving(backend, instance)
+def server(backend: str, instance: str, oci_runtime: str) -> Iterator[Service]:
+    yield from serving(backend, instance, oci_runtime)
 
 
 @pytest.fixture(scope="module")
-def patient_server(backend: str, instance: str) -> Iterator[Service]:
+def patient_server(backend: str, instance: str, oci_runtime: str) -> Iterator[Service]:
     """A server whose calls may run for a minute, for outcomes that must not hang on the machine's speed.
 
     Filling memory page by page can take 10x longer on a loaded VM (first-touch faults): under the
     3 s server a memory bomb then ends in a timeout before it reaches the limit under test.
     """
-    yield from serving(backend, f"{instance}-patient", PATIENT_TIMEOUT_S)
+    yield from serving(backend, f"{instance}-patient", oci_runtime, PATIENT_TIMEOUT_S)
 
 
 def containers_of(instance: str) -> list[str]:

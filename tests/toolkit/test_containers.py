@@ -80,3 +80,16 @@ async def test_a_replica_whose_lease_container_died_takes_a_new_one_and_keeps_it
         assert wait_until(lambda: lease not in labelled("toolfleet.lease", instance), 5)  # the old one removed
         assert await python(server, "kept", "state") == "'survived'"  # the session's interpreter lives on
         assert "lease.lost" in server.log()
+
+
+def test_one_setting_makes_an_oci_runtime_the_default_of_every_sandbox_tool(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tools.container.settings import ContainerSettings
+    from tools.python_sandbox.settings import PythonSandboxSettings
+
+    assert PythonSandboxSettings.from_args([], prog="t").oci_runtime == "runc"
+    monkeypatch.setenv("TOOLFLEET_OCI_RUNTIME", "runsc")
+    assert PythonSandboxSettings.from_args([], prog="t").oci_runtime == "runsc"
+    assert ContainerSettings.from_args([], prog="t").oci_runtime == "runsc"
+    assert ContainerSettings.from_args(["--oci-runtime", "runc"], prog="t").oci_runtime == "runc"  # a flag still wins
+    monkeypatch.setenv("TOOLFLEET_CONTAINER_OCI_RUNTIME", "runc")
+    assert ContainerSettings.from_args([], prog="t").oci_runtime == "runc"  # and so does the tool's own variable

@@ -7,6 +7,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import structlog
+
 from toolkit.serve import run_service
 from tools.browser.backends import load_backend
 from tools.browser.backends.local import LocalIndex, SearchIndex, update_index
@@ -14,16 +16,43 @@ from tools.browser.core import Browser
 from tools.browser.corpus import Corpus
 from tools.browser.fetch import Fetcher, FetchLimits
 from tools.browser.server import build_server
-from tools.browser.settings import BrowserSettings
+from tools.browser.settings import NO_CORPUS_HINT, BrowserSettings
+
+log = structlog.get_logger(__name__)
+DEFAULT_MARKER = "default-corpus"
+"""In an index directory: this index was built from the default corpus (so it may be updated from it)."""
 
 
 def build_browser(settings: BrowserSettings) -> Browser:
     """The browser the settings describe: the named search backend, the corpus (if any), the guarded fetcher."""
+    settings = with_corpus(settings)
     search = load_backend(settings.search_backend, settings)
     corpus = Corpus(settings.corpus_dir, settings.corpus_base_url) if settings.corpus_dir else None
     corpus_search = search if isinstance(search, LocalIndex) else (LocalIndex(settings) if corpus else None)
     limits = FetchLimits(settings.fetch_max_bytes, settings.fetch_timeout_s, settings.max_redirects)
-    return Browser(settings, search, Fetcher(limits, settings.allow_hosts), corpus=corpus, corpus_search=corpus_search)
+    return Browser(
+        settings, search, Fetcher(limits, settings.ssrf_exempt_hosts), corpus=corpus, corpus_search=corpus_search
+    )
+
+
+def with_corpus(settings: BrowserSettings) -> BrowserSettings:
+    """An unset `--corpus-dir` falls back to the default corpus where the machine has one; without, say so once.
+
+    An index built from another directory (`toolfleet browser index DIR`) is served as it is: updating it from
+    the default corpus would replace what the operator indexed. A marker file tells the default's own index."""
+    if settings.corpus_dir is not None:
+        return settings
+    marker = settings.index_dir / DEFAULT_MARKER
+    if (settings.index_dir / "meta.json").exists() and not marker.exists():
+        log.info("corpus.index_only", index_dir=str(settings.index_dir))
+        return settings
+    if settings.default_corpus_dir.is_dir():
+        log.info("corpus.default", corpus_dir=str(settings.default_corpus_dir))
+        settings.index_dir.mkdir(parents=True, exist_ok=True)
+        marker.write_text(f"{settings.default_corpus_dir}\n")
+        return settings.model_copy(update={"corpus_dir": settings.default_corpus_dir})
+    log.warning("corpus.none", hint=NO_CORPUS_HINT)
+    return settings
 
 
 class _Progress:

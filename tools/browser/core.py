@@ -20,7 +20,7 @@ from tools.browser.corpus import Corpus
 from tools.browser.extract import html_document, text_document
 from tools.browser.fetch import Fetcher, FetchError
 from tools.browser.page import Document, Link, View, find_lines, link_marker, wrap, wrap_verbatim
-from tools.browser.settings import BrowserSettings
+from tools.browser.settings import NO_CORPUS_HINT, BrowserSettings
 
 log = structlog.get_logger(__name__)
 CONTEXT_SCALE = {"low": 0.5, "medium": 1.0, "high": 2.0}
@@ -126,7 +126,10 @@ class Browser:
         except SearchUnavailable as exc:
             log.warning("search.unavailable", reason=str(exc))
             raise BrowserError(f"search failed: {exc}; try again later") from exc
-        return s.push(self._view(s, search_page(query, hits), 0, None, opt))
+        page = search_page(query, hits)
+        if not hits and self.corpus is None and backend is self.corpus_search:
+            page.lines += wrap(NO_CORPUS_HINT)
+        return s.push(self._view(s, page, 0, None, opt))
 
     # --- open ------------------------------------------------------------------------------------
 

@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 from pydantic import Field, field_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
 from toolkit.settings import ToolServerSettings
 
+DEFAULT_CORPUS = Path("/usr/share/doc/python3-doc/html")
+"""Debian's python3-doc: the Python documentation as HTML, the corpus the browser image bakes in."""
+NO_CORPUS_HINT = (
+    "No corpus is configured, so searches find nothing: start the browser with --corpus-dir DIR "
+    "(TOOLFLEET_BROWSER_CORPUS_DIR; HTML, Markdown or text files), or install Debian's python3-doc for its default."
+)
+
 
 class BrowserSettings(ToolServerSettings):
     model_config = SettingsConfigDict(env_prefix="TOOLFLEET_BROWSER_", cli_kebab_case=True, extra="ignore")
+
+    RENAMED: ClassVar[dict[str, str]] = {**ToolServerSettings.RENAMED, "allow_hosts": "ssrf_exempt_hosts"}
 
     port: int = 8801
     search_backend: str = Field("local", description="local (the corpus index), searxng, exa, youcom or brave")
@@ -20,12 +29,18 @@ class BrowserSettings(ToolServerSettings):
     search_api_key: str | None = Field(None, description="API key of exa, youcom or brave")
     search_timeout_s: float = Field(10.0, description="longest a search backend may take")
     corpus_dir: Path | None = Field(None, description="HTML / Markdown / text files searched and opened offline")
+    default_corpus_dir: Path = Field(
+        DEFAULT_CORPUS, description="the corpus when --corpus-dir is not given and this directory exists"
+    )
     index_dir: Path = Field(
         Path.home() / ".cache" / "toolfleet" / "browser-index", description="where the corpus's search index lives"
     )
     corpus_base_url: str = Field("corpus://local/", description="URL prefix of corpus documents (file path after it)")
-    allow_hosts: Annotated[list[str], NoDecode] = Field(
+    ssrf_exempt_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="host[:port] entries the SSRF guard lets through (comma-separated)"
+    )
+    allow_hosts: Annotated[list[str] | None, NoDecode] = Field(
+        None, description="deprecated old name of --ssrf-exempt-hosts (goes in the next release)"
     )
     fetch_max_bytes: int = Field(5 * 1024 * 1024, description="largest page body, after decompression")
     fetch_timeout_s: float = Field(10.0, description="time limit of one page fetch, redirects and body included")
@@ -37,7 +52,7 @@ class BrowserSettings(ToolServerSettings):
     page_cache: int = Field(32, description="documents cached per session (an open of a cached URL is instant)")
     max_pattern_chars: int = Field(512, description="longest find pattern")
 
-    @field_validator("allow_hosts", mode="before")
+    @field_validator("ssrf_exempt_hosts", "allow_hosts", mode="before")
     @classmethod
     def _comma_list(cls, value: object) -> object:
         if isinstance(value, str):

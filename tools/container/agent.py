@@ -5,7 +5,7 @@ on stdin and answers one JSON line per request on stdout, in any order (requests
 each runs in its own thread, so a long command in one shell does not hold up another). Run as
 `python3 -c SOURCE --once JSON` (through `docker exec --user ...`) it answers one request and exits.
 
-Requests: `{"id", "op": "exec", "argv", "cwd", "env", "timeout_s", "max_bytes"}`,
+Requests: `{"id", "op": "exec", "argv", "cwd", "env", "timeout_s", "max_bytes", "in_shell", "functions"}`,
 `{"id", "op": "write", "path", "data"}` (base64) and `{"id", "op": "read", "path", "max_bytes"}`.
 Why a resident process: a `docker exec` costs several engine round trips per command (figures in
 the backend's docstring); a line on an already attached stream costs none.
@@ -14,7 +14,9 @@ Every command starts in a new session (so one signal reaches its process group) 
 tag in its environment, inherited by everything it starts: at its deadline the agent kills the
 group and every process still carrying the tag, until none is left. When a shell script
 (`bash -c SCRIPT`, `sh -lc SCRIPT`, ...) exits, its final working directory and environment are
-written to a private pipe, so the server can keep them for that shell (`session_name`).
+written to a private pipe with the functions it defined, so the server can keep them for that shell
+(`session_name`). `in_shell` runs an argv command as such a script (quoted with `shlex.join`, under bash
+where the image has it), so a named shell keeps its state whatever form the command takes.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import base64
 import json
 import os
 import selectors
+import shlex
 import shutil
 import signal
 import subprocess
@@ -34,9 +37,13 @@ TAG = "TOOLFLEET_EXEC_TAG"
 STATE_FD = "TOOLFLEET_STATE_FD"
 SHELLS = ("sh", "bash", "dash", "zsh")
 WRAPPER = (
-    '__tf_state() { __tf_rc=$?; { pwd; printf "\\000"; env -0; } >&"$' + STATE_FD + '" 2>/dev/null; '
-    'exit "$__tf_rc"; }; trap __tf_state EXIT; __tf_s=$1; shift; eval "$__tf_s"'
+    'trap \'__tf_rc=$?; { pwd; printf "\\000"; declare -f; printf "\\000"; env -0; } >&"$'
+    + STATE_FD
+    + '" 2>/dev/null; exit "$__tf_rc"\' EXIT; '
+    '__tf_s=$1; eval "$2"; shift 2; eval "$__tf_s"'
 )
+"""Runs a script (`$1`) after the shell's saved functions (`$2`); at exit, writes where it stands, its
+functions (bash's `declare -f`; nothing under dash) and its environment to the state pipe, NUL-separated."""
 _write_lock = threading.Lock()
 
 
@@ -157,15 +164,17 @@ def run_exec(req: dict, tag: str) -> dict:
             env[key] = value
     env[TAG] = tag
     start_env = dict(env)
-    if "/" not in argv[0] and shutil.which(argv[0], path=env.get("PATH")) is None:
-        return {"error": f"command not found: {argv[0]}", "exit_code": 127}
     script = shell_script(argv)
+    if script is None and req.get("in_shell"):
+        script = [shutil.which("bash", path=env.get("PATH")) or "sh"], shlex.join(argv)
+    if script is None and "/" not in argv[0] and shutil.which(argv[0], path=env.get("PATH")) is None:
+        return {"error": f"command not found: {argv[0]}", "exit_code": 127}
     state_r = state_w = -1
     if script is not None:
         state_r, state_w = os.pipe()
         env[STATE_FD] = str(state_w)
         shell, body = script
-        argv = [*shell, "-c", WRAPPER, shell[0], body]
+        argv = [*shell, "-c", WRAPPER, shell[0], body, req.get("functions") or ""]
     try:
         proc = subprocess.Popen(
             argv,
@@ -248,8 +257,9 @@ def _collect(proc: subprocess.Popen[bytes], req: dict, tag: str, state_r: int, s
 
 
 def _state_change(raw: bytes, start_env: dict, cwd: str) -> dict:
-    """What a shell script changed: its new working directory and the variables it set or unset."""
-    new_cwd, _, env_blob = raw.partition(b"\n\0")
+    """What a shell script changed: its new working directory, its functions and the variables it set or unset."""
+    new_cwd, _, rest = raw.partition(b"\n\0")
+    functions, _, env_blob = rest.partition(b"\0")
     ignored = (TAG, STATE_FD, "PWD", "OLDPWD", "SHLVL", "_")
     env = {}
     for item in env_blob.split(b"\0"):
@@ -258,7 +268,7 @@ def _state_change(raw: bytes, start_env: dict, cwd: str) -> dict:
             env[key] = value
     changed: dict[str, str | None] = {k: v for k, v in env.items() if start_env.get(k) != v}
     changed.update({k: None for k in start_env if k not in env and k not in ignored})
-    change: dict = {"env_changes": changed}
+    change: dict = {"env_changes": changed, "functions": functions.decode("utf-8", "replace")}
     path = new_cwd.decode("utf-8", "replace")
     if path and path != cwd:
         change["cwd"] = path

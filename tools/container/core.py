@@ -1,8 +1,11 @@
 """The container tool's core, protocol-free: a session's container plus its named shells.
 
 A `Backend` makes one `Sandbox` per session (a container running the agent of `agent.py`); a
-`ContainerSession` keeps, per `session_name`, the shell's working directory and the exported
-variables its scripts changed, and sends each command to the sandbox with them.
+`ContainerSession` keeps, per `session_name`, the shell's working directory, the exported
+variables its scripts changed and the functions they defined, and sends each command to the sandbox
+with them. In a named shell every command runs in the shell (an argv list quoted with `shlex.join`), so
+`["cd", "/tmp"]` moves that shell; the unnamed one runs an argv list as a plain process, keeping state
+only from explicit shell scripts (`["bash", "-lc", "..."]`).
 
 Result layout (what `content[0].text` holds; stable, tests pin it):
 
@@ -86,10 +89,11 @@ class ExecResult:
 
 @dataclass
 class Shell:
-    """A named shell: where it stands and the variables its scripts exported or unset (None = unset)."""
+    """A shell: where it stands, the variables its scripts exported or unset (None = unset), its functions."""
 
     cwd: str
     env: dict[str, str | None] = field(default_factory=dict)
+    functions: str = ""
 
 
 class ContainerSession:
@@ -126,6 +130,8 @@ class ContainerSession:
             "env": {**shell.env, **(env or {})},
             "timeout_s": timeout_s,
             "max_bytes": self._max_output,
+            "in_shell": bool(session_name),  # a named shell runs every command in the shell, as a terminal would
+            "functions": shell.functions,
         }
         reply = await self.sandbox.request(payload, user=user, timeout_s=timeout_s)
         if "error" in reply:
@@ -133,6 +139,8 @@ class ContainerSession:
                 raise UsageError(reply["error"])
             return ExecResult(stderr=reply["error"] + "\n", exit_code=int(reply["exit_code"]))
         shell.env.update(reply.get("env_changes") or {})
+        if "functions" in reply:
+            shell.functions = reply["functions"]
         if reply.get("cwd"):
             shell.cwd = reply["cwd"]
         result = ExecResult(

@@ -23,8 +23,11 @@ Use `exec` to run shell commands in a Linux container that belongs to this conve
 The container runs the image {image}; it keeps its files, the packages you install and anything \
 you leave running for the whole conversation, and it starts in {workdir}, which is writable (as is /tmp); \
 the rest of the file system is read-only. Pass `cmd` as a list of arguments, for example \
-["bash", "-lc", "ls -la"]. Each `session_name` is its own shell: a `cd` or `export` in a bash or sh \
-script stays with that shell. A command runs at most {timeout:g} s unless you give `timeout` (seconds, \
+["bash", "-lc", "ls -la"]. Each `session_name` is its own persistent shell: a command given with a \
+`session_name` runs in that shell (an argument list is quoted safely), so `cd`, `export` and shell \
+functions stay with it and never reach another name. Without `session_name`, an argument list runs as \
+a plain program (no shell), and only a `cd` or `export` in a bash or sh script carries over. \
+A command runs at most {timeout:g} s unless you give `timeout` (seconds, \
 at most {max_timeout:g}); then it and every process it started are stopped. Long output is cut in the middle. \
 {network}"""
 

@@ -158,7 +158,7 @@ class LocalIndex:
         if self.settings.corpus_dir is not None:
             corpus = Corpus(self.settings.corpus_dir, self.settings.corpus_base_url)
             summary = await anyio.to_thread.run_sync(update_index, corpus, self.index)
-            log.info("index.updated", summary=summary.line())
+            log.info("index.updated", corpus_dir=str(self.settings.corpus_dir), summary=summary.line())
 
     async def search(self, query: str, topn: int, options: SearchOptions) -> list[Hit]:
         if self.index is None:
