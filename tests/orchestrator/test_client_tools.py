@@ -22,6 +22,12 @@ NAMESPACE = {
 LOOKUP = '<|channel|>commentary to=crm.lookup <|constrain|>json<|message|>{"email": "a@b.c"}<|call|>'
 
 
+def _sent_back(stack, prompt: str, call, output: dict, tools: list[dict]):
+    """The next response of a client-kept (store: false) history: the prompt, the call, the client's output."""
+    history = [{"role": "user", "content": prompt}, call.model_dump(exclude_none=True), output]
+    return stack.client.responses.create(model="m", input=history, tools=tools, store=False)
+
+
 def test_a_namespaced_function_call_carries_its_namespace_and_its_output_comes_back_unstored(stack):
     stack.script(
         [("crm\\.lookup to=assistant.*Ada", "<|channel|>final<|message|>It is Ada.<|return|>"), ("who is", LOOKUP)]
@@ -37,12 +43,8 @@ def test_a_namespaced_function_call_carries_its_namespace_and_its_output_comes_b
         '{"email": "a@b.c"}',
     )
     assert "namespace crm {" in stack.model.encode_prompt_text(-1)  # shown to the model as one namespace
-    history = [
-        {"role": "user", "content": "who is a@b.c?"},
-        call.model_dump(exclude_none=True),
-        {"type": "function_call_output", "call_id": call.call_id, "output": "Ada"},
-    ]
-    second = stack.client.responses.create(model="m", input=history, tools=[NAMESPACE], store=False)
+    output = {"type": "function_call_output", "call_id": call.call_id, "output": "Ada"}
+    second = _sent_back(stack, "who is a@b.c?", call, output, [NAMESPACE])
     assert second.output_text == "It is Ada."
     assert "<|start|>crm.lookup to=assistant" in stack.model.encode_prompt_text(-1)
 
@@ -72,8 +74,7 @@ def test_a_local_shell_call_is_the_clients_to_run_and_its_output_comes_back(stac
         else:
             assert call.action.command == ["ls", "-l"] and call.action.timeout_ms == 5000
             output = {"type": "local_shell_call_output", "id": call.call_id, "output": "total 0"}
-        history = [{"role": "user", "content": "list files"}, call.model_dump(exclude_none=True), output]
-        second = stack.client.responses.create(model="m", input=history, tools=[tool], store=False)
+        second = _sent_back(stack, "list files", call, output, [tool])
         assert second.output_text == "Empty."
     assert "namespace container" in stack.model.encode_prompt_text(-1)  # the exec contract, on the user's machine
 
@@ -128,12 +129,8 @@ def test_a_custom_tool_call_is_written_under_its_grammar_and_streams_its_input(s
     deltas = "".join(e.delta for e in events if e.type == "response.custom_tool_call_input.delta")
     sent = [o.get("structured_outputs") for o in stack.model.options][-2:]
     assert deltas == PATCH and sent == [None, {"grammar": LARK}]  # free first, then under the grammar
-    history = [
-        {"role": "user", "content": "patch it"},
-        call.model_dump(exclude_none=True),
-        {"type": "custom_tool_call_output", "call_id": call.call_id, "output": "Done!"},
-    ]
-    second = stack.client.responses.create(model="m", input=history, tools=[PATCH_TOOL], store=False)
+    output = {"type": "custom_tool_call_output", "call_id": call.call_id, "output": "Done!"}
+    second = _sent_back(stack, "patch it", call, output, [PATCH_TOOL])
     assert second.output_text == "Patched."
     assert "apply_patch" in stack.model.encode_prompt_text(-1) and "Freeform" in stack.model.encode_prompt_text(-1)
 
