@@ -24,6 +24,8 @@ RUN PIP_CERT=/tmp/ca.crt /opt/toolfleet/bin/pip install --no-cache-dir --no-deps
 FROM ${BASE} AS runtime
 COPY --from=build /opt/toolfleet /opt/toolfleet
 ENV PATH=/opt/toolfleet/bin:/usr/local/bin:/usr/bin:/bin PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+# The orchestrator's uploaded files: a volume mounted here starts with this owner.
+RUN install -d -o 10001 -g 10001 /var/lib/toolfleet/files
 USER 10001:10001
 WORKDIR /tmp
 HEALTHCHECK --interval=5s --timeout=4s --start-period=10s --retries=30 CMD ["python", "-m", "toolkit.healthcheck"]

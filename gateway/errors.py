@@ -62,6 +62,12 @@ class UnknownSession(GatewayError):
     code, status = SESSION_NOT_FOUND, 404
 
 
+class UnknownHandle(GatewayError):
+    """A call names a session handle no replica of the namespace holds (answers the request: HTTP 200)."""
+
+    code = SESSION_NOT_FOUND
+
+
 class SessionLost(GatewayError):
     """The replica holding the session died: its state is gone, so we say so rather than start afresh."""
 

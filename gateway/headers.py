@@ -47,7 +47,7 @@ class HeaderRules:
             if name in HOP_BY_HOP or name == "mcp-session-id":
                 continue
             if name in PROTOCOL or name in TRACE_CONTEXT or name.startswith("mcp-"):
-                out[name] = raw_value.decode("latin-1")
+                out[name] = raw_value.decode("latin-1").strip(" \t")  # the value without its OWS (RFC 9110 5.5)
             elif (target := self._names.get(name)) is not None:
                 out[target] = raw_value.decode("latin-1")
         for name in drop:

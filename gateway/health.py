@@ -5,6 +5,7 @@ from __future__ import annotations
 import anyio
 import structlog
 
+from gateway.envelope import HANDLE_ARGUMENT
 from gateway.errors import GatewayError
 from gateway.keys import SessionKey
 from gateway.probe import ProbeSession
@@ -76,8 +77,10 @@ async def cleanup(gw: Gateway, ns: Namespace, key: SessionKey, pin: Pin) -> None
     """Call `cleanup_session` (when the namespace has it) for a session on its replica, end the upstream
     MCP session the gateway opened for it, then drop its pin."""
     replica = ns.replicas.get(pin.replica)
-    known = any(isinstance(t, dict) and t.get("name") == "cleanup_session" for t in ns.tools or [])
-    rec = None if key.by_header else await gw.store.get_session(key.id)
+    known = key.kind != "retry" and any(
+        isinstance(t, dict) and t.get("name") == "cleanup_session" for t in ns.tools or []
+    )
+    rec = await gw.store.get_session(key.id) if key.by_session else None
     own_session = rec is not None and rec.upstream_sid is not None
     if replica is not None and replica.available and not pin.lost and (known or own_session):
         headers = dict(ns.cfg.headers.static)
@@ -91,7 +94,8 @@ async def cleanup(gw: Gateway, ns: Namespace, key: SessionKey, pin: Pin) -> None
                 else:
                     await session.open()
                 if known:
-                    await session.request("tools/call", {"name": "cleanup_session", "arguments": {}})
+                    arguments = {HANDLE_ARGUMENT: key.id} if key.kind == "handle" else {}
+                    await session.request("tools/call", {"name": "cleanup_session", "arguments": arguments})
                 await session.close()  # ends the upstream MCP session too
         except (GatewayError, TimeoutError) as exc:
             log.info("session.cleanup_failed", namespace=ns.name, session_id=key.id, error=str(exc))

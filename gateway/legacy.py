@@ -23,11 +23,10 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.asgi import header, read_body, send_bytes, send_error, session_header
 from gateway.errors import BadUpstream, GatewayError, UnknownSession, error_body
-from gateway.health import cleanup
 from gateway.http import Response, Timeouts
 from gateway.messages import Rewriter, envelope_headers, parse_message
-from gateway.pipeline import Outcome, count_error, deliver, record
-from gateway.routing import Namespace, Target, new_session_id
+from gateway.pipeline import Outcome, count_error, deliver, end_session, record
+from gateway.routing import Degraded, Namespace, Target, new_session_id
 from gateway.service import Gateway
 from gateway.upstream import open_stream, sse_events, upstream_errors
 
@@ -100,21 +99,9 @@ async def _keepalive(out: MemoryObjectSendStream[bytes]) -> None:
 
 async def _close(gw: Gateway, session: LegacySession) -> None:
     rec = await gw.store.get_session(session.sid) if session.opened else None
-    if rec is None:
-        return
-    ns = session.ns
-    pin = await gw.store.get_pin(ns.name, rec.key)
-    try:
-        with anyio.move_on_after(gw.cfg.health.timeout_s * 3):
-            if not rec.key.by_header and pin is not None and session.used_tools:
-                await cleanup(gw, ns, rec.key, pin)
-            elif (replica := ns.replicas.get(rec.replica or "")) is not None and rec.upstream_sid:
-                headers = {**ns.cfg.headers.static, "mcp-session-id": rec.upstream_sid}
-                response = await open_stream(gw.client, replica, "DELETE", headers)
-                await response.aclose()
-    except GatewayError as exc:
-        log.info("session.close_failed", namespace=ns.name, error=exc.message)
-    await gw.router.close_session(session.sid)
+    if rec is not None:
+        static = dict(session.ns.cfg.headers.static)
+        await end_session(gw, session.ns, session.sid, rec, static, used_tools=session.used_tools)
 
 
 async def handle_messages(gw: Gateway, ns: Namespace, scope: Scope, receive: Receive, send: Send) -> None:
@@ -201,7 +188,7 @@ class _Reply:
     async def watch(self, cancel: anyio.CancelScope) -> None:
         """Nothing to watch: the SSE connection's end cancels the whole session (and a 2026 cancel, the call)."""
 
-    async def open(self, target: Target, upstream_sid: str | None) -> str:
+    async def open(self, target: Target | Degraded, upstream_sid: str | None) -> str:
         session = self.session
         await self.gw.router.open_session(target, upstream_sid, sid=session.sid)
         session.opened = True
@@ -211,9 +198,9 @@ class _Reply:
         if result is not None:
             await self.session.push(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}).encode())
 
-    async def fail(self, target: Target | None, msg: dict[str, Any], exc: Exception) -> None:
+    async def fail(self, target: Target | Degraded | None, msg: dict[str, Any], exc: Exception) -> None:
         """A request is answered on the stream; a failed notification or response is only counted."""
-        self.err = count_error(self.gw, self.session.ns, self.gw.as_lost(target, exc) if target is not None else exc)
+        self.err = count_error(self.gw, self.session.ns, self.gw.as_lost(target, exc) if target else exc)
         if msg.get("id") is not None and msg.get("method") is not None:
             _, data = error_body(msg["id"], self.err)
             await self.session.push(data)
@@ -236,16 +223,16 @@ class _Reply:
         rid, method = msg.get("id"), msg.get("method")
         if method == "initialize" and response.status_code == 200 and not session.opened:
             await self.open(target, response.headers.get("mcp-session-id"))
-        rewriter = gw.rewriter(session.ns, method)
+        rewriter = gw.rewriter(session.ns, msg)
         answered = rid is None or method is None
-        with upstream_errors(target.replica):  # type: ignore[arg-type]
+        with upstream_errors(target.replica):
             async for data, parsed in _messages(response, rewriter):
                 answered = answered or (parsed.get("id") == rid and ("result" in parsed or "error" in parsed))
                 await session.push(data)
         if not answered:
-            url, status = target.replica.url, response.status_code  # type: ignore[union-attr]
+            url, status = target.replica.url, response.status_code
             raise BadUpstream(f"replica {url} answered {method} with HTTP {status} and no JSON-RPC response")
-        await gw.remember(session.ns, rewriter)
+        await gw.remember(target, rewriter)
         if method == "initialize" and rewriter.seen is not None:
             session.extra["version"] = rewriter.seen.get("protocolVersion")
         streams = method == "notifications/initialized" and response.status_code < 300
@@ -277,7 +264,6 @@ async def _messages(response: Response, rewriter: Rewriter) -> AsyncIterator[tup
 
 async def _standalone(gw: Gateway, session: LegacySession, target: Target) -> None:
     """Relay the upstream session's standalone stream (server-initiated messages) into the SSE stream."""
-    assert target.replica is not None
     headers = {**session.ns.cfg.headers.static, "accept": "text/event-stream"}
     if target.upstream_sid:
         headers["mcp-session-id"] = target.upstream_sid
@@ -287,7 +273,7 @@ async def _standalone(gw: Gateway, session: LegacySession, target: Target) -> No
         )
         try:
             with upstream_errors(target.replica):
-                async for data, _ in _messages(response, gw.rewriter(session.ns, None)):
+                async for data, _ in _messages(response, gw.rewriter(session.ns, {})):
                     await session.push(data)
         finally:
             await response.aclose()

@@ -2,7 +2,10 @@
 
 The gateway relays messages byte for byte except: `serverInfo.name` (in `initialize` and
 `server/discover` results, and in a result's `_meta` serverInfo) becomes the namespace, and a
-`tools/list` result loses tools whose definitions wait for approval.
+`tools/list` result loses tools whose definitions wait for approval (every other field of the
+result, `ttlMs` and `cacheScope` included, is kept). A `tools/call` that asked for a new session
+handle is read for the handle it was answered, and an `input_required` answer for its `requestState`:
+the gateway pins either to the replica that answered.
 """
 
 from __future__ import annotations
@@ -86,15 +89,27 @@ ToolsReview = Callable[[list[Any]], Awaitable[list[Any]]]
 class Rewriter:
     """Rewrites the upstream's messages for one client request (`method` is the request's method)."""
 
-    def __init__(self, namespace: str, method: str | None, review: ToolsReview | None = None) -> None:
+    def __init__(
+        self, namespace: str, method: str | None, review: ToolsReview | None = None, *, minting: bool = False
+    ) -> None:
         self.namespace = namespace
         self.method = method
         self._review = review
+        self._minting = minting
         self.seen: dict[str, Any] | None = None
         """The rewritten result of the request, when it carried a serverInfo or a tool list."""
+        self.minted: str | None = None
+        """The session handle a call that asked for one (`minting`) was answered."""
+        self.asked: str | None = None
+        """The `requestState` of an `input_required` answer: its retry must reach the same replica."""
 
     def needs_parse(self, data: bytes) -> bool:
-        return b"serverInfo" in data or (self.method == "tools/list" and b'"tools"' in data)
+        return (
+            b"serverInfo" in data
+            or (self.method == "tools/list" and b'"tools"' in data)
+            or (self._minting and b'"session_handle"' in data)
+            or b'"input_required"' in data
+        )
 
     async def apply(self, data: bytes) -> tuple[bytes, Any]:
         """The bytes to relay for one upstream message, and the message parsed (None when not JSON)."""
@@ -106,6 +121,13 @@ class Rewriter:
             return data, msg
         result = msg.get("result") if isinstance(msg, dict) else None
         if not isinstance(result, dict):
+            return data, msg
+        if result.get("resultType") == "input_required":
+            self.asked = result.get("requestState") if isinstance(result.get("requestState"), str) else None
+            return data, msg
+        if self._minting and isinstance(structured := result.get("structuredContent"), dict):
+            handle = structured.get("session_handle")
+            self.minted = handle if isinstance(handle, str) else None
             return data, msg
         info = result.get("serverInfo")
         if isinstance(info, dict):

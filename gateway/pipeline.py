@@ -1,8 +1,9 @@
 """The one way a client message goes through the gateway, whichever transport brought it.
 
-resolve the target -> discovery without a replica -> the tool-approval check -> a degraded answer when no
-replica can take it -> forward -> relay the answer -> drop the pin `cleanup_session` ended, or the fresh pin
-of a message that failed. A transport supplies only a `Reply`: how it writes answers and errors back.
+the 2026-07-28 headers checked against the body -> resolve the target -> discovery without a replica -> the
+tool-approval check -> a degraded answer when no replica can take it -> forward -> relay the answer -> drop the
+pin `cleanup_session` ended, or the fresh pin of a message that failed; pin the session handle a call minted.
+A transport supplies only a `Reply`: how it writes answers and errors back.
 """
 
 from __future__ import annotations
@@ -15,12 +16,16 @@ from typing import Any, Literal, Protocol
 import anyio
 import structlog
 
+from gateway import envelope
 from gateway.errors import GatewayError, Unavailable, to_error
+from gateway.health import cleanup
 from gateway.http import Response
 from gateway.keys import SessionKey
 from gateway.messages import tool_name
-from gateway.routing import Namespace, Target
+from gateway.routing import Degraded, Namespace, Target
 from gateway.service import Gateway
+from gateway.store import SessionRecord
+from gateway.upstream import open_stream
 
 log = structlog.get_logger(__name__)
 
@@ -43,7 +48,7 @@ class Reply(Protocol):
     async def watch(self, cancel: anyio.CancelScope) -> None:
         """Cancel the forwarded call when the client goes away (return at once where it cannot)."""
 
-    async def open(self, target: Target, upstream_sid: str | None) -> str:
+    async def open(self, target: Target | Degraded, upstream_sid: str | None) -> str:
         """Record the MCP session an accepted `initialize` starts; returns its gateway session id."""
 
     async def answer(self, msg: dict[str, Any], result: dict[str, Any] | None) -> None:
@@ -52,7 +57,7 @@ class Reply(Protocol):
     async def relay(self, target: Target, msg: dict[str, Any], response: Response) -> Outcome:
         """Write the upstream's answer back, errors included ("ok" or "error")."""
 
-    async def fail(self, target: Target | None, msg: dict[str, Any], exc: Exception) -> None:
+    async def fail(self, target: Target | Degraded | None, msg: dict[str, Any], exc: Exception) -> None:
         """Write the error of a message that could not be forwarded (and keep it in `err`)."""
 
     async def abandon(self, target: Target) -> None:
@@ -61,13 +66,14 @@ class Reply(Protocol):
 
 async def deliver(
     gw: Gateway, ns: Namespace, msg: dict[str, Any], body: bytes, headers: Iterable[tuple[bytes, bytes]], reply: Reply
-) -> tuple[Outcome, Target | None]:
+) -> tuple[Outcome, Target | Degraded | None]:
     """Take one client message all the way; returns how it ended and where it went."""
-    target: Target | None = None
+    target: Target | Degraded | None = None
     try:
+        envelope.check(msg, headers, ns.tools)
         target = await _route(gw, ns, msg, reply)
         gw.check_call(ns, msg)
-        if target.replica is None:
+        if isinstance(target, Degraded):
             await _degraded(gw, target, msg, reply)
             return "degraded", target
         target, outcome = await _exchange(gw, target, msg, body, headers, reply)
@@ -78,9 +84,31 @@ async def deliver(
         return "error", target
     if outcome == "error" and target.fresh and reply.sid is None:
         await reply.abandon(target)
-    if outcome == "ok" and tool_name(msg) == "cleanup_session":
-        await gw.router.drop_pin(ns, target.key)
+    if outcome == "ok" and (tool_name(msg) == "cleanup_session" or (target.key and target.key.kind == "retry")):
+        await gw.router.drop_pin(ns, target.key)  # the session ended, or the retry that needed the replica is done
     return outcome, target
+
+
+async def end_session(
+    gw: Gateway, ns: Namespace, sid: str, rec: SessionRecord, headers: dict[str, str], *, used_tools: bool = True
+) -> None:
+    """End an MCP session the gateway holds, the same way for both transports (a DELETE, or the end of an SSE
+    connection). A session keyed by itself that used tools has its tool state freed on its replica
+    (`cleanup_session`, then the upstream session's DELETE); one keyed by `x-session-id` keeps its tool state
+    (the conversation lives on), so only its upstream MCP session is deleted. Bounded in time; a failure is
+    logged, and the session is forgotten here either way."""
+    pin = await gw.store.get_pin(ns.name, rec.key) if rec.key.by_session else None
+    replica = ns.replicas.get(rec.replica or "")
+    try:
+        with anyio.move_on_after(gw.cfg.health.timeout_s * 3):
+            if pin is not None and used_tools:
+                await cleanup(gw, ns, rec.key, pin)
+            elif replica is not None and replica.available and rec.upstream_sid:
+                delete = headers | {"mcp-session-id": rec.upstream_sid}
+                await (await open_stream(gw.client, replica, "DELETE", delete)).aclose()
+    except GatewayError as exc:
+        log.info("session.end_failed", namespace=ns.name, session_id=rec.key.id, error=exc.message)
+    await gw.router.close_session(sid)
 
 
 def count_error(gw: Gateway, ns: Namespace, exc: BaseException) -> GatewayError:
@@ -96,7 +124,7 @@ def record(
     method: str | None,
     outcome: str,
     start: float,
-    target: Target | None,
+    target: Target | Degraded | None,
     err: GatewayError | None = None,
 ) -> None:
     """One message in the request metrics and one `gateway.request` log line, whichever transport."""
@@ -107,14 +135,14 @@ def record(
         namespace=ns.name,
         method=method,
         session_id=target.key.id if target and target.key else None,
-        replica=target.replica.url if target and target.replica else None,
+        replica=target.replica.url if isinstance(target, Target) else None,
         outcome=outcome,
         ms=round(seconds * 1000, 2),
         **({"error": err.message, "code": err.code} if err is not None else {}),
     )
 
 
-async def _route(gw: Gateway, ns: Namespace, msg: dict[str, Any], reply: Reply) -> Target:
+async def _route(gw: Gateway, ns: Namespace, msg: dict[str, Any], reply: Reply) -> Target | Degraded:
     """The message's target; with no replica available, discovery outside a session still gets one
     (without a replica, so it is answered degraded)."""
     try:
@@ -122,10 +150,10 @@ async def _route(gw: Gateway, ns: Namespace, msg: dict[str, Any], reply: Reply) 
     except Unavailable:
         if reply.sid is not None or msg.get("method") not in DISCOVERY:
             raise
-        return Target(ns, None, SessionKey.header(reply.xsid))
+        return Degraded(ns, SessionKey.header(reply.xsid))
 
 
-async def _degraded(gw: Gateway, target: Target, msg: dict[str, Any], reply: Reply) -> None:
+async def _degraded(gw: Gateway, target: Degraded, msg: dict[str, Any], reply: Reply) -> None:
     """No replica for this message: discovery from the last known answers, a clear error for the rest."""
     if "id" not in msg or msg.get("method") is None:
         await reply.answer(msg, None)

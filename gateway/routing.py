@@ -1,7 +1,8 @@
 """Namespaces and session routing: which replica a client message goes to, and the pin table's rules.
 
 A session is keyed (`keys.SessionKey`) by the client's `x-session-id` when it sends one, else by its
-gateway session id.
+gateway session id, else by the session handle its call names (2026-07-28 clients; pinned when the
+call that minted it is answered, and found in the pin store by every gateway replica sharing it).
 New sessions go to the healthy replica with the fewest pinned sessions; a pinned session stays on
 its replica; when that replica goes down its sessions are marked lost and their calls get an error
 naming the session, never a silent fresh state.
@@ -19,7 +20,8 @@ import structlog
 
 from gateway.approvals import ToolGuard
 from gateway.config import GatewayConfig, NamespaceConfig
-from gateway.errors import SessionLost, Unavailable, UnknownNamespace, UnknownSession
+from gateway.envelope import NEW_HANDLE, request_state, session_handle
+from gateway.errors import SessionLost, Unavailable, UnknownHandle, UnknownNamespace, UnknownSession
 from gateway.headers import HeaderRules
 from gateway.keys import SessionKey
 from gateway.messages import SAFE_METHODS, tool_name
@@ -76,15 +78,27 @@ class Namespace:
 
 @dataclass(slots=True)
 class Target:
-    """Where one client message goes."""
+    """Where one client message goes: a replica, always."""
 
     ns: Namespace
-    replica: Replica | None
+    replica: Replica
     key: SessionKey | None = None
     sid: str | None = None
     upstream_sid: str | None = None
     fresh: bool = False
     """The pin was made for this message, so a safe method may be retried elsewhere."""
+
+
+@dataclass(slots=True)
+class Degraded:
+    """A message no replica can take (none was available, or its MCP session began without one): discovery is
+    answered from the namespace's last known answers, anything else gets a clear error."""
+
+    ns: Namespace
+    key: SessionKey | None = None
+    sid: str | None = None
+    upstream_sid: str | None = None
+    fresh: bool = False
 
 
 def new_session_id() -> str:
@@ -117,17 +131,24 @@ class Router:
             raise UnknownNamespace(f"unknown namespace {name!r}")
         return ns
 
-    async def resolve(self, ns: Namespace, sid: str | None, xsid: str | None, msg: dict[str, Any]) -> Target:
+    async def resolve(self, ns: Namespace, sid: str | None, xsid: str | None, msg: dict[str, Any]) -> Target | Degraded:
         """The target of `msg` in MCP session `sid` (gateway id) or, without one, of session key `xsid`."""
         if sid is not None:
             rec = await self.store.get_session(sid)
             if rec is None or rec.namespace != ns.name:
                 raise UnknownSession(f"unknown MCP session {sid!r}: initialize a new one")
             if rec.replica is None:
-                return Target(ns, None, rec.key, sid)
+                return Degraded(ns, rec.key, sid)
             replica = await self._pinned(ns, rec.key, rec.replica, msg)
             return Target(ns, replica, rec.key, sid, rec.upstream_sid)
         key = SessionKey.header(xsid)
+        handle = session_handle(msg)
+        if key is None and handle is not None and handle != NEW_HANDLE:
+            return await self._by_handle(ns, handle, msg)
+        if key is None and (state := request_state(msg)) is not None:
+            retry = SessionKey.retry(state)
+            if (pin := await self.store.get_pin(ns.name, retry)) is not None:
+                return Target(ns, await self._pinned(ns, retry, pin.replica, msg), retry)
         if key is None:
             return Target(ns, await self.pick(ns), fresh=True)
         pin = await self.store.get_pin(ns.name, key)
@@ -136,6 +157,29 @@ class Router:
         chosen = await self.pick(ns)
         pin = await self.store.claim_pin(ns.name, key, chosen.url)
         return Target(ns, await self._pinned(ns, key, pin.replica, msg), key, fresh=pin.replica == chosen.url)
+
+    async def _by_handle(self, ns: Namespace, handle: str, msg: dict[str, Any]) -> Target:
+        """The target of a call naming a session handle: the replica that minted it, from the pin store."""
+        key = SessionKey.handle(handle)
+        pin = await self.store.get_pin(ns.name, key)
+        if pin is None:
+            owner = handle.partition(".")[0]
+            why = (
+                f"it belongs to the {owner!r} tools"
+                if owner != ns.name and owner
+                else "it was never issued here, or it ended (cleanup_session) or expired idle"
+            )
+            raise UnknownHandle(
+                f"unknown session handle {handle!r} for {ns.name!r}: {why}; pass {NEW_HANDLE!r} to start a session",
+                data={"session": handle, "namespace": ns.name},
+            )
+        return Target(ns, await self._pinned(ns, key, pin.replica, msg), key)
+
+    async def pin(self, target: Target, key: SessionKey) -> None:
+        """Pin a handle the target's replica minted, or the state of its `input_required` answer, to it."""
+        if key.kind != "handle" or key.id.partition(".")[0] == target.ns.name:
+            await self.store.claim_pin(target.ns.name, key, target.replica.url)
+            log.info("session.pinned", namespace=target.ns.name, session_id=key.id, replica=target.replica.url)
 
     async def _pinned(self, ns: Namespace, key: SessionKey, url: str, msg: dict[str, Any]) -> Replica:
         """The replica holding `key`. A lost session still answers discovery (from a healthy replica);
@@ -168,11 +212,12 @@ class Router:
             await self.store.claim_pin(ns.name, target.key, chosen.url)
         return Target(ns, chosen, target.key, target.sid, target.upstream_sid, fresh=True)
 
-    async def open_session(self, target: Target, upstream_sid: str | None, *, sid: str | None = None) -> str:
-        """Record a new MCP session after the upstream accepted `initialize`; returns the gateway's session id."""
+    async def open_session(self, target: Target | Degraded, upstream_sid: str | None, *, sid: str | None = None) -> str:
+        """Record a new MCP session after the upstream accepted `initialize` (or, degraded, after the gateway
+        answered it); returns the gateway's session id."""
         sid = sid or new_session_id()
         key = target.key or SessionKey.session(sid)
-        replica = target.replica.url if target.replica is not None else None
+        replica = target.replica.url if isinstance(target, Target) else None
         if target.key is None and replica is not None:
             await self.store.claim_pin(target.ns.name, key, replica)
         await self.store.put_session(sid, SessionRecord(target.ns.name, key, replica, upstream_sid))

@@ -8,16 +8,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
-import uuid
 from urllib.parse import urlsplit
 
-import structlog
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.asgi import header, send_error
 from gateway.config import SecurityConfig
 from gateway.errors import Forbidden, RateLimited, Unauthorized
 from gateway.service import Gateway
+from toolkit.tracing import REQUEST_ID_HEADER, request_context
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 _LOOPBACK = ("127.0.0.1", "::1", "localhost")
@@ -120,8 +119,7 @@ class SecurityMiddleware:
                 extra.append((b"retry-after", b"1"))
             await send_error(send, None, exc, extra)
             return
-        rid = header(scope, b"x-request-id") or uuid.uuid4().hex[:16]
         trace = header(scope, b"traceparent")
         trace_id = trace.split("-")[1] if trace and trace.count("-") == 3 else None
-        with structlog.contextvars.bound_contextvars(request_id=rid, trace_id=trace_id):
+        with request_context(header(scope, REQUEST_ID_HEADER.encode()), trace_id=trace_id):
             await self.app(scope, receive, send)

@@ -14,14 +14,16 @@ from anyio.abc import TaskGroup
 from opentelemetry.trace import SpanKind
 
 from gateway.config import GatewayConfig
+from gateway.envelope import NEW_HANDLE, session_handle
 from gateway.errors import SessionLost, ToolNotApproved, Unavailable
 from gateway.http import Response, Timeouts
+from gateway.keys import SessionKey
 from gateway.messages import SAFE_METHODS, Rewriter, tool_name
 from gateway.metrics import GatewayMetrics
-from gateway.routing import Namespace, Router, Target
+from gateway.routing import Degraded, Namespace, Router, Target
 from gateway.store import Store, open_store
 from gateway.upstream import Replica, make_client, open_stream
-from toolkit.tracing import annotate, extract, inject, span
+from toolkit.tracing import REQUEST_ID_HEADER, annotate, current_request_id, extract, inject, span
 
 log = structlog.get_logger(__name__)
 
@@ -121,6 +123,8 @@ class Gateway:
         One span per message, child of the client's trace context, which goes upstream as this span's."""
         ns = target.ns
         headers = ns.rules.apply(client_headers)
+        if (rid := current_request_id()) is not None:
+            headers[REQUEST_ID_HEADER] = rid  # the tool server logs this request under the same id
         with traced_forward(target, msg, headers):
             return await self._post(target, msg, body, headers)
 
@@ -130,7 +134,6 @@ class Gateway:
         ns = target.ns
         timeout = Timeouts(connect=ns.cfg.connect_timeout_s, read=ns.cfg.timeout_s)
         for attempt in range(2):
-            assert target.replica is not None
             if target.upstream_sid:
                 headers["mcp-session-id"] = target.upstream_sid
             try:
@@ -147,7 +150,7 @@ class Gateway:
 
     async def forgotten(self, target: Target) -> SessionLost:
         """The replica answered 404 for the upstream session we hold: it restarted or dropped it."""
-        assert target.key is not None and target.replica is not None
+        assert target.key is not None
         await self.store.lose(target.ns.name, target.key)
         key, url, ns = target.key.id, target.replica.url, target.ns.name
         return SessionLost(
@@ -156,9 +159,9 @@ class Gateway:
         )
 
     @staticmethod
-    def as_lost(target: Target, exc: Exception) -> Exception:
+    def as_lost(target: Target | Degraded, exc: Exception) -> Exception:
         """A replica failure seen by a pinned session means its state is gone: say so, naming the session."""
-        if not isinstance(exc, Unavailable) or target.key is None or target.fresh or target.replica is None:
+        if not isinstance(exc, Unavailable) or not isinstance(target, Target) or target.key is None or target.fresh:
             return exc
         key, url, ns = target.key.id, target.replica.url, target.ns.name
         return SessionLost(
@@ -166,11 +169,19 @@ class Gateway:
             data={"session": key, "namespace": ns, "replica": url},
         )
 
-    def rewriter(self, ns: Namespace, method: str | None) -> Rewriter:
-        return Rewriter(ns.name, method, ns.guard.review if method == "tools/list" else None)
+    def rewriter(self, ns: Namespace, msg: dict[str, Any]) -> Rewriter:
+        method = msg.get("method")
+        review = ns.guard.review if method == "tools/list" else None
+        return Rewriter(ns.name, method, review, minting=session_handle(msg) == NEW_HANDLE)
 
-    async def remember(self, ns: Namespace, rewriter: Rewriter) -> None:
-        """Keep the namespace's last discovery answers, so discovery works while no replica is healthy."""
+    async def remember(self, target: Target, rewriter: Rewriter) -> None:
+        """Pin the session handle a call minted, or the state of its `input_required` answer, to its replica;
+        keep the namespace's last discovery answers, so discovery works while no replica is healthy."""
+        ns = target.ns
+        if rewriter.minted is not None:
+            await self.router.pin(target, SessionKey.handle(rewriter.minted))
+        if rewriter.asked is not None and (target.key is None or target.key.kind == "retry"):
+            await self.router.pin(target, SessionKey.retry(rewriter.asked))
         seen = rewriter.seen
         if seen is None:
             return
@@ -232,7 +243,7 @@ def traced_forward(target: Target, msg: dict[str, Any], headers: dict[str, str])
         session_id=target.key.id if target.key else None,
         method=msg.get("method"),
         tool=tool_name(msg),
-        replica=target.replica.url if target.replica else None,
+        replica=target.replica.url,
     ) as current:
         inject(headers)
         try:

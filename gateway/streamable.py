@@ -17,11 +17,10 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.asgi import header, read_body, send_bytes, send_error, session_header
 from gateway.errors import BadUpstream, GatewayError, InvalidRequest, UnknownSession, error_body
-from gateway.health import cleanup
 from gateway.http import Response, Timeouts
 from gateway.messages import Rewriter, parse_message
-from gateway.pipeline import Outcome, count_error, deliver, record
-from gateway.routing import Namespace, Target
+from gateway.pipeline import Outcome, count_error, deliver, end_session, record
+from gateway.routing import Degraded, Namespace, Target
 from gateway.service import Gateway
 from gateway.upstream import event_with_data, open_stream, sse_events, upstream_errors
 
@@ -76,7 +75,7 @@ class _Reply:
             pass
         cancel.cancel()
 
-    async def open(self, target: Target, upstream_sid: str | None) -> str:
+    async def open(self, target: Target | Degraded, upstream_sid: str | None) -> str:
         self.answer_sid = await self.gw.router.open_session(target, upstream_sid)
         return self.answer_sid
 
@@ -87,7 +86,7 @@ class _Reply:
         answer = {"jsonrpc": "2.0", "id": msg["id"], "result": result}
         await send_bytes(self.send, 200, json.dumps(answer).encode(), extra=self._sid_header())
 
-    async def fail(self, target: Target | None, msg: dict[str, Any], exc: Exception) -> None:
+    async def fail(self, target: Target | Degraded | None, msg: dict[str, Any], exc: Exception) -> None:
         self.err = count_error(self.gw, self.ns, exc)
         await send_error(self.send, msg.get("id"), self.err, self._sid_header())
 
@@ -105,7 +104,7 @@ class _Reply:
         if method == "initialize" and self.sid is None and response.status_code == 200:
             await self.open(target, response.headers.get("mcp-session-id"))
         headers += self._sid_header()
-        rewriter = gw.rewriter(self.ns, method)
+        rewriter = gw.rewriter(self.ns, msg)
         ctype = response.headers.get("content-type", "")
         outcome: Outcome
         if ctype.startswith("text/event-stream") and response.status_code == 200:
@@ -113,14 +112,14 @@ class _Reply:
             outcome = await _stream(gw, target, rid, response, rewriter, send)
         else:
             try:
-                with upstream_errors(target.replica):  # type: ignore[arg-type]
+                with upstream_errors(target.replica):
                     data = await response.aread()
                 if ctype.startswith("application/json"):
                     data, parsed = await rewriter.apply(data)
                     if rid is not None and not _answers(parsed, rid, allow_null=response.status_code >= 400):
-                        raise BadUpstream(f"replica {target.replica.url} answered with invalid JSON-RPC")  # type: ignore[union-attr]
+                        raise BadUpstream(f"replica {target.replica.url} answered with invalid JSON-RPC")
                 elif rid is not None and response.status_code < 300:
-                    url = target.replica.url  # type: ignore[union-attr]
+                    url = target.replica.url
                     raise BadUpstream(f"replica {url} answered a request with {ctype or 'no content type'}, not MCP")
             except GatewayError as exc:
                 await send_error(send, rid, gw.as_lost(target, exc), self._sid_header())
@@ -128,7 +127,7 @@ class _Reply:
             extra = [(k, v) for k, v in headers if k.lower() != b"content-type"]
             await send_bytes(send, response.status_code, data, ctype.encode() or b"text/plain", extra)
             outcome = "ok" if response.status_code < 400 else "error"
-        await gw.remember(self.ns, rewriter)
+        await gw.remember(target, rewriter)
         return outcome
 
 
@@ -151,7 +150,7 @@ async def _stream(
     finished = False
     failure: Exception | None = None
     try:
-        with upstream_errors(target.replica):  # type: ignore[arg-type]
+        with upstream_errors(target.replica):
             async for event, data in sse_events(response):
                 if data:
                     new, parsed = await rewriter.apply(data)
@@ -168,7 +167,7 @@ async def _stream(
     except GatewayError as exc:
         failure = gw.as_lost(target, exc)
     if not answered:
-        err = failure or BadUpstream(f"replica {target.replica.url} closed the stream without answering")  # type: ignore[union-attr]
+        err = failure or BadUpstream(f"replica {target.replica.url} closed the stream without answering")
         _, body = error_body(rid, err)
         event = b"event: message\ndata: " + body + b"\n\n"
         await send({"type": "http.response.body", "body": event, "more_body": False})
@@ -185,7 +184,7 @@ async def _get(gw: Gateway, ns: Namespace, scope: Scope, receive: Receive, send:
         if sid is None:
             raise InvalidRequest("GET needs an mcp-session-id header")
         target = await gw.router.resolve(ns, sid, None, {})
-        if target.replica is None:
+        if isinstance(target, Degraded):
             await send_bytes(send, 405, b"", b"text/plain")
             return
         headers = ns.rules.apply(scope["headers"])
@@ -208,7 +207,7 @@ async def _get(gw: Gateway, ns: Namespace, scope: Scope, receive: Receive, send:
         )
         async with anyio.create_task_group() as tg:
             tg.start_soon(_Reply(gw, ns, sid, receive, send).watch, tg.cancel_scope)
-            await _stream(gw, target, None, response, gw.rewriter(ns, None), send)
+            await _stream(gw, target, None, response, gw.rewriter(ns, {}), send)
             tg.cancel_scope.cancel()
     finally:
         await response.aclose()
@@ -221,15 +220,5 @@ async def _delete(gw: Gateway, ns: Namespace, scope: Scope, send: Send) -> None:
     if sid is None or rec is None or rec.namespace != ns.name:
         await send_error(send, None, UnknownSession(f"unknown MCP session {sid!r}"))
         return
-    replica = ns.replicas.get(rec.replica) if rec.replica else None
-    if not rec.key.by_header and (pin := await gw.store.get_pin(ns.name, rec.key)) is not None:
-        await cleanup(gw, ns, rec.key, pin)  # cleanup_session, then DELETE upstream
-    elif replica is not None and replica.available and rec.upstream_sid:
-        headers = ns.rules.apply(scope["headers"]) | {"mcp-session-id": rec.upstream_sid}
-        try:
-            response = await open_stream(gw.client, replica, "DELETE", headers)
-            await response.aclose()
-        except GatewayError as exc:
-            log.info("session.delete_failed", namespace=ns.name, error=exc.message)
-    await gw.router.close_session(sid)
+    await end_session(gw, ns, sid, rec, ns.rules.apply(scope["headers"]))
     await send_bytes(send, 200, b"", b"text/plain")

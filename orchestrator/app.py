@@ -14,8 +14,13 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
+from orchestrator import context_routes, conversation_routes, websocket_routes
 from orchestrator.auth import ApiKeys, AuthMiddleware, load_keys, warn_if_open
 from orchestrator.chat_completions import ChatRelay
+from orchestrator.containers import Containers
+from orchestrator.containers_api import containers_router
+from orchestrator.files import Files
+from orchestrator.files_api import files_router
 from orchestrator.limits import RequestRate
 from orchestrator.mcp_policy import McpPolicy
 from orchestrator.metrics import LatencyMiddleware, OrchestratorMetrics
@@ -67,8 +72,8 @@ CREATE_DOC = {
 """`create` reads its body itself (size limit, JSON errors), so the OpenAPI document names it here."""
 
 
-def error_response(exc: BaseException) -> JSONResponse:
-    """The single exception-to-wire boundary."""
+def error_response(exc: BaseException, where: str | None = None) -> JSONResponse:
+    """The single exception-to-wire boundary; `where` ("METHOD /path") names an unknown route."""
     headers: dict[str, str] = {}
     match exc:
         case RequestError():
@@ -84,9 +89,15 @@ def error_response(exc: BaseException) -> JSONResponse:
                 loc = loc[1:]  # FastAPI names where the parameter was: OpenAI's `param` is the name alone
             param = ".".join(str(p) for p in loc) or None
             status, etype, msg, code = 400, "invalid_request_error", f"{param}: {first['msg']}", None
-        case HTTPException():  # routing: no such path (404) or method (405)
-            status, etype, msg, param, code = exc.status_code, "invalid_request_error", str(exc.detail), None, None
-            headers = dict(exc.headers or {})
+        case HTTPException():  # routing: no such path, or no such method on it: both 404, as OpenAI answers
+            status, etype, param, code = (
+                404 if exc.status_code == 405 else exc.status_code,
+                "invalid_request_error",
+                None,
+                None,
+            )
+            msg = f"Invalid URL ({where})" if status == 404 and where else str(exc.detail)
+            headers = dict(exc.headers or {}) if status == exc.status_code else {}
         case _:
             log.error("request.crashed", error=repr(exc))
             status, etype, msg, param, code = 500, "server_error", "internal error", None, None
@@ -128,6 +139,7 @@ def create_app(
         policy=McpPolicy.from_settings(settings),
         chat=chat or (pool.chat if pool is not None else None),
         api_for=pool.api_for if pool is not None else None,
+        count_chat=pool.count_chat if pool is not None else None,
     )
     keys = ApiKeys(load_keys(settings))
     metrics = OrchestratorMetrics(pool, lambda: len(service.live))
@@ -153,15 +165,22 @@ def create_app(
     app.add_middleware(LatencyMiddleware, metrics=metrics)
     app.add_middleware(TracingMiddleware)  # outermost: every request is a span, auth refusals too
     app.state.service = service
+    app.state.files = Files.from_settings(settings)
+    app.include_router(files_router(app.state.files, settings))
+    app.state.containers = Containers.from_settings(app.state.files, settings)
+    app.include_router(containers_router(app.state.containers, settings))
 
     async def _error(request: Request, exc: Exception) -> JSONResponse:
-        return error_response(exc)
+        return error_response(exc, f"{request.method} {request.url.path}")
 
     # The known kinds are registered apart from `Exception`, whose handler Starlette runs as a 500 path.
     for kind in (RequestError, StoreUnavailable, ValidationError, RequestValidationError, HTTPException, Exception):
         app.add_exception_handler(kind, _error)
     _responses_routes(app, service)
     _chat_routes(app, service, ChatRelay(pool, settings.max_concurrent_per_key))
+    conversation_routes.add_routes(app, service.conversations)
+    context_routes.add_routes(app, service)
+    websocket_routes.add_routes(app, service, error_response)
     _service_routes(app, service, pool, metrics, settings.model)
     return app
 

@@ -84,7 +84,7 @@ class AuthMiddleware:
         self.app, self.keys, self.rate, self.metrics_token = app, keys, rate, metrics_token
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+        if scope["type"] not in ("http", "websocket") or scope["path"] in OPEN_PATHS:  # a WebSocket: on the upgrade
             return await self.app(scope, receive, send)
         token = _bearer(scope)
         if scope["path"] == "/metrics":

@@ -31,6 +31,7 @@ START, CHANNEL, MESSAGE, END, CALL, RETURN, CONSTRAIN = 200006, 200005, 200008, 
 STOP_TOKENS = (CALL, RETURN)
 END_OF_TEXT = 199999  # `<|endoftext|>`: an end of sequence the worker may stop on (a grammar's end), not Harmony
 MESSAGE_END_TOKENS = frozenset((END, CALL, RETURN))
+FIRST_SPECIAL = 199998  # ids from here up are Harmony's special tokens
 EFFORTS = {
     "none": ReasoningEffort.LOW,
     "minimal": ReasoningEffort.LOW,
@@ -125,6 +126,14 @@ def load(data: list[dict[str, Any]]) -> list[Message]:
 def render(messages: list[Message]) -> list[int]:
     """The prompt for the next assistant turn; analysis before the last final answer is dropped (as vLLM)."""
     return encoding().render_conversation_for_completion(Conversation.from_messages(messages), Role.ASSISTANT)
+
+
+def final_text(tokens: list[int]) -> str:
+    """The last final-channel text in sampled tokens; tokens that break the grammar: their plain text."""
+    parser = TurnParser()
+    done = [m for t in tokens if (m := parser.feed(t)[2]) is not None]
+    finals = [text_of(m) for m in done if m.channel == "final"] or [text_of(m) for m in done[-1:]]
+    return finals[-1] if finals else encoding().decode([t for t in tokens if t < FIRST_SPECIAL])
 
 
 def render_message(msg: Message) -> list[int]:

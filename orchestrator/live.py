@@ -12,6 +12,7 @@ from typing import Any
 import anyio
 import structlog
 
+from orchestrator.conversation_store import Conversation
 from orchestrator.events import ResponseBuilder
 from orchestrator.schema import RequestError, ResponsesRequest
 from orchestrator.store import Record, Store
@@ -31,6 +32,9 @@ class Live:
     request: ResponsesRequest
     owner: str
     task: asyncio.Task[None] | None = None
+    conversation: Conversation | None = None  # the Conversations API's, when the request named one
+    kept: dict[str, Record] | None = None  # a WebSocket connection's newest response, to continue from
+    record: Record | None = None  # what it left, once settled
     http_status: int = 200
     error_code: str | None = None  # for the HTTP error body; response.error.code is OpenAI's fixed set
     done: asyncio.Event = field(default_factory=asyncio.Event)

@@ -131,6 +131,14 @@ class TurnModel(Protocol):
 
     async def turn(self, r: Run, budget: int) -> Turn: ...
 
+    async def count(self, r: Run) -> int:
+        """The tokens of the prompt the next turn would send (`POST /v1/responses/input_tokens`)."""
+        ...
+
+    async def aside(self, r: Run, messages: list[Message], budget: int) -> str:
+        """A generation outside the response's items (a summary to compact with, a warm-up): its text."""
+        ...
+
 
 @dataclass
 class Run:
@@ -153,3 +161,5 @@ class Run:
     usage: Usage = field(default_factory=Usage)
     tools: ToolState = field(default_factory=ToolState)
     turn: TurnState = field(default_factory=TurnState)
+    compact_threshold: int | None = None  # context_management: compact before a turn whose prompt is larger
+    warm_only: bool = False  # WebSocket `generate: false`: prefill the worker's cache, make no output

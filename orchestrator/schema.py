@@ -59,6 +59,13 @@ class TextConfig(BaseModel):
     verbosity: Literal["low", "medium", "high"] | None = None
 
 
+def check_metadata(v: dict[str, str] | None) -> dict[str, str] | None:
+    """OpenAI's bounds on `metadata` (responses and conversations alike)."""
+    if v is not None and (len(v) > 16 or any(len(k) > 64 or len(x) > 512 for k, x in v.items())):
+        raise ValueError("metadata holds at most 16 keys of 64 characters with values of 512")
+    return v
+
+
 class ResponsesRequest(BaseModel):
     # Strict, as OpenAI's API is: `"top_p": true` or `"stream": "yes"` is refused, not coerced.
     model_config = ConfigDict(extra="allow", strict=True)
@@ -93,6 +100,8 @@ class ResponsesRequest(BaseModel):
     prompt_cache_options: dict[str, Any] | None = None
     stream_options: dict[str, Any] | None = None
     client_metadata: dict[str, Any] | None = None
+    conversation: str | dict[str, Any] | None = None  # an id, or {"id": ...}: see `conversation_id`
+    context_management: list[dict[str, Any]] | None = None  # see `compact_threshold`
 
     def sampling(self) -> dict[str, float]:
         """The sampling values sent to the worker (and echoed: the values actually used)."""
@@ -103,12 +112,32 @@ class ResponsesRequest(BaseModel):
             "frequency_penalty": self.frequency_penalty,
         }
 
-    @field_validator("metadata")
-    @classmethod
-    def _metadata_limits(cls, v: dict[str, str] | None) -> dict[str, str] | None:
-        if v is not None and (len(v) > 16 or any(len(k) > 64 or len(x) > 512 for k, x in v.items())):
-            raise ValueError("metadata holds at most 16 keys of 64 characters with values of 512")
-        return v
+    _metadata_limits = field_validator("metadata")(check_metadata)
+
+    @property
+    def compact_threshold(self) -> int | None:
+        """The prompt size (tokens) past which the response compacts its context; None: it never does."""
+        thresholds = []
+        for i, entry in enumerate(self.context_management or []):
+            where = f"context_management[{i}]"
+            if entry.get("type") != "compaction" or set(entry) - {"type", "compact_threshold"}:
+                raise RequestError("only {'type': 'compaction', 'compact_threshold': N} is supported", where)
+            value = entry.get("compact_threshold")
+            if type(value) is not int or value < 1:
+                raise RequestError(
+                    "compact_threshold must be a positive number of tokens", f"{where}.compact_threshold"
+                )
+            thresholds.append(value)
+        return min(thresholds, default=None)
+
+    @property
+    def conversation_id(self) -> str | None:
+        if isinstance(self.conversation, dict):
+            conv_id = self.conversation.get("id")
+            if not isinstance(conv_id, str):
+                raise RequestError("conversation must be an id or an object with a string 'id'", "conversation")
+            return conv_id
+        return self.conversation
 
 
 MAX_BODY = 16 * 1024 * 1024

@@ -7,18 +7,22 @@ import contextlib
 import datetime
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import structlog
 from openai_harmony import Message
 
+from orchestrator import compaction, kinds
 from orchestrator import harmony as h
-from orchestrator import kinds
 from orchestrator.chat import ChatTurns, chat_tools
+from orchestrator.conversation_store import Conversation, conversations_for
+from orchestrator.conversations import Conversations
 from orchestrator.events import ResponseBuilder, new_id
 from orchestrator.items import normalize
 from orchestrator.kinds import EchoContext, custom
+from orchestrator.kinds.compaction import compaction_item
 from orchestrator.kinds.mcp import list_tools_item
 from orchestrator.limits import check_running
 from orchestrator.live import RUNNING, Live, LiveResponses
@@ -45,10 +49,21 @@ from orchestrator.tools import (
     loggable,
 )
 from orchestrator.turns import HARMONY, run
-from orchestrator.worker.client import Chat, Generate, WorkerError, WorkerUnavailable
+from orchestrator.worker.client import Chat, CountChat, Generate, WorkerError, WorkerUnavailable
 from toolkit.tracing import annotate, span
 
 log = structlog.get_logger(__name__)
+
+
+@dataclass
+class Prepared:
+    """A response ready to run: its Run, the MCP listings to show first, where its history starts, its input."""
+
+    run: Run
+    listings: dict[str, Any]
+    n_head: int
+    items: list[dict[str, Any]]
+    conversation: Conversation | None
 
 
 class ResponsesService(LiveResponses):
@@ -61,13 +76,16 @@ class ResponsesService(LiveResponses):
         policy: McpPolicy | None = None,
         chat: Chat | None = None,
         api_for: Any = None,
+        count_chat: CountChat | None = None,
     ) -> None:
         self.settings = settings
         self.policy = policy or McpPolicy.from_settings(settings)
         self.generate = generate
         self.chat = chat
+        self.count_chat = count_chat
         self.api_for = api_for or (lambda model: None)  # model name -> "harmony" | "chat" | None (not known)
         self.store = store
+        self.conversations = Conversations(conversations_for(store))
         self.discovery = Discovery()
         self.endpoints = Endpoints(settings.tools_url, settings.endpoint_overrides())
         self.live: dict[str, Live] = {}
@@ -75,28 +93,73 @@ class ResponsesService(LiveResponses):
 
     # --- creating ---------------------------------------------------------------------------------
 
-    async def create(self, req: ResponsesRequest, owner: str) -> Live:
-        """Start a response owned by `owner` (the caller's key id)."""
+    async def create(
+        self, req: ResponsesRequest, owner: str, *, kept: dict[str, Record] | None = None, warm_only: bool = False
+    ) -> Live:
+        """Start a response owned by `owner` (the caller's key id); `kept`: a WebSocket connection's responses
+        that `previous_response_id` may name without a store read; `warm_only`: prefill the worker, no output."""
         if req.background and not req.store:
             raise RequestError("background responses need store=true", "background")
         check_running(sum(lv.owner == owner for lv in self.live.values()), self.settings.max_concurrent_per_key)
-        prev = await self._previous(req, owner)
+        p = await self._prepare(req, owner, kept)
+        p.run.warm_only = warm_only
+        builder, rid = p.run.builder, p.run.builder.id
+        live = Live(builder, req, owner, conversation=p.conversation, kept=kept)
+        builder.start(queued=req.background)
+        if req.background:  # other replicas sharing the store can see it running (and ask to cancel it)
+            record = Record(rid, p.run.conversation, builder.snapshot(), p.items, [], list(builder.events), owner=owner)
+            await self.store.put(record)
+        self.live[rid] = live
+        live.task = asyncio.create_task(self._traced(live, p.run, p.listings, p.n_head, p.items))
+        return live
+
+    async def count_input_tokens(self, req: ResponsesRequest, owner: str) -> int:
+        """The first turn's prompt in tokens, rendered exactly as `create` would render it (nothing runs)."""
+        r = (await self._prepare(req, owner)).run
+        r.messages.extend(r.new_input)
+        return await (r.model or HARMONY).count(r)
+
+    async def compact(self, req: ResponsesRequest, owner: str) -> dict[str, Any]:
+        """OpenAI's compacted window: the user's messages, then one compaction item the model wrote."""
+        p = await self._prepare(req, owner)
+        r = p.run
+        messages = r.messages + r.new_input
+        summary = await compaction.summarise(r, r.model or HARMONY, messages)
+        output = [compaction.user_item(m) for m in compaction.kept(messages[p.n_head :])]
+        return {
+            "id": new_id("cmp"),
+            "object": "response.compaction",
+            "created_at": int(time.time()),
+            "output": [*output, compaction_item(summary)],
+            "usage": r.usage.as_dict(),
+        }
+
+    async def _prepare(self, req: ResponsesRequest, owner: str, kept: dict[str, Record] | None = None) -> Prepared:
+        """Everything a response needs before it runs: history, tools, the rendered head, its Run."""
+        prev = await self._previous(req, owner, kept)
+        conv = await self._conversation(req, owner)
         include = check_include(req.include)
         _check_unenforced(req)
         tools = kinds.toolset(req.tools, req.tool_choice, self._gateway_url)
         namespaces, listings = await self._namespaces(tools)
         model = self._turn_model(req, include, namespaces, tools)
         rid = new_id("resp")
-        conversation = prev.conversation if prev else new_id("conv")  # random: not derived from the response id
-        builder = ResponseBuilder(self._body(req, rid, prev))
-        state = (prev.tools if prev else {}) or {}
+        # The tool sessions' id: random, not derived from the response id (nor from the conversation's id).
+        conversation = prev.conversation if prev else conv.session if conv else new_id("conv")
+        body = self._body(req, rid, prev)
+        if conv is not None:
+            body["conversation"] = {"id": conv.id}
+        builder = ResponseBuilder(body)
+        state = (prev.tools if prev else conv.tools if conv else {}) or {}
         items = normalize(req.input)
-        echo = EchoContext(dict(state.get("calls", {})), await self._results(owner, kinds.kept_ids(items)))
-        new_input = kinds.to_messages(items, echo)
+        earlier = compaction.window(await self.conversations.history(conv)) if conv else []
+        echo = EchoContext(dict(state.get("calls", {})), await self._results(owner, kinds.kept_ids(earlier + items)))
+        history = kinds.to_messages(earlier, echo) if conv else h.load(prev.messages) if prev else []
+        new_input = kinds.to_messages(compaction.window(items), echo)
         head = self._head(req, namespaces, tools)
         r = Run(
             builder,
-            head + (h.load(prev.messages) if prev else []),
+            head + history,
             tools,
             self.endpoints,
             ToolSessions(session_id=conversation, timeout_s=self.settings.tool_timeout_s),
@@ -110,22 +173,35 @@ class ResponsesService(LiveResponses):
             tools=_tool_state(state, echo),
             turn=TurnState(required=tools.required, answer_format=answer_format(req.text)),
             logprobs=(req.top_logprobs or 0) if "message.output_text.logprobs" in include else None,
+            compact_threshold=req.compact_threshold,
         )
-        live = Live(builder, req, owner)
-        builder.start(queued=req.background)
-        if req.background:  # other replicas sharing the store can see it running (and ask to cancel it)
-            await self.store.put(
-                Record(rid, conversation, builder.snapshot(), items, [], list(builder.events), owner=owner)
-            )
-        self.live[rid] = live
-        live.task = asyncio.create_task(self._traced(live, r, listings, len(head), items))
-        return live
+        return Prepared(r, listings, len(head), items, conv)
 
-    async def _previous(self, req: ResponsesRequest, owner: str) -> Record | None:
+    async def _conversation(self, req: ResponsesRequest, owner: str) -> Conversation | None:
+        """The conversation the request names (owner-checked: another key's is a 404), or None."""
+        conv_id = req.conversation_id
+        if conv_id is None:
+            return None
+        if req.previous_response_id:
+            raise RequestError(
+                "Mutually exclusive parameters: Ensure you are only providing one of: "
+                "'previous_response_id' or 'conversation'.",
+                "conversation",
+                400,
+                "mutually_exclusive_parameters",
+            )
+        return await self.conversations.find(conv_id, owner)
+
+    async def _previous(
+        self, req: ResponsesRequest, owner: str, kept: dict[str, Record] | None = None
+    ) -> Record | None:
         """The finished response `previous_response_id` names, if `owner` made it (else as missing as deleted)."""
         if not req.previous_response_id:
             return None
-        prev = await self.store.get(req.previous_response_id)
+        settling = self.live.get(req.previous_response_id)
+        if settling is not None and settling.builder.finished:  # its terminal event went out before the store write
+            await settling.done.wait()
+        prev = (kept or {}).get(req.previous_response_id) or await self.store.get(req.previous_response_id)
         if prev is None or prev.owner != owner:
             raise RequestError(
                 f"previous response {req.previous_response_id!r} not found",
@@ -188,7 +264,7 @@ class ResponsesService(LiveResponses):
                 400,
                 "unsupported_value",
             )
-        return ChatTurns(self.chat, chat_tools(namespaces, tools.functions))
+        return ChatTurns(self.chat, chat_tools(namespaces, tools.functions), self.count_chat)
 
     def _gateway_url(self, label: str) -> str | None:
         return self.endpoints.url_for(label) if self.settings.tools_url else None
@@ -318,16 +394,19 @@ class ResponsesService(LiveResponses):
         if self.on_settled is not None:
             self.on_settled(status, b.body.get("usage"), r.tools.log)
         try:
+            state = {"calls": r.tools.calls, "pending": r.tools.pending, "pages": r.tools.pages}
+            if live.conversation is not None and status in ("completed", "incomplete"):
+                await self.conversations.append(live.conversation, items + b.body["output"], state)
+            live.record = Record(
+                b.id, r.conversation, b.body, items, h.dump(r.messages[n_head:]), b.events, state, live.owner
+            )
             if req.store:
-                state = {"calls": r.tools.calls, "pending": r.tools.pending, "pages": r.tools.pages}
-                record = Record(
-                    b.id, r.conversation, b.body, items, h.dump(r.messages[n_head:]), b.events, state, live.owner
-                )
-                await self.store.put(record)
-                if r.tools.results:
-                    await self.store.put_results({_scoped(live.owner, k): v for k, v in r.tools.results.items()})
-                if r.sessions.used:
-                    await self.store.touch_conversation(r.conversation, r.sessions.used)
+                await self.store.put(live.record)
+            lives_on = req.store or live.conversation is not None or live.kept is not None
+            if r.tools.results and lives_on:  # for client-kept history
+                await self.store.put_results({_scoped(live.owner, k): v for k, v in r.tools.results.items()})
+            if r.sessions.used and lives_on:  # its tool sessions stay until idle (the reaper frees them)
+                await self.store.touch_conversation(r.conversation, r.sessions.used)
             elif r.sessions.used:
                 await cleanup_sessions(r.conversation, r.sessions.used)
         except Exception:
@@ -347,8 +426,8 @@ class ResponsesService(LiveResponses):
         """The service's background loops (idle conversations, cancels asked on other replicas) while it
         serves; on exit, the responses still running are cancelled."""
         loops = [
-            asyncio.create_task(_every(self.settings.reap_interval_s, self.reap_idle, "reaper")),
-            asyncio.create_task(_every(self.settings.cancel_poll_s, self.watch_cancels, "cancel_watch")),
+            asyncio.create_task(every(self.settings.reap_interval_s, self.reap_idle, "reaper")),
+            asyncio.create_task(every(self.settings.cancel_poll_s, self.watch_cancels, "cancel_watch")),
         ]
         try:
             yield
@@ -366,7 +445,8 @@ class ResponsesService(LiveResponses):
                 await task
 
 
-async def _every(interval_s: float, job: Callable[[], Awaitable[None]], name: str) -> None:
+async def every(interval_s: float, job: Callable[[], Awaitable[None]], name: str) -> None:
+    """Run `job` every `interval_s` until cancelled; a failed round is logged and the next one runs."""
     while True:
         await asyncio.sleep(interval_s)
         try:

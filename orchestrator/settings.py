@@ -42,6 +42,15 @@ class OrchestratorSettings(ServiceSettings):
     redis_prefix: str = Field("toolfleet:", description="key prefix in Redis (replicas sharing responses use the same)")
     max_responses: int = Field(10_000, description="keep at most this many stored responses")
     retention_s: float = Field(30 * 86400, description="drop stored responses older than this")
+    files_dir: str = Field(
+        str(Path(tempfile.gettempdir()) / "toolfleet-files"), description="where uploaded files' bytes are kept"
+    )
+    max_file_bytes: int = Field(512 * 1024 * 1024, description="largest file one upload may carry (larger: 413)")
+    file_retention_s: float = Field(30 * 86400, description="delete uploaded files older than this")
+    prune_interval_s: float = Field(60.0, description="how often expired files and containers are deleted")
+    max_container_memory: Literal["1g", "4g", "16g", "64g"] = Field(
+        "4g", description="largest memory_limit a container may ask for (above: 400)"
+    )
     max_output_tokens: int = Field(16_384, description="token budget of a response when the request sets none")
     max_tool_calls: int = Field(32, description="tool calls per response when the request sets none")
     tool_timeout_s: float = Field(120.0, description="give up on one tool call after this long")

@@ -22,7 +22,8 @@ from opentelemetry.trace import SpanKind
 
 from orchestrator.harmony import Namespace
 from orchestrator.mcp_policy import PinnedTransport
-from toolkit.tracing import annotate, inject, span
+from toolkit.handles import ARGUMENT as HANDLE_ARGUMENT
+from toolkit.tracing import REQUEST_ID_HEADER, annotate, current_request_id, inject, span
 
 log = structlog.get_logger(__name__)
 
@@ -66,13 +67,16 @@ def _client(url: str, headers: dict[str, str], timeout_s: float, address: str | 
         event_hooks={"request": [_trace_context]},
         **pinned,
     )
-    return Client(streamable_http_client(url, http_client=http), mode="legacy", read_timeout_seconds=timeout_s)
+    return Client(streamable_http_client(url, http_client=http), mode="auto", read_timeout_seconds=timeout_s)
 
 
 async def _trace_context(request: httpx2.Request) -> None:
-    """Every MCP HTTP request carries the calling span's `traceparent` (the SDK sends each message in its
-    sender's context), so the gateway and tool server continue this response's trace."""
+    """Every MCP HTTP request carries the calling span's `traceparent` and the response's request id (the SDK
+    sends each message in its sender's context), so the gateway and tool server join this response's trace
+    and logs."""
     inject(request.headers)  # type: ignore[arg-type]
+    if (rid := current_request_id()) is not None:
+        request.headers[REQUEST_ID_HEADER] = rid
 
 
 def loggable(url: str) -> str:
@@ -215,6 +219,15 @@ class Listing:
     tools: list[dict[str, Any]]  # {"name", "description", "parameters", "hidden"}
 
 
+def _without_handle(schema: dict[str, Any]) -> dict[str, Any]:
+    """A tool's parameters as the model sees them: the fleet's session handle argument is for clients without
+    `x-session-id`; the orchestrator always sends one, so the model never sees it."""
+    properties = schema.get("properties")
+    if not isinstance(properties, dict) or HANDLE_ARGUMENT not in properties:
+        return schema
+    return {**schema, "properties": {k: v for k, v in properties.items() if k != HANDLE_ARGUMENT}}
+
+
 class Discovery:
     """Namespace descriptions and tool lists, as the tool servers announce them; cached for a while."""
 
@@ -256,7 +269,7 @@ class Discovery:
     async def namespace(self, name: str, url: str, headers: dict[str, str] | None = None) -> Namespace:
         listing = await self.list(url, headers)
         shown = tuple(
-            {"name": t["name"], "description": t["description"], "parameters": t["parameters"]}
+            {"name": t["name"], "description": t["description"], "parameters": _without_handle(t["parameters"])}
             for t in listing.tools
             if not t["hidden"] and not (name == "python" and t["name"] == "python")
         )

@@ -12,8 +12,8 @@ import contextlib
 
 from openai_harmony import Message
 
+from orchestrator import compaction, toolcalls
 from orchestrator import harmony as h
-from orchestrator import toolcalls
 from orchestrator.kinds import Stream, custom, open_stream
 from orchestrator.kinds.base import tool_args
 from orchestrator.kinds.mcp import resume_approvals
@@ -31,6 +31,21 @@ class HarmonyTurns:
             return Turn("call", [Call(last, stream, r.tools.admitted)])
         return Turn("return" if outcome == "call" else outcome)
 
+    async def count(self, r: Run) -> int:
+        return len(r.turn.renderer.render(r.messages))
+
+    async def aside(self, r: Run, messages: list[Message], budget: int) -> str:
+        prompt = h.render(messages)
+        tokens: list[int] = []
+        prompt_tokens = 0
+        req = GenerateRequest(prompt, budget, r.temperature, r.top_p, r.conversation)
+        async with contextlib.aclosing(r.generate(req)) as chunks:
+            async for chunk in chunks:
+                prompt_tokens = chunk.prompt_tokens or prompt_tokens
+                tokens += chunk.token_ids
+        r.usage.account(prompt_tokens or len(prompt), len(tokens))
+        return h.final_text(tokens)
+
 
 HARMONY: TurnModel = HarmonyTurns()
 
@@ -43,10 +58,15 @@ async def run(r: Run) -> None:
         r.tools.pending, r.tools.answered = r.tools.answered, {}
         await resume_approvals(r)
     model = r.model or HARMONY
+    if r.warm_only:  # one token, discarded: the worker now holds the prompt's prefix
+        await model.aside(r, r.messages, 1)
+        return r.builder.finish("completed", usage=r.usage.as_dict())
     while True:
         remaining = r.limits.max_output_tokens - r.usage.output
         if remaining <= 0:
             return r.builder.finish("incomplete", usage=r.usage.as_dict(), incomplete_reason="max_output_tokens")
+        if r.compact_threshold is not None and await model.count(r) > r.compact_threshold:
+            await compaction.compact_in_stream(r, model)
         turn = await model.turn(r, remaining)
         if turn.outcome in ("force", "retry"):
             continue  # force: tool_choice wants a call and the header is prefilled; retry: generate again

@@ -7,11 +7,13 @@ Every tool server (python, browser, container) is an `MCPServer` named by its na
 from __future__ import annotations
 
 import contextlib
+import inspect
 import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Generic, Protocol
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol
 
 import anyio
 import structlog
@@ -27,11 +29,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 
+from toolkit import handles
+from toolkit.handles import BadHandle, Handles
 from toolkit.metrics import ToolMetrics
 from toolkit.rpc_errors import JsonRpcErrors
-from toolkit.sessions import S, SessionRegistry, TooManySessions
+from toolkit.sessions import S, SessionGone, SessionRegistry, TooManySessions
 from toolkit.settings import ToolServerSettings
-from toolkit.tracing import annotate, extract, span
+from toolkit.tracing import REQUEST_ID_HEADER, annotate, extract, request_context, span
 
 log = structlog.get_logger(__name__)
 
@@ -65,20 +69,45 @@ class BadSessionId(ToolError):
     """The caller's x-session-id header is not a usable session name."""
 
 
-def session_key(ctx: Context) -> str:
-    """The caller's session: `x-session-id` when sent, else the MCP session (streamable or SSE)."""
-    request = ctx.request_context.request
-    headers = getattr(request, "headers", None) or {}
+def session_key(ctx: Context) -> str | None:
+    """The session the call's transport names: `x-session-id` when sent, else the 2025-era MCP session
+    (streamable or SSE); None for a 2026-07-28 request, which belongs to no session."""
+    headers = _headers(ctx)
     if (sid := headers.get("x-session-id")) is not None:
         if not _SESSION_ID.match(sid):
             raise BadSessionId("x-session-id must be 1-256 visible ASCII characters")
         return sid
     if sid := headers.get("mcp-session-id"):
         return f"mcp-{sid}"
-    query = getattr(request, "query_params", None) or {}
+    query = getattr(ctx.request_context.request, "query_params", None) or {}
     if sid := query.get("session_id"):
         return f"sse-{sid}"
-    return f"conn-{id(ctx.request_context.session):x}"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Which session one call runs in."""
+
+    key: str
+    handle: bool = False
+    """Named by a session handle (answered back in `structuredContent`)."""
+    minted: bool = False
+    """The handle was minted by this call: its text says so."""
+    once: bool = False
+    """A call with no session: its state ends with the call."""
+
+
+def _headers(ctx: Context) -> Any:
+    return getattr(ctx.request_context.request, "headers", None) or {}
+
+
+def _without_handle(tool: Any) -> Any:
+    properties = tool.input_schema.get("properties", {})
+    if handles.ARGUMENT not in properties:
+        return tool
+    kept = {k: v for k, v in properties.items() if k != handles.ARGUMENT}
+    return tool.model_copy(update={"input_schema": {**tool.input_schema, "properties": kept}})
 
 
 def _idle_words(idle_s: float) -> str:
@@ -107,36 +136,62 @@ class ToolServer(Generic[S]):
             session_factory, ttl_s=settings.session_ttl_s, max_sessions=settings.max_sessions
         )
         self.sessions.on_change = self.metrics.sessions.set
+        self.handles = Handles(self.namespace)
+        self._minted: set[str] = set()
         self._lifespan = lifespan
         self._progress_interval_s = progress_interval_s
         mcp.add_tool(
             self._cleanup_session,
             name="cleanup_session",
             meta=HIDDEN,
-            description="Free everything this session holds on the server.",
+            description="Free everything this session (or the session of `session_handle`) holds on the server.",
         )
 
-    async def _cleanup_session(self, ctx: Context) -> str:
+    async def _cleanup_session(self, ctx: Context, session_handle: str | None = None) -> str:
+        if session_handle == handles.NEW:
+            raise BadHandle(f"cleanup_session ends a session: pass its handle, not {handles.NEW!r}")
+        async with self.observed("cleanup_session", ctx, session_handle) as who:
+            freed = not who.once and await self.sessions.close(who.key)
+        if who.once:
+            return "this call names no session (no x-session-id, MCP session or session_handle): nothing to clean up"
+        return f"session {who.key} cleaned up" if freed else f"session {who.key} held nothing"
+
+    def identify(self, ctx: Context, handle: str | None) -> Identity:
+        """The session a call runs in: `x-session-id`, else its handle, else its 2025-era MCP session; a call
+        with none of them gets a session of its own that ends with it (see the README's "MCP protocol eras")."""
         key = session_key(ctx)
-        async with self.observed("cleanup_session", key, ctx):
-            freed = await self.sessions.close(key)
-        return f"session {key} cleaned up" if freed else f"session {key} held nothing"
+        if handle is None:
+            return Identity(key) if key is not None else Identity(f"once-{uuid.uuid4().hex}", once=True)
+        if _headers(ctx).get("x-session-id") is not None:
+            raise BadHandle("this call names its session by x-session-id; session_handle is for clients without one")
+        if handle == handles.NEW:
+            return Identity(self.handles.mint(), handle=True, minted=True)
+        self.handles.check(handle)
+        return Identity(handle, handle=True)
 
     @contextlib.asynccontextmanager
-    async def observed(self, tool: str, key: str, ctx: Context) -> AsyncIterator[None]:
-        """One `tool.call` log event, span and the metrics for a call; the outcome is set by what escapes.
-        The span continues the trace the caller (the gateway) sent in the MCP request's headers."""
+    async def observed(self, tool: str, ctx: Context, handle: str | None = None) -> AsyncIterator[Identity]:
+        """One `tool.call` log event, span and the metrics for a call, yielding the call's session (a session
+        that cannot be told is the call's error). The outcome is set by what escapes; the span continues the
+        trace the caller (the gateway) sent in the MCP request's headers."""
         start = time.perf_counter()
         outcome = "error"
-        rid = uuid.uuid4().hex[:12]
-        parent = extract(getattr(ctx.request_context.request, "headers", None) or {})
-        ids = {"namespace": self.namespace, "session_id": key, "tool": tool, "request_id": rid}
+        who: Identity | ToolError
+        try:
+            who = self.identify(ctx, handle)
+        except ToolError as exc:
+            who = exc
+        key = who.key if isinstance(who, Identity) else None
+        ids = {"namespace": self.namespace, "session_id": key, "tool": tool}
+        parent = extract(_headers(ctx))
         with (
-            structlog.contextvars.bound_contextvars(**ids),
+            request_context(_headers(ctx).get(REQUEST_ID_HEADER), **ids),
             span(f"{self.namespace}.{tool}", kind=SpanKind.SERVER, parent=parent, **ids) as current,
         ):
             try:
-                yield
+                if isinstance(who, ToolError):
+                    raise who
+                yield who
                 outcome = "ok"
             except ToolError:
                 outcome = "tool_error"  # the caller's misuse or a sandbox refusal, answered as an error result
@@ -148,39 +203,101 @@ class ToolServer(Generic[S]):
                 log.info("tool.call", ms=round(elapsed * 1000, 2), outcome=outcome)
 
     @contextlib.asynccontextmanager
-    async def session(self, ctx: Context, tool: str) -> AsyncIterator[tuple[str, S]]:
-        """The caller's session state for the length of one call, with heartbeats for long calls."""
-        key = session_key(ctx)
-        async with self.observed(tool, key, ctx):
-            try:
-                state = await self.sessions.acquire(key)
-            except TooManySessions as exc:
-                raise ToolError(str(exc)) from exc
+    async def session(self, ctx: Context, tool: str, handle: str | None = None) -> AsyncIterator[tuple[str, S]]:
+        """The caller's session state for the length of one call, with heartbeats for long calls. A call that
+        names no session runs in one of its own, freed (sandbox and all) as the call ends."""
+        async with self.observed(tool, ctx, handle) as who:
+            state = await self._acquire(who)
             failure: Exception | None = None
             try:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._heartbeat, ctx)
                     try:
-                        yield key, state
+                        yield who.key, state
                     except Exception as exc:  # raised below, outside the group, so it is not wrapped
                         failure = exc
                     finally:
                         tg.cancel_scope.cancel()
             finally:
-                self.sessions.release(key)
+                self.sessions.release(who.key)
+                self._minted.discard(who.key)
+                if who.once:
+                    await self.sessions.close(who.key)
             if failure is not None:
                 raise failure
 
-    def reset_notice(self, key: str) -> str:
-        """The line the model reads when the reaper freed this session since its last call; empty otherwise.
-        Servers put it first in the call's text so a fresh state is never mistaken for the old one."""
-        idle_s = self.sessions.take_reset(key)
-        if idle_s is None:
-            return ""
-        return (
-            f"[this session's state was reset after {_idle_words(idle_s)} idle: everything earlier calls "
-            "made in it is gone]\n"
-        )
+    async def _acquire(self, who: Identity) -> S:
+        """The state of `who`; only a new handle, never a known one, may create it."""
+        try:
+            state = await self.sessions.acquire(who.key, create=who.minted or not who.handle)
+        except TooManySessions as exc:
+            raise ToolError(str(exc)) from exc
+        except SessionGone as exc:
+            idle_s = self.sessions.reaped_after(who.key)
+            why = f"expired after {_idle_words(idle_s)} idle" if idle_s is not None else "was ended or expired"
+            raise BadHandle(
+                f"session handle {who.key!r} {why} (an idle handle lives {self.idle_lifetime}); its state is gone: "
+                f"pass {handles.NEW!r} to start a new session"
+            ) from exc
+        if who.minted:
+            self._minted.add(who.key)
+        return state
+
+    @property
+    def idle_lifetime(self) -> str:
+        return _idle_words(self.settings.session_ttl_s)
+
+    def notice(self, key: str) -> str:
+        """The lines the model reads first: that the reaper freed this session since its last call (so a fresh
+        state is never mistaken for the old one), or the handle this call minted."""
+        text = ""
+        if (idle_s := self.sessions.take_reset(key)) is not None:
+            text = (
+                f"[this session's state was reset after {_idle_words(idle_s)} idle: everything earlier calls "
+                "made in it is gone]\n"
+            )
+        if key in self._minted:
+            text += (
+                f"[session handle: {key} - pass it as {handles.ARGUMENT} to keep this session's state; "
+                f"cleanup_session with it ends the session, and it expires after {self.idle_lifetime} idle]\n"
+            )
+        return text
+
+    def structured(self, key: str, data: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """A call's `structuredContent`, with the session's handle when a handle names it."""
+        if not self.handles.owns(key):
+            return data
+        return {**(data or {}), handles.ARGUMENT: key}
+
+    def _declare_handles(self) -> None:
+        """Every tool that takes `session_handle` declares it for `Mcp-Param-*` (the spec's `x-mcp-header`)
+        and says how long an idle handle lives; done once all tools (and their final schemas) are registered."""
+        prop = {
+            "type": "string",
+            "x-mcp-header": handles.HEADER_TOKEN,
+            "description": (
+                f"Only for clients without x-session-id that want state across calls: {handles.NEW!r} starts "
+                "a session and the answer gives its handle (in structuredContent and the text); pass that handle "
+                f"in later calls. An idle handle lives {self.idle_lifetime}. Without it a call keeps no state."
+            ),
+        }
+        for tool in self.mcp._tool_manager.list_tools():  # the SDK exposes registered tools only this way
+            if handles.ARGUMENT in inspect.signature(tool.fn).parameters:
+                properties = {**tool.parameters.get("properties", {}), handles.ARGUMENT: prop}
+                tool.parameters = {**tool.parameters, "properties": properties}
+        lowlevel = self.mcp._lowlevel_server  # the SDK exposes the low-level server only this way
+        listed = lowlevel.get_request_handler("tools/list")
+        assert listed is not None
+
+        async def list_tools(ctx: Any, params: Any) -> Any:
+            """Legacy SSE is what vLLM's `--tool-server` reads into the model's prompt: there the tools keep
+            the shapes the model was trained on (an SSE connection is a session; it needs no handle)."""
+            result = await listed.handler(ctx, params)
+            if getattr(ctx.request, "query_params", {}).get("session_id"):
+                result.tools = [_without_handle(t) for t in result.tools]
+            return result
+
+        lowlevel.add_request_handler("tools/list", listed.params_type, list_tools)
 
     async def _heartbeat(self, ctx: Context) -> None:
         """Progress every few seconds, so SSE clients (vLLM gives up after 300 s of silence) wait."""
@@ -201,6 +318,7 @@ class ToolServer(Generic[S]):
 
     def build_app(self) -> Starlette:
         """`/sse` + `/messages/`, `/mcp`, `/healthz`, `/metrics`; the lifespan runs the backend and reaper."""
+        self._declare_handles()
         security = self._security()
         limit = self.settings.max_body_bytes
         sse = SseServerTransport("/messages/", security_settings=security, max_request_body_size=limit)

@@ -25,6 +25,10 @@ class TooManySessions(Exception):
     """The server holds its maximum number of sessions."""
 
 
+class SessionGone(Exception):
+    """The session must exist already (it is named by a handle) but does not."""
+
+
 @dataclass
 class _Entry(Generic[S]):
     state: S
@@ -55,12 +59,16 @@ class SessionRegistry(Generic[S]):
     def __contains__(self, key: str) -> bool:
         return key in self._entries
 
-    async def acquire(self, key: str) -> S:
-        """Return the session's state, creating it on first use, and mark it busy until `release`."""
+    async def acquire(self, key: str, *, create: bool = True) -> S:
+        """Return the session's state, creating it on first use (or raising SessionGone where `create` is
+        False), and mark it busy until `release`."""
         lock = self._locks.setdefault(key, anyio.Lock())
         async with lock:
             entry = self._entries.get(key)
             if entry is None:
+                if not create:
+                    self._locks.pop(key, None)
+                    raise SessionGone(key)
                 if len(self._entries) >= self._max:
                     raise TooManySessions(f"server holds its limit of {self._max} sessions")
                 entry = _Entry(await self.factory(key), reset_after_s=self._reaped.pop(key, None))
@@ -70,6 +78,10 @@ class SessionRegistry(Generic[S]):
             entry.busy += 1
             entry.last_used = time.monotonic()
             return entry.state
+
+    def reaped_after(self, key: str) -> float | None:
+        """How long a session the reaper took had been idle; None when it was not reaped (or is forgotten)."""
+        return self._reaped.get(key)
 
     def take_reset(self, key: str) -> float | None:
         """How long the session had been idle when the reaper took its previous state; told only once."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import threading
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -154,6 +155,25 @@ def annotate(current: Span, **attributes: Any) -> None:
         current.set_status(Status(StatusCode.ERROR, str(outcome)))
 
 
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+REQUEST_ID_HEADER = "x-request-id"
+"""The header that carries one request id from hop to hop (orchestrator -> gateway -> tool server)."""
+
+
+@contextlib.contextmanager
+def request_context(sent: str | None, **ids: Any) -> Iterator[str]:
+    """Bind a request's ids for its log lines: `sent`, the caller's `x-request-id`, when it is a sane token (so
+    one id joins the logs of every hop), else a new one. Yields the request id, to send on to the next hop."""
+    rid = sent if sent is not None and _REQUEST_ID.match(sent) else uuid.uuid4().hex[:16]
+    with structlog.contextvars.bound_contextvars(request_id=rid, **ids):
+        yield rid
+
+
+def current_request_id() -> str | None:
+    """The request id bound for the current task, if any (sent on as `x-request-id`)."""
+    return structlog.contextvars.get_contextvars().get("request_id")
+
+
 def trace_ids(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
     """structlog processor: the current span's trace and span ids on every log line."""
     ctx = trace.get_current_span().get_span_context()
@@ -176,7 +196,6 @@ class TracingMiddleware:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        rid = headers.get("x-request-id") or uuid.uuid4().hex[:16]
         name = f"{scope['method']} {scope['path']}"
         framework = trace.get_current_span()  # FastAPI opens its own server span (from the same traceparent)
         opened = (
@@ -184,6 +203,6 @@ class TracingMiddleware:
             if framework.is_recording()
             else span(name, kind=SpanKind.SERVER, parent=extract(headers))
         )
-        with opened as current, structlog.contextvars.bound_contextvars(request_id=rid):
+        with opened as current, request_context(headers.get(REQUEST_ID_HEADER)) as rid:
             current.set_attribute(ATTR + "request_id", rid)  # the status code is the framework span's to record
             await self.app(scope, receive, send)

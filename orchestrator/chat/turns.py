@@ -19,14 +19,20 @@ from orchestrator import harmony as h
 from orchestrator.chat.messages import ChatTools, to_chat
 from orchestrator.kinds import Stream, from_chat, open_stream
 from orchestrator.run import Call, Run, Turn
-from orchestrator.worker.client import Chat, ChatRequest
+from orchestrator.schema import RequestError
+from orchestrator.worker.client import Chat, ChatRequest, CountChat
 
 
 class ChatTurns:
     """The TurnModel of chat workers."""
 
-    def __init__(self, chat: Chat, tools: ChatTools) -> None:
-        self.chat, self.tools = chat, tools
+    def __init__(self, chat: Chat, tools: ChatTools, count_chat: CountChat | None = None) -> None:
+        self.chat, self.tools, self.count_chat = chat, tools, count_chat
+
+    async def count(self, r: Run) -> int:
+        if self.count_chat is None:
+            raise RequestError("this orchestrator has no worker pool to count chat-path tokens with", None, 503)
+        return await self.count_chat(ChatRequest(self.body(r, 1), r.conversation))
 
     def body(self, r: Run, budget: int) -> dict[str, Any]:
         tools, choice = self.tools.choice(r.turn.required)
@@ -43,6 +49,22 @@ class ChatTurns:
         if r.turn.answer_format is not None:  # vLLM constrains the content; the reasoning parser keeps reasoning free
             body["response_format"] = r.turn.answer_format.response_format
         return body
+
+    async def aside(self, r: Run, messages: list[Message], budget: int) -> str:
+        body = {
+            "messages": to_chat(messages),
+            "max_tokens": budget,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        text: list[str] = []
+        usage: dict[str, Any] = {}
+        async with contextlib.aclosing(self.chat(ChatRequest(body, r.conversation))) as chunks:
+            async for obj in chunks:
+                usage = obj.get("usage") or usage
+                text += [(c.get("delta") or {}).get("content") or "" for c in obj.get("choices") or []]
+        r.usage.account(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0))
+        return "".join(text)
 
     async def turn(self, r: Run, budget: int) -> Turn:
         stream = _Deltas(r, self.tools)

@@ -11,7 +11,7 @@ from orchestrator import harmony as h
 from orchestrator.events import Item, new_id
 from orchestrator.kinds.base import EchoContext, Kind, Parsing, Stream, ToolStream, tool_args
 from orchestrator.run import Run
-from orchestrator.schema import Requirement, Toolset
+from orchestrator.schema import RequestError, Requirement, Toolset
 from orchestrator.tools import ToolOutcome
 
 _CHAT_PARAMETERS = {
@@ -47,6 +47,7 @@ class CodeInterpreterKind(Kind):
     namespaces = ("python",)
 
     def parse(self, tool: dict[str, Any], where: str, out: Toolset, ctx: Parsing) -> None:
+        _check_container(tool.get("container"), where)
         out.builtins.setdefault("python", {})
 
     def requirement(self, choice: dict[str, Any], tools: Toolset) -> Requirement | None:
@@ -105,3 +106,34 @@ class CodeInterpreterKind(Kind):
         if isinstance(code, str):
             return h.assistant(code, "analysis", "python"), None
         return h.assistant(arguments, "analysis", "python", "json"), err or "Error: python needs `code`, a string."
+
+
+def _check_container(spec: Any, where: str) -> None:
+    """A code_interpreter's `container`: only what the python tool honours today passes, the rest is a 400
+    naming it (containers and their files exist at /v1/containers, but no tool sees them yet)."""
+    if spec is None:
+        return
+    if isinstance(spec, str):
+        raise RequestError(
+            "code_interpreter with a container id is not supported yet: the python tool does not"
+            ' see /v1/containers files; use {"type": "auto"}',
+            f"{where}.container",
+        )
+    if not isinstance(spec, dict) or spec.get("type") != "auto":
+        raise RequestError('container must be a container id or {"type": "auto"}', f"{where}.container")
+    if unknown := sorted(set(spec) - {"type", "file_ids", "memory_limit", "network_policy"}):
+        raise RequestError(f"unknown container field(s): {', '.join(unknown)}", f"{where}.container")
+    if spec.get("file_ids"):
+        raise RequestError(
+            "container.file_ids are not supported yet: files are not copied into the python tool's sandbox",
+            f"{where}.container.file_ids",
+        )
+    if spec.get("memory_limit") is not None:
+        raise RequestError(
+            "container.memory_limit is not supported yet: the python sandbox's memory limit is the operator's",
+            f"{where}.container.memory_limit",
+        )
+    if (spec.get("network_policy") or {"type": "disabled"}) != {"type": "disabled"}:
+        raise RequestError(
+            "the python sandbox has no network: only network_policy disabled", f"{where}.container.network_policy"
+        )

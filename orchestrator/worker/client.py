@@ -8,7 +8,7 @@ import contextlib
 import json
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -70,6 +70,8 @@ class ChatRequest:
 
 Chat = Callable[[ChatRequest], AsyncIterator[dict[str, Any]]]
 """The chat path's seam: yields vLLM's chat-completion chunk objects as they arrive."""
+CountChat = Callable[[ChatRequest], Awaitable[int]]
+"""The chat path's token count: the prompt a chat body renders to, by the worker's own template."""
 
 
 @dataclass
@@ -228,6 +230,29 @@ class WorkerPool:
         if resp.status_code != 200:
             raise WorkerRefused(resp.status_code, resp.text[:500])
         yield resp.json()
+
+    async def count_chat(self, req: ChatRequest) -> int:
+        """vLLM's `/tokenize` of a chat body's messages and tools on a chat worker: its template decides."""
+        candidates = self._candidates(req.affinity, "chat")
+        if not candidates:
+            raise WorkerUnavailable("no healthy vLLM worker for the chat path")
+        worker = candidates[0]
+        if worker.model is None:
+            await self._check(worker)
+        body = {
+            "model": worker.model or self.model or "default",
+            "messages": req.body["messages"],
+            "add_generation_prompt": True,
+        }
+        if req.body.get("tools"):
+            body["tools"] = req.body["tools"]
+        try:
+            resp = await self._http.post(f"{worker.url}/tokenize", json=body, timeout=30.0)
+        except httpx.TransportError as exc:
+            raise WorkerUnavailable(f"{worker.url}: {exc or type(exc).__name__}") from exc
+        if resp.status_code != 200:
+            raise WorkerError(f"worker {worker.url} could not count the prompt: HTTP {resp.status_code}")
+        return int(resp.json()["count"])
 
     async def _balanced(
         self,

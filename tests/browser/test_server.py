@@ -46,7 +46,13 @@ async def test_the_model_reads_harmonys_browser_description_and_schemas(browser:
     assert init.instructions == config.description
     for spec in config.tools:
         assert tools[spec.name].description == spec.description
-        assert tools[spec.name].input_schema == spec.parameters
+        schema = dict(tools[spec.name].input_schema)
+        handle = schema["properties"].get("session_handle")  # for clients without x-session-id; never on SSE (vLLM)
+        assert (handle is None) == (transport == "sse")
+        if handle is not None:
+            assert handle["x-mcp-header"] == "Session-Handle" and "30 minutes" in handle["description"]
+            schema["properties"] = {k: v for k, v in schema["properties"].items() if k != "session_handle"}
+        assert schema == spec.parameters
     assert tools["cleanup_session"].meta == {"include_in_prompt": False}
 
 

@@ -40,4 +40,5 @@ def test_vllm_renders_the_container_namespace_from_the_real_server(monkeypatch: 
     assert namespace["name"] == "container"
     assert namespace["description"].startswith("Use `exec` to run shell commands in a Linux container")
     assert [t["name"] for t in namespace["tools"]] == ["exec"]  # the hidden helpers stay out of the prompt
+    assert "session_handle" not in str(namespace)  # handles are for MCP clients; the model reads the trained shape
     assert containers_of(instance) == []

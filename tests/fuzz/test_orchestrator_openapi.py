@@ -45,7 +45,7 @@ def orchestrator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     tmp = tmp_path_factory.mktemp("openapi-fuzz")
     with running_service(["-m", "orchestrator.worker", "--scripted"]) as worker:
         flags = ["-m", "orchestrator", "--worker-urls", json.dumps([worker.url]), "--api-keys", API_KEY,
-                 "--store-path", str(Path(tmp) / "store.db")]  # fmt: skip
+                 "--store-path", str(Path(tmp) / "store.db"), "--files-dir", str(Path(tmp) / "files")]  # fmt: skip
         with running_service(flags) as svc:
             yield svc
 
@@ -113,7 +113,12 @@ def test_openapi(orchestrator: Service, mode: GenerationMode) -> None:
 
 @pytest.mark.parametrize(
     ("method", "path", "status"),
-    [("GET", "/v1/nowhere", 404), ("PUT", "/v1/responses", 405), ("GET", "/v1/responses/x/input_items?limit=ten", 400)],
+    [
+        ("GET", "/v1/nowhere", 404),
+        ("PUT", "/v1/responses", 404),
+        ("POST", "/v1/responses/nowhere", 404),
+        ("GET", "/v1/responses/x/input_items?limit=ten", 400),
+    ],
 )
 def test_routing_errors_in_openai_shape(orchestrator: Service, method: str, path: str, status: int) -> None:
     """What FastAPI answers itself (no route, no method, a bad query value) is in OpenAI's shape too."""

@@ -122,6 +122,15 @@ def build() -> MCPServer:
             f"Elicitation completed: action={result.action}, content={result.data.model_dump() if result.data else {}}"
         )
 
+    @mcp.tool()
+    def test_header_param(region: str) -> str:
+        """Echoes an argument that 2026-07-28 clients also send as the Mcp-Param-Region header."""
+        return f"region={region}"
+
+    tool = mcp._tool_manager.get_tool("test_header_param")  # the SDK exposes registered tools only this way
+    region = {**tool.parameters["properties"]["region"], "x-mcp-header": "Region"}
+    tool.parameters = {**tool.parameters, "properties": {"region": region}}
+
     @mcp.resource("test://static-text", mime_type="text/plain")
     def static_text() -> str:
         return "This is the content of the static text resource."

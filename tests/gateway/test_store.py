@@ -102,8 +102,11 @@ async def test_redis_reads_what_an_older_gateway_wrote_and_writes_what_it_reads(
 
 
 def test_a_session_key_round_trips_through_its_stored_form() -> None:
-    for key in (SessionKey("header", "conv:1"), SessionKey("session", "abc"), SessionKey("header", "")):
+    handle, retry = SessionKey.handle("python.n0nce.m4c"), SessionKey.retry("opaque state")
+    for key in (SessionKey("header", "conv:1"), SessionKey("session", "abc"), SessionKey("header", ""), handle, retry):
         assert SessionKey.parse(str(key)) == key
+    assert str(handle) == "k:python.n0nce.m4c" and not handle.by_header and not handle.by_session
+    assert str(retry).startswith("r:") and "opaque" not in str(retry) and retry == SessionKey.retry("opaque state")
     assert str(SessionKey("header", "a")) == "h:a" and SessionKey("header", "a").by_header
     assert str(SessionKey.session("b")) == "s:b" and not SessionKey.session("b").by_header
     assert SessionKey.header(None) is None and SessionKey.header("") is None

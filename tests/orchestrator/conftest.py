@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -20,7 +21,7 @@ from fixture_tools import browser_server, container_server, python_server, recor
 
 from orchestrator.app import create_app
 from orchestrator.settings import OrchestratorSettings
-from orchestrator.store import SQLiteStore
+from orchestrator.store import SQLiteStore, Store
 from orchestrator.worker.scripted import Scenario, ScriptedModel
 from orchestrator.worker.scripted import build_app as build_worker
 from tests.support.asgi import serve_asgi
@@ -122,9 +123,12 @@ def scenario(rules: list[tuple[str, str] | dict[str, Any]], default: str | None 
 def make_stack(scripted, tool_urls):
     started: list[contextlib.ExitStack] = []
 
-    def make(worker_urls: list[str] | None = None, **overrides: Any) -> Stack:
+    def make(worker_urls: list[str] | None = None, backend: Store | None = None, **overrides: Any) -> Stack:
         url, model = scripted
         model.scenario = Scenario()
+        stack = contextlib.ExitStack()
+        started.append(stack)
+        scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="toolfleet-test-"))
         values = {
             "worker_urls": worker_urls or [url],
             "browser_url": tool_urls["browser"],
@@ -135,12 +139,14 @@ def make_stack(scripted, tool_urls):
             "health_interval_s": 0.5,
             "mcp_allow": ["http://127.0.0.1:*"],  # the fixture MCP servers listen on loopback
             "mcp_refusal_floor_s": 0.0,
+            "store_path": f"{scratch}/store.sqlite3",  # file metadata; responses use the in-memory store below
+            "files_dir": f"{scratch}/files",
             **overrides,
         }
         settings = OrchestratorSettings(**values)
-        app = create_app(settings, store=None if settings.store == "redis" else SQLiteStore(":memory:"))
-        stack = contextlib.ExitStack()
-        started.append(stack)
+        if backend is None and settings.store != "redis":
+            backend = SQLiteStore(":memory:")
+        app = create_app(settings, store=backend)
         return Stack(stack.enter_context(serving(app)), model, app)
 
     yield make

@@ -41,6 +41,7 @@ def test_shell_calls_run_in_one_persistent_container_across_the_conversation(mak
     assert (chunk.stdout, chunk.outcome.exit_code) == ("kept\n", 0)  # the same session's container
     prompt = stack.model.encode_prompt_text(-1)
     assert "namespace container" in prompt and "toolfleet/container-sandbox:latest" in prompt  # real instructions
+    assert "session_handle" not in prompt  # the orchestrator keeps state by x-session-id: the model never sees handles
 
 
 def test_a_timed_out_command_is_a_timeout_outcome(make_stack, gateway_url):

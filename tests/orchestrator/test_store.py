@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import httpx
@@ -10,6 +11,7 @@ import pytest
 import redis
 from conftest import free_port, redis_server
 
+from orchestrator.store import Record, SQLiteStore
 from orchestrator.worker.scripted import Scenario
 from tests.support.service import running_service
 
@@ -148,3 +150,25 @@ async def test_a_slow_sqlite_write_does_not_stall_the_event_loop(tmp_path) -> No
     assert ticks >= 10  # the loop ran throughout the half second the write waited
     assert (await store.get("resp_slow")).body == {"status": "completed"}
     await store.aclose()
+
+
+class _SlowStore(SQLiteStore):
+    """A store whose writes lag: the terminal event reaches the client before the response is stored."""
+
+    async def put(self, record: Record) -> None:
+        await asyncio.sleep(0.5)
+        await super().put(record)
+
+
+def test_a_chain_continued_the_moment_its_stream_ends_finds_the_response_it_names(make_stack):
+    stack = make_stack(backend=_SlowStore(":memory:"))
+    stack.script(
+        [
+            ("again", "<|channel|>final<|message|>Once more.<|return|>"),
+            ("hello", "<|channel|>final<|message|>Hi.<|return|>"),
+        ]
+    )
+    events = list(stack.client.responses.create(model="gpt-oss", input="hello", stream=True))
+    assert events[-1].type == "response.completed"
+    second = stack.client.responses.create(model="gpt-oss", input="again", previous_response_id=events[-1].response.id)
+    assert second.output_text == "Once more."

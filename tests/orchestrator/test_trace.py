@@ -144,13 +144,15 @@ def test_a_python_call_is_one_trace_from_the_client_through_gateway_and_tool_to_
     assert ours and all(s["trace_id"] == trace_id for s in ours)  # nothing of this conversation fell out of the trace
 
     python_calls = [e for e in _logs(services["python"]) if e.get("event") == "tool.call" and e.get("tool") == "python"]
-    assert [e["trace_id"] for e in python_calls] == [trace_id] and python_calls[0]["request_id"]
+    assert [(e["trace_id"], e["request_id"]) for e in python_calls] == [(trace_id, "req-trace-1")]
     orchestrator_calls = [e for e in _logs(services["orchestrator"]) if e.get("event") == "tool.call"]
     assert [(e["trace_id"], e["response_id"], e["request_id"]) for e in orchestrator_calls] == [
         (trace_id, body["id"], "req-trace-1")
     ]
     gateway_calls = [e for e in _logs(services["gateway"]) if e.get("session_id") == conversation]
     assert gateway_calls and all(e["trace_id"] == trace_id for e in gateway_calls)
+    forwarded = {e.get("request_id") for e in gateway_calls if e.get("event") == "gateway.request"}
+    assert forwarded == {"req-trace-1"}  # one request id joins the three services' logs
 
 
 def test_a_request_without_traceparent_starts_a_new_trace_that_still_reaches_the_sandbox(fleet):

@@ -29,7 +29,8 @@ def transport(request: pytest.FixtureRequest) -> str:
 async def test_namespace_instructions_and_hidden_tools(server: Service, transport: str) -> None:
     async with mcp_session(server.url, transport) as session:
         tools = {t.name: t for t in (await session.list_tools()).tools}
-    assert set(tools) == {"python", "cleanup_session"}
+    assert set(tools) == {"python", "cleanup_session", "write_file", "read_file", "list_files"}
+    assert all(t.meta == {"include_in_prompt": False} for t in tools.values())
     assert tools["python"].meta == {"include_in_prompt": False}
     assert tools["cleanup_session"].meta == {"include_in_prompt": False}
     assert tools["python"].input_schema["required"] == ["code"]

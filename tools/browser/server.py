@@ -69,37 +69,45 @@ def build_server(settings: BrowserSettings, browser: Browser) -> ToolServer[Sess
 
     kit: ToolServer[Session] = ToolServer(mcp, settings, browser.new_session, lifespan=lifespan)
 
-    async def answer(ctx: Context, tool: str, op: Callable[[Session, Options], Awaitable[int]]) -> CallToolResult:
-        """Run one browser operation in the caller's session; its new page is the answer."""
+    async def answer(
+        ctx: Context, tool: str, handle: str | None, op: Callable[[Session, Options], Awaitable[int]]
+    ) -> CallToolResult:
+        """Run one browser operation in the caller's session (its page stack); its new page is the answer."""
         opt = _options(ctx)
-        async with kit.session(ctx, tool) as (key, session):
+        async with kit.session(ctx, tool, handle) as (key, session):
             try:
                 cursor = await op(session, opt)
             except BrowserError as exc:
                 raise ToolError(str(exc)) from exc
             view = session.views[cursor]
-            text = kit.reset_notice(key) + view.render(cursor)
-            return CallToolResult(content=[TextContent(type="text", text=text)],
-                                  structured_content=view.structured(cursor))  # fmt: skip
+            text = kit.notice(key) + view.render(cursor)
+            structured = kit.structured(key, view.structured(cursor))
+            return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
 
     @mcp.tool(name="search", structured_output=False)
-    async def search(ctx: Context, query: str, topn: float = 10, source: str | None = None) -> CallToolResult:
+    async def search(
+        ctx: Context, query: str, topn: float = 10, source: str | None = None, session_handle: str | None = None
+    ) -> CallToolResult:
         n = _int(topn, "topn") or 10
-        return await answer(ctx, "search", lambda s, o: browser.search(s, query, n, source, o))
+        return await answer(ctx, "search", session_handle, lambda s, o: browser.search(s, query, n, source, o))
 
     @mcp.tool(name="open", structured_output=False)
     async def open_(
         ctx: Context, id: float | str = -1, cursor: float = -1, loc: float = -1, num_lines: float = -1,
-        view_source: bool = False, source: str | None = None,
+        view_source: bool = False, source: str | None = None, session_handle: str | None = None,
     ) -> CallToolResult:  # fmt: skip
         target = id if isinstance(id, str) else _int(id, "id")
         c, start, n = _int(cursor, "cursor"), _int(loc, "loc"), _int(num_lines, "num_lines")
-        return await answer(ctx, "open", lambda s, o: browser.open(s, target, c, start, n, view_source, o))
+
+        def op(s: Session, o: Options) -> Awaitable[int]:
+            return browser.open(s, target, c, start, n, view_source, o)
+
+        return await answer(ctx, "open", session_handle, op)
 
     @mcp.tool(name="find", structured_output=False)
-    async def find(ctx: Context, pattern: str, cursor: float = -1) -> CallToolResult:
+    async def find(ctx: Context, pattern: str, cursor: float = -1, session_handle: str | None = None) -> CallToolResult:
         c = _int(cursor, "cursor")
-        return await answer(ctx, "find", lambda s, o: browser.find(s, pattern, c, o))
+        return await answer(ctx, "find", session_handle, lambda s, o: browser.find(s, pattern, c, o))
 
     for spec in config.tools:  # what the model reads: the library's descriptions and schemas
         tool = mcp._tool_manager.get_tool(spec.name)  # the SDK exposes registered tools only this way

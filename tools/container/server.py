@@ -61,11 +61,13 @@ def build_server(settings: ContainerSettings, backend: Backend) -> ToolServer[Co
     )
     users = {settings.user, *settings.allowed_users}
 
-    async def in_session(ctx: Context, tool: str, work: Callable[[ContainerSession, str], Awaitable[T]]) -> T:
+    async def in_session(
+        ctx: Context, tool: str, handle: str | None, work: Callable[[ContainerSession, str], Awaitable[T]]
+    ) -> T:
         """Run `work` on the caller's session (with its key); our failures and the caller's misuse become error
         results."""
         try:
-            async with kit.session(ctx, tool) as (key, session):
+            async with kit.session(ctx, tool, handle) as (key, session):
                 try:
                     with span("sandbox.exec", namespace="container", tool=tool, session_id=key):
                         return await work(session, key)
@@ -86,29 +88,35 @@ def build_server(settings: ContainerSettings, backend: Backend) -> ToolServer[Co
         session_name: str | None = None,
         timeout: float | None = None,  # noqa: ASYNC109 (the argument set vLLM's gpt-oss path sends)
         user: str | None = None,
+        session_handle: str | None = None,
     ) -> CallToolResult:
         timeout_s, notes = _time_limit(timeout, settings)
         _check_exec(cmd, env, user, users)
 
-        async def run(s: ContainerSession, key: str) -> tuple[ExecResult, str]:
+        async def run(s: ContainerSession, key: str) -> tuple[ExecResult, str, str]:
             done = await s.exec(
                 cmd, timeout_s=timeout_s, workdir=workdir, env=env, session_name=session_name, user=user
             )
-            return done, kit.reset_notice(key)
+            return done, kit.notice(key), key
 
-        result, notice = await in_session(ctx, "exec", run)
+        result, notice, key = await in_session(ctx, "exec", session_handle, run)
         result.notes += notes
         return CallToolResult(
-            content=[TextContent(type="text", text=notice + result.render())], structured_content=result.structured()
+            content=[TextContent(type="text", text=notice + result.render())],
+            structured_content=kit.structured(key, result.structured()),
         )
 
     @mcp.tool(name="write_file", meta=HIDDEN, description="Write a file in the container (text or base64).")
-    async def write_file(path: str, content: str, ctx: Context, encoding: str = "text") -> dict[str, Any]:
-        return await in_session(ctx, "write_file", lambda s, _: s.write_file(path, content, encoding))
+    async def write_file(
+        path: str, content: str, ctx: Context, encoding: str = "text", session_handle: str | None = None
+    ) -> dict[str, Any]:
+        return await in_session(ctx, "write_file", session_handle, lambda s, _: s.write_file(path, content, encoding))
 
     @mcp.tool(name="read_file", meta=HIDDEN, description="Read a file from the container (text, or base64 if binary).")
-    async def read_file(path: str, ctx: Context, max_bytes: int | None = None) -> dict[str, Any]:
-        return await in_session(ctx, "read_file", lambda s, _: s.read_file(path, max_bytes))
+    async def read_file(
+        path: str, ctx: Context, max_bytes: int | None = None, session_handle: str | None = None
+    ) -> dict[str, Any]:
+        return await in_session(ctx, "read_file", session_handle, lambda s, _: s.read_file(path, max_bytes))
 
     return kit
 

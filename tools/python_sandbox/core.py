@@ -20,6 +20,9 @@ log = structlog.get_logger(__name__)
 
 KERNEL_SOURCE = (Path(__file__).with_name("kernel.py")).read_text()
 READER_LIMIT = 64 * 1024 * 1024
+FILE_OP_TIMEOUT_S = 30.0  # one chunk of at most MAX_CHUNK bytes in or out of the work dir
+MAX_CHUNK = 256 * 1024
+"""A chunk's base64 appears twice in a result (text and structured): under the mcp client's 1 MiB event limit."""
 """Largest reply frame accepted from a kernel (capped text plus a few PNGs)."""
 
 
@@ -96,13 +99,17 @@ class ChannelKernel:
         self.channel = channel
 
     async def run(self, code: str, timeout_s: float) -> RunResult:
-        return RunResult.from_reply(await self.channel.request(code, timeout_s))
+        return RunResult.from_reply(await self.channel.request({"code": code}, timeout_s))
+
+    async def files(self, op: dict[str, Any]) -> dict[str, Any]:
+        return await self.channel.request(op, FILE_OP_TIMEOUT_S)
 
 
 class Kernel(Protocol):
-    """One session's resident interpreter."""
+    """One session's resident interpreter; `files` moves a chunk in or out of its work dir, or lists it."""
 
     async def run(self, code: str, timeout_s: float) -> RunResult: ...
+    async def files(self, op: dict[str, Any]) -> dict[str, Any]: ...
     async def aclose(self) -> None: ...
 
 
@@ -134,11 +141,12 @@ class KernelChannel:
         if not line.startswith(b'{"ready"'):
             raise KernelDied(f"interpreter failed to start: {line[:500].decode(errors='replace')!r}")
 
-    async def request(self, code: str, timeout_s: float) -> dict[str, Any]:
-        """Send code; wait for the reply up to the timeout plus a grace period, else the kernel is dead."""
+    async def request(self, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """Send code (or a file op); wait for the reply up to the timeout plus a grace period, else the kernel
+        is dead."""
         async with self._lock:
             self._next_id += 1
-            frame = {"id": self._next_id, "code": code, "timeout_s": timeout_s}
+            frame = {**body, "id": self._next_id, "timeout_s": timeout_s}
             try:
                 self._writer.write(json.dumps(frame).encode() + b"\n")
                 await self._writer.drain()

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import structlog
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import ImageContent, TextContent
+from mcp_types import CallToolResult, ImageContent, TextContent
 from openai_harmony import ToolNamespaceConfig
 
 from toolkit.server import HIDDEN, ToolServer, backend_lifespan
 from toolkit.tracing import span
-from tools.python_sandbox.core import Backend, Kernel, KernelDied, RunResult, SandboxError
+from tools.python_sandbox.core import MAX_CHUNK, Backend, Kernel, KernelDied, RunResult, SandboxError
 from tools.python_sandbox.settings import PythonSandboxSettings
 
 log = structlog.get_logger(__name__)
@@ -46,19 +47,52 @@ def build_server(settings: PythonSandboxSettings, backend: Backend) -> ToolServe
         description="Run Python code in this session's stateful sandbox.",
         structured_output=False,
     )
-    async def python(code: str, ctx: Context) -> list[TextContent | ImageContent]:
+    async def python(code: str, ctx: Context, session_handle: str | None = None) -> CallToolResult:
         if len(code) > settings.max_code_chars:
             raise ToolError(f"code is {len(code)} characters; the limit is {settings.max_code_chars}")
         try:
-            async with kit.session(ctx, "python") as (key, kernel):
+            async with kit.session(ctx, "python", session_handle) as (key, kernel):
                 result = await _run(kit, key, kernel, code, settings.timeout_s)
-                notice = kit.reset_notice(key)
+                notice = kit.notice(key)
         except SandboxError as exc:
             raise ToolError(f"sandbox unavailable: {exc}") from exc
         text = notice + result.render(settings.timeout_s)
         content: list[TextContent | ImageContent] = [TextContent(type="text", text=text)]
         content += [ImageContent(type="image", data=png, mime_type="image/png") for png in result.images]
-        return content
+        return CallToolResult(content=content, structured_content=kit.structured(key))
+
+    async def files(ctx: Context, tool: str, op: dict[str, Any], session_handle: str | None) -> dict[str, Any]:
+        """A file op on the caller's session (by handle too); a refused path or a failed op is an error result."""
+        try:
+            async with kit.session(ctx, tool, session_handle) as (_key, kernel):
+                reply = await kernel.files(op)
+        except (SandboxError, KernelDied) as exc:
+            raise ToolError(f"sandbox unavailable: {exc}") from exc
+        if reply.get("error"):
+            raise ToolError(reply["error"])
+        return {k: v for k, v in reply.items() if k not in ("id", "error")}
+
+    @mcp.tool(name="write_file", meta=HIDDEN, description="Write base64 bytes at an offset of a file in /mnt/data.")
+    async def write_file(
+        path: str, data: str, ctx: Context, offset: int = 0, session_handle: str | None = None
+    ) -> dict[str, Any]:
+        if len(data) > MAX_CHUNK * 4 // 3 + 4 or offset < 0:
+            raise ToolError(f"a chunk holds at most {MAX_CHUNK} bytes (base64), at an offset >= 0")
+        op = {"op": "write", "path": path, "data": data, "offset": offset}
+        return await files(ctx, "write_file", op, session_handle)
+
+    @mcp.tool(name="read_file", meta=HIDDEN, description="Read up to max_bytes of a file in /mnt/data, as base64.")
+    async def read_file(
+        path: str, ctx: Context, offset: int = 0, max_bytes: int = MAX_CHUNK, session_handle: str | None = None
+    ) -> dict[str, Any]:
+        if not 0 < max_bytes <= MAX_CHUNK or offset < 0:
+            raise ToolError(f"max_bytes must be in 1..{MAX_CHUNK}, offset >= 0")
+        op = {"op": "read", "path": path, "offset": offset, "max_bytes": max_bytes}
+        return await files(ctx, "read_file", op, session_handle)
+
+    @mcp.tool(name="list_files", meta=HIDDEN, description="The files under /mnt/data: path, size, mtime_ns.")
+    async def list_files(ctx: Context, session_handle: str | None = None) -> dict[str, Any]:
+        return await files(ctx, "list_files", {"op": "list"}, session_handle)
 
     return kit
 

@@ -201,7 +201,7 @@ def build_chat_app(model: ScriptedChatModel) -> Starlette:
 
     async def tokenize(request: Request) -> Response:
         body = await request.json()
-        tokens = model.ids(str(body.get("prompt") or ""))
+        tokens = model.prompt(body) if "messages" in body else model.ids(str(body.get("prompt") or ""))
         return JSONResponse(
             {"count": len(tokens), "max_model_len": MAX_MODEL_LEN, "tokens": tokens, "token_strs": None}
         )

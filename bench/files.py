@@ -1,0 +1,154 @@
+"""File throughput and memory: a large file through the orchestrator's `/v1/files`, and through the gateway
+into a python sandbox's /mnt/data and back (the hidden `write_file` / `read_file` tools, 256 KiB chunks).
+
+Figures: MiB/s each way (the openai SDK streaming from / to disk; an mcp 2.x client over loopback), and
+the peak RSS (VmHWM) of the orchestrator, the gateway and the python tool server before and after, so a
+body held in memory would show as its size; baseline from the same run: a plain disk copy of the same
+file (`shutil.copyfile`), as a ratio. The worker is the SCRIPTED stand-in (no model is involved).
+Usage: python -m bench.files [--mib 100] [--backend docker|local] [--out results.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import hashlib
+import json
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import openai
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.report import print_rows, save  # noqa: E402
+from tests.support.mcp2 import mcp_session  # noqa: E402
+from tests.support.service import running_service  # noqa: E402
+from tools.python_sandbox.core import MAX_CHUNK  # noqa: E402
+
+
+def peak_rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmHWM")) / 1024
+
+
+def _timed_mbps(mib: int, fn) -> tuple[float, object]:
+    start = time.perf_counter()
+    out = fn()
+    return round(mib / (time.perf_counter() - start), 1), out
+
+
+async def through_gateway(url: str, source: Path, back: Path, mib: int) -> tuple[float, float]:
+    """Push `source` into a sandbox's /mnt/data chunk by chunk, then pull it back into `back`: MiB/s each way."""
+    async with mcp_session(url, "streamable-http", {"x-session-id": f"bench-{uuid.uuid4().hex}"}) as session:
+        start = time.perf_counter()
+        with source.open("rb") as handle:
+            offset = 0
+            while chunk := handle.read(MAX_CHUNK):
+                args = {"path": "big.bin", "data": base64.b64encode(chunk).decode(), "offset": offset}
+                assert not (await session.call_tool("write_file", args)).is_error
+                offset += len(chunk)
+        pushed = time.perf_counter()
+        with back.open("wb") as sink:
+            offset, eof = 0, False
+            while not eof:
+                reply = (await session.call_tool("read_file", {"path": "big.bin", "offset": offset})).structured_content
+                data = base64.b64decode(reply["data"])
+                sink.write(data)
+                offset, eof = offset + len(data), reply["eof"]
+        pulled = time.perf_counter()
+        await session.call_tool("cleanup_session", {})
+    return round(mib / (pushed - start), 1), round(mib / (pulled - pushed), 1)
+
+
+def _same(a: Path, b: Path) -> bool:
+    return hashlib.sha256(a.read_bytes()).digest() == hashlib.sha256(b.read_bytes()).digest()
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.files")
+    p.add_argument("--mib", type=int, default=100, help="size of the file in MiB")
+    p.add_argument("--backend", default="docker", help="the python tool's sandbox backend")
+    p.add_argument("--out", default=None)
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="toolfleet-bench-files-") as tmp:
+        source, copy, back = Path(tmp, "big.bin"), Path(tmp, "copy.bin"), Path(tmp, "back.bin")
+        with source.open("wb") as out:
+            for i in range(args.mib):
+                out.write(hashlib.sha256(str(i).encode()).digest() * 32768)  # 1 MiB of not-all-zero bytes
+        baseline, _ = _timed_mbps(args.mib, lambda: shutil.copyfile(source, copy))
+        copy.unlink()
+        with running_service(["-m", "orchestrator.worker", "--scripted"]) as worker:
+            flags = [
+                "-m",
+                "orchestrator",
+                "--worker-urls",
+                json.dumps([worker.url]),
+                "--store-path",
+                f"{tmp}/store.db",
+                "--files-dir",
+                f"{tmp}/files",
+                "--max-file-bytes",
+                str(2 * args.mib << 20),
+            ]
+            with running_service(flags) as svc:
+                client = openai.OpenAI(base_url=f"{svc.url}/v1", api_key="bench", max_retries=0, timeout=600)
+                rss_before = peak_rss_mb(svc.proc.pid)
+                with source.open("rb") as handle:
+                    up, made = _timed_mbps(args.mib, lambda: client.files.create(file=handle, purpose="user_data"))
+
+                def download() -> None:
+                    with httpx.stream("GET", f"{svc.url}/v1/files/{made.id}/content", timeout=600) as answer:
+                        with back.open("wb") as sink:
+                            for chunk in answer.iter_bytes():
+                                sink.write(chunk)
+
+                down, _ = _timed_mbps(args.mib, download)
+                rss_after = peak_rss_mb(svc.proc.pid)
+        same = _same(source, back)
+        with contextlib.ExitStack() as stack:
+            sandbox = ["--backend", args.backend, "--instance", f"bench-{uuid.uuid4().hex[:8]}"]
+            python = stack.enter_context(running_service(["-m", "toolkit.cli", "python", *sandbox]))
+            routes = Path(tmp, "gateway.yaml")
+            routes.write_text(json.dumps({"namespaces": {"python": {"replicas": [f"{python.url}/mcp"]}}}))
+            gateway = stack.enter_context(running_service(["-m", "toolkit.cli", "gateway", "--config", str(routes)]))
+            procs = {"gateway": gateway.proc.pid, "python tool server": python.proc.pid}
+            before = {name: peak_rss_mb(pid) for name, pid in procs.items()}
+            push, pull = asyncio.run(through_gateway(f"{gateway.url}/python", source, back, args.mib))
+            after = {name: peak_rss_mb(pid) for name, pid in procs.items()}
+        same_mcp = _same(source, back)
+    rows = [
+        {"name": "disk copy (baseline)", "mib_s": baseline},
+        {"name": f"upload {args.mib} MiB", "mib_s": up, "of_baseline": round(up / baseline, 3)},
+        {"name": f"download {args.mib} MiB", "mib_s": down, "of_baseline": round(down / baseline, 3), "same": same},
+        {"name": "orchestrator peak RSS", "before_mb": round(rss_before, 1), "after_mb": round(rss_after, 1)},
+        {
+            "name": f"gateway -> sandbox {args.mib} MiB (write_file)",
+            "mib_s": push,
+            "of_baseline": round(push / baseline, 3),
+        },
+        {
+            "name": f"sandbox -> gateway {args.mib} MiB (read_file)",
+            "mib_s": pull,
+            "of_baseline": round(pull / baseline, 3),
+            "same": same_mcp,
+        },
+        *(
+            {"name": f"{name} peak RSS", "before_mb": round(before[name], 1), "after_mb": round(after[name], 1)}
+            for name in procs
+        ),
+    ]
+    print_rows(rows)
+    save(args.out, rows, mib=args.mib)
+
+
+if __name__ == "__main__":
+    main()

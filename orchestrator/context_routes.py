@@ -1,0 +1,64 @@
+"""Routes about a response's context before it runs: `POST /v1/responses/input_tokens` counts its prompt,
+`POST /v1/responses/compact` has the model summarise it into a compacted window."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from orchestrator.schema import RequestError, ResponsesRequest
+from orchestrator.service import ResponsesService
+from orchestrator.worker.client import WorkerError, WorkerUnavailable
+
+T = TypeVar("T")
+COUNTED = frozenset(
+    {
+        "model",
+        "input",
+        "instructions",
+        "tools",
+        "tool_choice",
+        "previous_response_id",
+        "conversation",
+        "reasoning",
+        "parallel_tool_calls",
+    }
+)
+"""The SDK's count parameters this server renders; the others (`text`, `truncation`, `personality`) are a 400."""
+COMPACTED = frozenset({"model", "input", "instructions", "previous_response_id", "prompt_cache_key"})
+"""The SDK's compact parameters; `prompt_cache_key` is a cache hint, a no-op here (the worker is chosen by
+conversation); the others are a 400."""
+
+
+def _checked(body: dict[str, Any], allowed: frozenset[str], route: str) -> ResponsesRequest:
+    if unknown := sorted(set(body) - allowed):
+        raise RequestError(f"parameter {unknown[0]!r} is not supported by {route} here", unknown[0])
+    return ResponsesRequest.model_validate({k: v for k, v in body.items() if k != "prompt_cache_key"})
+
+
+async def _on_worker(call: Awaitable[T]) -> T:
+    """Worker failures as OpenAI-shaped server errors (503: none could serve; 502: one failed)."""
+    try:
+        return await call
+    except (WorkerUnavailable, WorkerError) as exc:
+        error = RequestError(str(exc), None, 503 if isinstance(exc, WorkerUnavailable) else 502)
+        error.etype = "server_error"
+        raise error from exc
+
+
+def add_routes(app: FastAPI, service: ResponsesService) -> None:
+    """Wire the context routes into `app`."""
+
+    @app.post("/v1/responses/input_tokens")
+    async def input_tokens(request: Request, body: dict[str, Any]) -> JSONResponse:
+        req = _checked(body, COUNTED, "input_tokens")
+        count = await _on_worker(service.count_input_tokens(req, request.state.owner))
+        return JSONResponse({"object": "response.input_tokens", "input_tokens": count})
+
+    @app.post("/v1/responses/compact")
+    async def compact(request: Request, body: dict[str, Any]) -> JSONResponse:
+        req = _checked(body, COMPACTED, "compact")
+        return JSONResponse(await _on_worker(service.compact(req, request.state.owner)))

@@ -1,0 +1,54 @@
+"""The routes of the openai SDK's `conversations` resource; every one is owner-checked by `Conversations`."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from orchestrator.conversations import ConversationCreate, Conversations, ConversationUpdate, ItemsCreate
+
+
+def _include(request: Request) -> list[str]:
+    """`include` as the openai SDK sends it (`include[]=a&include[]=b`), or repeated plain."""
+    return request.query_params.getlist("include[]") + request.query_params.getlist("include")
+
+
+def add_routes(app: FastAPI, conversations: Conversations) -> None:
+    """Wire `/v1/conversations...` into `app`; bodies are validated strictly (unknown fields: 400)."""
+
+    @app.post("/v1/conversations")
+    async def create(request: Request, body: ConversationCreate | None = None) -> JSONResponse:
+        return JSONResponse(await conversations.create(request.state.owner, body or ConversationCreate()))
+
+    @app.get("/v1/conversations/{conv_id}")
+    async def retrieve(request: Request, conv_id: str) -> JSONResponse:
+        return JSONResponse((await conversations.find(conv_id, request.state.owner)).body())
+
+    @app.post("/v1/conversations/{conv_id}")
+    async def update(request: Request, conv_id: str, body: ConversationUpdate) -> JSONResponse:
+        return JSONResponse(await conversations.update(conv_id, request.state.owner, body))
+
+    @app.delete("/v1/conversations/{conv_id}")
+    async def delete(request: Request, conv_id: str) -> JSONResponse:
+        return JSONResponse(await conversations.delete(conv_id, request.state.owner))
+
+    @app.post("/v1/conversations/{conv_id}/items")
+    async def add_items(request: Request, conv_id: str, body: ItemsCreate) -> JSONResponse:
+        return JSONResponse(await conversations.add(conv_id, request.state.owner, body, _include(request)))
+
+    @app.get("/v1/conversations/{conv_id}/items")
+    async def list_items(
+        request: Request, conv_id: str, limit: int = 20, order: str = "desc", after: str | None = None
+    ) -> JSONResponse:
+        page = await conversations.list(
+            conv_id, request.state.owner, limit=limit, order=order, after=after, include=_include(request)
+        )
+        return JSONResponse(page)
+
+    @app.get("/v1/conversations/{conv_id}/items/{item_id}")
+    async def retrieve_item(request: Request, conv_id: str, item_id: str) -> JSONResponse:
+        return JSONResponse(await conversations.item(conv_id, request.state.owner, item_id, _include(request)))
+
+    @app.delete("/v1/conversations/{conv_id}/items/{item_id}")
+    async def delete_item(request: Request, conv_id: str, item_id: str) -> JSONResponse:
+        return JSONResponse(await conversations.remove_item(conv_id, request.state.owner, item_id))

@@ -1,0 +1,172 @@
+"""The Conversations API: durable histories that responses read before their input and append to after.
+
+Ownership, pagination and item shapes are decided here, once, over either backend
+(`conversation_store`). A conversation's items are rendered for the model the way client-sent input
+items are (`kinds.to_messages`), so what `items.list` shows is exactly what the next response reads;
+items that could not be rendered are refused when they are added (400), not when a response runs.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from orchestrator.conversation_store import Conversation, ConversationStore
+from orchestrator.events import new_id
+from orchestrator.items import normalize
+from orchestrator.kinds import EchoContext, to_messages
+from orchestrator.schema import RequestError, check_include, check_metadata
+
+MAX_ITEMS_PER_CALL = 20  # as OpenAI: items are added at most 20 at a time
+# Item types whose SDK model requires a status; client-sent ones get "completed", as OpenAI lists them.
+_STATUS_REQUIRED = ("message", "function_call_output")
+
+
+class ConversationCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    items: list[dict[str, Any]] | None = Field(None, max_length=MAX_ITEMS_PER_CALL)
+    metadata: dict[str, str] | None = None
+    _limits = field_validator("metadata")(check_metadata)
+
+
+class ConversationUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    metadata: dict[str, str] | None
+    _limits = field_validator("metadata")(check_metadata)
+
+
+class ItemsCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    items: list[dict[str, Any]] = Field(max_length=MAX_ITEMS_PER_CALL)
+
+
+def not_found(conv_id: str) -> RequestError:
+    return RequestError(f"conversation {conv_id!r} not found", "conversation_id", 404, "not_found")
+
+
+def as_item(item: dict[str, Any]) -> dict[str, Any]:
+    """An item as a conversation lists it: with an id, and a status where the API's item type has one."""
+    if item.get("type") in _STATUS_REQUIRED:
+        item.setdefault("status", "completed")
+    return item
+
+
+class Conversations:
+    """The conversations of every key; another key's conversation answers what a missing one does (404)."""
+
+    def __init__(self, store: ConversationStore) -> None:
+        self.store = store
+
+    async def create(self, owner: str, body: ConversationCreate) -> dict[str, Any]:
+        conv = Conversation(new_id("conv"), owner, int(time.time()), body.metadata or {}, new_id("conv"))
+        items = self._checked(conv, [], body.items or [], "items")
+        await self.store.put(conv)
+        if items:
+            await self.store.add_items(conv.id, items)
+        return conv.body()
+
+    async def find(self, conv_id: str, owner: str) -> Conversation:
+        conv = await self.store.get(conv_id)
+        if conv is None or conv.owner != owner:
+            raise not_found(conv_id)
+        return conv
+
+    async def update(self, conv_id: str, owner: str, body: ConversationUpdate) -> dict[str, Any]:
+        conv = await self.find(conv_id, owner)
+        conv.metadata = body.metadata or {}
+        await self.store.put(conv)
+        return conv.body()
+
+    async def delete(self, conv_id: str, owner: str) -> dict[str, Any]:
+        await self.find(conv_id, owner)
+        await self.store.delete(conv_id)
+        return {"id": conv_id, "object": "conversation.deleted", "deleted": True}
+
+    async def add(self, conv_id: str, owner: str, body: ItemsCreate, include: list[str]) -> dict[str, Any]:
+        check_include(include)
+        conv = await self.find(conv_id, owner)
+        items = self._checked(conv, await self.store.items(conv_id), body.items, "items")
+        await self.store.add_items(conv_id, items)
+        return _page(items, has_more=False)
+
+    async def list(
+        self, conv_id: str, owner: str, *, limit: int, order: str, after: str | None, include: list[str]
+    ) -> dict[str, Any]:
+        check_include(include)
+        if order not in ("asc", "desc"):
+            raise RequestError(f"order must be 'asc' or 'desc', not {order!r}", "order")
+        if not 1 <= limit <= 100:
+            raise RequestError("limit must be between 1 and 100", "limit")
+        await self.find(conv_id, owner)
+        items = await self.store.items(conv_id)
+        if order == "desc":
+            items.reverse()
+        if after is not None:
+            ids = [i["id"] for i in items]
+            if after not in ids:
+                raise RequestError(f"no item {after!r} in conversation {conv_id!r}", "after", 404, "not_found")
+            items = items[ids.index(after) + 1 :]
+        return _page(items[:limit], has_more=len(items) > limit)
+
+    async def item(self, conv_id: str, owner: str, item_id: str, include: list[str]) -> dict[str, Any]:
+        check_include(include)
+        await self.find(conv_id, owner)
+        for item in await self.store.items(conv_id):
+            if item["id"] == item_id:
+                return item
+        raise RequestError(f"item {item_id!r} not found in conversation {conv_id!r}", "item_id", 404, "not_found")
+
+    async def remove_item(self, conv_id: str, owner: str, item_id: str) -> dict[str, Any]:
+        conv = await self.find(conv_id, owner)
+        if not await self.store.delete_item(conv_id, item_id):
+            raise RequestError(f"item {item_id!r} not found in conversation {conv_id!r}", "item_id", 404, "not_found")
+        return conv.body()
+
+    # --- what responses read and leave -----------------------------------------------------------------
+
+    async def history(self, conv: Conversation) -> list[dict[str, Any]]:
+        """The conversation's items, oldest first: rendered before a response's new input."""
+        return await self.store.items(conv.id)
+
+    async def append(self, conv: Conversation, items: list[dict[str, Any]], tools: dict[str, Any]) -> None:
+        """A finished response's input and output items, and the tool state its calls left behind."""
+        current = await self.store.get(conv.id)
+        if current is None:
+            return  # deleted while the response ran: nothing to append to
+        current.tools = tools
+        await self.store.put(current)
+        known = {i["id"] for i in await self.store.items(conv.id)}
+        if fresh := [as_item(dict(i)) for i in items if i["id"] not in known]:  # a re-sent item is there already
+            await self.store.add_items(conv.id, fresh)
+
+    def _checked(
+        self, conv: Conversation, existing: list[dict[str, Any]], new: list[dict[str, Any]], param: str
+    ) -> list[dict[str, Any]]:
+        """New items with ids and statuses, refused (400 naming the item) unless they render after `existing`."""
+        items = [as_item(i) for i in normalize(new)] if new else []
+        seen = {i["id"] for i in existing}
+        for n, item in enumerate(items):
+            if item["id"] in seen:
+                raise RequestError(f"item id {item['id']!r} is already in this conversation", f"{param}[{n}].id")
+            seen.add(item["id"])
+        try:
+            to_messages(existing + items, EchoContext(dict(conv.tools.get("calls", {}))))
+        except RequestError as exc:
+            where = exc.param or ""
+            if where.startswith("input["):
+                index, _, rest = where.removeprefix("input[").partition("]")
+                exc.param = f"{param}[{int(index) - len(existing)}]{rest}"
+            raise
+        return items
+
+
+def _page(items: list[dict[str, Any]], *, has_more: bool) -> dict[str, Any]:
+    return {
+        "object": "list",
+        "data": items,
+        "first_id": items[0]["id"] if items else None,
+        "last_id": items[-1]["id"] if items else None,
+        "has_more": has_more,
+    }

@@ -1,0 +1,40 @@
+"""`compaction` items: a summary of earlier turns that the model wrote itself, carried in `encrypted_content`
+(compressed and encoded like reasoning, NOT encrypted). Sent back as input, the item renders as that summary."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from openai_harmony import Message
+
+from orchestrator import harmony as h
+from orchestrator.events import new_id
+from orchestrator.kinds.base import EchoContext, Kind
+from orchestrator.kinds.reasoning import open_reasoning, seal_reasoning
+from orchestrator.schema import RequestError
+
+LEAD = "Summary of the earlier conversation, written when it was compacted:\n"
+"""How the summary is shown to the model: a user-turn note ahead of the turns kept after it."""
+
+
+def compaction_item(summary: str) -> dict[str, Any]:
+    return {
+        "id": new_id("cmp"),
+        "type": "compaction",
+        "encrypted_content": seal_reasoning(summary),
+        "created_by": "toolfleet",
+    }
+
+
+def summary_message(summary: str) -> Message:
+    return h.user(LEAD + summary)
+
+
+class CompactionKind(Kind):
+    echoes = ("compaction",)
+
+    def echo(self, item: dict[str, Any], where: str, ctx: EchoContext) -> list[Message]:
+        sealed = item.get("encrypted_content")
+        if not isinstance(sealed, str):
+            raise RequestError("a compaction item needs its encrypted_content", f"{where}.encrypted_content")
+        return [summary_message(open_reasoning(sealed, f"{where}.encrypted_content"))]

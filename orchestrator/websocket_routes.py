@@ -1,0 +1,131 @@
+"""Responses WebSocket mode (`responses.connect()` in the openai SDK): `ws(s)://HOST/v1/responses`.
+
+The client sends `response.create` messages (the `POST /v1/responses` body, `stream` implicit, no
+`background`); the server answers each with the same events an SSE stream carries, one response after
+another. The connection keeps its newest response in memory (as OpenAI's does), so the next
+`previous_response_id` continues from it without a store read, and an unstored (`store: false`) one is
+continuable for the life of the connection (its tool sessions until idle); older unstored ones are gone.
+`generate: false` only prefills the worker's cache (one token generated and discarded).
+The key and the per-key rate are checked on the upgrade by the same middleware as HTTP; a refused
+request, or a `response.create` sent while one is running, is answered with an `error` event and the
+connection stays open. A connection lives at most `LIFETIME_S` (OpenAI's documented 60 minutes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import structlog
+from fastapi import FastAPI, WebSocket, WebSocketDisconnect
+from fastapi.responses import JSONResponse
+
+from orchestrator.schema import RequestError, ResponsesRequest
+from orchestrator.service import ResponsesService
+from orchestrator.store import Record
+
+log = structlog.get_logger(__name__)
+LIFETIME_S = 3600.0
+ENVELOPE = ("type", "stream_id", "generate")
+
+
+class Connection:
+    """One socket: at most one running response, and the unstored responses it may continue from."""
+
+    def __init__(self, ws: WebSocket, service: ResponsesService, errors: Callable[[BaseException], JSONResponse]):
+        self.ws, self.service, self.errors = ws, service, errors
+        self.kept: dict[str, Record] = {}
+        self.running: asyncio.Task[None] | None = None
+        self.finished = True  # the running response sent its terminal event (it may still be settling)
+
+    async def send_error(self, exc: BaseException, stream_id: str | None = None) -> None:
+        answer = self.errors(exc)
+        event: dict[str, Any] = {"type": "error", "status": answer.status_code, **json.loads(answer.body)}
+        if stream_id is not None:
+            event["stream_id"] = stream_id
+        await self.ws.send_text(json.dumps(event))
+
+    async def handle(self, raw: str) -> None:
+        try:
+            message = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            return await self.send_error(RequestError(f"the message is not valid JSON: {exc}"))
+        if not isinstance(message, dict) or message.get("type") != "response.create":
+            kind = message.get("type") if isinstance(message, dict) else None
+            return await self.send_error(RequestError(f"unsupported client event type {kind!r}", "type"))
+        if self.running is not None and self.finished:
+            await self.running  # settling is quick; the next response may continue from this one
+        elif self.running is not None and not self.running.done():
+            error = RequestError(
+                "a response is already running on this connection; send the next "
+                "response.create after its terminal event",
+                "type",
+                409,
+                "response_in_progress",
+            )
+            return await self.send_error(error, message.get("stream_id"))
+        self.finished = False
+        self.running = asyncio.create_task(self.respond(message))
+
+    async def respond(self, message: dict[str, Any]) -> None:
+        stream_id = message.get("stream_id")
+        try:
+            body = {k: v for k, v in message.items() if k not in ENVELOPE}
+            if body.pop("stream", True) is not True:  # implicit; Codex sends `true` anyway
+                raise RequestError("every response streams over WebSocket: 'stream' must be true or absent", "stream")
+            if body.pop("background", False) is not False:
+                raise RequestError("'background' is not supported over WebSocket", "background")
+            generate = message.get("generate", True)
+            if not isinstance(generate, bool):
+                raise RequestError("generate must be a boolean", "generate")
+            req = ResponsesRequest.model_validate({**body, "stream": True})
+            live = await self.service.create(req, self.ws.state.owner, kept=self.kept, warm_only=not generate)
+        except Exception as exc:
+            self.finished = True
+            return await self.send_error(exc, stream_id)
+        try:
+            async for event in live.builder.follow():
+                self.finished = live.builder.finished
+                await self.ws.send_text(json.dumps(event if stream_id is None else {**event, "stream_id": stream_id}))
+        finally:
+            if not live.builder.finished and live.task is not None:
+                live.task.cancel()  # the socket went away: abort the generation, as an SSE client's close does
+            await live.done.wait()
+            if live.record is not None:  # only the newest, stored or not: the next turn skips the store read
+                self.kept = {live.record.id: live.record}
+
+    async def close(self) -> None:
+        if self.running is not None:
+            self.running.cancel()
+            with contextlib.suppress(BaseException):
+                await self.running
+
+
+def add_routes(app: FastAPI, service: ResponsesService, errors: Callable[[BaseException], JSONResponse]) -> None:
+    """Wire `/v1/responses` as a WebSocket endpoint; `errors` maps an exception to OpenAI's error body."""
+
+    @app.websocket("/v1/responses")
+    async def responses_socket(ws: WebSocket) -> None:
+        await ws.accept()
+        conn = Connection(ws, service, errors)
+        try:
+            with anyio.move_on_after(LIFETIME_S):
+                while True:
+                    await conn.handle(await ws.receive_text())
+            await conn.send_error(
+                RequestError(
+                    "the connection reached its 60-minute limit; open a new one",
+                    None,
+                    400,
+                    "websocket_connection_limit_reached",
+                )
+            )
+            await ws.close(1000)
+        except WebSocketDisconnect:
+            log.info("websocket.closed")
+        finally:
+            await conn.close()
