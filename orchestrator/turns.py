@@ -38,7 +38,7 @@ class HarmonyTurns:
         prompt = h.render(messages)
         tokens: list[int] = []
         prompt_tokens = 0
-        req = GenerateRequest(prompt, budget, r.temperature, r.top_p, r.conversation)
+        req = GenerateRequest(prompt, budget, r.sampling, r.conversation)
         async with contextlib.aclosing(r.generate(req)) as chunks:
             async for chunk in chunks:
                 prompt_tokens = chunk.prompt_tokens or prompt_tokens
