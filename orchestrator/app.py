@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException
 
 from orchestrator import context_routes, conversation_routes, websocket_routes
 from orchestrator.auth import ApiKeys, AuthMiddleware, load_keys, warn_if_open
+from orchestrator.chat_completions import ChatRelay
 from orchestrator.containers import Containers
 from orchestrator.containers_api import containers_router
 from orchestrator.files import Files
@@ -23,7 +24,7 @@ from orchestrator.files_api import files_router
 from orchestrator.limits import RequestRate
 from orchestrator.mcp_policy import McpPolicy
 from orchestrator.metrics import LatencyMiddleware, OrchestratorMetrics
-from orchestrator.schema import ErrorBody, RequestError, ResponsesRequest, error_body, parse_body
+from orchestrator.schema import ErrorBody, RequestError, ResponsesRequest, error_body, parse_body, read_json
 from orchestrator.service import ResponsesService
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.store import Store, StoreUnavailable, open_store
@@ -176,6 +177,7 @@ def create_app(
     for kind in (RequestError, StoreUnavailable, ValidationError, RequestValidationError, HTTPException, Exception):
         app.add_exception_handler(kind, _error)
     _responses_routes(app, service)
+    _chat_routes(app, service, ChatRelay(pool, settings.max_concurrent_per_key))
     conversation_routes.add_routes(app, service.conversations)
     context_routes.add_routes(app, service)
     websocket_routes.add_routes(app, service, error_response)
@@ -218,16 +220,36 @@ def _responses_routes(app: FastAPI, service: ResponsesService) -> None:
         return JSONResponse(await service.input_items(rid, request.state.owner, limit, order, after))
 
 
+def _chat_routes(app: FastAPI, service: ResponsesService, relay: ChatRelay) -> None:
+    """`/v1/chat/completions`, relayed to the workers (`chat_completions.py`)."""
+
+    @app.post("/v1/chat/completions", openapi_extra={"responses": SSE_OR_JSON})
+    async def chat_completions(request: Request) -> Response:
+        owner = request.state.owner
+        running = sum(lv.owner == owner for lv in service.live.values())
+        body = relay.admit(read_json(await request.body()), owner, running)
+        if body.get("stream"):
+            return StreamingResponse(relay.stream(body, owner), media_type="text/event-stream")
+        return JSONResponse(await relay.complete(body, owner))
+
+
 def _service_routes(
     app: FastAPI, service: ResponsesService, pool: WorkerPool | None, metrics: OrchestratorMetrics, model: str | None
 ) -> None:
     """Models, health and metrics."""
 
+    async def model_names() -> list[str]:
+        return await pool.models() if pool is not None else [model or "gpt-oss"]
+
     @app.get("/v1/models")
     async def models() -> Response:
-        names = await pool.models() if pool is not None else [model or "gpt-oss"]
-        data = [{"id": n, "object": "model", "created": 0, "owned_by": "toolfleet"} for n in names]
-        return JSONResponse({"object": "list", "data": data})
+        return JSONResponse({"object": "list", "data": [_model(n) for n in await model_names()]})
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model_by_id(model_id: str) -> Response:
+        if model_id not in await model_names():
+            raise RequestError(f"The model {model_id!r} does not exist", "model", 404, "model_not_found")
+        return JSONResponse(_model(model_id))
 
     @app.get("/healthz")
     async def healthz() -> Response:
@@ -240,6 +262,10 @@ def _service_routes(
     @app.get("/metrics", response_class=PlainTextResponse)  # the class documents Prometheus' text format
     async def prometheus() -> Response:
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
+
+
+def _model(name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "toolfleet"}
 
 
 async def _disconnected(request: Request) -> None:

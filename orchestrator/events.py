@@ -134,6 +134,11 @@ class Item:
     def get(self, field: str) -> Any:
         return self._data.get(field)
 
+    @property
+    def open(self) -> bool:
+        """Added and not yet done (for items without a status, such as `custom_tool_call`)."""
+        return self.index in self._builder._open
+
     def event(self, type_: str, **fields: Any) -> None:
         """An event of this item (`output_index` and `item_id` filled in)."""
         self._builder.emit(type_, output_index=self.index, item_id=self.id, **fields)

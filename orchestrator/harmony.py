@@ -29,9 +29,20 @@ from toolkit.vocab import ensure_vocab
 
 START, CHANNEL, MESSAGE, END, CALL, RETURN, CONSTRAIN = 200006, 200005, 200008, 200007, 200012, 200002, 200003
 STOP_TOKENS = (CALL, RETURN)
+END_OF_TEXT = 199999  # `<|endoftext|>`: an end of sequence the worker may stop on (a grammar's end), not Harmony
 MESSAGE_END_TOKENS = frozenset((END, CALL, RETURN))
 FIRST_SPECIAL = 199998  # ids from here up are Harmony's special tokens
-EFFORTS = {"low": ReasoningEffort.LOW, "medium": ReasoningEffort.MEDIUM, "high": ReasoningEffort.HIGH}
+EFFORTS = {
+    "none": ReasoningEffort.LOW,
+    "minimal": ReasoningEffort.LOW,
+    "low": ReasoningEffort.LOW,
+    "medium": ReasoningEffort.MEDIUM,
+    "high": ReasoningEffort.HIGH,
+    "xhigh": ReasoningEffort.HIGH,
+    "max": ReasoningEffort.HIGH,
+}
+"""Every `reasoning.effort` the openai SDK accepts, as the three levels gpt-oss was trained on (no level
+turns reasoning off: `none` and `minimal` are its lowest, `xhigh` and `max` its highest)."""
 
 
 @functools.cache

@@ -15,7 +15,7 @@ from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator.events import ResponseBuilder, usage
-from orchestrator.schema import Requirement, Toolset
+from orchestrator.schema import AnswerFormat, Requirement, Toolset
 from orchestrator.tools import Endpoints, ToolSessions
 from orchestrator.worker.client import Generate
 
@@ -66,6 +66,7 @@ class ToolState:
     admitted: bool = True  # whether the call now being written is within max_tool_calls
     calls: dict[str, str] = field(default_factory=dict)  # function call_id -> name
     pending: dict[str, dict[str, Any]] = field(default_factory=dict)  # approval id -> call
+    answered: dict[str, dict[str, Any]] = field(default_factory=dict)  # approvals asked and answered in the input
     approvals: dict[str, bool] = field(default_factory=dict)  # mcp_approval_response decisions
     pages: dict[int, dict[str, Any]] = field(default_factory=dict)  # browser cursor -> web_search.browser_page
     results: dict[str, str] = field(default_factory=dict)  # output item id -> the tool's text
@@ -78,6 +79,15 @@ class ToolState:
         return self.admitted
 
 
+@dataclass(frozen=True)
+class Constraint:
+    """A generation under the worker's structured decoding: the header it continues, and the constraint
+    (vLLM `structured_outputs`) on what follows: an answer format, or a custom tool's grammar."""
+
+    prefill: str
+    structured: dict[str, Any]
+
+
 @dataclass
 class TurnState:
     """What the turn models carry from one generation to the next."""
@@ -87,6 +97,8 @@ class TurnState:
     forced: bool = False  # the header prefill was used: a second miss fails the response
     last_token: int = 0
     json_retries: int = JSON_RETRIES
+    answer_format: AnswerFormat | None = None  # text.format json_schema / json_object
+    constraining: Constraint | None = None  # the next generation: its prefilled header and its constraint
 
 
 @dataclass
@@ -140,8 +152,7 @@ class Run:
     generate: Generate
     limits: Limits
     conversation: str
-    temperature: float | None = None
-    top_p: float | None = None
+    sampling: dict[str, float] = field(default_factory=dict)  # temperature, top_p, penalties (the values used)
     new_input: list[Message] = field(default_factory=list)  # appended after pending approvals are answered
     container_id: str = "auto"
     include: set[str] = field(default_factory=set)

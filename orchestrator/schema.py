@@ -9,6 +9,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from orchestrator.params import PARAMS, REFUSED
+
 
 class RequestError(ValueError):
     """The caller's request is invalid: HTTP 400 with this message."""
@@ -40,9 +42,21 @@ class ErrorBody(BaseModel):
 
 
 class Reasoning(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    effort: Literal["minimal", "low", "medium", "high"] | None = None
-    summary: str | None = None
+    """`reasoning`: effort is mapped onto the model's levels (`harmony.EFFORTS`), summary is echoed (the
+    reasoning itself is returned in full as `reasoning_text`, so there is nothing to summarise)."""
+
+    model_config = ConfigDict(extra="forbid")
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None
+    generate_summary: Literal["auto", "concise", "detailed"] | None = None
+
+
+class TextConfig(BaseModel):
+    """`text`: the answer's format (checked in `service`) and verbosity (echoed)."""
+
+    model_config = ConfigDict(extra="forbid")
+    format: dict[str, Any] = Field(default_factory=lambda: {"type": "text"})
+    verbosity: Literal["low", "medium", "high"] | None = None
 
 
 def check_metadata(v: dict[str, str] | None) -> dict[str, str] | None:
@@ -68,16 +82,36 @@ class ResponsesRequest(BaseModel):
     reasoning: Reasoning | None = None
     max_output_tokens: int | None = Field(None, ge=1)
     max_tool_calls: int | None = Field(None, ge=0)
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, gt=0, le=1)
+    temperature: float = Field(1.0, ge=0, le=2)  # OpenAI's defaults, sent to the worker as the values used
+    top_p: float = Field(1.0, gt=0, le=1)
     include: list[str] | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
     metadata: dict[str, str] | None = None
     parallel_tool_calls: bool = True
     user: str | None = None
-
+    presence_penalty: float = Field(0.0, ge=-2, le=2)
+    frequency_penalty: float = Field(0.0, ge=-2, le=2)
+    text: TextConfig | None = None
+    truncation: Literal["auto", "disabled"] = "disabled"
+    service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    prompt_cache_retention: Literal["in_memory", "in-memory", "24h"] | None = None
+    prompt_cache_options: dict[str, Any] | None = None
+    stream_options: dict[str, Any] | None = None
+    client_metadata: dict[str, Any] | None = None
     conversation: str | dict[str, Any] | None = None  # an id, or {"id": ...}: see `conversation_id`
     context_management: list[dict[str, Any]] | None = None  # see `compact_threshold`
+
+    def sampling(self) -> dict[str, float]:
+        """The sampling values sent to the worker (and echoed: the values actually used)."""
+        return {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "presence_penalty": self.presence_penalty,
+            "frequency_penalty": self.frequency_penalty,
+        }
+
     _metadata_limits = field_validator("metadata")(check_metadata)
 
     @property
@@ -111,15 +145,32 @@ MAX_BODY = 16 * 1024 * 1024
 
 def parse_body(raw: bytes) -> ResponsesRequest:
     """The create body: size-limited, JSON, an object, then validated strictly (a 400 naming what is wrong)."""
+    data = read_json(raw)
+    if not isinstance(data, dict):
+        raise RequestError("the request body must be a JSON object")
+    check_params(data)
+    return ResponsesRequest.model_validate(data)
+
+
+def read_json(raw: bytes) -> Any:
+    """A request body as JSON, size-limited (413) and parsed (400)."""
     if len(raw) > MAX_BODY:
         raise RequestError(f"request body larger than {MAX_BODY} bytes", None, 413)
     try:
-        data = json.loads(raw)
+        return json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise RequestError(f"the request body is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise RequestError("the request body must be a JSON object")
-    return ResponsesRequest.model_validate(data)
+
+
+def check_params(data: dict[str, Any]) -> None:
+    """A 400 naming the first parameter this server does not know, or refuses and the request sets
+    (`params.PARAMS`: nothing is accepted and ignored)."""
+    for name, value in data.items():
+        if name not in PARAMS:
+            raise RequestError(f"unknown parameter {name!r}", name, 400, "unknown_parameter")
+        if PARAMS[name][0] == REFUSED and value is not None:
+            message = f"{name!r} is not supported by this server: {PARAMS[name][1]}"
+            raise RequestError(message, name, 400, "unsupported_parameter")
 
 
 @dataclass
@@ -180,6 +231,34 @@ def check_include(include: list[str] | None) -> set[str]:
 
 
 @dataclass(frozen=True)
+class AnswerFormat:
+    """`text.format` json_schema / json_object: the constraint the worker's structured decoding puts on the
+    final answer, as vLLM takes it on each path."""
+
+    structured: dict[str, Any]  # `structured_outputs` on /v1/completions (Harmony)
+    response_format: dict[str, Any]  # `response_format` on /v1/chat/completions (the chat path)
+
+
+def answer_format(text: TextConfig | None) -> AnswerFormat | None:
+    """The request's answer format as a constraint; None for plain text. A malformed format is a 400."""
+    fmt = text.format if text is not None else {"type": "text"}
+    kind = fmt.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return AnswerFormat({"json_object": True}, {"type": "json_object"})
+    if kind != "json_schema":
+        raise RequestError(f"unknown text.format type {kind!r} (text, json_schema or json_object)", "text.format.type")
+    schema, name = fmt.get("schema"), fmt.get("name")
+    if not isinstance(schema, dict):
+        raise RequestError("text.format json_schema needs a schema object", "text.format.schema")
+    if not isinstance(name, str) or not name:
+        raise RequestError("text.format json_schema needs a name", "text.format.name")
+    described = {"name": name, "schema": schema, "strict": bool(fmt.get("strict"))}
+    return AnswerFormat({"json": schema}, {"type": "json_schema", "json_schema": described})
+
+
+@dataclass(frozen=True)
 class Requirement:
     """What `tool_choice` demands of the model's first addressed message: a recipient prefix, and the
     header text to prefill (`<|channel|>... to=...`) when the model heads elsewhere."""
@@ -203,4 +282,9 @@ class Toolset:
     shell_for_container: bool = False
     mcp: dict[str, McpServer] = field(default_factory=dict)
     functions: list[dict[str, Any]] = field(default_factory=list)
+    custom: dict[str, dict[str, Any]] = field(default_factory=dict)  # `custom` tools by name (`kinds/custom.py`)
+    tool_search: dict[str, Any] | None = None  # a client-run `tool_search`, shown as this function
+    local_shell: str | None = None  # a client-run shell: the item type its calls come out as
+    # `namespace` tools (and a local shell's `container`): name -> (description, functions), addressed `NAME.fn`
+    namespaces: dict[str, tuple[str, list[dict[str, Any]]]] = field(default_factory=dict)
     required: Requirement | None = None  # from tool_choice: required, or a named tool

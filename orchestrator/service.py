@@ -21,14 +21,22 @@ from orchestrator.conversation_store import Conversation, conversations_for
 from orchestrator.conversations import Conversations
 from orchestrator.events import ResponseBuilder, new_id
 from orchestrator.items import normalize
-from orchestrator.kinds import EchoContext
+from orchestrator.kinds import EchoContext, custom
 from orchestrator.kinds.compaction import compaction_item
 from orchestrator.kinds.mcp import list_tools_item
 from orchestrator.limits import check_running
 from orchestrator.live import RUNNING, Live, LiveResponses
 from orchestrator.mcp_policy import McpPolicy, ServerRefused, refusal
 from orchestrator.run import Limits, Run, ToolState, TurnModel, TurnState
-from orchestrator.schema import McpServer, RequestError, ResponsesRequest, Toolset, check_include
+from orchestrator.schema import (
+    McpServer,
+    RequestError,
+    ResponsesRequest,
+    TextConfig,
+    Toolset,
+    answer_format,
+    check_include,
+)
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.store import Record, Store
 from orchestrator.tools import (
@@ -131,6 +139,7 @@ class ResponsesService(LiveResponses):
         prev = await self._previous(req, owner, kept)
         conv = await self._conversation(req, owner)
         include = check_include(req.include)
+        _check_unenforced(req)
         tools = kinds.toolset(req.tools, req.tool_choice, self._gateway_url)
         namespaces, listings = await self._namespaces(tools)
         model = self._turn_model(req, include, namespaces, tools)
@@ -157,13 +166,12 @@ class ResponsesService(LiveResponses):
             self.generate,
             self._limits(req),
             conversation,
-            req.temperature,
-            req.top_p,
+            req.sampling(),
             new_input=new_input,
             include=include,
             model=model,
             tools=_tool_state(state, echo),
-            turn=TurnState(required=tools.required),
+            turn=TurnState(required=tools.required, answer_format=answer_format(req.text)),
             logprobs=(req.top_logprobs or 0) if "message.output_text.logprobs" in include else None,
             compact_threshold=req.compact_threshold,
         )
@@ -215,7 +223,9 @@ class ResponsesService(LiveResponses):
             namespaces=namespaces,
             identity=self.settings.identity,
         )
-        dev = h.developer_message(req.instructions, [_function(f) for f in tools.functions])
+        shown = [_function(f) for f in tools.functions] + [custom.shown(t) for t in tools.custom.values()]
+        shown += [tools.tool_search] if tools.tool_search is not None else []
+        dev = h.developer_message(req.instructions, shown)
         return [system, dev] if dev else [system]
 
     def _limits(self, req: ResponsesRequest) -> Limits:
@@ -243,6 +253,9 @@ class ResponsesService(LiveResponses):
             return HARMONY
         if self.chat is None:
             raise RequestError("this orchestrator has no chat-completions worker client", "model", 503)
+        if tools.custom or tools.tool_search:
+            message = "custom and tool_search tools are not supported for chat-template models (the chat path)"
+            raise RequestError(message, "tools", 400, "unsupported_value")
         if "message.output_text.logprobs" in include:
             raise RequestError(
                 "include 'message.output_text.logprobs' is not supported for chat-template models "
@@ -269,6 +282,8 @@ class ResponsesService(LiveResponses):
             except ToolUnavailable as exc:
                 log.warning("tool.discovery_failed", namespace=ns, error=str(exc))
                 out.append(kinds.fallback(ns))
+        for name, (description, functions) in tools.namespaces.items():
+            out.append(h.Namespace(name, description, tuple(_function(f) for f in functions)))
         for label, server in tools.mcp.items():
             listing = await self._list_mcp(server)
             shown = [t for t in listing.tools if not t["hidden"]]
@@ -321,19 +336,26 @@ class ResponsesService(LiveResponses):
             parallel_tool_calls=req.parallel_tool_calls,
             temperature=req.temperature,
             top_p=req.top_p,
+            presence_penalty=req.presence_penalty,
+            frequency_penalty=req.frequency_penalty,
+            top_logprobs=req.top_logprobs or 0,
             max_output_tokens=req.max_output_tokens,
             max_tool_calls=req.max_tool_calls,
             previous_response_id=req.previous_response_id,
             background=req.background,
             store=req.store,
-            reasoning={"effort": req.reasoning.effort if req.reasoning else None, "summary": None},
+            reasoning=req.reasoning.model_dump() if req.reasoning else {"effort": None, "summary": None},
             metadata=req.metadata or {},
-            text={"format": {"type": "text"}},
-            truncation="disabled",
+            text=(req.text or TextConfig()).model_dump(exclude_none=True),
+            truncation=req.truncation,
             usage=None,
             error=None,
             incomplete_details=None,
             user=req.user,
+            service_tier="default",
+            safety_identifier=req.safety_identifier,
+            prompt_cache_key=req.prompt_cache_key,
+            prompt_cache_retention=req.prompt_cache_retention,
         )
 
     # --- running ----------------------------------------------------------------------------------
@@ -440,7 +462,15 @@ def _scoped(owner: str, item_id: str) -> str:
 def _tool_state(state: dict[str, Any], echo: EchoContext) -> ToolState:
     """The tool state a conversation carries on (stored with the previous response) and what the input adds."""
     pages = {int(k): v for k, v in state.get("pages", {}).items() if isinstance(v, dict)}
-    return ToolState(calls=echo.calls, pending=dict(state.get("pending", {})), approvals=echo.approvals, pages=pages)
+    pending = dict(state.get("pending", {}))
+    return ToolState(calls=echo.calls, pending=pending, approvals=echo.approvals, pages=pages, answered=echo.answered)
+
+
+def _check_unenforced(req: ResponsesRequest) -> None:
+    """Values this server cannot honour yet are a 400 naming them, never accepted and ignored."""
+    if req.truncation == "auto":
+        message = "truncation 'auto' is not supported by this server yet (only 'disabled')"
+        raise RequestError(message, "truncation", 400, "unsupported_value")
 
 
 def _function(tool: dict[str, Any]) -> dict[str, Any]:

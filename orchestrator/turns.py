@@ -14,10 +14,10 @@ from openai_harmony import Message
 
 from orchestrator import compaction, toolcalls
 from orchestrator import harmony as h
-from orchestrator.kinds import Stream, open_stream
+from orchestrator.kinds import Stream, custom, open_stream
 from orchestrator.kinds.base import tool_args
 from orchestrator.kinds.mcp import resume_approvals
-from orchestrator.run import Call, Run, Turn, TurnModel
+from orchestrator.run import Call, Constraint, Run, Turn, TurnModel, TurnState
 from orchestrator.worker.client import GenerateRequest, TokenLogprob
 
 
@@ -38,7 +38,7 @@ class HarmonyTurns:
         prompt = h.render(messages)
         tokens: list[int] = []
         prompt_tokens = 0
-        req = GenerateRequest(prompt, budget, r.temperature, r.top_p, r.conversation)
+        req = GenerateRequest(prompt, budget, r.sampling, r.conversation)
         async with contextlib.aclosing(r.generate(req)) as chunks:
             async for chunk in chunks:
                 prompt_tokens = chunk.prompt_tokens or prompt_tokens
@@ -52,8 +52,11 @@ HARMONY: TurnModel = HarmonyTurns()
 
 async def run(r: Run) -> None:
     """Drive turns until the response is finished; the caller handles cancellation and worker errors."""
-    await resume_approvals(r)
+    await resume_approvals(r)  # a call the stored conversation stopped at
     r.messages.extend(r.new_input)
+    if r.tools.answered:  # a stateless history carries the request and its answer: resume that call
+        r.tools.pending, r.tools.answered = r.tools.answered, {}
+        await resume_approvals(r)
     model = r.model or HARMONY
     if r.warm_only:  # one token, discarded: the worker now holds the prompt's prefix
         await model.aside(r, r.messages, 1)
@@ -80,7 +83,7 @@ async def run(r: Run) -> None:
                 answered = await toolcalls.call(r, call) and answered  # False: an approval request ends it
             if answered and not functions:
                 continue
-        if not builtin and _retry_bad_arguments(r, [c.msg for c in functions]):
+        if not builtin and _retry_bad_arguments(r, [c.msg for c in functions if c.kind and c.kind.json_arguments]):
             continue
         if r.turn.required is not None:
             error = {
@@ -115,16 +118,22 @@ async def _turn(r: Run, budget: int) -> tuple[str, Stream | None]:
     "length" or "force"."""
     t = r.turn
     parser = h.TurnParser()
-    prefill = h.encoding().encode(t.required.prefill, allowed_special="all") if t.forced and t.required else []
-    for token in prefill:  # the header the model must continue (tool_choice), as if it had sampled it
-        parser.feed(token)
-    prompt = t.renderer.render(r.messages) + prefill
     stream: Stream | None = None  # the item now open
+    constrained, t.constraining = t.constraining, None
+    prefill = _prefill(t, constrained)
+    for token in prefill:  # the header the model must continue, as if it had sampled it
+        header, _, _ = parser.feed(token)
+        if header is not None:
+            stream = open_item(r, header.channel, header.recipient)
+    prompt = t.renderer.render(r.messages) + prefill
     call_stream: Stream | None = None  # the item of the call this generation ended with
     prompt_tokens = generated = 0
     finish = None
     last_token = None
-    req = GenerateRequest(prompt, budget, r.temperature, r.top_p, r.conversation, r.logprobs)
+    structured = constrained.structured if constrained is not None else None
+    if t.answer_format is not None and constrained is None:
+        budget = max(1, budget // 2)  # the free part (reasoning, calls) leaves room for the constrained answer
+    req = GenerateRequest(prompt, budget, r.sampling, r.conversation, r.logprobs, structured)
     try:
         async with contextlib.aclosing(r.generate(req)) as chunks:
             async for chunk in chunks:
@@ -136,15 +145,26 @@ async def _turn(r: Run, budget: int) -> tuple[str, Stream | None]:
                     finish = chunk.finish_reason
                 for i, token in enumerate(chunk.token_ids):
                     generated += 1
+                    if token == h.END_OF_TEXT:
+                        continue  # the worker's end of sequence: the message is ended below, not written on
                     last_token = t.last_token = token
                     lp = chunk.logprobs[i] if chunk.logprobs and i < len(chunk.logprobs) else None
                     header, delta, msg = parser.feed(token)
                     if header is not None and t.required is not None and _misses(r, header):
                         t.forced = True
                         return "force", None  # closing the stream aborts the generation on the worker
+                    if constrained is None and (constraint := _constraint(r, header, parser)) is not None:
+                        t.constraining = constraint  # written again under it (an answer format, a tool's grammar)
+                        return "force", None
                     stream, done = _feed(r, parser, stream, header, delta, msg, lp)
                     if msg is not None:
                         call_stream = done
+        if constrained is not None and finish == "stop" and last_token not in h.STOP_TOKENS and parser.header:
+            # the constraint ended the text and the worker stopped on its end of sequence: end the message
+            last_token = h.CALL if parser.header.recipient not in (None, "assistant") else h.RETURN
+            header, delta, msg = parser.feed(last_token)
+            stream, done = _feed(r, parser, stream, header, delta, msg)
+            call_stream = done if msg is not None else call_stream
     finally:
         r.usage.account(prompt_tokens or len(prompt), generated)
         if stream is not None and stream.in_progress:
@@ -154,9 +174,45 @@ async def _turn(r: Run, budget: int) -> tuple[str, Stream | None]:
             stream.close(partial, complete=False)
     if last_token == h.CALL:
         return "call", call_stream
+    if t.answer_format is not None and constrained is None:
+        t.constraining = Constraint(FINAL_PREFILL, t.answer_format.structured)  # no answer yet: write one
+        return "force", None
     if finish == "length" and last_token not in h.STOP_TOKENS:
         return "length", None
     return "return", None
+
+
+FINAL_PREFILL = "<|channel|>final<|message|>"
+
+
+def _prefill(t: TurnState, constrained: Constraint | None) -> list[int]:
+    """The header the next generation continues: tool_choice's, or the one a constraint applies after."""
+    if t.forced and t.required:
+        text = t.required.prefill
+    elif constrained is not None:
+        text = constrained.prefill
+    else:
+        return []
+    return h.encoding().encode(text, allowed_special="all")
+
+
+def _constraint(r: Run, header: h.Header | None, parser: h.TurnParser) -> Constraint | None:
+    """Whether the model heads for text that must be constrained: a call of a custom tool with a grammar,
+    or, under an answer format, a free answer (or it left the Harmony grammar). That text is then written
+    again under the constraint; reasoning and other calls stay free."""
+    t = r.turn
+    if t.required is not None:
+        return None
+    recipient = header.recipient if header is not None else None
+    if recipient and recipient.startswith("functions."):
+        tool = r.toolset.custom.get(recipient.removeprefix("functions.").split(" ")[0])
+        grammar = custom.constraint(tool) if tool is not None else None
+        if grammar is not None:
+            return Constraint(f"<|channel|>{header.channel or 'commentary'} to={recipient}<|message|>", grammar)
+    if t.answer_format is None:
+        return None
+    final = header is not None and header.channel == "final" and recipient in (None, "assistant")
+    return Constraint(FINAL_PREFILL, t.answer_format.structured) if final or parser.broken else None
 
 
 def _is_function(msg: Message) -> bool:

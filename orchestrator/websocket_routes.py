@@ -24,7 +24,7 @@ import structlog
 from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse
 
-from orchestrator.schema import RequestError, ResponsesRequest
+from orchestrator.schema import RequestError, ResponsesRequest, check_params
 from orchestrator.service import ResponsesService
 from orchestrator.store import Record
 
@@ -75,6 +75,7 @@ class Connection:
         stream_id = message.get("stream_id")
         try:
             body = {k: v for k, v in message.items() if k not in ENVELOPE}
+            check_params(body)  # as over HTTP: an unknown or refused parameter is an error, never ignored
             if body.pop("stream", True) is not True:  # implicit; Codex sends `true` anyway
                 raise RequestError("every response streams over WebSocket: 'stream' must be true or absent", "stream")
             if body.pop("background", False) is not False:

@@ -92,11 +92,12 @@ def render() -> str:
     return "\n\n".join(tables)
 
 
-def splice(readme: str, body: str) -> str:
-    start, end = readme.find(BEGIN), readme.find(END)
+def splice(readme: str, body: str, begin: str = BEGIN, end_marker: str = END) -> str:
+    """`body` between the two marker lines of `readme` (a generated block)."""
+    start, end = readme.find(begin), readme.find(end_marker)
     if start < 0 or end < start:
-        raise ValueError(f"the README has no {BEGIN!r} ... {END!r} block")
-    return readme[: start + len(BEGIN)] + "\n\n" + body + "\n\n" + readme[end:]
+        raise ValueError(f"the README has no {begin!r} ... {end_marker!r} block")
+    return readme[: start + len(begin)] + "\n\n" + body + "\n\n" + readme[end:]
 
 
 def main(argv: list[str] | None = None) -> int:

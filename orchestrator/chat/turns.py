@@ -45,10 +45,9 @@ class ChatTurns:
         }
         if tools:
             body.update(tools=tools, tool_choice=choice)
-        if r.temperature is not None:
-            body["temperature"] = r.temperature
-        if r.top_p is not None:
-            body["top_p"] = r.top_p
+        body.update(r.sampling)
+        if r.turn.answer_format is not None:  # vLLM constrains the content; the reasoning parser keeps reasoning free
+            body["response_format"] = r.turn.answer_format.response_format
         return body
 
     async def aside(self, r: Run, messages: list[Message], budget: int) -> str:

@@ -15,18 +15,32 @@ from orchestrator import harmony as h
 from orchestrator.kinds.base import EchoContext, Kind, Parsing, Stream
 from orchestrator.kinds.code_interpreter import CodeInterpreterKind
 from orchestrator.kinds.compaction import CompactionKind
+from orchestrator.kinds.custom import CustomKind
 from orchestrator.kinds.function import FunctionKind
+from orchestrator.kinds.local_shell import LocalShellKind
 from orchestrator.kinds.mcp import McpKind
 from orchestrator.kinds.message import MessageKind
+from orchestrator.kinds.namespace import NamespaceKind
 from orchestrator.kinds.reasoning import ReasoningKind
 from orchestrator.kinds.shell import ShellKind
+from orchestrator.kinds.tool_search import ToolSearchKind
 from orchestrator.kinds.web_search import WebSearchKind
 from orchestrator.run import Run
 from orchestrator.schema import RequestError, Requirement, Toolset
 
 MESSAGE, REASONING = MessageKind(), ReasoningKind()
 # The kinds of tool calls, in the order they claim a recipient (shell before mcp: container.exec).
-TOOLS: tuple[Kind, ...] = (FunctionKind(), WebSearchKind(), CodeInterpreterKind(), ShellKind(), McpKind())
+TOOLS: tuple[Kind, ...] = (
+    CustomKind(),
+    ToolSearchKind(),
+    FunctionKind(),
+    LocalShellKind(),
+    NamespaceKind(),
+    WebSearchKind(),
+    CodeInterpreterKind(),
+    ShellKind(),
+    McpKind(),
+)
 BUILTIN_NAMESPACES: tuple[str, ...] = tuple(ns for kind in TOOLS for ns in kind.namespaces)
 _TYPES = {t: kind for kind in TOOLS for t in kind.tool_types}
 _ECHOES = {t: kind for kind in (MESSAGE, REASONING, CompactionKind(), *TOOLS) for t in kind.echoes}
@@ -44,13 +58,35 @@ def toolset(tools: list[dict[str, Any]], tool_choice: Any, gateway_url: Callable
     if tool_choice == "none":
         return out
     ctx = Parsing(gateway_url, BUILTIN_NAMESPACES)
+    allowed = _allowed(tool_choice, tools)
     for i, tool in enumerate(tools):
         kind = _typed(_TYPES, tool.get("type"))
         if kind is None:
             raise RequestError(f"unsupported tool type {tool.get('type')!r}", f"tools[{i}].type")
-        kind.parse(tool, f"tools[{i}]", out, ctx)
-    out.required = _requirement(tool_choice, out)
+        if allowed is None or any(_names(tool, a) for a in allowed):
+            kind.parse(tool, f"tools[{i}]", out, ctx)
+    out.required = _requirement(tool_choice["mode"] if allowed is not None else tool_choice, out)
     return out
+
+
+def _allowed(choice: Any, tools: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """`tool_choice: {"type": "allowed_tools", "mode", "tools"}`: the tools the model may use (the others are
+    not shown to it at all); None: every tool of the request."""
+    if not isinstance(choice, dict) or choice.get("type") != "allowed_tools":
+        return None
+    listed = choice.get("tools")
+    if choice.get("mode") not in ("auto", "required") or not isinstance(listed, list) or not listed:
+        raise RequestError("allowed_tools needs mode auto or required and a list of tools", "tool_choice")
+    for j, entry in enumerate(listed):
+        if not isinstance(entry, dict) or not any(_names(t, entry) for t in tools):
+            raise RequestError(f"allowed_tools names a tool that is not in tools: {entry!r}", f"tool_choice.tools[{j}]")
+    return listed
+
+
+def _names(tool: dict[str, Any], entry: dict[str, Any]) -> bool:
+    """Whether an allowed_tools entry ({type, and name or server_label when the type has them}) names `tool`."""
+    keys = ("type", "name", "server_label")
+    return all(tool.get(k) == entry[k] for k in keys if k in entry)
 
 
 def _requirement(choice: Any, tools: Toolset) -> Requirement | None:
@@ -58,9 +94,12 @@ def _requirement(choice: Any, tools: Toolset) -> Requirement | None:
     if choice == "auto":
         return None
     if choice == "required":
-        if not (tools.builtins or tools.mcp or tools.functions):
+        client = (
+            tools.functions or tools.mcp or tools.namespaces or tools.custom or tools.local_shell or tools.tool_search
+        )
+        if not (tools.builtins or client):
             raise RequestError("tool_choice 'required' needs at least one tool in tools", "tool_choice")
-        channel = "commentary" if tools.functions or tools.mcp else "analysis"
+        channel = "commentary" if client else "analysis"
         return Requirement("", f"<|channel|>{channel} to=")
     kind = _typed(_TYPES, choice.get("type")) if isinstance(choice, dict) else None
     required = kind.requirement(choice, tools) if kind is not None else None

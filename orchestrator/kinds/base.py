@@ -68,6 +68,8 @@ class EchoContext:
     calls: dict[str, str] = field(default_factory=dict)
     results: dict[str, str] = field(default_factory=dict)
     approvals: dict[str, bool] = field(default_factory=dict)  # mcp_approval_request id -> approved
+    requests: dict[str, dict[str, Any]] = field(default_factory=dict)  # approval requests the input carries
+    answered: dict[str, dict[str, Any]] = field(default_factory=dict)  # ... and those the input answers too
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,7 @@ class Kind:
     echoes: ClassVar[tuple[str, ...]] = ()  # the input item types `echo` reads
     reads_kept_text: ClassVar[bool] = False  # `echo` wants the tool text kept (by item id) for its items
     executed: ClassVar[bool] = True  # False: the client runs the call (functions)
+    json_arguments: ClassVar[bool] = True  # the call's text is a JSON object (False: free text, custom tools)
     namespaces: ClassVar[tuple[str, ...]] = ()  # built-in namespaces this kind serves (system message, chat)
 
     # --- the request side ----------------------------------------------------------------------------

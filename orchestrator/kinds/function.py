@@ -1,4 +1,5 @@
-"""`function_call` items: calls of the client's own functions (`functions.NAME`), returned to the client,
+"""`function_call` items: calls of the client's own functions (`functions.NAME`; a `namespace` tool's
+functions are `NS.NAME` and their items carry `namespace`, `kinds/namespace.py`), returned to the client,
 which sends the result back as a `function_call_output` item."""
 
 from __future__ import annotations
@@ -19,20 +20,11 @@ class FunctionStream(Stream):
     delta_event = "response.function_call_arguments.delta"
     shows_arguments = True
 
-    def __init__(self, r: Run, name: str) -> None:
-        super().__init__(
-            r,
-            r.builder.add_item(
-                {
-                    "id": new_id("fc"),
-                    "type": "function_call",
-                    "call_id": new_id("call"),
-                    "name": name,
-                    "arguments": "",
-                    "status": "in_progress",
-                }
-            ),
-        )
+    def __init__(self, r: Run, name: str, namespace: str | None = None) -> None:
+        item = {"id": new_id("fc"), "type": "function_call", "call_id": new_id("call"), "name": name, "arguments": ""}
+        if namespace is not None:
+            item["namespace"] = namespace
+        super().__init__(r, r.builder.add_item({**item, "status": "in_progress"}))
 
     def close(self, msg: Message | None, *, complete: bool = True) -> None:
         item, text = self.item, h.text_of(msg) if msg is not None else ""
@@ -41,7 +33,7 @@ class FunctionStream(Stream):
         if complete and self.r.turn.json_retries > 0 and tool_args(text)[1] is not None:
             status = "incomplete"  # invalid JSON: the model is told and writes the call again (`turns.run`)
         if status == "completed":
-            self.r.tools.calls[item.get("call_id")] = item.get("name")
+            self.r.tools.calls[item.get("call_id")] = f"{item.get('namespace') or 'functions'}.{item.get('name')}"
         item.finish(status, arguments=text)
 
 
@@ -76,11 +68,12 @@ class FunctionKind(Kind):
             name, call_id = item.get("name"), item.get("call_id")
             if not name or not call_id:
                 raise RequestError("function_call items need name and call_id", where)
-            ctx.calls[call_id] = name
-            return [h.assistant(str(item.get("arguments", "")), "commentary", f"functions.{name}", "json")]
+            ctx.calls[call_id] = recipient = f"{item.get('namespace') or 'functions'}.{name}"
+            return [h.assistant(str(item.get("arguments", "")), "commentary", recipient, "json")]
         call_id = item.get("call_id")
         if call_id not in ctx.calls:
             raise RequestError(f"no function call with call_id {call_id!r} in this conversation", f"{where}.call_id")
         output = item.get("output")
         text = output if isinstance(output, str) else json.dumps(output)
-        return [h.tool_result(f"functions.{ctx.calls[call_id]}", text)]
+        recipient = ctx.calls[call_id]  # `ns.name`; a bare name in conversations stored before namespaces
+        return [h.tool_result(recipient if "." in recipient else f"functions.{recipient}", text)]

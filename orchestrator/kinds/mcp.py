@@ -134,8 +134,12 @@ class McpKind(Kind):
             item.finish("completed", "response.mcp_call.completed", output=outcome.text)
 
     def echo(self, item: dict[str, Any], where: str, ctx: EchoContext) -> list[Message]:
+        if item.get("type") == "mcp_approval_request":  # a client-kept history: the call the model wrote
+            return _echo_request(item, where, ctx)
         if item.get("type") == "mcp_approval_response" and item.get("approval_request_id"):
             ctx.approvals[item["approval_request_id"]] = bool(item.get("approve"))
+            if (call := ctx.requests.get(item["approval_request_id"])) is not None:
+                ctx.answered[item["approval_request_id"]] = call
         if item.get("type") != "mcp_call":
             return []  # approvals are the turn loop's (`resume_approvals`); listings are informational
         name = f"{item.get('server_label')}.{item.get('name')}"
@@ -170,6 +174,17 @@ def _client_headers(tool: dict[str, Any], where: str) -> dict[str, str]:
         headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
         headers["Authorization"] = f"Bearer {token}"
     return headers
+
+
+def _echo_request(item: dict[str, Any], where: str, ctx: EchoContext) -> list[Message]:
+    """An `mcp_approval_request` sent back as input: the call message it stands for; its answer, later in the
+    same input, resumes the call (`turns.run`) whether or not `previous_response_id` is used."""
+    label, name, approval_id = item.get("server_label"), item.get("name"), item.get("id")
+    if not all(isinstance(v, str) and v for v in (label, name, approval_id)):
+        raise RequestError("mcp_approval_request items need id, server_label and name", where)
+    recipient = f"{label}.{name}"
+    ctx.requests[approval_id] = {"recipient": recipient, "server_label": label, "name": name}
+    return [h.assistant(str(item.get("arguments") or "{}"), "commentary", recipient, "json")]
 
 
 def _needs_approval(toolset: Toolset, ns: str, fn: str) -> bool:

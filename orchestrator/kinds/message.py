@@ -10,10 +10,12 @@ from openai_harmony import Message
 from orchestrator import harmony as h
 from orchestrator.events import new_id
 from orchestrator.kinds.base import EchoContext, Kind, Stream
-from orchestrator.kinds.web_search import annotations
+from orchestrator.kinds.web_search import cite
 from orchestrator.run import Run
 from orchestrator.schema import RequestError
 from orchestrator.worker.client import TokenLogprob
+
+HOLD_LIMIT = 64  # characters; a citation marker is shorter, so longer held text is sent as it is
 
 
 class MessageStream(Stream):
@@ -24,6 +26,8 @@ class MessageStream(Stream):
         super().__init__(r, item)
         self.logprobs: list[dict[str, Any]] = []  # output_text logprobs, when include asks for them
         self.pending: list[tuple[int, TokenLogprob]] = []  # tokens whose text has not shown yet (split UTF-8)
+        self.closing = False
+        self.held = ""  # text from a `【` that may open a citation, sent once it is rewritten (`cite`)
         item.event(
             "response.content_part.added",
             content_index=0,
@@ -33,6 +37,7 @@ class MessageStream(Stream):
     def delta(self, text: str, lp: TokenLogprob | None = None) -> None:
         if lp is not None:
             self.pending.append((self.r.turn.last_token, lp))
+        text = self._release(text)
         if not text:
             return
         entries: list[dict[str, Any]] = []
@@ -47,10 +52,21 @@ class MessageStream(Stream):
             logprobs=[_without_bytes(e) for e in entries],
         )
 
+    def _release(self, text: str) -> str:
+        """The text that can be sent now, citations rewritten; a possible citation's start is held back."""
+        text, self.held = self.held + text, ""
+        start = text.rfind("【")
+        if start >= 0 and "】" not in text[start:] and len(text) - start < HOLD_LIMIT and not self.closing:
+            text, self.held = text[:start], text[start:]
+        return cite(self.r, text)[0]
+
     def close(self, msg: Message | None, *, complete: bool = True) -> None:
-        item, text = self.item, h.text_of(msg) if msg is not None else ""
+        self.closing = True
+        self.delta("")  # what was held back
+        item = self.item
+        text, found = cite(self.r, h.text_of(msg)) if msg is not None else ("", [])
         part = {"type": "output_text", "text": text, "annotations": [], "logprobs": self.logprobs}
-        for i, ann in enumerate(annotations(self.r, msg) if msg is not None else []):
+        for i, ann in enumerate(found):
             part["annotations"].append(ann)
             item.event("response.output_text.annotation.added", content_index=0, annotation_index=i, annotation=ann)
         item.event(

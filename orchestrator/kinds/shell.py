@@ -11,28 +11,12 @@ from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator.events import Item, new_id
+from orchestrator.kinds import local_shell
 from orchestrator.kinds.base import EchoContext, Kind, Parsing, Stream
+from orchestrator.kinds.local_shell import CONTAINER_EXEC
 from orchestrator.run import Run
-from orchestrator.schema import RequestError, Toolset
+from orchestrator.schema import RequestError, Requirement, Toolset
 from orchestrator.tools import ToolOutcome
-
-# The container contract (DESIGN.md), offered on the chat path when the container server cannot be listed.
-_CONTAINER_EXEC = {
-    "name": "exec",
-    "description": "Run a command in this conversation's persistent container.",
-    "parameters": {
-        "type": "object",
-        "properties": {
-            "cmd": {"type": "array", "items": {"type": "string"}, "description": "program and arguments"},
-            "workdir": {"type": "string"},
-            "env": {"type": "object", "additionalProperties": {"type": "string"}},
-            "session_name": {"type": "string"},
-            "timeout": {"type": "integer", "description": "seconds"},
-            "user": {"type": "string"},
-        },
-        "required": ["cmd"],
-    },
-}
 
 
 class ShellKind(Kind):
@@ -44,11 +28,21 @@ class ShellKind(Kind):
 
     def parse(self, tool: dict[str, Any], where: str, out: Toolset, ctx: Parsing) -> None:
         env = (tool.get("environment") or {}).get("type") if isinstance(tool.get("environment"), dict) else None
+        if env == "local":  # the client runs the commands (`kinds/local_shell.py`)
+            return local_shell.enable(out, "shell_call", f"{where}.environment")
         if env not in (None, "container_auto"):
             message = f"shell environment {env!r} is not supported: commands run in the container tool"
-            raise RequestError(message + " (environment container_auto)", f"{where}.environment")
+            raise RequestError(message + " (environment container_auto or local)", f"{where}.environment")
+        if out.local_shell is not None:
+            raise RequestError("one shell per request: a local shell and a container shell cannot be combined", where)
         out.shell_for_container = True  # container.exec calls come out as shell_call items
         out.builtins.setdefault("container", {})
+
+    def requirement(self, choice: dict[str, Any], tools: Toolset) -> Requirement | None:
+        """`{"type": "shell"}`: the exec call, of the container shell or the local one."""
+        if not tools.shell_for_container and tools.local_shell is None:
+            return None
+        return Requirement("container.exec", "<|channel|>commentary to=container.exec", exact=True)
 
     def fallback(self, ns: str) -> h.Namespace:
         return h.Namespace(ns, "Run commands in a persistent container (currently unavailable).")
@@ -104,7 +98,7 @@ class ShellKind(Kind):
         r.tools.results[output.id] = outcome.text
 
     def chat_functions(self, ns: h.Namespace) -> list[dict[str, Any]]:
-        return list(ns.tools) or [_CONTAINER_EXEC]
+        return list(ns.tools) or [CONTAINER_EXEC]
 
     def echo(self, item: dict[str, Any], where: str, ctx: EchoContext) -> list[Message]:
         if item.get("type") == "shell_call_output":

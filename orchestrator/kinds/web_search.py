@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 from typing import Any
+from urllib.parse import urlsplit
 
 from openai_harmony import Message, ToolNamespaceConfig
 
@@ -25,7 +26,7 @@ class WebSearchKind(Kind):
     """`web_search` / `web_search_preview` tools enable the `browser` namespace; their options travel as the
     browser session's headers."""
 
-    tool_types = ("web_search_preview", "web_search")
+    tool_types = ("web_search_preview", "web_search", "web_search_2025_08_26", "web_search_preview_2025_03_11")
     echoes = ("web_search_call",)
     reads_kept_text = True
     namespaces = ("browser",)
@@ -163,23 +164,29 @@ def _cited(page: dict[str, Any], line: int) -> tuple[str, str] | None:
     return (page["title"], page["url"]) if page.get("url") else None
 
 
-def annotations(r: Run, msg: Message) -> list[dict[str, Any]]:
-    """`【cursor†Lstart-Lend】` citations of browser pages in an answer, as `url_citation` annotations."""
-    pages = r.tools.pages
-    if not pages:
-        return []
-    text, out = h.text_of(msg), []
-    for m in re.finditer(r"【(\d+)†L(\d+)(?:-L(\d+))?】", text):
-        page = pages.get(int(m.group(1)))
+CITATION = re.compile(r"【(\d+)†L(\d+)(?:-L(\d+))?】")
+
+
+def cite(r: Run, text: str) -> tuple[str, list[dict[str, Any]]]:
+    """The answer as the client reads it: each `【cursor†Lstart-Lend】` citation the model wrote becomes the
+    markdown link it stands for, `([domain](url))`, spanned by its `url_citation` annotation (as OpenAI's
+    hosted search answers); a citation of no page this response has seen is dropped. Pure in the pages
+    seen, so rewriting pieces that never split a citation gives the same text as rewriting the whole."""
+    pieces: list[str] = []
+    found: list[dict[str, Any]] = []
+    position = 0
+    for m in CITATION.finditer(text):
+        pieces.append(text[position : m.start()])
+        position = m.end()
+        page = r.tools.pages.get(int(m.group(1)))
         target = _cited(page, int(m.group(2))) if page else None
-        if target:
-            out.append(
-                {
-                    "type": "url_citation",
-                    "start_index": m.start(),
-                    "end_index": m.end(),
-                    "url": target[1],
-                    "title": target[0],
-                }
-            )
-    return out
+        if target is None:
+            continue
+        title, url = target
+        start = sum(map(len, pieces))
+        link = f"([{urlsplit(url).hostname or url}]({url}))"
+        pieces.append(link)
+        span = {"start_index": start, "end_index": start + len(link)}
+        found.append({"type": "url_citation", **span, "url": url, "title": title})
+    pieces.append(text[position:])
+    return "".join(pieces), found

@@ -37,10 +37,10 @@ class WorkerError(Exception):
 class GenerateRequest:
     prompt: list[int]
     max_tokens: int
-    temperature: float | None = None
-    top_p: float | None = None
+    sampling: dict[str, float] = field(default_factory=dict)  # temperature, top_p, penalties: sent as they are
     affinity: str | None = None  # conversation id: stays on the worker holding its prefix
     logprobs: int | None = None  # top logprobs per token (vLLM `logprobs`); None: none asked
+    structured: dict[str, Any] | None = None  # vLLM `structured_outputs`: the constraint on what is generated
 
 
 @dataclass
@@ -207,6 +207,30 @@ class WorkerPool:
         async for chunk in chunks:
             yield chunk
 
+    async def relay_chat(self, body: dict[str, Any], *, stream: bool) -> AsyncIterator[dict[str, Any]]:
+        """A client's own chat completion on a worker of the path serving its `model` (any vLLM serves chat
+        completions): the chunks when streaming, else the one answer; retried elsewhere before any output."""
+        api = self.api_for(body.get("model")) or "harmony"
+
+        def open_stream(worker: _Worker) -> AsyncIterator[dict[str, Any]]:
+            sent = {**body, "model": worker.model or self.model or "default"}
+            if stream:
+                return self._post_stream(worker, "/v1/chat/completions", sent)
+            return self._post_json(worker, "/v1/chat/completions", sent)
+
+        chunks = self._balanced(None, api, open_stream, lambda obj: not stream or _has_delta(obj))
+        async for chunk in chunks:
+            yield chunk
+
+    async def _post_json(self, worker: _Worker, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        with outgoing(f"worker {path}", worker=worker.url, model=body.get("model")) as headers:
+            resp = await self._http.post(f"{worker.url}{path}", json=body, headers=headers)
+        if resp.status_code >= 500 or resp.status_code == 429:
+            raise _RetryableStatus(f"HTTP {resp.status_code}")
+        if resp.status_code != 200:
+            raise WorkerRefused(resp.status_code, resp.text[:500])
+        yield resp.json()
+
     async def count_chat(self, req: ChatRequest) -> int:
         """vLLM's `/tokenize` of a chat body's messages and tools on a chat worker: its template decides."""
         candidates = self._candidates(req.affinity, "chat")
@@ -278,10 +302,9 @@ class WorkerPool:
             "stop_token_ids": list(STOP_TOKENS),
             "skip_special_tokens": False,
         }
-        if req.temperature is not None:
-            body["temperature"] = req.temperature
-        if req.top_p is not None:
-            body["top_p"] = req.top_p
+        body.update(req.sampling)
+        if req.structured is not None:
+            body["structured_outputs"] = req.structured
         if req.logprobs is not None:
             body["logprobs"] = req.logprobs
         async for obj in self._post_stream(worker, "/v1/completions", body):
@@ -308,9 +331,17 @@ class WorkerPool:
                 raise _RetryableStatus(f"HTTP {resp.status_code}")
             if resp.status_code != 200:
                 text = (await resp.aread()).decode(errors="replace")[:500]
-                raise WorkerError(f"worker {worker.url} refused the request: HTTP {resp.status_code}: {text}")
+                raise WorkerRefused(resp.status_code, text, worker.url)
             async for obj in sse_objects(resp.aiter_lines()):
                 yield obj
+
+
+class WorkerRefused(WorkerError):
+    """The worker answered a 4xx: the request itself is at fault (its status and message, relayed as they are)."""
+
+    def __init__(self, status: int, text: str, url: str = "") -> None:
+        super().__init__(f"worker {url} refused the request: HTTP {status}: {text}")
+        self.status, self.text = status, text
 
 
 class _RetryableStatus(Exception):

@@ -13,7 +13,9 @@ TERMINAL = {"response.completed", "response.failed", "response.incomplete"}
 
 def check_stream(events: list[Any]) -> Response:
     """`events` as the SDK yields them; returns the final response."""
-    dicts = [e.model_dump(mode="json", exclude_unset=True) if hasattr(e, "model_dump") else e for e in events]
+    dicts = [
+        e.model_dump(mode="json", exclude_unset=True, by_alias=True) if hasattr(e, "model_dump") else e for e in events
+    ]
     for d in dicts:
         _validate(d)  # strict shapes, not the SDK lenient construct
     assert [d["sequence_number"] for d in dicts] == list(range(len(dicts)))

@@ -53,7 +53,9 @@ def _citations(rs: list[Response]) -> None:
     assert calls[0].action.query == "tea" and calls[1].action.url == "https://example.com/tea"
     part = resp.output[-1].content[0]
     assert part.annotations[0].type == "url_citation" and part.annotations[0].url == "https://example.com/tea"
-    assert part.text[part.annotations[0].start_index : part.annotations[0].end_index] == "【1†L1】"
+    link = "([example.com](https://example.com/tea))"
+    assert part.text[part.annotations[0].start_index : part.annotations[0].end_index] == link
+    assert "【" not in part.text
 
 
 def _container(rs: list[Response]) -> None:

@@ -54,7 +54,8 @@ def test_shell_items_in_client_kept_history_render_as_the_exec_call_and_its_outp
     assert "<|start|>container.exec to=assistant<|channel|>commentary<|message|>hi there\n<|end|>" in prompt
 
 
-def test_a_local_shell_environment_is_refused(stack):
-    body = {"input": "x", "tools": [{"type": "shell", "environment": {"type": "local"}}]}
+def test_a_container_reference_environment_is_refused(stack):  # a local one is the client's (test_client_tools)
+    environment = {"type": "container_reference", "container_id": "cntr_x"}
+    body = {"input": "x", "tools": [{"type": "shell", "environment": environment}]}
     resp = httpx.post(f"{stack.url}/v1/responses", json=body)
     assert resp.status_code == 400 and resp.json()["error"]["param"] == "tools[0].environment"

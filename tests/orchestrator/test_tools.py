@@ -74,7 +74,10 @@ def test_browser_calls_become_web_search_calls_with_real_urls_and_citations(stac
     ann = message.content[0].annotations
     assert ann[0].type == "url_citation" and ann[0].url == "https://example.com/tea"
     text = message.content[0].text
-    assert text[ann[0].start_index : ann[0].end_index] == "【1†L1】"
+    assert text[ann[0].start_index : ann[0].end_index] == "([example.com](https://example.com/tea))"
+    assert text == "Green tea is Chinese ([example.com](https://example.com/tea))."  # no raw marker
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert deltas == text  # the streamed text is rewritten the same way
     kinds = [e.type for e in events if e.type.startswith("response.web_search_call")]
     assert kinds[:3] == [
         "response.web_search_call.in_progress",

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+
+import jsonschema
 import openai
 import pytest
 from conftest import serving
@@ -64,3 +67,29 @@ def test_real_worker_logprobs_arrive_per_token_when_included(counted):
     for item in final.output:  # a random model may or may not reach a final message
         if item.type == "message":
             assert all(len(lp.top_logprobs) == 2 for lp in item.content[0].logprobs)
+
+
+ANSWER_SCHEMA = {
+    "type": "object",
+    "properties": {"answer": {"type": "string", "enum": ["yes", "no"]}, "ok": {"type": "boolean"}},
+    "required": ["answer", "ok"],
+    "additionalProperties": False,
+}
+
+
+def test_real_worker_answers_json_that_validates_against_the_requested_schema(counted):
+    client, _ = counted
+    fmt = {"format": {"type": "json_schema", "name": "verdict", "schema": ANSWER_SCHEMA, "strict": True}}
+    events = list(
+        client.responses.create(
+            model="m", input="Is tea a drink?", text=fmt, max_output_tokens=120, stream=True, temperature=1.0
+        )
+    )
+    final = check_stream(events)
+    try:
+        answer = json.loads(final.output_text)
+    except ValueError:
+        pytest.fail(f"not JSON: {final.output_text!r} ({[o.type for o in final.output]})")
+    jsonschema.validate(answer, ANSWER_SCHEMA)  # random weights: only the constraint can do this
+    assert final.output[-1].status == "completed"
+    assert final.text.format.type == "json_schema"

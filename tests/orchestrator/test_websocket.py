@@ -4,6 +4,7 @@ socket, continuation (stored and `store: false`), `generate: false`, error event
 from __future__ import annotations
 
 import asyncio
+import json
 
 import openai
 import pytest
@@ -53,6 +54,14 @@ def test_two_responses_with_continuation_on_one_socket_stored_and_unstored(make_
 
             refused = await _one(conn, input="x", previous_response_id="resp_missing")
             assert refused[-1].type == "error" and refused[-1].status == 404
+            refused = await _one(conn, input="x", prompt={"id": "pmpt_1"})  # refused over HTTP, so here too
+            assert refused[-1].type == "error" and (refused[-1].status, refused[-1].error.param) == (400, "prompt")
+            await conn.send_raw(json.dumps({"type": "response.create", "model": "m", "input": "x", "colour": 1}))
+            unknown = await conn.recv()
+            assert unknown.type == "error" and (unknown.error.code, unknown.error.param) == (
+                "unknown_parameter",
+                "colour",
+            )
             await conn.response.create(model="m", input="slow")
             await conn.response.create(model="m", input="second")  # while the first still runs
             events = []

@@ -368,8 +368,12 @@ def tiny_chat_model() -> Iterator[Path]:
         shutil.rmtree(out, ignore_errors=True)
 
 
+STRUCTURED_ARGS = ("--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}')
+"""Structured decoding that a random-weight model cannot stall with endless whitespace (ENVIRONMENT.md)."""
+
+
 @pytest.fixture(scope="session")
 def vllm_worker() -> Iterator[VllmServer]:
     """One vLLM CPU worker for the whole test session (import this fixture into a conftest.py)."""
-    with vllm_server() as server:
+    with vllm_server(extra_args=STRUCTURED_ARGS) as server:
         yield server

@@ -48,6 +48,7 @@ class ScriptedModel:
         self.scenario = scenario
         self._seen: deque[list[int]] = deque(maxlen=cache_prompts)
         self.prompts: deque[list[int]] = deque(maxlen=cache_prompts)  # for tests to inspect
+        self.options: deque[dict[str, Any]] = deque(maxlen=cache_prompts)  # each request's body but the prompt
         self._encoded: dict[str, list[int]] = {}
         self.stats = Stats()
 
@@ -200,6 +201,7 @@ def build_app(model: ScriptedModel) -> Starlette:
         except Exception as exc:
             return bad_request(exc)
         model.stats.requests += 1
+        model.options.append({k: v for k, v in body.items() if k != "prompt"})
         rule = model.rule(prompt)
         if rule is not None and rule.status:
             return scripted_status(model.stats, rule.status)

@@ -1,0 +1,99 @@
+"""The OpenAI Agents SDK (PyPI `openai-agents`) against the fleet: the SDK's default model and settings,
+function tools, streaming, `output_type`, a local `ShellTool`. The scripted worker stands in for the
+model's choices."""
+
+from __future__ import annotations
+
+from tests.clients.conftest import run_python
+
+WEATHER_CALL = '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>'
+SHELL_CALL = '<|channel|>commentary to=container.exec <|constrain|>json<|message|>{"cmd": ["echo", "shell-ok"]}<|call|>'
+FORECAST_CALL = '<|channel|>commentary to=weather.get_forecast <|constrain|>json<|message|>{"city": "Oslo"}<|call|>'
+THINK = "<|channel|>analysis<|message|>A tool knows.<|end|><|start|>assistant"
+RULES = [
+    ("functions\\.get_weather to=assistant.*sunny in Paris", "<|channel|>final<|message|>Sunny in Paris.<|return|>"),
+    ("container\\.exec to=assistant.*shell-ok", "<|channel|>final<|message|>The shell said shell-ok.<|return|>"),
+    ("weather in Paris", THINK + WEATHER_CALL),
+    ("Run the shell", THINK + SHELL_CALL),
+    # output_type: prose first; the orchestrator aborts it and asks again with the answer constrained
+    ("final<\\|message\\|>$", '{"name": "Paris", "population": 2100000}<|return|>'),
+    ("Name a city", "<|channel|>final<|message|>Paris, I think.<|return|>"),
+    ("weather\\.get_forecast to=assistant.*Sunny in Oslo", "<|channel|>final<|message|>Oslo is sunny.<|return|>"),
+    ("Forecast for Oslo", THINK + FORECAST_CALL),
+]
+
+AGENTS = """
+import asyncio, json, subprocess
+from pydantic import BaseModel
+from agents import Agent, Runner, ShellTool, function_tool
+
+@function_tool
+def get_weather(city: str) -> str:
+    "The weather of a city."
+    return f"It is sunny in {city}."
+
+class City(BaseModel):
+    name: str
+    population: int
+
+def run_shell(request):
+    return subprocess.run(request.data.action.commands[0], shell=True, capture_output=True, text=True).stdout
+
+weather = Agent(name="assistant", instructions="Be brief.", tools=[get_weather])
+typed = Agent(name="typed", output_type=City)
+shell = Agent(name="shell", tools=[ShellTool(executor=run_shell)])
+
+async def main():
+    result = await Runner.run(weather, "What is the weather in Paris?")
+    streamed = Runner.run_streamed(weather, "What is the weather in Paris?")
+    kinds = [e.type async for e in streamed.stream_events()]
+    city = (await Runner.run(typed, "Name a city.")).final_output
+    shelled = await Runner.run(shell, "Run the shell.")
+    print(json.dumps({"final": result.final_output, "streamed": streamed.final_output,
+                      "items": [i.type for i in result.new_items], "events": sorted(set(kinds)),
+                      "city": city.model_dump(), "shell": shelled.final_output,
+                      "shell_items": [i.type for i in shelled.new_items]}))
+
+asyncio.run(main())
+"""
+
+
+def test_agents_on_the_sdk_defaults_use_function_tools_streaming_output_type_and_a_local_shell(clients, fleet):
+    fleet.script(RULES)
+    got = run_python(clients, AGENTS, f"{fleet.url}/v1")
+    assert got["final"] == got["streamed"] == "Sunny in Paris."
+    assert got["items"] == ["reasoning_item", "tool_call_item", "tool_call_output_item", "message_output_item"]
+    assert {"raw_response_event", "run_item_stream_event"} <= set(got["events"])
+    assert got["city"] == {"name": "Paris", "population": 2100000}
+    assert got["shell"] == "The shell said shell-ok."
+    assert "tool_call_output_item" in got["shell_items"]
+
+
+HOSTED_MCP = """
+import asyncio, json, os
+from agents import Agent, HostedMCPTool, Runner
+
+asked = []
+
+def approve(request):
+    asked.append(request.data.name)
+    return {"approve": True}
+
+tool = HostedMCPTool(tool_config={"type": "mcp", "server_label": "weather", "server_url": os.environ["MCP_URL"],
+                                  "require_approval": "always"}, on_approval_request=approve)
+agent = Agent(name="mcp", tools=[tool])
+
+async def main():
+    result = await Runner.run(agent, "Forecast for Oslo?", max_turns=4)
+    print(json.dumps({"final": result.final_output, "asked": asked,
+                      "items": [i.type for i in result.new_items]}))
+
+asyncio.run(main())
+"""
+
+
+def test_a_hosted_mcp_tool_with_an_approval_callback_resumes_without_previous_response_id(clients, fleet, tool_urls):
+    fleet.script(RULES)
+    got = run_python(clients, HOSTED_MCP, f"{fleet.url}/v1", MCP_URL=tool_urls["weather"])
+    assert got["final"] == "Oslo is sunny." and got["asked"] == ["get_forecast"]
+    assert "mcp_approval_request_item" in got["items"]
