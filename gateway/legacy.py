@@ -24,7 +24,7 @@ from starlette.types import Receive, Scope, Send
 from gateway.asgi import header, read_body, send_bytes, send_error, session_header
 from gateway.errors import BadUpstream, GatewayError, UnknownSession, error_body
 from gateway.http import Response, Timeouts
-from gateway.messages import Rewriter, envelope_headers, parse_message
+from gateway.messages import Rewriter, envelope_headers, legacy_listing, parse_message
 from gateway.pipeline import Outcome, count_error, deliver, end_session, record
 from gateway.routing import Degraded, Namespace, Target, new_session_id
 from gateway.service import Gateway
@@ -196,7 +196,8 @@ class _Reply:
 
     async def answer(self, msg: dict[str, Any], result: dict[str, Any] | None) -> None:
         if result is not None:
-            await self.session.push(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}).encode())
+            shown = legacy_listing(result) if msg.get("method") == "tools/list" else result
+            await self.session.push(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": shown}).encode())
 
     async def fail(self, target: Target | Degraded | None, msg: dict[str, Any], exc: Exception) -> None:
         """A request is answered on the stream; a failed notification or response is only counted."""
@@ -223,7 +224,7 @@ class _Reply:
         rid, method = msg.get("id"), msg.get("method")
         if method == "initialize" and response.status_code == 200 and not session.opened:
             await self.open(target, response.headers.get("mcp-session-id"))
-        rewriter = gw.rewriter(session.ns, msg)
+        rewriter = gw.rewriter(session.ns, msg, legacy=True)
         answered = rid is None or method is None
         with upstream_errors(target.replica):
             async for data, parsed in _messages(response, rewriter):

@@ -3,7 +3,8 @@
 The gateway relays messages byte for byte except: `serverInfo.name` (in `initialize` and
 `server/discover` results, and in a result's `_meta` serverInfo) becomes the namespace, and a
 `tools/list` result loses tools whose definitions wait for approval (every other field of the
-result, `ttlMs` and `cacheScope` included, is kept). A `tools/call` that asked for a new session
+result, `ttlMs` and `cacheScope` included, is kept); on legacy SSE a `tools/list` result shows no
+session-handle argument, as a tool server's own `/sse` does (vLLM reads it into the prompt). A `tools/call` that asked for a new session
 handle is read for the handle it was answered, and an `input_required` answer for its `requestState`:
 the gateway pins either to the replica that answered.
 """
@@ -17,6 +18,7 @@ from typing import Any
 from mcp.shared.inbound import NAME_BEARING_METHODS, encode_header_value
 
 from gateway.errors import InvalidRequest, ParseError
+from toolkit.handles import without_argument
 
 META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
 PROTOCOL_VERSION_META_KEY = "io.modelcontextprotocol/protocolVersion"
@@ -90,12 +92,19 @@ class Rewriter:
     """Rewrites the upstream's messages for one client request (`method` is the request's method)."""
 
     def __init__(
-        self, namespace: str, method: str | None, review: ToolsReview | None = None, *, minting: bool = False
+        self,
+        namespace: str,
+        method: str | None,
+        review: ToolsReview | None = None,
+        *,
+        minting: bool = False,
+        legacy: bool = False,
     ) -> None:
         self.namespace = namespace
         self.method = method
         self._review = review
         self._minting = minting
+        self._legacy = legacy
         self.seen: dict[str, Any] | None = None
         """The rewritten result of the request, when it carried a serverInfo or a tool list."""
         self.minted: str | None = None
@@ -138,4 +147,21 @@ class Rewriter:
         if self.method == "tools/list" and isinstance(result.get("tools"), list) and self._review is not None:
             result["tools"] = await self._review(result["tools"])
         self.seen = result
+        if self._legacy and self.method == "tools/list":
+            msg = {**msg, "result": legacy_listing(result)}
         return json.dumps(msg, separators=(",", ":"), ensure_ascii=False).encode(), msg
+
+
+def legacy_listing(result: dict[str, Any]) -> dict[str, Any]:
+    """A `tools/list` result as the legacy SSE transport shows it: without the session-handle argument,
+    as a tool server shows it on its own `/sse` (vLLM's `--tool-server` reads it into the model's prompt;
+    an SSE connection is a session and needs no handle)."""
+    tools = result.get("tools")
+    if not isinstance(tools, list):
+        return result
+    shown = [
+        {**t, "inputSchema": without_argument(t["inputSchema"])} if isinstance(t.get("inputSchema"), dict) else t
+        for t in tools
+        if isinstance(t, dict)
+    ]
+    return {**result, "tools": shown}

@@ -175,10 +175,10 @@ class Gateway:
             data={"session": key, "namespace": ns, "replica": url},
         )
 
-    def rewriter(self, ns: Namespace, msg: dict[str, Any]) -> Rewriter:
+    def rewriter(self, ns: Namespace, msg: dict[str, Any], *, legacy: bool = False) -> Rewriter:
         method = msg.get("method")
         review = ns.guard.review if method == "tools/list" else None
-        return Rewriter(ns.name, method, review, minting=session_handle(msg) == NEW_HANDLE)
+        return Rewriter(ns.name, method, review, minting=session_handle(msg) == NEW_HANDLE, legacy=legacy)
 
     async def remember(self, target: Target, rewriter: Rewriter) -> None:
         """Pin the session handle a call minted, or the state of its `input_required` answer, to its replica;

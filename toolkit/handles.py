@@ -15,6 +15,7 @@ import base64
 import hashlib
 import hmac
 import secrets
+from typing import Any
 
 from mcp.server.mcpserver.exceptions import ToolError
 
@@ -24,6 +25,16 @@ HEADER_TOKEN = "Session-Handle"
 """Its `x-mcp-header` token: 2026-07-28 clients send the handle as `Mcp-Param-Session-Handle`."""
 NEW = "new"
 """The argument value that asks for a fresh handle."""
+
+
+def without_argument(schema: dict[str, Any]) -> dict[str, Any]:
+    """A tool's input schema as legacy SSE shows it (what vLLM's `--tool-server` puts in the model's prompt):
+    without the handle argument, so the model reads the shapes it was trained on (an SSE connection is a
+    session and needs no handle)."""
+    properties = schema.get("properties")
+    if not isinstance(properties, dict) or ARGUMENT not in properties:
+        return schema
+    return {**schema, "properties": {k: v for k, v in properties.items() if k != ARGUMENT}}
 
 
 def _b64(raw: bytes) -> str:

@@ -104,11 +104,8 @@ def _headers(ctx: Context) -> Any:
 
 
 def _without_handle(tool: Any) -> Any:
-    properties = tool.input_schema.get("properties", {})
-    if handles.ARGUMENT not in properties:
-        return tool
-    kept = {k: v for k, v in properties.items() if k != handles.ARGUMENT}
-    return tool.model_copy(update={"input_schema": {**tool.input_schema, "properties": kept}})
+    schema = handles.without_argument(tool.input_schema)
+    return tool if schema is tool.input_schema else tool.model_copy(update={"input_schema": schema})
 
 
 def _idle_words(idle_s: float) -> str:

@@ -140,6 +140,20 @@ async def test_state_holds_by_x_session_id_in_both_eras(fleet: Fleet, mode: str,
         assert (await _call(c, "cleanup_session", {}))[0] == f"session {sid} cleaned up"
 
 
+@pytest.mark.parametrize("ns", list(STATEFUL))
+async def test_legacy_sse_through_the_gateway_lists_the_trained_shapes_without_a_handle(fleet: Fleet, ns: str) -> None:
+    """vLLM's `--tool-server` reads the gateway's `/{ns}/sse` listing into the prompt: no handle argument there,
+    as on a tool server's own `/sse`; the streamable listing of the same replicas declares it."""
+
+    async def argument_names(transport: str) -> set[str]:
+        async with connect(fleet.gateway.url(ns, transport), transport, mode="legacy") as client:
+            listed = await client.list_tools()
+        return {name for tool in listed.tools for name in tool.input_schema.get("properties", {})}
+
+    assert "session_handle" not in await argument_names("sse")
+    assert "session_handle" in await argument_names("streamable-http")
+
+
 async def test_a_call_without_a_session_keeps_no_state(fleet: Fleet) -> None:
     async with connect(fleet.url("python", "gateway"), "streamable-http") as client:
         await _call(client, "python", {"code": "x = 41"})
