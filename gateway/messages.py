@@ -4,9 +4,9 @@ The gateway relays messages byte for byte except: `serverInfo.name` (in `initial
 `server/discover` results, and in a result's `_meta` serverInfo) becomes the namespace, and a
 `tools/list` result loses tools whose definitions wait for approval (every other field of the
 result, `ttlMs` and `cacheScope` included, is kept); on legacy SSE a `tools/list` result shows no
-session-handle argument, as a tool server's own `/sse` does (vLLM reads it into the prompt). A `tools/call` that asked for a new session
-handle is read for the handle it was answered, and an `input_required` answer for its `requestState`:
-the gateway pins either to the replica that answered.
+session-handle argument, as a tool server's own `/sse` does (vLLM reads it into the prompt). A
+`tools/call` that asked for a new session handle is read for the handle it was answered, and an
+`input_required` answer for its `requestState`: the gateway pins either to the replica that answered.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import structlog
+from python_multipart.exceptions import ParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import Request
 from starlette.responses import FileResponse
@@ -183,10 +184,10 @@ async def receive_upload(request: Request, target: Path, limit: int, fields: fro
         parser = MultipartParser(params[b"boundary"], form.callbacks())
         async with await anyio.open_file(part, "xb") as out:
             async for chunk in request.stream():
-                parser.write(chunk)
+                _parse(parser, chunk)
                 if form.pending_size >= WRITE_CHUNK:
                     await out.write(form.take())
-            parser.finalize()
+            _parse(parser, None)
             await out.write(form.take())
         if form.filename is None:
             raise RequestError("the upload has no 'file' part", "file")
@@ -197,6 +198,17 @@ async def receive_upload(request: Request, target: Path, limit: int, fields: fro
             for leftover in (part, target):
                 await anyio.Path(leftover).unlink(missing_ok=True)
         raise
+
+
+def _parse(parser: MultipartParser, chunk: bytes | None) -> None:
+    """Feed the parser (None: the end); a body that is not valid multipart, or names a field in bytes that are
+    not text, is the caller's error (400), not ours."""
+    try:
+        parser.finalize() if chunk is None else parser.write(chunk)
+    except RequestError:
+        raise
+    except (ParseError, UnicodeDecodeError) as exc:
+        raise RequestError(f"the multipart body is malformed: {exc}", "file") from exc
 
 
 class Files:

@@ -91,6 +91,7 @@ class LiveResponses:
         try:
             async for event in live.builder.follow():
                 yield event
+            await live.done.wait()  # the stream ends once the response is stored and its conversation has its items
         finally:
             if not live.request.background and live.task and not live.task.done() and not live.builder.finished:
                 live.task.cancel()  # the client went away: abort the generation (not the settling after it)

@@ -118,6 +118,14 @@ def test_malformed_bodies(make_stack) -> None:
             {"content-type": "multipart/form-data; boundary=q"},
             b'--q\r\nContent-Disposition: form-data; name="colour"\r\n\r\nred\r\n--q--\r\n',
         ),
+        "garbage after the boundary": (
+            {"content-type": "multipart/form-data; boundary=q"},
+            b"--q\r\n\xc2\x9e_\xf3\xbe--q",
+        ),
+        "a field name that is not text": (
+            {"content-type": "multipart/form-data; boundary=q"},
+            b'--q\r\nContent-Disposition: form-data; name="\xff\xfe"\r\n\r\nx\r\n--q--\r\n',
+        ),
     }
     for why, (headers, content) in cases.items():
         answer = httpx.post(f"{stack.url}/v1/files", headers=headers, content=content)

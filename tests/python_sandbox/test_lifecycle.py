@@ -103,7 +103,8 @@ async def test_mcp_1x_client_drives_a_stateful_session(server: Service, transpor
     out = await arun_mcp1_client(url, ops, transport=transport, headers={"x-session-id": session_id})
     assert out["server_info"]["name"] == "python"
     listed, _, answer, bad, cleanup = out["results"]
-    assert {t["name"] for t in listed["tools"]} == {"python", "cleanup_session"}
+    hidden_file_tools = {"write_file", "read_file", "list_files"}  # how container files travel (not prompted)
+    assert {t["name"] for t in listed["tools"]} == {"python", "cleanup_session", *hidden_file_tools}
     assert answer["result"]["content"][0]["text"] == "42"
     assert bad["result"]["isError"] is True
     assert cleanup["result"]["content"][0]["text"] == f"session {session_id} cleaned up"
@@ -186,21 +187,3 @@ async def test_logs_are_json_lines_with_namespace_session_and_request_ids(server
     calls = [e for e in events if e["event"] == "tool.call" and e.get("session_id") == session_id]
     assert [c["tool"] for c in calls] == ["python", "cleanup_session"]
     assert all(c["namespace"] == "python" and c["request_id"] and c["outcome"] == "ok" for c in calls)
-
-
-async def test_a_full_server_refuses_new_sessions_clearly_and_counts_them_as_tool_errors() -> None:
-    require_backend("local")
-    with running_service(server_args("local", "pytest-full", "--max-sessions", "1")) as server:
-        async with (
-            mcp_session(server.url, "streamable-http", {"x-session-id": "first"}) as first,
-            mcp_session(server.url, "streamable-http", {"x-session-id": "second"}) as second,
-        ):
-            assert (await first.call_tool("python", {"code": "1"})).content[0].text == "1"
-            refused = await second.call_tool("python", {"code": "1"})
-            assert refused.is_error and "limit of 1 sessions" in refused.content[0].text
-            assert (await first.call_tool("python", {"code": "2"})).content[0].text == "2"
-            async with httpx.AsyncClient() as http:
-                metrics = (await http.get(f"{server.url}/metrics")).text
-            await first.call_tool("cleanup_session", {})
-    assert 'toolfleet_tool_calls_total{namespace="python",outcome="tool_error",tool="python"} 1.0' in metrics
-    assert 'toolfleet_tool_calls_total{namespace="python",outcome="ok",tool="python"} 2.0' in metrics
