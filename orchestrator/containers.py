@@ -9,7 +9,6 @@ container, or a file of a container that is not the caller's, answers the same 4
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 import shutil
@@ -24,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 
 from orchestrator.files import Files, page, receive_upload
-from orchestrator.schema import RequestError
+from orchestrator.schema import RequestError, read_json
 
 if TYPE_CHECKING:
     from orchestrator.settings import OrchestratorSettings
@@ -113,13 +112,7 @@ class ContainerFile:
 
 
 async def json_body(request: Request) -> Any:
-    raw = await request.body()
-    if len(raw) > MAX_JSON:
-        raise RequestError(f"request body larger than {MAX_JSON} bytes", None, 413)
-    try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise RequestError(f"the request body is not valid JSON: {exc}") from None
+    return read_json(await request.body(), MAX_JSON)
 
 
 class Containers:

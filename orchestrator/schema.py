@@ -152,10 +152,10 @@ def parse_body(raw: bytes) -> ResponsesRequest:
     return ResponsesRequest.model_validate(data)
 
 
-def read_json(raw: bytes) -> Any:
+def read_json(raw: bytes, limit: int = MAX_BODY) -> Any:
     """A request body as JSON, size-limited (413) and parsed (400)."""
-    if len(raw) > MAX_BODY:
-        raise RequestError(f"request body larger than {MAX_BODY} bytes", None, 413)
+    if len(raw) > limit:
+        raise RequestError(f"request body larger than {limit} bytes", None, 413)
     try:
         return json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
