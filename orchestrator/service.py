@@ -21,7 +21,7 @@ from orchestrator.conversation_store import Conversation, conversations_for
 from orchestrator.conversations import Conversations
 from orchestrator.events import ResponseBuilder, new_id
 from orchestrator.items import normalize
-from orchestrator.kinds import EchoContext, custom
+from orchestrator.kinds import EchoContext, custom, tool_search
 from orchestrator.kinds.compaction import compaction_item
 from orchestrator.kinds.mcp import list_tools_item
 from orchestrator.limits import check_running
@@ -224,7 +224,7 @@ class ResponsesService(LiveResponses):
             identity=self.settings.identity,
         )
         shown = [_function(f) for f in tools.functions] + [custom.shown(t) for t in tools.custom.values()]
-        shown += [tools.tool_search] if tools.tool_search is not None else []
+        shown += list(tools.shown.values())
         dev = h.developer_message(req.instructions, shown)
         return [system, dev] if dev else [system]
 
@@ -253,7 +253,7 @@ class ResponsesService(LiveResponses):
             return HARMONY
         if self.chat is None:
             raise RequestError("this orchestrator has no chat-completions worker client", "model", 503)
-        if tools.custom or tools.tool_search:
+        if tools.custom or tool_search.NAME in tools.shown:
             message = "custom and tool_search tools are not supported for chat-template models (the chat path)"
             raise RequestError(message, "tools", 400, "unsupported_value")
         if "message.output_text.logprobs" in include:
@@ -264,7 +264,8 @@ class ResponsesService(LiveResponses):
                 400,
                 "unsupported_value",
             )
-        return ChatTurns(self.chat, chat_tools(namespaces, tools.functions), self.count_chat)
+        functions = tools.functions + list(tools.shown.values())  # apply_patch: a function on this path too
+        return ChatTurns(self.chat, chat_tools(namespaces, functions), self.count_chat)
 
     def _gateway_url(self, label: str) -> str | None:
         return self.endpoints.url_for(label) if self.settings.tools_url else None

@@ -12,6 +12,7 @@ from typing import Any
 from openai_harmony import Message
 
 from orchestrator import harmony as h
+from orchestrator.kinds.apply_patch import ApplyPatchKind
 from orchestrator.kinds.base import EchoContext, Kind, Parsing, Stream
 from orchestrator.kinds.code_interpreter import CodeInterpreterKind
 from orchestrator.kinds.compaction import CompactionKind
@@ -33,6 +34,7 @@ MESSAGE, REASONING = MessageKind(), ReasoningKind()
 TOOLS: tuple[Kind, ...] = (
     CustomKind(),
     ToolSearchKind(),
+    ApplyPatchKind(),
     FunctionKind(),
     LocalShellKind(),
     NamespaceKind(),
@@ -94,9 +96,7 @@ def _requirement(choice: Any, tools: Toolset) -> Requirement | None:
     if choice == "auto":
         return None
     if choice == "required":
-        client = (
-            tools.functions or tools.mcp or tools.namespaces or tools.custom or tools.local_shell or tools.tool_search
-        )
+        client = tools.functions or tools.mcp or tools.namespaces or tools.custom or tools.local_shell or tools.shown
         if not (tools.builtins or client):
             raise RequestError("tool_choice 'required' needs at least one tool in tools", "tool_choice")
         channel = "commentary" if client else "analysis"

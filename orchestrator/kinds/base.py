@@ -141,6 +141,10 @@ class Kind:
         args, err = tool_args(h.text_of(msg))
         return args or {}, err
 
+    def argument_error(self, text: str) -> str | None:
+        """What is wrong with a client call's text, told to the model so it writes the call again (None: fine)."""
+        return tool_args(text)[1]
+
     def function(self, fn: str) -> str:
         """The tool server's function the call invokes."""
         return fn

@@ -52,14 +52,14 @@ class ToolSearchKind(Kind):
             raise RequestError(message, f"{where}.execution")
         if NAME in {f["name"] for f in out.functions}:
             raise RequestError(f"a function named {NAME!r} and a tool_search tool cannot be combined", where)
-        out.tool_search = {
+        out.shown[NAME] = {
             "name": NAME,
             "description": tool.get("description") or "Search for tools.",
             "parameters": tool.get("parameters"),
         }
 
     def claims(self, toolset: Toolset, ns: str, fn: str) -> bool:
-        return ns == "functions" and fn == NAME and toolset.tool_search is not None
+        return ns == "functions" and fn == NAME and NAME in toolset.shown
 
     def stream(self, r: Run, ns: str, fn: str) -> Stream | None:
         return ToolSearchStream(r)

@@ -169,3 +169,14 @@ def test_the_scripted_chat_worker_speaks_the_sdks_chat_completion_types(chat_wor
     args = "".join(c.choices[0].delta.tool_calls[0].function.arguments or "" for c in chunks
                    if c.choices and c.choices[0].delta.tool_calls)  # fmt: skip
     assert args == '{"a": 1}'
+
+
+def test_an_apply_patch_call_on_the_chat_path_is_an_apply_patch_call_item(chat_stack):
+    operation = {"type": "create_file", "path": "a.txt", "diff": "+hello"}
+    script(chat_stack.model, [("^user: ", {"tool_calls": [{"name": "apply_patch", "arguments": operation}]})])
+    events = list(
+        chat_stack.client.responses.create(model="m", input="go", tools=[{"type": "apply_patch"}], stream=True)
+    )
+    call = check_stream(events).output[0]
+    assert (call.type, call.status, call.operation.model_dump()) == ("apply_patch_call", "completed", operation)
+    assert [t["function"]["name"] for t in chat_stack.model.requests[-1]["tools"]] == ["apply_patch"]
