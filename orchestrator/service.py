@@ -14,7 +14,7 @@ import anyio
 import structlog
 from openai_harmony import Message
 
-from orchestrator import compaction, kinds
+from orchestrator import compaction, kinds, references
 from orchestrator import harmony as h
 from orchestrator.chat import ChatTurns, chat_tools
 from orchestrator.conversation_store import Conversation, conversations_for
@@ -151,8 +151,8 @@ class ResponsesService(LiveResponses):
             body["conversation"] = {"id": conv.id}
         builder = ResponseBuilder(body)
         state = (prev.tools if prev else conv.tools if conv else {}) or {}
-        items = normalize(req.input)
         earlier = compaction.window(await self.conversations.history(conv)) if conv else []
+        items = await references.resolve(self.store, owner, normalize(req.input), earlier)
         echo = EchoContext(dict(state.get("calls", {})), await self._results(owner, kinds.kept_ids(earlier + items)))
         history = kinds.to_messages(earlier, echo) if conv else h.load(prev.messages) if prev else []
         new_input = kinds.to_messages(compaction.window(items), echo)
@@ -403,6 +403,7 @@ class ResponsesService(LiveResponses):
             )
             if req.store:
                 await self.store.put(live.record)
+                await references.index(self.store, live.record)
             lives_on = req.store or live.conversation is not None or live.kept is not None
             if r.tools.results and lives_on:  # for client-kept history
                 await self.store.put_results({_scoped(live.owner, k): v for k, v in r.tools.results.items()})
