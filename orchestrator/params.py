@@ -54,7 +54,7 @@ PARAMS: dict[str, tuple[str, str]] = {
     "tools": (HONOURED, "see the kinds; an unknown tool type is a 400"),
     "top_logprobs": (HONOURED, "with `include: message.output_text.logprobs`; echoed"),
     "top_p": (HONOURED, "sent to the worker (default 1.0) and echoed"),
-    "truncation": (HONOURED, "`disabled`; `auto` is refused until it drops turns"),
+    "truncation": (HONOURED, "`auto` drops the oldest items past `--context-tokens` (below); echoed"),
     "user": (NO_OP, "echoed (OpenAI replaced it with `safety_identifier` and `prompt_cache_key`)"),
 }
 

@@ -139,7 +139,6 @@ class ResponsesService(LiveResponses):
         prev = await self._previous(req, owner, kept)
         conv = await self._conversation(req, owner)
         include = check_include(req.include)
-        _check_unenforced(req)
         tools = kinds.toolset(req.tools, req.tool_choice, self._gateway_url)
         namespaces, listings = await self._namespaces(tools)
         model = self._turn_model(req, include, namespaces, tools)
@@ -174,6 +173,7 @@ class ResponsesService(LiveResponses):
             turn=TurnState(required=tools.required, answer_format=answer_format(req.text)),
             logprobs=(req.top_logprobs or 0) if "message.output_text.logprobs" in include else None,
             compact_threshold=req.compact_threshold,
+            context_tokens=self.settings.context_tokens if req.truncation == "auto" else None,
         )
         return Prepared(r, listings, len(head), items, conv)
 
@@ -466,13 +466,6 @@ def _tool_state(state: dict[str, Any], echo: EchoContext) -> ToolState:
     pages = {int(k): v for k, v in state.get("pages", {}).items() if isinstance(v, dict)}
     pending = dict(state.get("pending", {}))
     return ToolState(calls=echo.calls, pending=pending, approvals=echo.approvals, pages=pages, answered=echo.answered)
-
-
-def _check_unenforced(req: ResponsesRequest) -> None:
-    """Values this server cannot honour yet are a 400 naming them, never accepted and ignored."""
-    if req.truncation == "auto":
-        message = "truncation 'auto' is not supported by this server yet (only 'disabled')"
-        raise RequestError(message, "truncation", 400, "unsupported_value")
 
 
 def _function(tool: dict[str, Any]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import contextlib
 
 from openai_harmony import Message
 
-from orchestrator import compaction, toolcalls
+from orchestrator import compaction, toolcalls, truncation
 from orchestrator import harmony as h
 from orchestrator.kinds import Stream, custom, open_stream
 from orchestrator.kinds.mcp import resume_approvals
@@ -66,6 +66,8 @@ async def run(r: Run) -> None:
             return r.builder.finish("incomplete", usage=r.usage.as_dict(), incomplete_reason="max_output_tokens")
         if r.compact_threshold is not None and await model.count(r) > r.compact_threshold:
             await compaction.compact_in_stream(r, model)
+        if r.context_tokens is not None:
+            await truncation.fit(r, model, r.context_tokens)
         turn = await model.turn(r, remaining)
         if turn.outcome in ("force", "retry"):
             continue  # force: tool_choice wants a call and the header is prefilled; retry: generate again
