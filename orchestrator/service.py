@@ -285,14 +285,14 @@ class ResponsesService(LiveResponses):
                 out.append(kinds.fallback(ns))
         for name, (description, functions) in tools.namespaces.items():
             out.append(h.Namespace(name, description, tuple(_function(f) for f in functions)))
-        for label, server in tools.mcp.items():
+        for ns, server in tools.mcp.items():
             listing = await self._list_mcp(server)
             shown = [t for t in listing.tools if not t["hidden"]]
-            listings[label] = shown
+            listings[server.label] = shown
             allowed = [t for t in shown if server.allowed is None or t["name"] in server.allowed]
             out.append(
                 h.Namespace(
-                    label,
+                    ns,
                     server.description or listing.instructions,
                     tuple(
                         {"name": t["name"], "description": t["description"], "parameters": t["parameters"]}
