@@ -17,7 +17,7 @@ from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator.events import new_id
-from orchestrator.kinds.base import EchoContext, Kind, Parsing, Stream, tool_args
+from orchestrator.kinds.base import DIRECT_ONLY, EchoContext, Kind, Parsing, Stream, tool_args
 from orchestrator.run import Run
 from orchestrator.schema import RequestError, Requirement, Toolset
 
@@ -89,13 +89,11 @@ class ApplyPatchKind(Kind):
     tool_types = ("apply_patch",)
     echoes = ("apply_patch_call", "apply_patch_call_output")
     executed = False
+    fields = {"allowed_callers": DIRECT_ONLY}
 
     def parse(self, tool: dict[str, Any], where: str, out: Toolset, ctx: Parsing) -> None:
         if NAME in {f["name"] for f in out.functions} or NAME in out.custom:
             raise RequestError(f"a function or custom tool named {NAME!r} and apply_patch cannot be combined", where)
-        callers = tool.get("allowed_callers")
-        if callers is not None and callers != ["direct"]:
-            raise RequestError("only direct calls are supported (no programmatic callers)", f"{where}.allowed_callers")
         out.shown[NAME] = FUNCTION
 
     def requirement(self, choice: dict[str, Any], tools: Toolset) -> Requirement | None:

@@ -12,13 +12,18 @@ from openai_harmony import Message
 from orchestrator import harmony as h
 from orchestrator.events import Item, ResponseBuilder, new_id
 from orchestrator.kinds.base import (
+    DESCRIBED,
+    DIRECT_ONLY,
+    NOT_DEFERRED,
     EchoContext,
+    Field,
     Kind,
     Parsing,
     Stream,
     ToolStream,
     answer,
 )
+from orchestrator.params import HONOURED, REFUSED
 from orchestrator.run import Run
 from orchestrator.schema import McpServer, RequestError, Requirement, Toolset
 from orchestrator.tools import ToolOutcome
@@ -82,6 +87,19 @@ class McpKind(Kind):
 
     tool_types = ("mcp",)
     echoes = ("mcp_call", "mcp_list_tools", "mcp_approval_request", "mcp_approval_response")
+    fields = {
+        "server_label": Field(HONOURED, "the namespace the model sees (see **MCP server labels**)"),
+        "server_url": Field(HONOURED, "checked by the MCP server policy; none: the gateway's namespace"),
+        "server_description": DESCRIBED,
+        "allowed_tools": Field(HONOURED, "the others are hidden from the model and refused"),
+        "require_approval": Field(HONOURED, "`always` (default), `never`, or per tool"),
+        "headers": Field(HONOURED, "sent to the server, never stored or echoed"),
+        "authorization": Field(HONOURED, "a bearer token to the server, never stored or echoed"),
+        "allowed_callers": DIRECT_ONLY,
+        "defer_loading": NOT_DEFERRED,
+        "connector_id": Field(REFUSED, "no OpenAI connectors here; name a server_url"),
+        "tunnel_id": Field(REFUSED, "no tunnels here; name a server_url"),
+    }
 
     def parse(self, tool: dict[str, Any], where: str, out: Toolset, ctx: Parsing) -> None:
         label = tool.get("server_label")

@@ -13,7 +13,8 @@ from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator.events import new_id
-from orchestrator.kinds.base import EchoContext, Kind, Parsing, Stream, tool_args
+from orchestrator.kinds.base import DESCRIBED, EchoContext, Field, Kind, Parsing, Stream, tool_args
+from orchestrator.params import HONOURED
 from orchestrator.run import Run
 from orchestrator.schema import RequestError, Toolset
 
@@ -45,6 +46,11 @@ class ToolSearchKind(Kind):
     tool_types = ("tool_search",)
     echoes = ("tool_search_call", "tool_search_output")
     executed = False
+    fields = {
+        "description": DESCRIBED,
+        "execution": Field(HONOURED, "`client` only (a 400 otherwise)"),
+        "parameters": Field(HONOURED, "the search function's JSON schema, shown to the model"),
+    }
 
     def parse(self, tool: dict[str, Any], where: str, out: Toolset, ctx: Parsing) -> None:
         if tool.get("execution", "server") != "client":
