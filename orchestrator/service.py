@@ -21,7 +21,7 @@ from orchestrator.conversation_store import Conversation, conversations_for
 from orchestrator.conversations import Conversations
 from orchestrator.events import ResponseBuilder, new_id
 from orchestrator.items import normalize
-from orchestrator.kinds import EchoContext, custom, tool_search
+from orchestrator.kinds import EchoContext, custom
 from orchestrator.kinds.compaction import compaction_item
 from orchestrator.kinds.mcp import list_tools_item
 from orchestrator.limits import check_running
@@ -253,8 +253,8 @@ class ResponsesService(LiveResponses):
             return HARMONY
         if self.chat is None:
             raise RequestError("this orchestrator has no chat-completions worker client", "model", 503)
-        if tools.custom or tool_search.NAME in tools.shown:
-            message = "custom and tool_search tools are not supported for chat-template models (the chat path)"
+        if tools.custom:
+            message = "custom tools are not supported for chat-template models (the chat path)"
             raise RequestError(message, "tools", 400, "unsupported_value")
         if "message.output_text.logprobs" in include:
             raise RequestError(
@@ -264,7 +264,7 @@ class ResponsesService(LiveResponses):
                 400,
                 "unsupported_value",
             )
-        functions = tools.functions + list(tools.shown.values())  # apply_patch: a function on this path too
+        functions = tools.functions + list(tools.shown.values())  # tool_search, apply_patch: functions here too
         return ChatTurns(self.chat, chat_tools(namespaces, functions), self.count_chat)
 
     def _gateway_url(self, label: str) -> str | None:

@@ -180,3 +180,17 @@ def test_an_apply_patch_call_on_the_chat_path_is_an_apply_patch_call_item(chat_s
     call = check_stream(events).output[0]
     assert (call.type, call.status, call.operation.model_dump()) == ("apply_patch_call", "completed", operation)
     assert [t["function"]["name"] for t in chat_stack.model.requests[-1]["tools"]] == ["apply_patch"]
+
+
+def test_a_client_tool_search_on_the_chat_path_is_a_tool_search_call_and_its_output_comes_back(chat_stack):
+    model = chat_stack.model
+    search = {"name": "tool_search", "arguments": {"query": "weather"}}
+    script(model, [("^tool tool_search: ", {"content": "Found it."}), ("^user: ", {"tool_calls": [search]})])
+    tool = {"type": "tool_search", "execution": "client", "parameters": {"type": "object"}}
+    first = chat_stack.client.responses.create(model="m", input="find a tool", tools=[tool])
+    call = first.output[0]
+    assert (call.type, call.arguments, call.execution) == ("tool_search_call", {"query": "weather"}, "client")
+    found = {"type": "tool_search_output", "call_id": call.call_id, "execution": "client", "tools": []}
+    second = chat_stack.client.responses.create(model="m", previous_response_id=first.id, input=[found], tools=[tool])
+    assert second.output_text == "Found it."
+    assert model.requests[-1]["messages"][-1]["role"] == "tool"
