@@ -253,8 +253,8 @@ class ResponsesService(LiveResponses):
             return HARMONY
         if self.chat is None:
             raise RequestError("this orchestrator has no chat-completions worker client", "model", 503)
-        if tools.custom:
-            message = "custom tools are not supported for chat-template models (the chat path)"
+        if any(custom.constraint(t) for t in tools.custom.values()):
+            message = "custom tools with a grammar are not supported for chat-template models (the chat path)"
             raise RequestError(message, "tools", 400, "unsupported_value")
         if "message.output_text.logprobs" in include:
             raise RequestError(
@@ -265,7 +265,7 @@ class ResponsesService(LiveResponses):
                 "unsupported_value",
             )
         functions = tools.functions + list(tools.shown.values())  # tool_search, apply_patch: functions here too
-        return ChatTurns(self.chat, chat_tools(namespaces, functions), self.count_chat)
+        return ChatTurns(self.chat, chat_tools(namespaces, functions, list(tools.custom.values())), self.count_chat)
 
     def _gateway_url(self, label: str) -> str | None:
         return self.endpoints.url_for(label) if self.settings.tools_url else None
