@@ -201,9 +201,9 @@ def check_fields(fields: dict[str, Field], tool: dict[str, Any], where: str) -> 
     """A 400 naming the first field of a request tool that its kind does not know, or refuses and the tool
     sets (nothing in a tool definition is accepted and ignored)."""
     for name, value in tool.items():
-        rule = fields.get(name)
         if name == "type":
             continue
+        rule = fields.get(name)
         if rule is None:
             message = f"unknown field {name!r} in a {tool.get('type')} tool"
             raise RequestError(message, f"{where}.{name}", 400, "unknown_parameter")
