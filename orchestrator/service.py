@@ -14,7 +14,7 @@ import anyio
 import structlog
 from openai_harmony import Message
 
-from orchestrator import compaction, kinds, references
+from orchestrator import compaction, kinds, references, truncation
 from orchestrator import harmony as h
 from orchestrator.chat import ChatTurns, chat_tools
 from orchestrator.conversation_store import Conversation, conversations_for
@@ -117,7 +117,10 @@ class ResponsesService(LiveResponses):
         """The first turn's prompt in tokens, rendered exactly as `create` would render it (nothing runs)."""
         r = (await self._prepare(req, owner)).run
         r.messages.extend(r.new_input)
-        return await (r.model or HARMONY).count(r)
+        model = r.model or HARMONY
+        if r.context_tokens is not None:
+            await truncation.fit(r, model, r.context_tokens)
+        return await model.count(r)
 
     async def compact(self, req: ResponsesRequest, owner: str) -> dict[str, Any]:
         """OpenAI's compacted window: the user's messages, then one compaction item the model wrote."""

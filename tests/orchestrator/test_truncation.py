@@ -32,6 +32,8 @@ def test_auto_drops_the_oldest_whole_items_until_the_prompt_fits(make_stack):
     assert response.truncation == "auto" and response.output_text == "Sun."
     assert "an old question" not in prompt and "rain in Oslo" in prompt  # only the oldest item went
     assert response.usage.input_tokens <= whole - 1
+    counted = just_under.client.responses.input_tokens.count(**REQUEST, input=HISTORY, truncation="auto")
+    assert counted.input_tokens == response.usage.input_tokens  # the count drops what the response drops
 
     tight = make_stack(context_tokens=least)
     tight.script([], default="<|channel|>final<|message|>Sun.<|return|>")
