@@ -24,7 +24,10 @@ def is_reference(item: dict[str, Any]) -> bool:
     return item.get("type") == "item_reference" or set(item) == {"id"}
 
 
-async def resolve(store: Store, owner: str, items: list[dict[str, Any]], earlier: list[dict[str, Any]]) -> list[dict]:
+Items = list[dict[str, Any]]
+
+
+async def resolve(store: Store, owner: str, items: Items, earlier: Items) -> Items:
     """`items` with each reference replaced by the item it names (from `earlier`, the conversation's items,
     or from `owner`'s stored responses)."""
     refs = {i: item.get("id") for i, item in enumerate(items) if is_reference(item)}
