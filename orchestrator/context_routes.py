@@ -25,9 +25,11 @@ COUNTED = frozenset(
         "conversation",
         "reasoning",
         "parallel_tool_calls",
+        "truncation",
     }
 )
-"""The SDK's count parameters this server renders; the others (`text`, `truncation`, `personality`) are a 400."""
+"""The SDK's count parameters this server renders (`truncation: auto` drops what a response would drop); the
+others (`text`, `personality`) are a 400."""
 COMPACTED = frozenset({"model", "input", "instructions", "previous_response_id", "prompt_cache_key"})
 """The SDK's compact parameters; `prompt_cache_key` is a cache hint, a no-op here (the worker is chosen by
 conversation); the others are a 400."""

@@ -162,4 +162,5 @@ class Run:
     tools: ToolState = field(default_factory=ToolState)
     turn: TurnState = field(default_factory=TurnState)
     compact_threshold: int | None = None  # context_management: compact before a turn whose prompt is larger
+    context_tokens: int | None = None  # truncation auto: drop the oldest items before a turn whose prompt is larger
     warm_only: bool = False  # WebSocket `generate: false`: prefill the worker's cache, make no output

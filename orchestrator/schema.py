@@ -283,7 +283,8 @@ class Toolset:
     mcp: dict[str, McpServer] = field(default_factory=dict)
     functions: list[dict[str, Any]] = field(default_factory=list)
     custom: dict[str, dict[str, Any]] = field(default_factory=dict)  # `custom` tools by name (`kinds/custom.py`)
-    tool_search: dict[str, Any] | None = None  # a client-run `tool_search`, shown as this function
+    # client-run tools the model is shown as one function each (`tool_search`, `apply_patch`), by name
+    shown: dict[str, dict[str, Any]] = field(default_factory=dict)
     local_shell: str | None = None  # a client-run shell: the item type its calls come out as
     # `namespace` tools (and a local shell's `container`): name -> (description, functions), addressed `NAME.fn`
     namespaces: dict[str, tuple[str, list[dict[str, Any]]]] = field(default_factory=dict)

@@ -14,7 +14,7 @@ import anyio
 import structlog
 from openai_harmony import Message
 
-from orchestrator import compaction, kinds
+from orchestrator import compaction, kinds, references, truncation
 from orchestrator import harmony as h
 from orchestrator.chat import ChatTurns, chat_tools
 from orchestrator.conversation_store import Conversation, conversations_for
@@ -117,7 +117,10 @@ class ResponsesService(LiveResponses):
         """The first turn's prompt in tokens, rendered exactly as `create` would render it (nothing runs)."""
         r = (await self._prepare(req, owner)).run
         r.messages.extend(r.new_input)
-        return await (r.model or HARMONY).count(r)
+        model = r.model or HARMONY
+        if r.context_tokens is not None:
+            await truncation.fit(r, model, r.context_tokens)
+        return await model.count(r)
 
     async def compact(self, req: ResponsesRequest, owner: str) -> dict[str, Any]:
         """OpenAI's compacted window: the user's messages, then one compaction item the model wrote."""
@@ -139,7 +142,6 @@ class ResponsesService(LiveResponses):
         prev = await self._previous(req, owner, kept)
         conv = await self._conversation(req, owner)
         include = check_include(req.include)
-        _check_unenforced(req)
         tools = kinds.toolset(req.tools, req.tool_choice, self._gateway_url)
         namespaces, listings = await self._namespaces(tools)
         model = self._turn_model(req, include, namespaces, tools)
@@ -151,8 +153,8 @@ class ResponsesService(LiveResponses):
             body["conversation"] = {"id": conv.id}
         builder = ResponseBuilder(body)
         state = (prev.tools if prev else conv.tools if conv else {}) or {}
-        items = normalize(req.input)
         earlier = compaction.window(await self.conversations.history(conv)) if conv else []
+        items = await references.resolve(self.store, owner, normalize(req.input), earlier)
         echo = EchoContext(dict(state.get("calls", {})), await self._results(owner, kinds.kept_ids(earlier + items)))
         history = kinds.to_messages(earlier, echo) if conv else h.load(prev.messages) if prev else []
         new_input = kinds.to_messages(compaction.window(items), echo)
@@ -174,6 +176,7 @@ class ResponsesService(LiveResponses):
             turn=TurnState(required=tools.required, answer_format=answer_format(req.text)),
             logprobs=(req.top_logprobs or 0) if "message.output_text.logprobs" in include else None,
             compact_threshold=req.compact_threshold,
+            context_tokens=self.settings.context_tokens if req.truncation == "auto" else None,
         )
         return Prepared(r, listings, len(head), items, conv)
 
@@ -224,7 +227,7 @@ class ResponsesService(LiveResponses):
             identity=self.settings.identity,
         )
         shown = [_function(f) for f in tools.functions] + [custom.shown(t) for t in tools.custom.values()]
-        shown += [tools.tool_search] if tools.tool_search is not None else []
+        shown += list(tools.shown.values())
         dev = h.developer_message(req.instructions, shown)
         return [system, dev] if dev else [system]
 
@@ -253,8 +256,8 @@ class ResponsesService(LiveResponses):
             return HARMONY
         if self.chat is None:
             raise RequestError("this orchestrator has no chat-completions worker client", "model", 503)
-        if tools.custom or tools.tool_search:
-            message = "custom and tool_search tools are not supported for chat-template models (the chat path)"
+        if any(custom.constraint(t) for t in tools.custom.values()):
+            message = "custom tools with a grammar are not supported for chat-template models (the chat path)"
             raise RequestError(message, "tools", 400, "unsupported_value")
         if "message.output_text.logprobs" in include:
             raise RequestError(
@@ -264,7 +267,8 @@ class ResponsesService(LiveResponses):
                 400,
                 "unsupported_value",
             )
-        return ChatTurns(self.chat, chat_tools(namespaces, tools.functions), self.count_chat)
+        functions = tools.functions + list(tools.shown.values())  # tool_search, apply_patch: functions here too
+        return ChatTurns(self.chat, chat_tools(namespaces, functions, list(tools.custom.values())), self.count_chat)
 
     def _gateway_url(self, label: str) -> str | None:
         return self.endpoints.url_for(label) if self.settings.tools_url else None
@@ -284,14 +288,14 @@ class ResponsesService(LiveResponses):
                 out.append(kinds.fallback(ns))
         for name, (description, functions) in tools.namespaces.items():
             out.append(h.Namespace(name, description, tuple(_function(f) for f in functions)))
-        for label, server in tools.mcp.items():
+        for ns, server in tools.mcp.items():
             listing = await self._list_mcp(server)
             shown = [t for t in listing.tools if not t["hidden"]]
-            listings[label] = shown
+            listings[server.label] = shown
             allowed = [t for t in shown if server.allowed is None or t["name"] in server.allowed]
             out.append(
                 h.Namespace(
-                    label,
+                    ns,
                     server.description or listing.instructions,
                     tuple(
                         {"name": t["name"], "description": t["description"], "parameters": t["parameters"]}
@@ -402,6 +406,7 @@ class ResponsesService(LiveResponses):
             )
             if req.store:
                 await self.store.put(live.record)
+                await references.index(self.store, live.record)
             lives_on = req.store or live.conversation is not None or live.kept is not None
             if r.tools.results and lives_on:  # for client-kept history
                 await self.store.put_results({_scoped(live.owner, k): v for k, v in r.tools.results.items()})
@@ -464,13 +469,6 @@ def _tool_state(state: dict[str, Any], echo: EchoContext) -> ToolState:
     pages = {int(k): v for k, v in state.get("pages", {}).items() if isinstance(v, dict)}
     pending = dict(state.get("pending", {}))
     return ToolState(calls=echo.calls, pending=pending, approvals=echo.approvals, pages=pages, answered=echo.answered)
-
-
-def _check_unenforced(req: ResponsesRequest) -> None:
-    """Values this server cannot honour yet are a 400 naming them, never accepted and ignored."""
-    if req.truncation == "auto":
-        message = "truncation 'auto' is not supported by this server yet (only 'disabled')"
-        raise RequestError(message, "truncation", 400, "unsupported_value")
 
 
 def _function(tool: dict[str, Any]) -> dict[str, Any]:

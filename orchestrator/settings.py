@@ -52,6 +52,9 @@ class OrchestratorSettings(ServiceSettings):
         "4g", description="largest memory_limit a container may ask for (above: 400)"
     )
     max_output_tokens: int = Field(16_384, description="token budget of a response when the request sets none")
+    context_tokens: int = Field(
+        131_072, description="the model's context in tokens: truncation 'auto' drops the oldest items past it"
+    )
     max_tool_calls: int = Field(32, description="tool calls per response when the request sets none")
     tool_timeout_s: float = Field(120.0, description="give up on one tool call after this long")
     session_idle_s: float = Field(

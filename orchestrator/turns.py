@@ -12,10 +12,9 @@ import contextlib
 
 from openai_harmony import Message
 
-from orchestrator import compaction, toolcalls
+from orchestrator import compaction, toolcalls, truncation
 from orchestrator import harmony as h
 from orchestrator.kinds import Stream, custom, open_stream
-from orchestrator.kinds.base import tool_args
 from orchestrator.kinds.mcp import resume_approvals
 from orchestrator.run import Call, Constraint, Run, Turn, TurnModel, TurnState
 from orchestrator.worker.client import GenerateRequest, TokenLogprob
@@ -67,6 +66,8 @@ async def run(r: Run) -> None:
             return r.builder.finish("incomplete", usage=r.usage.as_dict(), incomplete_reason="max_output_tokens")
         if r.compact_threshold is not None and await model.count(r) > r.compact_threshold:
             await compaction.compact_in_stream(r, model)
+        if r.context_tokens is not None:
+            await truncation.fit(r, model, r.context_tokens)
         turn = await model.turn(r, remaining)
         if turn.outcome in ("force", "retry"):
             continue  # force: tool_choice wants a call and the header is prefilled; retry: generate again
@@ -83,7 +84,7 @@ async def run(r: Run) -> None:
                 answered = await toolcalls.call(r, call) and answered  # False: an approval request ends it
             if answered and not functions:
                 continue
-        if not builtin and _retry_bad_arguments(r, [c.msg for c in functions if c.kind and c.kind.json_arguments]):
+        if not builtin and _retry_bad_arguments(r, [c for c in functions if c.kind and c.kind.json_arguments]):
             continue
         if r.turn.required is not None:
             error = {
@@ -94,10 +95,11 @@ async def run(r: Run) -> None:
         return r.builder.finish("completed", usage=r.usage.as_dict())
 
 
-def _retry_bad_arguments(r: Run, functions: list[Message]) -> bool:
-    """Function calls whose arguments are not JSON go back to the model as errors (a bounded number of
-    times per response); their items were closed `incomplete` (`FunctionStream.close`). True: generate again."""
-    errors = [(m, err) for m in functions if (err := tool_args(h.text_of(m))[1]) is not None]
+def _retry_bad_arguments(r: Run, calls: list[Call]) -> bool:
+    """Client calls whose arguments are not what their kind takes (JSON; an apply_patch operation) go back
+    to the model as errors (a bounded number of times per response); their items were closed `incomplete`
+    (`FunctionStream.close`) or never added. True: generate again."""
+    errors = [(c.msg, err) for c in calls if c.kind and (err := c.kind.argument_error(h.text_of(c.msg))) is not None]
     if not errors or r.turn.json_retries <= 0:
         return False
     r.turn.json_retries -= 1

@@ -7,6 +7,7 @@ Harmony recipients comes with the definitions; a name that two tools would share
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +15,7 @@ from openai_harmony import DeveloperContent, Message
 
 from orchestrator import harmony as h
 from orchestrator import kinds
+from orchestrator.kinds.base import tool_args
 from orchestrator.schema import RequestError, Requirement
 
 
@@ -30,6 +32,18 @@ class ChatTools:
 
     functions: list[dict[str, Any]] = field(default_factory=list)
     recipients: dict[str, str] = field(default_factory=dict)  # function name -> recipient
+    freeform: set[str] = field(default_factory=set)  # recipients of custom tools: text wrapped as {"input"}
+
+    def from_chat(self, recipient: str, arguments: str) -> tuple[Message, str | None]:
+        """A chat tool call as a Harmony message (and the error the model reads instead of a run): a custom
+        tool's `{"input": TEXT}` becomes its plain text; the others are read by their namespace's kind."""
+        if recipient not in self.freeform:
+            return kinds.from_chat(recipient, arguments)
+        value = tool_args(arguments)[0] or {}
+        text = value.get("input")
+        if not isinstance(text, str):
+            return h.assistant(arguments, "commentary", recipient), FREEFORM_ERROR
+        return h.assistant(text, "commentary", recipient), None
 
     def recipient(self, name: str) -> str:
         """A name the model wrote; one that is not offered stays itself (the tool caller says it is unknown)."""
@@ -48,7 +62,16 @@ class ChatTools:
         return allowed or self.functions, "required"
 
 
-def chat_tools(namespaces: list[h.Namespace], functions: list[dict[str, Any]]) -> ChatTools:
+FREEFORM = {"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}
+FREEFORM_NOTE = " (Freeform: pass the whole text as `input`.)"
+FREEFORM_ERROR = 'Error: send the text as {"input": "..."}. Write the call again.'
+
+
+def chat_tools(
+    namespaces: list[h.Namespace], functions: list[dict[str, Any]], custom: list[dict[str, Any]] | None = None
+) -> ChatTools:
+    """The chat functions of a request: its namespaces' tools, client functions under their own names, and
+    custom tools as functions taking their text as `input` (a grammar is not enforced on this path)."""
     out = ChatTools()
 
     def add(recipient: str, description: str, parameters: Any) -> None:
@@ -67,10 +90,13 @@ def chat_tools(namespaces: list[h.Namespace], functions: list[dict[str, Any]]) -
             add(recipient, tool.get("description") or ns.description, tool.get("parameters"))
     for f in functions:
         add(f"functions.{f['name']}", f.get("description") or "", f.get("parameters"))
+    for t in custom or []:
+        add(f"functions.{t['name']}", (t.get("description") or "") + FREEFORM_NOTE, FREEFORM)
+        out.freeform.add(f"functions.{t['name']}")
     return out
 
 
-def to_chat(messages: list[Message]) -> list[dict[str, Any]]:
+def to_chat(messages: list[Message], freeform: set[str] | frozenset[str] = frozenset()) -> list[dict[str, Any]]:
     """The conversation as chat messages. Consecutive assistant messages (reasoning, text, calls) merge into
     one; tool results answer the oldest open call of the same tool. Call ids are the call's position, so a
     turn's messages extend the previous turn's (the worker's prefix cache hits). Reasoning before the last
@@ -95,7 +121,7 @@ def to_chat(messages: list[Message]) -> list[dict[str, Any]]:
             call_id = open_calls.pop(match)[1] if match is not None else f"call_{i}"
             out.append({"role": "tool", "tool_call_id": call_id, "content": h.text_of(msg)})
         elif role == h.Role.ASSISTANT:
-            _assistant(out, msg, i, i > last_user, open_calls)
+            _assistant(out, msg, i, i > last_user, open_calls, freeform)
     return out
 
 
@@ -105,13 +131,18 @@ def _developer_text(msg: Message) -> str:
 
 
 def _assistant(
-    out: list[dict[str, Any]], msg: Message, i: int, keep_reasoning: bool, open_calls: list[tuple[str, str]]
+    out: list[dict[str, Any]],
+    msg: Message,
+    i: int,
+    keep_reasoning: bool,
+    open_calls: list[tuple[str, str]],
+    freeform: set[str] | frozenset[str],
 ) -> None:
     text, recipient = h.text_of(msg), msg.recipient
     current = out[-1] if out and out[-1]["role"] == "assistant" else None
     if recipient and recipient != "assistant":
         call_id = f"call_{i}"
-        arguments = kinds.chat_arguments(msg)
+        arguments = json.dumps({"input": text}) if recipient in freeform else kinds.chat_arguments(msg)
         call = {"id": call_id, "type": "function", "function": {"name": chat_name(recipient), "arguments": arguments}}
         if current is None:
             current = {"role": "assistant", "content": ""}

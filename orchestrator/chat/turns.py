@@ -17,7 +17,7 @@ from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator.chat.messages import ChatTools, to_chat
-from orchestrator.kinds import Stream, from_chat, open_stream
+from orchestrator.kinds import Stream, open_stream
 from orchestrator.run import Call, Run, Turn
 from orchestrator.schema import RequestError
 from orchestrator.worker.client import Chat, ChatRequest, CountChat
@@ -37,7 +37,7 @@ class ChatTurns:
     def body(self, r: Run, budget: int) -> dict[str, Any]:
         tools, choice = self.tools.choice(r.turn.required)
         body: dict[str, Any] = {
-            "messages": to_chat(r.messages),
+            "messages": to_chat(r.messages, self.tools.freeform),
             "max_tokens": budget,
             "stream": True,
             "stream_options": {"include_usage": True},
@@ -52,7 +52,7 @@ class ChatTurns:
 
     async def aside(self, r: Run, messages: list[Message], budget: int) -> str:
         body = {
-            "messages": to_chat(messages),
+            "messages": to_chat(messages, self.tools.freeform),
             "max_tokens": budget,
             "stream": True,
             "stream_options": {"include_usage": True},
@@ -197,7 +197,7 @@ class _Deltas:
             if not call.recipient:
                 continue  # a tool-call delta without a name: nothing the loop could run
             if not call.admitted:
-                msg = from_chat(call.recipient, call.arguments)[0]  # kept, never run
+                msg = self.tools.from_chat(call.recipient, call.arguments)[0]  # kept, never run
                 self.r.messages.append(msg)
                 calls.append(Call(msg, None, admitted=False))
                 continue
@@ -216,7 +216,7 @@ class _Deltas:
         """The call as a Harmony message (its kind reads the arguments), appended to the conversation; None
         when the kind refuses them (python without `code`): the model is told and writes it again."""
         r, item = self.r, call.item
-        msg, err = from_chat(call.recipient, call.arguments)
+        msg, err = self.tools.from_chat(call.recipient, call.arguments)
         if err is not None:
             if item is not None:
                 item.close(msg, complete=False)

@@ -12,7 +12,8 @@ from typing import Any
 from openai_harmony import Message
 
 from orchestrator import harmony as h
-from orchestrator.kinds.base import EchoContext, Kind, Parsing, Stream
+from orchestrator.kinds.apply_patch import ApplyPatchKind
+from orchestrator.kinds.base import EchoContext, Kind, Parsing, Stream, check_fields
 from orchestrator.kinds.code_interpreter import CodeInterpreterKind
 from orchestrator.kinds.compaction import CompactionKind
 from orchestrator.kinds.custom import CustomKind
@@ -33,6 +34,7 @@ MESSAGE, REASONING = MessageKind(), ReasoningKind()
 TOOLS: tuple[Kind, ...] = (
     CustomKind(),
     ToolSearchKind(),
+    ApplyPatchKind(),
     FunctionKind(),
     LocalShellKind(),
     NamespaceKind(),
@@ -55,18 +57,25 @@ def _typed(table: dict[str, Kind], value: Any) -> Kind | None:
 def toolset(tools: list[dict[str, Any]], tool_choice: Any, gateway_url: Callable[[str], str | None]) -> Toolset:
     """The request's tools as what the model may address, each parsed by the kind that owns its type."""
     out = Toolset()
+    owners = [_owner(tool, f"tools[{i}]") for i, tool in enumerate(tools)]
     if tool_choice == "none":
         return out
     ctx = Parsing(gateway_url, BUILTIN_NAMESPACES)
     allowed = _allowed(tool_choice, tools)
-    for i, tool in enumerate(tools):
-        kind = _typed(_TYPES, tool.get("type"))
-        if kind is None:
-            raise RequestError(f"unsupported tool type {tool.get('type')!r}", f"tools[{i}].type")
+    for i, (tool, kind) in enumerate(zip(tools, owners, strict=True)):
         if allowed is None or any(_names(tool, a) for a in allowed):
             kind.parse(tool, f"tools[{i}]", out, ctx)
     out.required = _requirement(tool_choice["mode"] if allowed is not None else tool_choice, out)
     return out
+
+
+def _owner(tool: dict[str, Any], where: str) -> Kind:
+    """The kind that owns a request tool's type, once every field of the tool is known to it."""
+    kind = _typed(_TYPES, tool.get("type"))
+    if kind is None:
+        raise RequestError(f"unsupported tool type {tool.get('type')!r}", f"{where}.type")
+    check_fields(kind.fields, tool, where)
+    return kind
 
 
 def _allowed(choice: Any, tools: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
@@ -94,9 +103,7 @@ def _requirement(choice: Any, tools: Toolset) -> Requirement | None:
     if choice == "auto":
         return None
     if choice == "required":
-        client = (
-            tools.functions or tools.mcp or tools.namespaces or tools.custom or tools.local_shell or tools.tool_search
-        )
+        client = tools.functions or tools.mcp or tools.namespaces or tools.custom or tools.local_shell or tools.shown
         if not (tools.builtins or client):
             raise RequestError("tool_choice 'required' needs at least one tool in tools", "tool_choice")
         channel = "commentary" if client else "analysis"

@@ -12,10 +12,27 @@ from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator.events import Item
+from orchestrator.params import HONOURED, REFUSED
 from orchestrator.run import Run
-from orchestrator.schema import Requirement, Toolset
+from orchestrator.schema import RequestError, Requirement, Toolset
 from orchestrator.tools import ToolOutcome
 from orchestrator.worker.client import TokenLogprob
+
+
+@dataclass(frozen=True)
+class Field:
+    """What one field of a request tool does here, as `params.PARAMS` says for the create parameters: a
+    REFUSED field is a 400 unless its value is one of `accepts` (the values that ask for nothing)."""
+
+    status: str  # params.HONOURED, NO_OP or REFUSED
+    note: str
+    accepts: tuple[Any, ...] = (None, False)
+    inner: dict[str, Field] | None = None  # a list of tools (a namespace's): each entry's fields
+
+
+DIRECT_ONLY = Field(REFUSED, "only direct calls by the model (no programmatic callers)", (None, ["direct"]))
+NOT_DEFERRED = Field(REFUSED, "no deferred tools here (tool_search runs on the client)")
+DESCRIBED = Field(HONOURED, "shown to the model")
 
 
 class Stream:
@@ -93,6 +110,8 @@ class Kind:
     executed: ClassVar[bool] = True  # False: the client runs the call (functions)
     json_arguments: ClassVar[bool] = True  # the call's text is a JSON object (False: free text, custom tools)
     namespaces: ClassVar[tuple[str, ...]] = ()  # built-in namespaces this kind serves (system message, chat)
+    # the fields of its `tools[]` entries besides `type` (any other is a 400; README table from these)
+    fields: ClassVar[dict[str, Field]] = {}
 
     # --- the request side ----------------------------------------------------------------------------
 
@@ -141,6 +160,10 @@ class Kind:
         args, err = tool_args(h.text_of(msg))
         return args or {}, err
 
+    def argument_error(self, text: str) -> str | None:
+        """What is wrong with a client call's text, told to the model so it writes the call again (None: fine)."""
+        return tool_args(text)[1]
+
     def function(self, fn: str) -> str:
         """The tool server's function the call invokes."""
         return fn
@@ -172,6 +195,25 @@ class Kind:
         """A chat tool call as the Harmony message the conversation keeps, and the error the model reads
         instead of a run (None: run it)."""
         return h.assistant(arguments, "commentary", recipient, "json"), None
+
+
+def check_fields(fields: dict[str, Field], tool: dict[str, Any], where: str) -> None:
+    """A 400 naming the first field of a request tool that its kind does not know, or refuses and the tool
+    sets (nothing in a tool definition is accepted and ignored)."""
+    for name, value in tool.items():
+        if name == "type":
+            continue
+        rule = fields.get(name)
+        if rule is None:
+            message = f"unknown field {name!r} in a {tool.get('type')} tool"
+            raise RequestError(message, f"{where}.{name}", 400, "unknown_parameter")
+        if rule.status == REFUSED and value not in rule.accepts:
+            message = f"{name!r} of a {tool.get('type')} tool is not supported by this server: {rule.note}"
+            raise RequestError(message, f"{where}.{name}", 400, "unsupported_parameter")
+        if rule.inner is not None and isinstance(value, list):
+            for j, entry in enumerate(value):
+                if isinstance(entry, dict):
+                    check_fields(rule.inner, entry, f"{where}.{name}[{j}]")
 
 
 def tool_args(text: str) -> tuple[dict[str, Any] | None, str | None]:

@@ -9,7 +9,8 @@ from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator.events import Item, new_id
-from orchestrator.kinds.base import EchoContext, Kind, Parsing, Stream, ToolStream, tool_args
+from orchestrator.kinds.base import DIRECT_ONLY, EchoContext, Field, Kind, Parsing, Stream, ToolStream, tool_args
+from orchestrator.params import HONOURED
 from orchestrator.run import Run
 from orchestrator.schema import RequestError, Requirement, Toolset
 from orchestrator.tools import ToolOutcome
@@ -45,6 +46,11 @@ class CodeInterpreterKind(Kind):
     tool_types = ("code_interpreter",)
     echoes = ("code_interpreter_call",)
     namespaces = ("python",)
+
+    fields = {
+        "container": Field(HONOURED, '`{"type": "auto"}` (a container id or file_ids: 400, see below)'),
+        "allowed_callers": DIRECT_ONLY,
+    }
 
     def parse(self, tool: dict[str, Any], where: str, out: Toolset, ctx: Parsing) -> None:
         _check_container(tool.get("container"), where)

@@ -16,7 +16,9 @@ from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator.events import new_id
-from orchestrator.kinds.base import EchoContext, Kind, Parsing, Stream
+from orchestrator.kinds.base import DESCRIBED, DIRECT_ONLY, NOT_DEFERRED, EchoContext, Field, Kind, Parsing, Stream
+from orchestrator.kinds.function import NOT_ASYNC
+from orchestrator.params import HONOURED
 from orchestrator.run import Run
 from orchestrator.schema import RequestError, Requirement, Toolset
 
@@ -55,6 +57,14 @@ class CustomKind(Kind):
     echoes = ("custom_tool_call", "custom_tool_call_output")
     executed = False
     json_arguments = False
+    fields = {
+        "name": Field(HONOURED, "what the model calls it by"),
+        "description": DESCRIBED,
+        "format": Field(HONOURED, "text, or a lark / regex grammar enforced by structured decoding"),
+        "allowed_callers": DIRECT_ONLY,
+        "async": NOT_ASYNC,
+        "defer_loading": NOT_DEFERRED,
+    }
 
     def parse(self, tool: dict[str, Any], where: str, out: Toolset, ctx: Parsing) -> None:
         name = tool.get("name")

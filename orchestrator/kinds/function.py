@@ -11,7 +11,18 @@ from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator.events import new_id
-from orchestrator.kinds.base import EchoContext, Kind, Parsing, Stream, tool_args
+from orchestrator.kinds.base import (
+    DESCRIBED,
+    DIRECT_ONLY,
+    NOT_DEFERRED,
+    EchoContext,
+    Field,
+    Kind,
+    Parsing,
+    Stream,
+    tool_args,
+)
+from orchestrator.params import HONOURED, NO_OP, REFUSED
 from orchestrator.run import Run
 from orchestrator.schema import RequestError, Requirement, Toolset
 
@@ -37,10 +48,25 @@ class FunctionStream(Stream):
         item.finish(status, arguments=text)
 
 
+NOT_ASYNC = Field(REFUSED, "a client call ends the response; its output comes back in the next request")
+
+
 class FunctionKind(Kind):
     tool_types = ("function",)
     echoes = ("function_call", "function_call_output")
     executed = False
+    fields = {
+        "name": Field(HONOURED, "what the model calls it by"),
+        "description": DESCRIBED,
+        "parameters": Field(HONOURED, "its JSON schema, shown to the model"),
+        "strict": Field(
+            NO_OP, "echoed; arguments are not decoded under the schema (invalid JSON goes back to the model)"
+        ),
+        "allowed_callers": DIRECT_ONLY,
+        "async": NOT_ASYNC,
+        "defer_loading": NOT_DEFERRED,
+        "output_schema": Field(REFUSED, "the model is not shown what a function returns"),
+    }
 
     def parse(self, tool: dict[str, Any], where: str, out: Toolset, ctx: Parsing) -> None:
         if not isinstance(tool.get("name"), str) or not tool["name"]:

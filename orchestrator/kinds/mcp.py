@@ -4,6 +4,7 @@ and the structured errors of failed calls."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from openai_harmony import Message
@@ -11,13 +12,18 @@ from openai_harmony import Message
 from orchestrator import harmony as h
 from orchestrator.events import Item, ResponseBuilder, new_id
 from orchestrator.kinds.base import (
+    DESCRIBED,
+    DIRECT_ONLY,
+    NOT_DEFERRED,
     EchoContext,
+    Field,
     Kind,
     Parsing,
     Stream,
     ToolStream,
     answer,
 )
+from orchestrator.params import HONOURED, REFUSED
 from orchestrator.run import Run
 from orchestrator.schema import McpServer, RequestError, Requirement, Toolset
 from orchestrator.tools import ToolOutcome
@@ -32,6 +38,19 @@ RESERVED_HEADERS = frozenset(
 )
 
 
+def namespace_of(label: str) -> str:
+    """The Harmony namespace a `server_label` is shown to the model as: the label itself when it is an
+    identifier, else with each other character as `_` (`my-server` -> `my_server`). Items echo the label."""
+    name = re.sub(r"\W", "_", label, flags=re.ASCII)
+    return name if name.isidentifier() else f"_{name}"
+
+
+def label_of(r: Run, ns: str) -> str:
+    """The `server_label` of the request's MCP server shown as `ns` (a built-in namespace is its own)."""
+    server = r.toolset.mcp.get(ns)
+    return server.label if server is not None else ns
+
+
 class McpStream(ToolStream):
     delta_event = "response.mcp_call_arguments.delta"
     done_event = "response.mcp_call_arguments.done"
@@ -42,7 +61,7 @@ class McpStream(ToolStream):
         item = {
             "id": new_id("mcp"),
             "type": "mcp_call",
-            "server_label": ns,
+            "server_label": label_of(r, ns),
             "name": fn,
             "arguments": "",
             "status": "in_progress",
@@ -68,19 +87,36 @@ class McpKind(Kind):
 
     tool_types = ("mcp",)
     echoes = ("mcp_call", "mcp_list_tools", "mcp_approval_request", "mcp_approval_response")
+    fields = {
+        "server_label": Field(HONOURED, "the namespace the model sees (see **MCP server labels**)"),
+        "server_url": Field(HONOURED, "checked by the MCP server policy; none: the gateway's namespace"),
+        "server_description": DESCRIBED,
+        "allowed_tools": Field(HONOURED, "the others are hidden from the model and refused"),
+        "require_approval": Field(HONOURED, "`always` (default), `never`, or per tool"),
+        "headers": Field(HONOURED, "sent to the server, never stored or echoed"),
+        "authorization": Field(HONOURED, "a bearer token to the server, never stored or echoed"),
+        "allowed_callers": DIRECT_ONLY,
+        "defer_loading": NOT_DEFERRED,
+        "connector_id": Field(REFUSED, "no OpenAI connectors here; name a server_url"),
+        "tunnel_id": Field(REFUSED, "no tunnels here; name a server_url"),
+    }
 
     def parse(self, tool: dict[str, Any], where: str, out: Toolset, ctx: Parsing) -> None:
         label = tool.get("server_label")
-        if not isinstance(label, str) or not label.isidentifier():
-            raise RequestError("mcp tools need a server_label that is an identifier", f"{where}.server_label")
+        if not isinstance(label, str) or not label:
+            raise RequestError("mcp tools need a server_label", f"{where}.server_label")
         headers = _client_headers(tool, where)
         if label in ctx.builtin_namespaces:
             out.builtins[label] = headers
             return
+        ns = namespace_of(label)
+        if ns in out.mcp or ns in ctx.builtin_namespaces or ns in out.namespaces or ns == "functions":
+            message = f"server_label {label!r} is shown to the model as {ns!r}, which another tool of this request uses"
+            raise RequestError(message, f"{where}.server_label")
         url = tool.get("server_url") or ctx.gateway_url(label)
         if not url:
             raise RequestError(f"mcp server {label!r} needs a server_url", f"{where}.server_url")
-        out.mcp[label] = McpServer(
+        out.mcp[ns] = McpServer(
             label,
             url,
             headers,
@@ -92,9 +128,10 @@ class McpKind(Kind):
 
     def requirement(self, choice: dict[str, Any], tools: Toolset) -> Requirement | None:
         label, name = choice.get("server_label"), choice.get("name")
-        if label not in tools.mcp and label not in tools.builtins:
+        ns = label if label in tools.builtins else namespace_of(label) if isinstance(label, str) else None
+        if ns is None or (ns not in tools.mcp and ns not in tools.builtins):
             raise RequestError(f"tool_choice names MCP server {label!r}, which is not in tools", "tool_choice")
-        target = f"{label}.{name}" if name else f"{label}."
+        target = f"{ns}.{name}" if name else f"{ns}."
         return Requirement(target, f"<|channel|>commentary to={target}", exact=bool(name))
 
     def echo_tool(self, tool: dict[str, Any]) -> dict[str, Any]:
@@ -142,7 +179,7 @@ class McpKind(Kind):
                 ctx.answered[item["approval_request_id"]] = call
         if item.get("type") != "mcp_call":
             return []  # approvals are the turn loop's (`resume_approvals`); listings are informational
-        name = f"{item.get('server_label')}.{item.get('name')}"
+        name = f"{namespace_of(str(item.get('server_label')))}.{item.get('name')}"
         return [
             h.assistant(str(item.get("arguments") or "{}"), "commentary", name, "json"),
             h.tool_result(name, str(item.get("output") or mcp_error_text(item.get("error")) or "")),
@@ -182,7 +219,7 @@ def _echo_request(item: dict[str, Any], where: str, ctx: EchoContext) -> list[Me
     label, name, approval_id = item.get("server_label"), item.get("name"), item.get("id")
     if not all(isinstance(v, str) and v for v in (label, name, approval_id)):
         raise RequestError("mcp_approval_request items need id, server_label and name", where)
-    recipient = f"{label}.{name}"
+    recipient = f"{namespace_of(label)}.{name}"
     ctx.requests[approval_id] = {"recipient": recipient, "server_label": label, "name": name}
     return [h.assistant(str(item.get("arguments") or "{}"), "commentary", recipient, "json")]
 
@@ -197,12 +234,12 @@ def _request_approval(r: Run, msg: Message, ns: str, fn: str) -> None:
     item = {
         "id": approval_id,
         "type": "mcp_approval_request",
-        "server_label": ns,
+        "server_label": label_of(r, ns),
         "name": fn,
         "arguments": h.text_of(msg),
     }
     r.builder.add_item(item).finish(None)
-    r.tools.pending[approval_id] = {"recipient": msg.recipient, "server_label": ns, "name": fn}
+    r.tools.pending[approval_id] = {"recipient": msg.recipient, "server_label": label_of(r, ns), "name": fn}
 
 
 def list_tools_item(builder: ResponseBuilder, label: str, tools: list[dict[str, Any]]) -> None:
@@ -226,10 +263,10 @@ async def resume_approvals(r: Run) -> None:
             continue
         if decision:
             r.tools.count += 1
-            ns, fn = call["server_label"], call["name"]
+            ns, fn = call["recipient"].partition(".")[0], call["name"]  # the label's namespace
             outcome = await MCP.call(r, last, ns, fn, McpStream.complete(r, last, ns, fn, approval_id))
             assert outcome is not None  # a streamed call is run, never sent for approval again
-            r.tools.log.append((call["server_label"], outcome.kind))
+            r.tools.log.append((ns, outcome.kind))
             answer(r, call["recipient"], outcome.text, last.channel)
         else:
             answer(r, call["recipient"], "Error: the user did not approve this tool call.", last.channel)

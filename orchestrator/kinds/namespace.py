@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.kinds.base import Kind, Parsing, Stream
-from orchestrator.kinds.function import FunctionStream
+from orchestrator.kinds.base import DESCRIBED, Field, Kind, Parsing, Stream
+from orchestrator.kinds.function import FunctionKind, FunctionStream
+from orchestrator.params import HONOURED
 from orchestrator.run import Run
 from orchestrator.schema import RequestError, Requirement, Toolset
 
@@ -17,6 +18,11 @@ TAKEN = frozenset({"functions", "assistant", "user", "system", "developer"})
 class NamespaceKind(Kind):
     tool_types = ("namespace",)
     executed = False
+    fields = {
+        "name": Field(HONOURED, "the namespace the model addresses (`NS.fn`)"),
+        "description": DESCRIBED,
+        "tools": Field(HONOURED, "function tools only, each field as a `function` tool's", inner=FunctionKind.fields),
+    }
 
     def parse(self, tool: dict[str, Any], where: str, out: Toolset, ctx: Parsing) -> None:
         name, inner = tool.get("name"), tool.get("tools")

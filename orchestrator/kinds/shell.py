@@ -12,8 +12,9 @@ from openai_harmony import Message
 from orchestrator import harmony as h
 from orchestrator.events import Item, new_id
 from orchestrator.kinds import local_shell
-from orchestrator.kinds.base import EchoContext, Kind, Parsing, Stream
+from orchestrator.kinds.base import DIRECT_ONLY, EchoContext, Field, Kind, Parsing, Stream
 from orchestrator.kinds.local_shell import CONTAINER_EXEC
+from orchestrator.params import HONOURED
 from orchestrator.run import Run
 from orchestrator.schema import RequestError, Requirement, Toolset
 from orchestrator.tools import ToolOutcome
@@ -25,6 +26,11 @@ class ShellKind(Kind):
     tool_types = ("shell",)
     echoes = ("shell_call", "shell_call_output")
     namespaces = ("container",)
+
+    fields = {
+        "environment": Field(HONOURED, "`container_auto` (the container tool) or `local` (the client runs it)"),
+        "allowed_callers": DIRECT_ONLY,
+    }
 
     def parse(self, tool: dict[str, Any], where: str, out: Toolset, ctx: Parsing) -> None:
         env = (tool.get("environment") or {}).get("type") if isinstance(tool.get("environment"), dict) else None

@@ -13,7 +13,8 @@ from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator.events import new_id
-from orchestrator.kinds.base import EchoContext, Kind, Parsing, Stream, tool_args
+from orchestrator.kinds.base import DESCRIBED, EchoContext, Field, Kind, Parsing, Stream, tool_args
+from orchestrator.params import HONOURED
 from orchestrator.run import Run
 from orchestrator.schema import RequestError, Toolset
 
@@ -45,6 +46,11 @@ class ToolSearchKind(Kind):
     tool_types = ("tool_search",)
     echoes = ("tool_search_call", "tool_search_output")
     executed = False
+    fields = {
+        "description": DESCRIBED,
+        "execution": Field(HONOURED, "`client` only (a 400 otherwise)"),
+        "parameters": Field(HONOURED, "the search function's JSON schema, shown to the model"),
+    }
 
     def parse(self, tool: dict[str, Any], where: str, out: Toolset, ctx: Parsing) -> None:
         if tool.get("execution", "server") != "client":
@@ -52,14 +58,14 @@ class ToolSearchKind(Kind):
             raise RequestError(message, f"{where}.execution")
         if NAME in {f["name"] for f in out.functions}:
             raise RequestError(f"a function named {NAME!r} and a tool_search tool cannot be combined", where)
-        out.tool_search = {
+        out.shown[NAME] = {
             "name": NAME,
             "description": tool.get("description") or "Search for tools.",
             "parameters": tool.get("parameters"),
         }
 
     def claims(self, toolset: Toolset, ns: str, fn: str) -> bool:
-        return ns == "functions" and fn == NAME and toolset.tool_search is not None
+        return ns == "functions" and fn == NAME and NAME in toolset.shown
 
     def stream(self, r: Run, ns: str, fn: str) -> Stream | None:
         return ToolSearchStream(r)

@@ -13,7 +13,8 @@ from openai_harmony import Message, ToolNamespaceConfig
 
 from orchestrator import harmony as h
 from orchestrator.events import Item, new_id
-from orchestrator.kinds.base import EchoContext, Kind, Parsing, Stream
+from orchestrator.kinds.base import EchoContext, Field, Kind, Parsing, Stream
+from orchestrator.params import HONOURED, NO_OP
 from orchestrator.run import Run
 from orchestrator.schema import RequestError, Requirement, Toolset
 from orchestrator.tools import ToolOutcome
@@ -30,6 +31,14 @@ class WebSearchKind(Kind):
     echoes = ("web_search_call",)
     reads_kept_text = True
     namespaces = ("browser",)
+
+    fields = {
+        "filters": Field(HONOURED, "`allowed_domains`: the browser searches and opens only those"),
+        "external_web_access": Field(HONOURED, "false: the browser reads its local corpus only"),
+        "search_context_size": Field(HONOURED, "sent to the browser (`x-browser-context-size`)"),
+        "user_location": Field(HONOURED, "sent to the browser (`x-browser-user-location`)"),
+        "search_content_types": Field(NO_OP, "results are text; `image` has no effect (Codex sends it)"),
+    }
 
     def parse(self, tool: dict[str, Any], where: str, out: Toolset, ctx: Parsing) -> None:
         out.builtins.setdefault("browser", {}).update(browser_headers(tool, where))

@@ -4,6 +4,8 @@ model's choices."""
 
 from __future__ import annotations
 
+import json
+
 from tests.clients.conftest import run_python
 
 WEATHER_CALL = '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>'
@@ -97,3 +99,57 @@ def test_a_hosted_mcp_tool_with_an_approval_callback_resumes_without_previous_re
     got = run_python(clients, HOSTED_MCP, f"{fleet.url}/v1", MCP_URL=tool_urls["weather"])
     assert got["final"] == "Oslo is sunny." and got["asked"] == ["get_forecast"]
     assert "mcp_approval_request_item" in got["items"]
+
+
+def _patch_call(operation: dict) -> str:
+    return f"<|channel|>commentary to=functions.apply_patch <|constrain|>json<|message|>{json.dumps(operation)}<|call|>"
+
+
+UPDATE = "@@\n-old\n+new"
+PATCH_RULES = [
+    ("completed: updated notes.txt", "<|channel|>final<|message|>The note is fixed.<|return|>"),
+    ("completed: created notes.txt", _patch_call({"type": "update_file", "path": "notes.txt", "diff": UPDATE})),
+    ("Write the note", _patch_call({"type": "create_file", "path": "notes.txt", "diff": "+old\n"})),
+]
+
+APPLY_PATCH = """
+import asyncio, json, os, pathlib, sys
+from agents import Agent, ApplyPatchTool, Runner
+from agents.apply_diff import apply_diff
+
+class Editor:
+    "Applies the model's operations inside one directory."
+    def __init__(self, root):
+        self.root = pathlib.Path(root)
+    def create_file(self, op):
+        (self.root / op.path).write_text(apply_diff("", op.diff, mode="create"))
+        return f"created {op.path}"
+    def update_file(self, op):
+        target = self.root / op.path
+        target.write_text(apply_diff(target.read_text(), op.diff))
+        return f"updated {op.path}"
+    def delete_file(self, op):
+        (self.root / op.path).unlink()
+        return f"deleted {op.path}"
+
+async def main():
+    plain, streamed = (os.path.join(os.environ["WORK"], d) for d in ("plain", "streamed"))
+    for d in (plain, streamed):
+        os.makedirs(d)
+    result = await Runner.run(Agent(name="editor", tools=[ApplyPatchTool(editor=Editor(plain))]), "Write the note.")
+    live = Runner.run_streamed(Agent(name="editor", tools=[ApplyPatchTool(editor=Editor(streamed))]), "Write the note.")
+    [e async for e in live.stream_events()]
+    print(json.dumps({"final": result.final_output, "streamed": live.final_output,
+                      "items": [i.type for i in result.new_items],
+                      "files": [pathlib.Path(d, "notes.txt").read_text() for d in (plain, streamed)]}))
+
+asyncio.run(main())
+"""
+
+
+def test_an_apply_patch_tool_edits_files_in_a_directory_through_the_agents_sdk(clients, fleet, tmp_path):
+    fleet.script(PATCH_RULES)
+    got = run_python(clients, APPLY_PATCH, f"{fleet.url}/v1", WORK=str(tmp_path))
+    assert got["final"] == got["streamed"] == "The note is fixed."
+    assert got["files"] == ["new", "new"]  # created, then updated, by the SDK's editor (V4A drops the last newline)
+    assert got["items"].count("tool_call_item") == 2

@@ -3,6 +3,7 @@ here is SCRIPTED (vLLM's /v1/chat/completions wire format; replies chosen by rul
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import httpx
@@ -169,3 +170,51 @@ def test_the_scripted_chat_worker_speaks_the_sdks_chat_completion_types(chat_wor
     args = "".join(c.choices[0].delta.tool_calls[0].function.arguments or "" for c in chunks
                    if c.choices and c.choices[0].delta.tool_calls)  # fmt: skip
     assert args == '{"a": 1}'
+
+
+def test_an_apply_patch_call_on_the_chat_path_is_an_apply_patch_call_item(chat_stack):
+    operation = {"type": "create_file", "path": "a.txt", "diff": "+hello"}
+    script(chat_stack.model, [("^user: ", {"tool_calls": [{"name": "apply_patch", "arguments": operation}]})])
+    events = list(
+        chat_stack.client.responses.create(model="m", input="go", tools=[{"type": "apply_patch"}], stream=True)
+    )
+    call = check_stream(events).output[0]
+    assert (call.type, call.status, call.operation.model_dump()) == ("apply_patch_call", "completed", operation)
+    assert [t["function"]["name"] for t in chat_stack.model.requests[-1]["tools"]] == ["apply_patch"]
+
+
+def test_a_client_tool_search_on_the_chat_path_is_a_tool_search_call_and_its_output_comes_back(chat_stack):
+    model = chat_stack.model
+    search = {"name": "tool_search", "arguments": {"query": "weather"}}
+    script(model, [("^tool tool_search: ", {"content": "Found it."}), ("^user: ", {"tool_calls": [search]})])
+    tool = {"type": "tool_search", "execution": "client", "parameters": {"type": "object"}}
+    first = chat_stack.client.responses.create(model="m", input="find a tool", tools=[tool])
+    call = first.output[0]
+    assert (call.type, call.arguments, call.execution) == ("tool_search_call", {"query": "weather"}, "client")
+    found = {"type": "tool_search_output", "call_id": call.call_id, "execution": "client", "tools": []}
+    second = chat_stack.client.responses.create(model="m", previous_response_id=first.id, input=[found], tools=[tool])
+    assert second.output_text == "Found it."
+    assert model.requests[-1]["messages"][-1]["role"] == "tool"
+
+
+def test_a_custom_tool_on_the_chat_path_takes_its_text_as_input_and_streams_it(chat_stack):
+    model = chat_stack.model
+    note = {"name": "note", "arguments": {"input": "buy milk\nand bread"}}
+    script(model, [("^tool note: saved", {"content": "Noted."}), ("^user: ", {"tool_calls": [note]})])
+    tool = {"type": "custom", "name": "note", "description": "Save a note."}
+    events = list(chat_stack.client.responses.create(model="m", input="remember", tools=[tool], stream=True))
+    call = check_stream(events).output[0]
+    assert (call.type, call.name, call.input) == ("custom_tool_call", "note", "buy milk\nand bread")
+    deltas = [e.delta for e in events if e.type == "response.custom_tool_call_input.delta"]
+    assert "".join(deltas) == "buy milk\nand bread"
+    offered = model.requests[-1]["tools"][0]["function"]
+    assert offered["name"] == "note" and offered["parameters"]["required"] == ["input"]
+    output = {"type": "custom_tool_call_output", "call_id": call.call_id, "output": "saved"}
+    history = [{"role": "user", "content": "remember"}, call.model_dump(exclude_none=True), output]
+    second = chat_stack.client.responses.create(model="m", input=history, tools=[tool], store=False)
+    assert second.output_text == "Noted."
+    sent = model.requests[-1]["messages"][-2]["tool_calls"][0]["function"]
+    assert json.loads(sent["arguments"]) == {"input": "buy milk\nand bread"}  # the text wrapped again
+    grammar = {**tool, "format": {"type": "grammar", "syntax": "regex", "definition": "[a-z]+"}}
+    with pytest.raises(openai.BadRequestError, match="grammar"):
+        chat_stack.client.responses.create(model="m", input="x", tools=[grammar])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import openai
 import pytest
 from invariants import check_stream
@@ -156,3 +158,57 @@ def test_allowed_tools_shows_the_model_only_the_tools_it_names(stack):
         choice["tools"] = [{"type": "function", "name": "gamma"}]
         stack.client.responses.create(model="m", input="hi", tools=tools, tool_choice=choice)
     assert caught.value.body["param"] == "tool_choice.tools[0]"
+
+
+OPERATION = {"type": "update_file", "path": "notes.txt", "diff": "@@\n-old\n+new\n"}
+OPERATION_CALL = (
+    f"<|channel|>commentary to=functions.apply_patch <|constrain|>json<|message|>{json.dumps(OPERATION)}<|call|>"
+)
+
+
+def test_an_apply_patch_call_carries_its_operation_and_the_clients_output_comes_back(stack):
+    stack.script(
+        [
+            ("apply_patch to=assistant.*completed: updated notes", "<|channel|>final<|message|>Patched.<|return|>"),
+            ("fix the note", OPERATION_CALL),
+        ]
+    )
+    tools = [{"type": "apply_patch"}]
+    events = list(stack.client.responses.create(model="m", input="fix the note", tools=tools, stream=True))
+    first = check_stream(events)
+    call = first.output[0]
+    assert (call.type, call.status, call.operation.model_dump()) == ("apply_patch_call", "completed", OPERATION)
+    assert "apply_patch" in stack.model.encode_prompt_text(-1)  # shown to the model as a function
+    output = {"type": "apply_patch_call_output", "call_id": call.call_id, "status": "completed"}
+    output["output"] = "updated notes.txt"
+    stored = stack.client.responses.create(model="m", previous_response_id=first.id, input=[output], tools=tools)
+    assert stored.output_text == "Patched."
+    stateless = _sent_back(stack, "fix the note", call, output, tools)  # store: false, the call sent back
+    assert stateless.output_text == "Patched."
+    assert (
+        "<|start|>functions.apply_patch to=assistant<|channel|>commentary<|message|>completed: updated notes.txt"
+        in (stack.model.encode_prompt_text(-1))
+    )
+
+
+def test_tool_choice_apply_patch_prefills_the_call_and_a_call_that_is_no_operation_is_told_to_the_model(stack):
+    bad = '<|channel|>commentary to=functions.apply_patch <|constrain|>json<|message|>{"type": "rename"}<|call|>'
+    stack.script([("must be one of create_file", OPERATION_CALL), ("fix", bad)])
+    response = stack.client.responses.create(
+        model="m", input="fix", tools=[{"type": "apply_patch"}], tool_choice={"type": "apply_patch"}
+    )
+    assert [i.type for i in response.output] == ["apply_patch_call"]
+    assert response.output[0].operation.model_dump() == OPERATION
+    assert response.tool_choice.type == "apply_patch"
+
+
+def test_apply_patch_is_refused_with_programmatic_callers_and_unknown_call_ids(stack):
+    with pytest.raises(openai.BadRequestError) as err:
+        stack.client.responses.create(
+            model="m", input="x", tools=[{"type": "apply_patch", "allowed_callers": ["programmatic"]}]
+        )
+    assert err.value.body["param"] == "tools[0].allowed_callers"
+    orphan = {"type": "apply_patch_call_output", "call_id": "call_nope", "status": "completed"}
+    with pytest.raises(openai.BadRequestError) as err:
+        stack.client.responses.create(model="m", input=[orphan], tools=[{"type": "apply_patch"}])
+    assert err.value.body["param"] == "input[0].call_id"

@@ -34,8 +34,8 @@ def test_the_count_equals_the_usage_of_the_same_request_on_both_paths(on_path): 
 
 def test_count_refusals_and_unknown_routes_answer_in_openai_shape(stack):
     with pytest.raises(openai.BadRequestError) as refused:  # not rendered here: refused, not ignored
-        stack.client.responses.input_tokens.count(model="m", input="x", truncation="auto")
-    assert refused.value.body["param"] == "truncation"
+        stack.client.responses.input_tokens.count(model="m", input="x", text={"format": {"type": "json_object"}})
+    assert refused.value.body["param"] == "text"
     with pytest.raises(openai.NotFoundError):
         stack.client.responses.input_tokens.count(model="m", input="x", previous_response_id="resp_missing")
     for method, path in (("POST", "/v1/responses/nowhere"), ("PUT", "/v1/responses"), ("GET", "/v1/nothing")):

@@ -182,3 +182,36 @@ def test_worker_down_is_a_503_and_a_failed_stream(make_stack):
 def test_second_worker_takes_over_when_the_first_is_down(make_stack, scripted):
     stack = make_stack(worker_urls=["http://127.0.0.1:9", scripted[0]])
     assert stack.client.responses.create(model="gpt-oss", input="hi").status == "completed"
+
+
+def test_a_server_label_that_is_no_identifier_is_shown_as_a_namespace_and_echoed_as_given(stack, tool_urls):
+    call = '<|channel|>commentary to=my_weather.get_forecast <|constrain|>json<|message|>{"city":"Oslo"}<|call|>'
+    stack.script([("my_weather.get_forecast to=assistant", DONE), ("forecast", call)])
+    tool = weather(tool_urls, server_label="my-weather")  # approval: always
+    events = list(stack.client.responses.create(model="gpt-oss", input="forecast?", tools=[tool], stream=True))
+    first = check_stream(events)
+    listing, request = first.output
+    assert (listing.server_label, request.type, request.server_label) == (
+        "my-weather",
+        "mcp_approval_request",
+        "my-weather",
+    )
+    assert "namespace my_weather" in stack.model.encode_prompt_text(-1)
+    approve = {"type": "mcp_approval_response", "approval_request_id": request.id, "approve": True}
+    second = stack.client.responses.create(
+        model="gpt-oss", previous_response_id=first.id, tools=[tool], input=[approve]
+    )
+    done = next(o for o in second.output if o.type == "mcp_call")
+    assert done.server_label == "my-weather" and done.output.startswith("Sunny") and second.output_text == "Done."
+    history = [{"role": "user", "content": "forecast?"}, request.model_dump(exclude_none=True), approve]
+    stateless = stack.client.responses.create(model="gpt-oss", input=history, tools=[tool], store=False)
+    assert next(o for o in stateless.output if o.type == "mcp_call").server_label == "my-weather"
+    chosen = stack.client.responses.create(
+        model="gpt-oss", input="forecast?", tools=[tool], tool_choice={"type": "mcp", "server_label": "my-weather"}
+    )
+    assert chosen.output[-1].type == "mcp_approval_request"
+    with pytest.raises(openai.BadRequestError) as err:  # two labels the model would see as one namespace
+        stack.client.responses.create(
+            model="gpt-oss", input="x", tools=[tool, weather(tool_urls, server_label="my.weather")]
+        )
+    assert err.value.body["param"] == "tools[1].server_label"
