@@ -43,7 +43,11 @@ PARAMS: dict[str, tuple[str, str]] = {
     "prompt_cache_key": (NO_OP, "echoed; the worker's prefix cache keys on the prompt itself"),
     "prompt_cache_options": (NO_OP, "echoed; prefix caching is automatic on the worker"),
     "prompt_cache_retention": (NO_OP, "echoed; the worker's prefix cache evicts least recently used"),
-    "reasoning": (HONOURED, "`effort` mapped onto the model's levels (table below) and echoed; `summary` echoed"),
+    "reasoning": (
+        HONOURED,
+        "`effort` mapped onto gpt-oss's levels (table below), or sent as `reasoning_effort` on the chat path; "
+        "echoed; `summary` echoed",
+    ),
     "safety_identifier": (NO_OP, "echoed; there is no abuse monitoring here"),
     "service_tier": (NO_OP, "echoed as `default`: there is one tier"),
     "store": (HONOURED, "stored for `previous_response_id`, GET, replay; false: nothing kept"),

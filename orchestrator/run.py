@@ -153,6 +153,7 @@ class Run:
     limits: Limits
     conversation: str
     sampling: dict[str, float] = field(default_factory=dict)  # temperature, top_p, penalties (the values used)
+    effort: str | None = None  # reasoning.effort as asked: in Harmony's system message; chat path: `reasoning_effort`
     new_input: list[Message] = field(default_factory=list)  # appended after pending approvals are answered
     container_id: str = "auto"
     include: set[str] = field(default_factory=set)

@@ -169,6 +169,7 @@ class ResponsesService(LiveResponses):
             self._limits(req),
             conversation,
             req.sampling(),
+            effort=req.reasoning.effort if req.reasoning else None,
             new_input=new_input,
             include=include,
             model=model,

@@ -9,7 +9,8 @@ BPE tokenizer trained here on a small generated corpus, with the special tokens 
 chat needs: `<|im_start|>` / `<|im_end|>` (turns, EOS), `<tool_call>` / `</tool_call>` (vLLM's
 `hermes` tool parser), `<think>` / `</think>` (the `qwen3` reasoning parser), `<tool_response>`.
 The chat template offers the tools, renders assistant reasoning and tool calls the way the parsers
-read them, tool results as `<tool_response>`, and opens the reply inside `<think>`.
+read them, tool results as `<tool_response>`, and opens the reply inside `<think>` (or, given
+`enable_thinking=false` as Qwen3's templates take it, after an empty one).
 Serve it with `--enable-auto-tool-choice --tool-call-parser hermes --reasoning-parser qwen3`.
 """
 
@@ -68,8 +69,12 @@ else tc.function.arguments | tojson }}}
 {%- endfor -%}
 {%- if add_generation_prompt -%}
 <|im_start|>assistant
-<think>
-{% endif -%}"""
+{% if enable_thinking is defined and not enable_thinking %}<think>
+
+</think>
+
+{% else %}<think>
+{% endif %}{% endif -%}"""
 
 CONFIG = {
     "architectures": ["Qwen3ForCausalLM"],

@@ -46,6 +46,8 @@ class ChatTurns:
         if tools:
             body.update(tools=tools, tool_choice=choice)
         body.update(r.sampling)
+        if r.effort is not None:  # vLLM hands the template `reasoning_effort`, and `enable_thinking` false for none
+            body["reasoning_effort"] = r.effort
         if r.turn.answer_format is not None:  # vLLM constrains the content; the reasoning parser keeps reasoning free
             body["response_format"] = r.turn.answer_format.response_format
         return body

@@ -4,14 +4,17 @@ usage is the worker's own token count, and the openai SDK parses every event."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
+import jsonschema
 import openai
 import pytest
 from conftest import serving
 from invariants import check_stream
 from openai.types.responses import Response
 from test_basic import WEATHER_TOOL
+from test_vllm_worker import ANSWER_SCHEMA
 
 from orchestrator.app import create_app
 from orchestrator.settings import OrchestratorSettings
@@ -82,3 +85,20 @@ def test_real_chat_worker_under_required_tool_choice_is_well_formed(counted):
     final = check_stream(events)
     assert final.status in ("completed", "incomplete", "failed")
     _usage_matches(final, seen)
+
+
+def test_real_chat_worker_answers_json_that_validates_against_the_requested_schema(counted):
+    """`reasoning.effort: none` reaches the template as `enable_thinking=false`: the think block is closed in the
+    prompt, so vLLM's reasoning parser lets the constraint hold from the first token of the content."""
+    client, _ = counted
+    fmt = {"format": {"type": "json_schema", "name": "verdict", "schema": ANSWER_SCHEMA, "strict": True}}
+    resp = client.responses.create(
+        model="m", input="Is tea a drink?", text=fmt, reasoning={"effort": "none"}, max_output_tokens=48, temperature=1
+    )
+    Response.model_validate(resp.model_dump(by_alias=True))
+    try:
+        answer = json.loads(resp.output_text)
+    except ValueError:
+        pytest.fail(f"not JSON: {resp.output_text!r} ({[o.type for o in resp.output]})")
+    jsonschema.validate(answer, ANSWER_SCHEMA)  # random weights: only the constraint can do this
+    assert resp.usage.output_tokens_details.reasoning_tokens == 0 and resp.reasoning.effort == "none"
