@@ -22,7 +22,7 @@ from orchestrator.conversations import Conversations
 from orchestrator.events import ResponseBuilder, new_id
 from orchestrator.items import normalize
 from orchestrator.kinds import EchoContext, custom
-from orchestrator.kinds.compaction import compaction_item
+from orchestrator.kinds.compaction import compaction_item, is_triggered
 from orchestrator.kinds.mcp import list_tools_item
 from orchestrator.limits import check_running
 from orchestrator.live import RUNNING, Live, LiveResponses
@@ -181,6 +181,7 @@ class ResponsesService(LiveResponses):
             turn=TurnState(required=tools.required, answer_format=answer_format(req.text)),
             logprobs=(req.top_logprobs or 0) if "message.output_text.logprobs" in include else None,
             compact_threshold=req.compact_threshold,
+            compact_only=is_triggered(items),
         )
         return Prepared(r, listings, len(head), items, conv)
 

@@ -89,9 +89,9 @@ def run_python(clients: Clients, code: str, base_url: str, timeout: float = 120,
 
 
 @pytest.fixture
-def codex_provider() -> str:
-    """Extra lines for Codex's `[model_providers.fleet]` table (none: its defaults); tests parametrize it."""
-    return ""
+def codex_provider() -> dict[str, str | bool]:
+    """Keys for Codex's `[model_providers.fleet]` table over the defaults below; tests parametrize it."""
+    return {}
 
 
 @pytest.fixture
@@ -100,9 +100,16 @@ def codex(clients, fleet, tmp_path, codex_provider) -> Iterator:
     home, work = tmp_path / "codex-home", tmp_path / "work"
     home.mkdir()
     work.mkdir()
+    provider = {
+        "name": "fleet",
+        "base_url": f"{fleet.url}/v1",
+        "wire_api": "responses",
+        "env_key": "FLEET_API_KEY",
+        **codex_provider,
+    }
+    table = "".join(f"{key} = {json.dumps(value)}\n" for key, value in provider.items())  # TOML's form too
     (home / "config.toml").write_text(
-        'model = "scripted-gpt-oss"\nmodel_provider = "fleet"\n\n[model_providers.fleet]\nname = "fleet"\n'
-        f'base_url = "{fleet.url}/v1"\nwire_api = "responses"\nenv_key = "FLEET_API_KEY"\n{codex_provider}'
+        f'model = "scripted-gpt-oss"\nmodel_provider = "fleet"\n\n[model_providers.fleet]\n{table}'
     )
     env = {**os.environ, "CODEX_HOME": str(home), "FLEET_API_KEY": "test-key", "NO_COLOR": "1"}
 
