@@ -5,6 +5,9 @@ with a `function_call_output` continuing the previous response (`previous_respon
 model answers. Time per turn is from sending the request to its terminal event. The worker is the SCRIPTED
 stand-in (its choices are scripted, everything else is real: orchestrator over loopback HTTP / WebSocket,
 SQLite store); both transports run against the same orchestrator in the same run, alternating loops.
+The worker and the orchestrator are processes of their own, so the orchestrator's CPU time per turn (its
+process's user + system time over a loop, from /proc) is measured apart from the client's and the worker's:
+on a loaded machine wall time swings with the neighbours, CPU time much less.
 Usage: python -m bench.websocket [--loops 5] [--calls 20] [--out results.json]
 """
 
@@ -12,25 +15,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
 import statistics
 import sys
+import tempfile
 import time
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "orchestrator"))
 
 import openai  # noqa: E402
+from test_fleet import _port, _process  # noqa: E402
 
 from bench.report import print_values, save  # noqa: E402
-from orchestrator.app import create_app  # noqa: E402
-from orchestrator.settings import OrchestratorSettings  # noqa: E402
-from orchestrator.store import SQLiteStore  # noqa: E402
-from orchestrator.worker.scripted import Scenario, ScriptedModel  # noqa: E402
-from orchestrator.worker.scripted import build_app as build_worker  # noqa: E402
-from tests.support.asgi import serve_asgi  # noqa: E402
 
 STEP = {
     "type": "function",
@@ -55,7 +58,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _output(final: dict[str, Any], i: int, calls: int) -> list[dict[str, Any]]:
-    call = next(o for o in final["output"] if o["type"] == "function_call")
+    call = next((o for o in final["output"] if o["type"] == "function_call"), None)
+    if call is None:  # e.g. the worker was unreachable: say so rather than stop on a bare StopIteration
+        raise RuntimeError(f"turn {i}: no function call in a {final['status']} response: {final.get('error')}")
     text = "all done" if i == calls else f"ok {i}"
     return [{"type": "function_call_output", "call_id": call["call_id"], "output": text}]
 
@@ -108,53 +113,76 @@ async def ws_loop(client: openai.AsyncOpenAI, calls: int) -> list[float]:
     return turns
 
 
-def _row(name: str, loops: list[list[float]]) -> dict[str, Any]:
-    turns = sorted(t for loop in loops for t in loop)
+def _cpu_s(pid: int) -> float:
+    """A process's user + system CPU time so far (/proc/PID/stat fields 14 and 15, in clock ticks)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextlib.contextmanager
+def _fleet(calls: int) -> Iterator[tuple[str, int]]:
+    """The scripted worker and the orchestrator as processes; yields the orchestrator's URL and pid."""
+    w, o = _port(), _port()
+    with tempfile.TemporaryDirectory(prefix="bench-websocket-") as tmp:
+        scenario = Path(tmp) / "scenario.json"
+        scenario.write_text(json.dumps({"rules": RULES}))
+        worker = ["-m", "orchestrator.worker", "--scripted", "--port", str(w), "--scenario", str(scenario)]
+        orchestrator = ["-m", "orchestrator", "--port", str(o), "--worker-urls", f'["http://127.0.0.1:{w}"]']
+        orchestrator += ["--store-path", ":memory:", "--max-tool-calls", str(calls + 8)]
+        quiet = ["--log-level", "WARNING"]
+        with (
+            _process([*worker, *quiet], f"http://127.0.0.1:{w}/health"),
+            _process([*orchestrator, *quiet], f"http://127.0.0.1:{o}/healthz") as proc,
+        ):
+            yield f"http://127.0.0.1:{o}", proc.pid
+
+
+async def _measured(loop: Callable[[], Awaitable[list[float]]], pid: int) -> tuple[list[float], float]:
+    """One loop's turn times and the orchestrator's CPU seconds per turn over it."""
+    before = _cpu_s(pid)
+    turns = await loop()
+    return turns, (_cpu_s(pid) - before) / len(turns)
+
+
+def _row(name: str, loops: list[tuple[list[float], float]]) -> dict[str, Any]:
+    turns = sorted(t for loop, _ in loops for t in loop)
     p99 = turns[min(len(turns) - 1, len(turns) * 99 // 100)]
     return {
         "name": name,
         "value": round(statistics.median(turns) * 1000, 2),
         "unit": "ms per turn p50",
         "p99_ms": round(p99 * 1000, 2),
-        "loop_p50_ms": round(statistics.median(sum(lp) for lp in loops) * 1000, 1),
+        "cpu_ms_per_turn": round(statistics.median(cpu for _, cpu in loops) * 1000, 2),
+        "loop_p50_ms": round(statistics.median(sum(lp) for lp, _ in loops) * 1000, 1),
         "turns": len(turns),
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    model = ScriptedModel(Scenario.from_dict({"rules": RULES}))
-    with serve_asgi(build_worker(model)) as worker:
-        settings = OrchestratorSettings(
-            worker_urls=[worker], tools_url=None, date="2026-12-02", max_tool_calls=args.calls + 8
-        )
-        with serve_asgi(create_app(settings, store=SQLiteStore(":memory:"))) as url:
-            client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="bench", max_retries=0)
+    with _fleet(args.calls) as (url, pid):
+        client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="bench", max_retries=0)
 
-            async def run() -> tuple[list[list[float]], list[list[float]]]:
-                await sse_loop(client, 2)  # warm both paths
-                await ws_loop(client, 2)
-                sse, ws = [], []
-                for _ in range(args.loops):
-                    sse.append(await sse_loop(client, args.calls))
-                    ws.append(await ws_loop(client, args.calls))
-                return sse, ws
+        async def run() -> tuple[list[tuple[list[float], float]], list[tuple[list[float], float]]]:
+            await sse_loop(client, 2)  # warm both paths
+            await ws_loop(client, 2)
+            sse, ws = [], []
+            for _ in range(args.loops):
+                sse.append(await _measured(lambda: sse_loop(client, args.calls), pid))
+                ws.append(await _measured(lambda: ws_loop(client, args.calls), pid))
+            return sse, ws
 
-            sse, ws = asyncio.run(run())
+        sse, ws = asyncio.run(run())
     rows = [
         _row(f"{args.calls}-call agent loop over HTTP SSE (baseline)", sse),
         _row(f"{args.calls}-call agent loop over WebSocket", ws),
     ]
     rows[0]["retried_turns"] = RETRIES["sse"]
-    rows.append(
-        {
-            "name": "WebSocket / SSE, time per turn (p50)",
-            "value": round(rows[1]["value"] / rows[0]["value"], 3),
-            "unit": "ratio",
-        }
-    )
+    for what, key, unit in (("time", "value", "p50"), ("orchestrator CPU", "cpu_ms_per_turn", "median of loops")):
+        ratio = round(rows[1][key] / rows[0][key], 3) if rows[0][key] else None
+        rows.append({"name": f"WebSocket / SSE, {what} per turn ({unit})", "value": ratio, "unit": "ratio"})
     save(args.out, rows)
-    print_values(rows, width=52, value_width=9)
+    print_values(rows, width=60, value_width=9)
     return 0
 
 

@@ -5,6 +5,10 @@ state its responses carry on) plus its items in order. Each backend shares its r
 connection, retention (`ttl_s`, counted from the last write) and count bound (`max_responses`), so a
 conversation is kept exactly as long as a response would be. Pagination and ownership are decided
 above the backends (`conversations.Conversations`), so both behave the same.
+
+Each backend also holds the conversation's lease (`hold`/`release`): a token with an expiry, taken
+atomically in the shared SQLite file or Redis, so one response at a time runs in a conversation across
+every replica that shares the store, and a crashed holder frees it when its lease runs out.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ class ConversationStore(Protocol):
     async def add_items(self, conv_id: str, items: list[dict[str, Any]]) -> None: ...
     async def items(self, conv_id: str) -> list[dict[str, Any]]: ...
     async def delete_item(self, conv_id: str, item_id: str) -> bool: ...
+    async def hold(self, conv_id: str, token: str, lease_s: float) -> bool: ...
+    async def release(self, conv_id: str, token: str) -> None: ...
 
 
 class SQLiteConversations:
@@ -53,6 +59,7 @@ class SQLiteConversations:
                 " id TEXT, item TEXT)"
             )
             db.execute("CREATE INDEX IF NOT EXISTS conv_items_conv ON conv_items(conv, seq)")
+            db.execute("CREATE TABLE IF NOT EXISTS conv_leases (conv TEXT PRIMARY KEY, token TEXT, expires REAL)")
 
     def _put(self, conv: Conversation) -> None:
         db = self._s._db
@@ -88,6 +95,25 @@ class SQLiteConversations:
     def _delete_item(self, conv_id: str, item_id: str) -> bool:
         return self._s._db.execute("DELETE FROM conv_items WHERE conv = ? AND id = ?", (conv_id, item_id)).rowcount > 0
 
+    def _hold(self, conv_id: str, token: str, lease_s: float) -> bool:
+        now, db = time.time(), self._s._db
+        db.execute("DELETE FROM conv_leases WHERE conv = ? AND expires < ?", (conv_id, now))
+        held = db.execute(  # taken when free, extended when ours; one statement, so atomic across processes
+            "INSERT INTO conv_leases VALUES (?,?,?) ON CONFLICT(conv) DO UPDATE SET expires = excluded.expires"
+            " WHERE token = excluded.token",
+            (conv_id, token, now + lease_s),
+        )
+        return held.rowcount > 0
+
+    def _release(self, conv_id: str, token: str) -> None:
+        self._s._db.execute("DELETE FROM conv_leases WHERE conv = ? AND token = ?", (conv_id, token))
+
+    async def hold(self, conv_id: str, token: str, lease_s: float) -> bool:
+        return await self._s._off_loop(self._hold, conv_id, token, lease_s)
+
+    async def release(self, conv_id: str, token: str) -> None:
+        return await self._s._off_loop(self._release, conv_id, token)
+
     async def put(self, conv: Conversation) -> None:
         return await self._s._off_loop(self._put, conv)
 
@@ -105,6 +131,14 @@ class SQLiteConversations:
 
     async def delete_item(self, conv_id: str, item_id: str) -> bool:
         return await self._s._off_loop(self._delete_item, conv_id, item_id)
+
+
+_HOLD = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end
+if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+return 0
+"""
+_RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
 
 
 class RedisConversations:
@@ -172,6 +206,15 @@ class RedisConversations:
             ids = await self._r.lrange(order, 0, -1)
             values = await self._r.hmget(by_id, ids) if ids else []
         return [json.loads(v) for v in values if v is not None]
+
+    async def hold(self, conv_id: str, token: str, lease_s: float) -> bool:
+        """Taken when free (`SET NX PX`), extended when ours, in one script so no other replica slips between."""
+        async with self._s._errors():
+            return bool(await self._r.eval(_HOLD, 1, f"{self._p}cnv-lease:{conv_id}", token, int(lease_s * 1000)))
+
+    async def release(self, conv_id: str, token: str) -> None:
+        async with self._s._errors():
+            await self._r.eval(_RELEASE, 1, f"{self._p}cnv-lease:{conv_id}", token)
 
     async def delete_item(self, conv_id: str, item_id: str) -> bool:
         _, order, by_id = self._keys(conv_id)

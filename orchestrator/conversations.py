@@ -4,13 +4,18 @@ Ownership, pagination and item shapes are decided here, once, over either backen
 (`conversation_store`). A conversation's items are rendered for the model the way client-sent input
 items are (`kinds.to_messages`), so what `items.list` shows is exactly what the next response reads;
 items that could not be rendered are refused when they are added (400), not when a response runs.
+One response runs in a conversation at a time, on every replica sharing the store (`Lease`), as on
+OpenAI: a second is refused (400 `conversation_locked`) instead of reading items a running response has
+not appended yet and appending in the order the two finish.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
+import structlog
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.conversation_store import Conversation, ConversationStore
@@ -19,6 +24,8 @@ from orchestrator.items import normalize
 from orchestrator.kinds import EchoContext, to_messages
 from orchestrator.schema import RequestError, check_include, check_metadata
 
+log = structlog.get_logger(__name__)
+LEASE_S = 30.0  # how long a holder that stopped renewing (its replica died) keeps a conversation locked
 MAX_ITEMS_PER_CALL = 20  # as OpenAI: items are added at most 20 at a time
 # Item types whose SDK model requires a status; client-sent ones get "completed", as OpenAI lists them.
 _STATUS_REQUIRED = ("message", "function_call_output")
@@ -51,6 +58,28 @@ def as_item(item: dict[str, Any]) -> dict[str, Any]:
     if item.get("type") in _STATUS_REQUIRED:
         item.setdefault("status", "completed")
     return item
+
+
+class Lease:
+    """A running response's hold on its conversation: renewed every third of `LEASE_S` while the response
+    runs (however long its tool calls take), released once it has settled and appended its items."""
+
+    def __init__(self, store: ConversationStore, conv_id: str, token: str) -> None:
+        self._store, self.conv_id, self._token = store, conv_id, token
+        self._renewing = asyncio.create_task(self._renew())
+
+    async def _renew(self) -> None:
+        while True:
+            await asyncio.sleep(LEASE_S / 3)
+            try:
+                if not await self._store.hold(self.conv_id, self._token, LEASE_S):
+                    log.warning("conversation.lease_lost", conversation_id=self.conv_id)
+            except Exception as exc:  # the store is down: the lease may lapse, the response goes on
+                log.warning("conversation.lease_renewal_failed", conversation_id=self.conv_id, error=str(exc))
+
+    async def release(self) -> None:
+        self._renewing.cancel()
+        await self._store.release(self.conv_id, self._token)
 
 
 class Conversations:
@@ -125,6 +154,18 @@ class Conversations:
         return conv.body()
 
     # --- what responses read and leave -----------------------------------------------------------------
+
+    async def hold(self, conv: Conversation) -> Lease:
+        """The conversation for one response, taken before it reads the items; 400 while another runs there."""
+        token = new_id("lease")
+        if not await self.store.hold(conv.id, token, LEASE_S):
+            raise RequestError(
+                f"another response is running in conversation {conv.id!r}; retry once it has finished",
+                "conversation",
+                400,
+                "conversation_locked",
+            )
+        return Lease(self.store, conv.id, token)
 
     async def history(self, conv: Conversation) -> list[dict[str, Any]]:
         """The conversation's items, oldest first: rendered before a response's new input."""

@@ -13,6 +13,7 @@ import anyio
 import structlog
 
 from orchestrator.conversation_store import Conversation
+from orchestrator.conversations import Lease
 from orchestrator.events import ResponseBuilder
 from orchestrator.schema import RequestError, ResponsesRequest
 from orchestrator.store import Record, Store
@@ -33,6 +34,7 @@ class Live:
     owner: str
     task: asyncio.Task[None] | None = None
     conversation: Conversation | None = None  # the Conversations API's, when the request named one
+    lease: Lease | None = None  # its hold on that conversation, released once settled
     kept: dict[str, Record] | None = None  # a WebSocket connection's newest response, to continue from
     record: Record | None = None  # what it left, once settled
     http_status: int = 200

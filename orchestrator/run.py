@@ -165,3 +165,4 @@ class Run:
     compact_threshold: int | None = None  # context_management: compact before a turn whose prompt is larger
     context_tokens: int | None = None  # truncation auto: drop the oldest items before a turn whose prompt is larger
     warm_only: bool = False  # WebSocket `generate: false`: prefill the worker's cache, make no output
+    compact_only: bool = False  # a `compaction_trigger` input item: the output is one compaction item

@@ -22,7 +22,7 @@ from orchestrator.conversations import Conversations
 from orchestrator.events import ResponseBuilder, new_id
 from orchestrator.items import normalize
 from orchestrator.kinds import EchoContext, custom
-from orchestrator.kinds.compaction import compaction_item
+from orchestrator.kinds.compaction import compaction_item, is_triggered
 from orchestrator.kinds.mcp import list_tools_item
 from orchestrator.limits import check_running
 from orchestrator.live import RUNNING, Live, LiveResponses
@@ -101,14 +101,21 @@ class ResponsesService(LiveResponses):
         if req.background and not req.store:
             raise RequestError("background responses need store=true", "background")
         check_running(sum(lv.owner == owner for lv in self.live.values()), self.settings.max_concurrent_per_key)
-        p = await self._prepare(req, owner, kept)
-        p.run.warm_only = warm_only
-        builder, rid = p.run.builder, p.run.builder.id
-        live = Live(builder, req, owner, conversation=p.conversation, kept=kept)
-        builder.start(queued=req.background)
-        if req.background:  # other replicas sharing the store can see it running (and ask to cancel it)
-            record = Record(rid, p.run.conversation, builder.snapshot(), p.items, [], list(builder.events), owner=owner)
-            await self.store.put(record)
+        conv = await self._conversation(req, owner)
+        lease = await self.conversations.hold(conv) if conv else None  # before its items are read
+        try:
+            p = await self._prepare(req, owner, kept)
+            p.run.warm_only = warm_only
+            builder, rid = p.run.builder, p.run.builder.id
+            live = Live(builder, req, owner, conversation=p.conversation, lease=lease, kept=kept)
+            builder.start(queued=req.background)
+            if req.background:  # other replicas sharing the store can see it running (and ask to cancel it)
+                snapshot, events = builder.snapshot(), list(builder.events)
+                await self.store.put(Record(rid, p.run.conversation, snapshot, p.items, [], events, owner=owner))
+        except BaseException:
+            if lease is not None:  # refused before it ran: the conversation is free again at once
+                await lease.release()
+            raise
         self.live[rid] = live
         live.task = asyncio.create_task(self._traced(live, p.run, p.listings, p.n_head, p.items))
         return live
@@ -178,6 +185,7 @@ class ResponsesService(LiveResponses):
             logprobs=(req.top_logprobs or 0) if "message.output_text.logprobs" in include else None,
             compact_threshold=req.compact_threshold,
             context_tokens=self.settings.context_tokens if req.truncation == "auto" else None,
+            compact_only=is_triggered(items),
         )
         return Prepared(r, listings, len(head), items, conv)
 
@@ -420,7 +428,17 @@ class ResponsesService(LiveResponses):
         finally:
             log.info("response.done", response_id=b.id, status=status, output_items=len(b.output))
             self.live.pop(b.id, None)
+            await self._release(live)
             live.done.set()
+
+    async def _release(self, live: Live) -> None:
+        """The conversation is free for the next response once this one's items are there (or it failed)."""
+        if live.lease is None:
+            return
+        try:
+            await live.lease.release()
+        except Exception:
+            log.exception("conversation.release_failed", conversation_id=live.lease.conv_id)  # it lapses by itself
 
     async def reap_idle(self) -> None:
         for conversation, urls in await self.store.idle_conversations(self.settings.session_idle_s):

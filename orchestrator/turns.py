@@ -60,6 +60,9 @@ async def run(r: Run) -> None:
     if r.warm_only:  # one token, discarded: the worker now holds the prompt's prefix
         await model.aside(r, r.messages, 1)
         return r.builder.finish("completed", usage=r.usage.as_dict())
+    if r.compact_only:  # the response is the compaction of its context, and nothing else
+        await compaction.compact_in_stream(r, model)
+        return r.builder.finish("completed", usage=r.usage.as_dict())
     while True:
         remaining = r.limits.max_output_tokens - r.usage.output
         if remaining <= 0:

@@ -9,6 +9,9 @@ continuable for the life of the connection (its tool sessions until idle); older
 The key and the per-key rate are checked on the upgrade by the same middleware as HTTP; a refused
 request, or a `response.create` sent while one is running, is answered with an `error` event and the
 connection stays open. A connection lives at most `LIFETIME_S` (OpenAI's documented 60 minutes).
+`response.steer` (input queued into the running response, committed by an automatic successor response)
+is not built: it is answered with OpenAI's own refusal, `response.steer.failed` with the code
+`steering_not_supported`, carrying the input back so the client can send it in its next `response.create`.
 """
 
 from __future__ import annotations
@@ -54,6 +57,8 @@ class Connection:
             message = json.loads(raw)
         except json.JSONDecodeError as exc:
             return await self.send_error(RequestError(f"the message is not valid JSON: {exc}"))
+        if isinstance(message, dict) and message.get("type") == "response.steer":
+            return await self.refuse_steer(message)
         if not isinstance(message, dict) or message.get("type") != "response.create":
             kind = message.get("type") if isinstance(message, dict) else None
             return await self.send_error(RequestError(f"unsupported client event type {kind!r}", "type"))
@@ -70,6 +75,21 @@ class Connection:
             return await self.send_error(error, message.get("stream_id"))
         self.finished = False
         self.running = asyncio.create_task(self.respond(message))
+
+    async def refuse_steer(self, message: dict[str, Any]) -> None:
+        """Steering is not supported: the input goes back unapplied, so nothing the client sent is lost."""
+        event = {
+            "type": "response.steer.failed",
+            "sequence_number": 0,  # outside any response's stream: steering events have no stream of their own
+            "error": {
+                "type": "invalid_request_error",
+                "code": "steering_not_supported",
+                "message": "response.steer is not supported by this server; send the input in the next "
+                "response.create (with previous_response_id) after the running response's terminal event",
+            },
+            "steer": {"input": message.get("input"), "previous_response_id": message.get("previous_response_id")},
+        }
+        await self.ws.send_text(json.dumps(event))
 
     async def respond(self, message: dict[str, Any]) -> None:
         stream_id = message.get("stream_id")

@@ -15,7 +15,7 @@ from orchestrator import harmony as h
 from orchestrator.kinds.apply_patch import ApplyPatchKind
 from orchestrator.kinds.base import EchoContext, Kind, Parsing, Stream, check_fields
 from orchestrator.kinds.code_interpreter import CodeInterpreterKind
-from orchestrator.kinds.compaction import CompactionKind
+from orchestrator.kinds.compaction import CompactionKind, CompactionTriggerKind
 from orchestrator.kinds.custom import CustomKind
 from orchestrator.kinds.function import FunctionKind
 from orchestrator.kinds.local_shell import LocalShellKind
@@ -45,7 +45,8 @@ TOOLS: tuple[Kind, ...] = (
 )
 BUILTIN_NAMESPACES: tuple[str, ...] = tuple(ns for kind in TOOLS for ns in kind.namespaces)
 _TYPES = {t: kind for kind in TOOLS for t in kind.tool_types}
-_ECHOES = {t: kind for kind in (MESSAGE, REASONING, CompactionKind(), *TOOLS) for t in kind.echoes}
+_ECHOING = (MESSAGE, REASONING, CompactionKind(), CompactionTriggerKind(), *TOOLS)
+_ECHOES = {t: kind for kind in _ECHOING for t in kind.echoes}
 _NAMESPACES = {ns: kind for kind in TOOLS for ns in kind.namespaces}
 _DEFAULT = Kind()  # an MCP server's namespace, or a recipient no kind defines: its listed tools, as written
 

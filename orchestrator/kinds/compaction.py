@@ -1,5 +1,8 @@
 """`compaction` items: a summary of earlier turns that the model wrote itself, carried in `encrypted_content`
-(compressed and encoded like reasoning, NOT encrypted). Sent back as input, the item renders as that summary."""
+(compressed and encoded like reasoning, NOT encrypted). Sent back as input, the item renders as that summary.
+
+A `compaction_trigger` input item (last in the input) asks the response to compact now and do nothing else
+(Codex's remote compaction): it renders as nothing, and `is_triggered` tells the service to compact."""
 
 from __future__ import annotations
 
@@ -38,3 +41,20 @@ class CompactionKind(Kind):
         if not isinstance(sealed, str):
             raise RequestError("a compaction item needs its encrypted_content", f"{where}.encrypted_content")
         return [summary_message(open_reasoning(sealed, f"{where}.encrypted_content"))]
+
+
+class CompactionTriggerKind(Kind):
+    """The trigger is an instruction to the server, not context for the model: it renders as nothing."""
+
+    echoes = ("compaction_trigger",)
+
+    def echo(self, item: dict[str, Any], where: str, ctx: EchoContext) -> list[Message]:
+        return []
+
+
+def is_triggered(items: list[dict[str, Any]]) -> bool:
+    """True when the input ends with a `compaction_trigger`; one anywhere else is a 400, as OpenAI's is."""
+    at = [i for i, item in enumerate(items) if item.get("type") == "compaction_trigger"]
+    if any(i != len(items) - 1 for i in at):
+        raise RequestError("a compaction_trigger must be the final input item", f"input[{at[0]}]")
+    return bool(at)

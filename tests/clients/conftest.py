@@ -89,14 +89,27 @@ def run_python(clients: Clients, code: str, base_url: str, timeout: float = 120,
 
 
 @pytest.fixture
-def codex(clients, fleet, tmp_path) -> Iterator:
+def codex_provider() -> dict[str, str | bool]:
+    """Keys for Codex's `[model_providers.fleet]` table over the defaults below; tests parametrize it."""
+    return {}
+
+
+@pytest.fixture
+def codex(clients, fleet, tmp_path, codex_provider) -> Iterator:
     """`codex(*args)` runs `codex exec` with its default config, pointed at the fleet, in a scratch directory."""
     home, work = tmp_path / "codex-home", tmp_path / "work"
     home.mkdir()
     work.mkdir()
+    provider = {
+        "name": "fleet",
+        "base_url": f"{fleet.url}/v1",
+        "wire_api": "responses",
+        "env_key": "FLEET_API_KEY",
+        **codex_provider,
+    }
+    table = "".join(f"{key} = {json.dumps(value)}\n" for key, value in provider.items())  # TOML's form too
     (home / "config.toml").write_text(
-        'model = "scripted-gpt-oss"\nmodel_provider = "fleet"\n\n[model_providers.fleet]\nname = "fleet"\n'
-        f'base_url = "{fleet.url}/v1"\nwire_api = "responses"\nenv_key = "FLEET_API_KEY"\n'
+        f'model = "scripted-gpt-oss"\nmodel_provider = "fleet"\n\n[model_providers.fleet]\n{table}'
     )
     env = {**os.environ, "CODEX_HOME": str(home), "FLEET_API_KEY": "test-key", "NO_COLOR": "1"}
 
@@ -106,6 +119,7 @@ def codex(clients, fleet, tmp_path) -> Iterator:
             cmd, cwd=work, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
         )
         assert proc.returncode == 0, f"codex failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+        run.stderr = proc.stderr  # type: ignore[attr-defined]
         return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 
     run.work = work  # type: ignore[attr-defined]

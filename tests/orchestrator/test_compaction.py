@@ -3,6 +3,8 @@ prompt shrinks (measured by `input_tokens.count` and by the worker's own prompt)
 
 from __future__ import annotations
 
+import openai
+import pytest
 from invariants import check_stream
 from openai.types.responses import ResponseCompactionItem
 from paths import Say, User
@@ -85,3 +87,24 @@ def test_compact_on_both_paths_writes_the_summary_in_a_turn_of_the_model(on_path
     compacted = stack.client.responses.compact(model="m", previous_response_id=first.id)
     assert [o.type for o in compacted.output] == ["message", "compaction"]
     assert open_reasoning(compacted.output[1].encrypted_content, "") == SUMMARY
+
+
+def test_a_compaction_trigger_makes_the_response_one_compaction_item_and_continues_compacted(stack):
+    """`{"type": "compaction_trigger"}` last in the input (Codex's remote compaction): the response's output is
+    exactly one compaction item the model wrote, and a continuation reads the compacted context."""
+    stack.script(RULES)
+    client = stack.client
+    first = client.responses.create(model="m", input=f"remember: {LONG}")
+    trigger = [{"type": "compaction_trigger"}]
+    compacted = client.responses.create(model="m", previous_response_id=first.id, input=trigger)
+    assert [o.type for o in compacted.output] == ["compaction"] and compacted.status == "completed"
+    assert open_reasoning(compacted.output[0].encrypted_content, "") == SUMMARY
+    before = len(stack.model.prompts[-1])  # the summarising turn read the whole conversation
+    answer = client.responses.create(model="m", previous_response_id=compacted.id, input="what is fact3")
+    assert answer.output_text == "21." and len(stack.model.prompts[-1]) < before
+    assert "Noted. Noted." not in encoding().decode(stack.model.prompts[-1])  # the long answer was summarised
+
+    misplaced = [{"type": "compaction_trigger"}, {"role": "user", "content": "x"}]
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model="m", input=misplaced)
+    assert refused.value.body["param"] == "input[0]"

@@ -1,8 +1,9 @@
 """The Conversations API through the openai SDK: routes, pagination, ownership, responses that read and extend
-a conversation, tool state that follows it, and two Redis replicas sharing one."""
+a conversation, tool state that follows it, two Redis replicas sharing one, one response at a time in one."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import openai
@@ -12,7 +13,9 @@ from openai.types.conversations import Conversation, ConversationItem, Conversat
 from openai.types.responses import Response
 from pydantic import TypeAdapter
 
+from orchestrator.conversation_store import conversations_for
 from orchestrator.harmony import encoding
+from orchestrator.store import RedisStore, SQLiteStore
 
 ITEM = TypeAdapter(ConversationItem)
 KEY_A, KEY_B = "sk-conv-a", "sk-conv-b"
@@ -158,3 +161,58 @@ def test_a_conversation_created_on_one_redis_replica_is_read_and_continued_on_an
     assert b.client.conversations.delete(conv.id).deleted
     with pytest.raises(openai.NotFoundError):
         a.client.conversations.retrieve(conv.id)
+
+
+SLOW = {"match": "slow question", "reply": "<|channel|>final<|message|>" + "tick " * 30 + "<|return|>", "delay_s": 0.03}
+
+
+def test_a_second_response_in_a_running_conversation_is_refused_on_another_redis_replica(make_stack, redis_url):
+    """As on OpenAI: while one response runs in a conversation, another is a 400 `conversation_locked`
+    (before: both read the items as they were and appended in finishing order), on any replica."""
+    prefix = f"c{uuid.uuid4().hex[:8]}:"
+    a = make_stack(store="redis", redis_url=redis_url, redis_prefix=prefix)
+    b = make_stack(store="redis", redis_url=redis_url, redis_prefix=prefix)
+    a.script([SLOW, SECOND])
+    conv = a.client.conversations.create()
+    stream = a.client.responses.create(model="gpt-oss", input="slow question", conversation=conv.id, stream=True)
+    events = [next(iter(stream))]  # response.created: the first response holds the conversation
+    with pytest.raises(openai.BadRequestError) as locked:
+        b.client.responses.create(model="gpt-oss", input="second question", conversation=conv.id)
+    assert (locked.value.body["code"], locked.value.body["param"]) == ("conversation_locked", "conversation")
+    with pytest.raises(openai.BadRequestError):  # the same replica too, and over its own stream
+        a.client.responses.create(model="gpt-oss", input="second question", conversation=conv.id, stream=True)
+    check_stream(events + list(stream))
+    second = b.client.responses.create(model="gpt-oss", input="second question", conversation=conv.id)
+    assert second.output_text == "Answer two." and "tick tick" in _last_prompt(b)  # it saw the whole first turn
+    items = _strict(a.client.conversations.items.list(conv.id, order="asc"))
+    assert [i["content"][0]["text"][:4] for i in items] == ["slow", "tick", "seco", "Answ"]
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_a_conversation_lease_is_one_holders_until_released_or_lapsed(backend, request, tmp_path):
+    """The backends' lease: taken when free, refused to another token, extended by its holder, freed by its
+    holder only, and taken over once a holder that stopped renewing (a dead replica) lets it lapse."""
+    if backend == "redis":
+        responses = RedisStore(request.getfixturevalue("redis_url"), prefix=f"l{uuid.uuid4().hex[:8]}:")
+    else:
+        responses = SQLiteStore(str(tmp_path / "leases.sqlite3"))
+    store = conversations_for(responses)
+
+    async def main() -> None:
+        try:
+            await leases()
+        finally:
+            await responses.aclose()
+
+    async def leases() -> None:
+        assert await store.hold("conv_1", "one", 30)
+        assert not await store.hold("conv_1", "two", 30)
+        assert await store.hold("conv_1", "one", 30) and await store.hold("conv_2", "two", 30)
+        await store.release("conv_1", "two")  # not its holder: nothing happens
+        assert not await store.hold("conv_1", "two", 30)
+        await store.release("conv_1", "one")
+        assert await store.hold("conv_1", "two", 0.05)
+        await asyncio.sleep(0.2)  # the holder stopped renewing
+        assert await store.hold("conv_1", "three", 30)
+
+    asyncio.run(main())

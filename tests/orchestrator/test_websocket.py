@@ -90,3 +90,30 @@ def test_the_upgrade_checks_the_key(make_stack):
         assert "401" in str(refused.value)
 
     asyncio.run(main())
+
+
+def test_steering_is_refused_with_its_input_returned_and_the_running_response_unchanged(make_stack):
+    """`response.steer` (openai 3.60's `conn.response.steer`) is not built: OpenAI's own refusal comes back
+    (`response.steer.failed`, `steering_not_supported`) with the input, and the running response goes on."""
+    stack = make_stack(api_keys=[KEY])
+    stack.script(RULES)
+    client = openai.AsyncOpenAI(base_url=f"{stack.url}/v1", api_key=KEY, max_retries=0)
+
+    async def main() -> None:
+        async with client.responses.connect() as conn:
+            await conn.response.create(model="m", input="slow")
+            events = []
+            async for event in conn:
+                events.append(event)
+                if event.type == "response.created":
+                    await conn.response.steer(input="be brief", previous_response_id=event.response.id)
+                if event.type == "response.completed":
+                    break
+        failed = [e for e in events if e.type == "response.steer.failed"]
+        assert len(failed) == 1 and failed[0].error.code == "steering_not_supported"
+        assert (failed[0].steer.input, failed[0].steer.previous_response_id) == ("be brief", events[0].response.id)
+        done = check_stream([e for e in events if e.type != "response.steer.failed"])
+        assert done.output_text.startswith("tick") and "be brief" not in encoding().decode(stack.model.prompts[-1])
+
+    stack.model.scenario.token_delay_s = 0.02
+    asyncio.run(main())
