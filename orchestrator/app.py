@@ -169,6 +169,7 @@ def create_app(
     app.include_router(files_router(app.state.files, settings))
     app.state.containers = Containers.from_settings(app.state.files, settings)
     app.include_router(containers_router(app.state.containers, settings))
+    service.containers = app.state.containers
 
     async def _error(request: Request, exc: Exception) -> JSONResponse:
         return error_response(exc, f"{request.method} {request.url.path}")
@@ -191,7 +192,7 @@ def _responses_routes(app: FastAPI, service: ResponsesService) -> None:
     @app.post("/v1/responses", openapi_extra=CREATE_DOC)
     async def create(request: Request) -> Response:
         req = parse_body(await request.body())
-        live = await service.create(req, request.state.owner)
+        live = await service.create(req, request.state.owner, base_url=str(request.base_url))
         if req.stream:
             return _sse(service.stream(live))
         if req.background:

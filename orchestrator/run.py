@@ -18,6 +18,7 @@ from orchestrator.events import ResponseBuilder, usage
 from orchestrator.schema import AnswerFormat, Requirement, Toolset
 from orchestrator.tools import Endpoints, ToolSessions
 from orchestrator.worker.client import Generate
+from orchestrator.workspace import Workspace
 
 JSON_RETRIES = 2  # function calls with invalid JSON arguments sent back to the model per response
 
@@ -155,6 +156,8 @@ class Run:
     sampling: dict[str, float] = field(default_factory=dict)  # temperature, top_p, penalties (the values used)
     new_input: list[Message] = field(default_factory=list)  # appended after pending approvals are answered
     container_id: str = "auto"
+    workspace: Workspace | None = None  # code_interpreter's container (`workspace.py`); None: the plain sandbox
+    public_url: str = ""  # the orchestrator as clients reach it: links to container file content
     include: set[str] = field(default_factory=set)
     logprobs: int | None = None  # top_logprobs to report per output_text token; None: logprobs not included
     model: TurnModel | None = None  # None: Harmony (`turns.HARMONY`)

@@ -51,6 +51,9 @@ class OrchestratorSettings(ServiceSettings):
     max_container_memory: Literal["1g", "4g", "16g", "64g"] = Field(
         "4g", description="largest memory_limit a container may ask for (above: 400)"
     )
+    public_url: str | None = Field(
+        None, description="URL clients reach this orchestrator at, for container file links (default: the request's)"
+    )
     max_output_tokens: int = Field(16_384, description="token budget of a response when the request sets none")
     max_tool_calls: int = Field(32, description="tool calls per response when the request sets none")
     tool_timeout_s: float = Field(120.0, description="give up on one tool call after this long")

@@ -132,9 +132,13 @@ class Kind:
         item = self.begin(r, msg, ns, fn, args, stream)
         if item is None:
             return None
-        outcome = rejected(err) if err is not None else await invoke(r, ns, self.function(fn), args)
+        outcome = rejected(err) if err is not None else await self.run(r, ns, fn, args)
         self.end(r, item, fn, outcome)
         return outcome
+
+    async def run(self, r: Run, ns: str, fn: str, args: dict[str, Any]) -> ToolOutcome:
+        """Invoke the tool server's function (a kind whose calls move files around it wraps this)."""
+        return await invoke(r, ns, self.function(fn), args)
 
     def arguments(self, r: Run, msg: Message, ns: str, fn: str) -> tuple[dict[str, Any], str | None]:
         """The tool's arguments from the call message, and the error the model reads instead of a run."""
