@@ -28,6 +28,7 @@ from orchestrator.schema import ErrorBody, RequestError, ResponsesRequest, error
 from orchestrator.service import ResponsesService
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.store import Store, StoreUnavailable, open_store
+from orchestrator.tools import cleanup_sessions
 from orchestrator.worker.client import Chat, Generate, WorkerPool
 from toolkit.tracing import TracingMiddleware
 
@@ -170,6 +171,8 @@ def create_app(
     app.state.containers = Containers.from_settings(app.state.files, settings)
     app.include_router(containers_router(app.state.containers, settings))
     service.containers = app.state.containers
+    if (python := service.endpoints.url_for("python")) is not None:  # a container's sandbox goes with it
+        app.state.containers.on_drop = lambda container_id: cleanup_sessions(container_id, {python})
 
     async def _error(request: Request, exc: Exception) -> JSONResponse:
         return error_response(exc, f"{request.method} {request.url.path}")

@@ -13,7 +13,7 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -122,6 +122,8 @@ class Containers:
     def __init__(self, files: Files, *, max_memory: str, retention_s: float) -> None:
         self.files, self.objects = files, files.objects
         self.max_memory, self.retention_s = max_memory, retention_s
+        # frees the tool sessions a container's id names (its sandboxes; set by the app): they go with it
+        self.on_drop: Callable[[str], Awaitable[None]] | None = None
 
     @classmethod
     def from_settings(cls, files: Files, settings: OrchestratorSettings) -> Containers:
@@ -182,6 +184,8 @@ class Containers:
         for obj in await self.objects.owned("container_file", container_id):
             await self._drop_file(obj["id"])
         await self.objects.delete("container", container_id)
+        if self.on_drop is not None:
+            await self.on_drop(container_id)
 
     async def _drop_file(self, file_id: str) -> None:
         await self.objects.delete("container_file", file_id)

@@ -37,9 +37,10 @@ CSV = b"x,y\n" + b"".join(f"{i},{i * i}\n".encode() for i in range(40_000))  # ~
 
 @pytest.fixture
 def fleet(make_stack, gateway_url):  # noqa: F811
-    url, _ = gateway_url
+    url, py_port = gateway_url
     stack = make_stack(tools_url=url, python_url=None, browser_url=None, container_url=None, api_keys=["ka", "kb"])
     stack.client = stack.client.with_options(api_key="ka")
+    stack.python_sessions = lambda: httpx.get(f"http://127.0.0.1:{py_port}/healthz").json().get("sessions", 0)
     return stack
 
 
@@ -97,8 +98,9 @@ def test_a_container_s_files_go_in_and_what_the_code_writes_comes_back_cited(fle
     assert all(a.type == "container_file_citation" and a.container_id == box.id for a in text.annotations)
 
 
-def test_the_next_response_on_the_container_sees_the_same_files(fleet) -> None:
+def test_the_next_response_on_the_container_sees_the_same_files_and_its_sandbox_goes_with_it(fleet) -> None:
     client = fleet.client
+    before = fleet.python_sessions()
     box = client.containers.create(name="twice")
     client.containers.files.create(box.id, file=("notes.txt", b"first"))
     read = "print(open('/mnt/data/notes.txt').read()); _ = open('/mnt/data/notes.txt', 'a').write(' second')"
@@ -109,6 +111,9 @@ def test_the_next_response_on_the_container_sees_the_same_files(fleet) -> None:
     (notes,) = client.containers.files.list(box.id)  # changed by the code: one file, the latest bytes
     assert notes.source == "assistant"
     assert client.containers.files.content.retrieve(notes.id, container_id=box.id).read() == b"first second second"
+    assert fleet.python_sessions() == before + 1  # one sandbox for both responses: the container's
+    client.containers.delete(box.id)
+    assert fleet.python_sessions() == before
 
 
 def test_auto_with_file_ids_makes_a_container_holding_them(fleet) -> None:
