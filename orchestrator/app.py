@@ -171,8 +171,8 @@ def create_app(
     app.state.containers = Containers.from_settings(app.state.files, settings)
     app.include_router(containers_router(app.state.containers, settings))
     service.containers = app.state.containers
-    if (python := service.endpoints.url_for("python")) is not None:  # a container's sandbox goes with it
-        app.state.containers.on_drop = lambda container_id: cleanup_sessions(container_id, {python})
+    sandboxes = {url for ns in ("python", "container") if (url := service.endpoints.url_for(ns)) is not None}
+    app.state.containers.on_drop = lambda container_id: cleanup_sessions(container_id, sandboxes)  # they go with it
 
     async def _error(request: Request, exc: Exception) -> JSONResponse:
         return error_response(exc, f"{request.method} {request.url.path}")

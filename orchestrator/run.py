@@ -156,7 +156,8 @@ class Run:
     sampling: dict[str, float] = field(default_factory=dict)  # temperature, top_p, penalties (the values used)
     new_input: list[Message] = field(default_factory=list)  # appended after pending approvals are answered
     container_id: str = "auto"
-    workspace: Workspace | None = None  # code_interpreter's container (`workspace.py`); None: the plain sandbox
+    # namespace -> the container its calls work in (`workspace.py`); absent: the conversation's own sandbox
+    workspaces: dict[str, Workspace] = field(default_factory=dict)
     public_url: str = ""  # the orchestrator as clients reach it: links to container file content
     include: set[str] = field(default_factory=set)
     logprobs: int | None = None  # top_logprobs to report per output_text token; None: logprobs not included

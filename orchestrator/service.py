@@ -124,14 +124,18 @@ class ResponsesService(LiveResponses):
         return live
 
     async def _workspace(self, r: Run, owner: str, public_url: str) -> None:
-        """code_interpreter's container, once everything else in the request passed (an `auto` one is new)."""
-        if r.toolset.container is None or self.containers is None:
+        """The containers the request's tools name, once everything else in it passed (an `auto` one is new)."""
+        if self.containers is None:
             return
-        where, spec = r.toolset.container
-        url = self.endpoints.url_for("python")
-        r.workspace = await workspace.resolve(spec, where, owner, self.containers, r.sessions, url)
-        if r.workspace is not None:
-            r.container_id, r.public_url = r.workspace.container_id, public_url.rstrip("/")
+        # references first: a request refused for a missing one makes no `auto` container
+        for ns, (where, spec) in sorted(r.toolset.containers.items(), key=lambda e: isinstance(e[1][1], dict)):
+            url = self.endpoints.url_for(ns)
+            space = await workspace.resolve(ns, spec, where, owner, self.containers, r.sessions, url)
+            if space is not None:
+                r.workspaces[ns] = space
+        if (space := r.workspaces.get("python")) is not None:
+            r.container_id = space.container_id
+        r.public_url = public_url.rstrip("/")
 
     async def count_input_tokens(self, req: ResponsesRequest, owner: str) -> int:
         """The first turn's prompt in tokens, rendered exactly as `create` would render it (nothing runs)."""

@@ -1,11 +1,13 @@
-"""A container's files in the python tool's `/mnt/data`, for `code_interpreter` with a container.
+"""A container's files in a tool sandbox's `/mnt/data`: the python tool's for `code_interpreter` with a
+container, the container tool's for `shell` with a `container_reference` environment.
 
-The container's files on the volume are the platform's copy; the sandbox is a cache of it. Its tool session
-is named by the container's id, so every response using the container reaches the same sandbox. Before the
-first call of a response, the files the sandbox lacks are pushed (hidden `write_file`, 256 KiB chunks over
-MCP through the gateway); after each call, `/mnt/data` is listed and what is new or changed is pulled back
-(`read_file`) into container files (`source: "assistant"`), which the answer cites and the call's item shows.
-Nothing travels by shared disk, so the python tool keeps its own replicas and hosts.
+The container's files on the volume are the platform's copy; each sandbox is a cache of it. A tool session
+is named by the container's id, so every response using the container reaches the same sandbox of that
+tool. Before each call, the container files the sandbox does not hold are pushed (hidden `write_file`,
+256 KiB chunks over MCP through the gateway); after it, `/mnt/data` is listed and what is new or changed is
+pulled back (`read_file`) into container files (`source: "assistant"`), which the answer cites and the
+call's item shows. So a file python wrote is in the shell's sandbox at its next call, and the other way
+round. Nothing travels by shared disk, so each tool keeps its own replicas and hosts.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
 import structlog
@@ -28,11 +30,47 @@ log = structlog.get_logger(__name__)
 
 CHUNK = 256 * 1024  # the python tool's largest chunk (its results carry the base64 twice, under 1 MiB)
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp")
-SANDBOX_MEMORY = "1g"  # what the python tool's sandboxes get by default (`--memory-mb 1024`)
+SANDBOX_MEMORY = "1g"  # what the python and container tools' sandboxes get by default (`--memory-mb 1024`)
 
 
 class WorkspaceError(Exception):
     """A file could not be moved between the platform and the sandbox."""
+
+
+class PythonFiles:
+    """The python tool's hidden file tools: paths relative to /mnt/data, base64 `data`, `eof`."""
+
+    list_args: ClassVar[dict[str, Any]] = {}
+
+    def write_args(self, name: str, chunk: bytes, offset: int) -> dict[str, Any]:
+        return {"path": name, "data": base64.b64encode(chunk).decode(), "offset": offset}
+
+    def read_args(self, name: str, offset: int) -> dict[str, Any]:
+        return {"path": name, "offset": offset, "max_bytes": CHUNK}
+
+    def chunk(self, result: dict[str, Any]) -> tuple[bytes, bool]:
+        return base64.b64decode(str(result.get("data") or "")), bool(result.get("eof"))
+
+
+class ContainerFiles:
+    """The container tool's: absolute paths, `content` as text or base64, `truncated` while more follows."""
+
+    list_args: ClassVar[dict[str, Any]] = {"path": DATA_DIR}
+
+    def write_args(self, name: str, chunk: bytes, offset: int) -> dict[str, Any]:
+        data = base64.b64encode(chunk).decode()
+        return {"path": f"{DATA_DIR}/{name}", "content": data, "encoding": "base64", "offset": offset}
+
+    def read_args(self, name: str, offset: int) -> dict[str, Any]:
+        return {"path": f"{DATA_DIR}/{name}", "offset": offset, "max_bytes": CHUNK}
+
+    def chunk(self, result: dict[str, Any]) -> tuple[bytes, bool]:
+        content = str(result.get("content") or "")
+        data = content.encode() if result.get("encoding") == "text" else base64.b64decode(content)
+        return data, not result.get("truncated")
+
+
+FILE_TOOLS: dict[str, PythonFiles | ContainerFiles] = {"python": PythonFiles(), "container": ContainerFiles()}
 
 
 @dataclass
@@ -44,7 +82,9 @@ class Workspace:
     containers: Containers
     sessions: ToolSessions
     url: str  # the namespace's MCP endpoint, whose session for this container is named by its id
-    seen: dict[str, tuple[int, int]] | None = None  # path -> (size, mtime_ns) after the last call; None: not synced
+    tools: PythonFiles | ContainerFiles
+    seen: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (size, mtime_ns) after the last call
+    held: dict[str, str] | None = None  # name -> the container file id the sandbox holds; None: not compared yet
     made: dict[str, dict[str, Any]] = field(default_factory=dict)  # path -> container file written in this response
 
     @property
@@ -73,28 +113,30 @@ class Workspace:
         return out.structured
 
     async def _listing(self) -> dict[str, tuple[int, int]]:
-        found = (await self._tool("list_files", {})).get("files") or []
+        found = (await self._tool("list_files", self.tools.list_args)).get("files") or []
         return {str(f["path"]): (int(f["size"]), int(f["mtime_ns"])) for f in found}
 
     async def _push(self) -> None:
-        """Once per response: the container's files the sandbox lacks (or holds at another size)."""
-        if self.seen is not None:
-            return
-        have = await self._listing()
-        for f in await self.containers.files_of(self.container_id):
-            name = f.path.removeprefix(DATA_DIR + "/")
-            if name not in have or have[name][0] != f.bytes:
-                await self._send(name, self.containers.files.path(f.id))
-        self.seen = await self._listing()
-        log.info("workspace.synced", container_id=self.container_id, files=len(self.seen))
+        """The container files the sandbox does not hold: all the first time (but those it already has at
+        their size, from an earlier response), then those added since (by the API or another tool)."""
+        files = {f.path.removeprefix(DATA_DIR + "/"): f for f in await self.containers.files_of(self.container_id)}
+        if self.held is None:
+            self.seen = await self._listing()
+            self.held = {name: f.id for name, f in files.items() if self.seen.get(name, (-1,))[0] == f.bytes}
+        missing = [(name, f) for name, f in files.items() if self.held.get(name) != f.id]
+        for name, f in missing:
+            await self._send(name, self.containers.files.path(f.id))
+            self.held[name] = f.id
+        if missing:
+            self.seen = await self._listing()
+            log.info("workspace.pushed", container_id=self.container_id, url=self.url, files=len(missing))
 
     async def _send(self, name: str, source: Path) -> None:
         offset = 0
         async with await anyio.open_file(source, "rb") as f:
             while True:
                 chunk = await f.read(CHUNK)
-                data = base64.b64encode(chunk).decode()
-                await self._tool("write_file", {"path": name, "data": data, "offset": offset})
+                await self._tool("write_file", self.tools.write_args(name, chunk, offset))
                 offset += len(chunk)
                 if len(chunk) < CHUNK:  # the last chunk (an empty file: the one write that creates it)
                     return
@@ -104,13 +146,15 @@ class Workspace:
         now = await self._listing()
         saved = []
         for name, (size, _) in now.items():
-            if (self.seen or {}).get(name) == now[name]:
+            if self.seen.get(name) == now[name]:
                 continue
             if size > self.containers.files.max_bytes:
                 log.warning("workspace.too_large", container_id=self.container_id, path=name, bytes=size)
                 continue
             record = await self.containers.store_output(self.container_id, name, self._receive(name))
             self.made[record.path] = record.body()
+            if self.held is not None:
+                self.held[name] = record.id
             saved.append(record.body())
         self.seen = now
         return saved
@@ -118,13 +162,12 @@ class Workspace:
     async def _receive(self, name: str) -> AsyncIterator[bytes]:
         offset = 0
         while True:
-            got = await self._tool("read_file", {"path": name, "offset": offset, "max_bytes": CHUNK})
-            data = base64.b64decode(str(got.get("data") or ""))
+            data, eof = self.tools.chunk(await self._tool("read_file", self.tools.read_args(name, offset)))
             offset += len(data)
             if offset > self.containers.files.max_bytes:
                 raise WorkspaceError(f"{DATA_DIR}/{name} grew past the file size limit")
             yield data
-            if got.get("eof") or not data:
+            if eof or not data:
                 return
 
     def citations(self, text: str) -> list[dict[str, Any]]:
@@ -157,15 +200,21 @@ class Workspace:
 
 
 async def resolve(
-    spec: str | dict[str, Any], where: str, owner: str, containers: Containers, sessions: ToolSessions, url: str | None
+    ns: str,
+    spec: str | dict[str, Any],
+    where: str,
+    owner: str,
+    containers: Containers,
+    sessions: ToolSessions,
+    url: str | None,
 ) -> Workspace | None:
-    """The workspace a code_interpreter's `container` names: a container of the caller's (another key's or a
-    missing one: 404), or a new one for `auto` with `file_ids` or `memory_limit`; None: plain `auto` (the
-    conversation's own sandbox, as before)."""
+    """The workspace of namespace `ns` that a request names: a container of the caller's (another key's or a
+    missing one: 404), or a new one for code_interpreter's `auto` with `file_ids` or `memory_limit`; None:
+    plain `auto` (the conversation's own sandbox, as before)."""
     if isinstance(spec, dict) and not spec.get("file_ids") and spec.get("memory_limit") is None:
         return None
     if url is None:
-        raise RequestError("code_interpreter needs the python tool server, and none is configured", where, 503)
+        raise RequestError(f"this container needs the {ns} tool server, and none is configured", where, 503)
     if isinstance(spec, str):
         try:
             record = await containers.find(spec, owner)
@@ -182,14 +231,15 @@ async def resolve(
             raise RequestError(str(exc), f"{where}.{field}", exc.status, exc.code) from None
     _check_memory(record.memory_limit, where)
     sessions.named[url] = record.id
-    return Workspace(record, owner, containers, sessions, url)
+    return Workspace(record, owner, containers, sessions, url, FILE_TOOLS[ns])
 
 
 def _check_memory(memory: str, where: str) -> None:
-    """The python sandbox's size is the operator's (`--memory-mb`); a larger container limit is refused."""
+    """A sandbox's size is its tool server's `--memory-mb` (1 GiB by default, python and container alike); a
+    larger container limit is refused."""
     if MEMORY_LIMITS.index(memory) > MEMORY_LIMITS.index(SANDBOX_MEMORY):
         message = (
-            f"memory_limit {memory!r} is larger than the python sandbox's {SANDBOX_MEMORY!r}:"
+            f"memory_limit {memory!r} is larger than the tool sandboxes' {SANDBOX_MEMORY!r}:"
             " a sandbox size per container is not built yet"
         )
         raise RequestError(message, where)

@@ -51,7 +51,7 @@ class CodeInterpreterKind(Kind):
     def parse(self, tool: dict[str, Any], where: str, out: Toolset, ctx: Parsing) -> None:
         if (spec := tool.get("container")) is not None:
             _check_container(spec, where)
-            out.container = (f"{where}.container", spec)
+            out.containers["python"] = (f"{where}.container", spec)
         out.builtins.setdefault("python", {})
 
     def requirement(self, choice: dict[str, Any], tools: Toolset) -> Requirement | None:
@@ -88,13 +88,13 @@ class CodeInterpreterKind(Kind):
     async def run(self, r: Run, ns: str, fn: str, args: dict[str, Any]) -> ToolOutcome:
         """With a container, its files are in /mnt/data before the code runs and what it writes is saved."""
         call = functools.partial(Kind.run, self, r, ns, fn, args)
-        return await r.workspace.run(call) if r.workspace is not None else await call()
+        return await space.run(call) if (space := r.workspaces.get(ns)) is not None else await call()
 
     def end(self, r: Run, item: Item, fn: str, outcome: ToolOutcome) -> None:
         outputs: list[dict[str, Any]] = [{"type": "logs", "logs": outcome.text}] if outcome.text else []
         outputs += [{"type": "image", "url": url} for url in outcome.images]
-        if r.workspace is not None:
-            outputs += r.workspace.images(outcome.files, r.public_url)
+        if (space := r.workspaces.get("python")) is not None:
+            outputs += space.images(outcome.files, r.public_url)
         status = "failed" if outcome.is_error else "completed"
         item.finish(status, "response.code_interpreter_call.completed", outputs=outputs)
 

@@ -6,12 +6,20 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import uuid
+from collections.abc import Iterator
 
 import httpx
 import openai
 import pytest
 
+from tests.container.conftest import containers_of, require_docker, server_args
+from tests.gateway.harness import gateway_config, running_gateway
 from tests.orchestrator.test_fleet import PY_CALL, gateway_url  # noqa: F401
+from tests.support.service import running_service
+
+EXEC = "<|channel|>commentary to=container.exec <|constrain|>json<|message|>{args}<|call|>"
 
 # Reads the CSV, writes summary.csv (bigger than one 256 KiB chunk) and a small PNG made by hand (the
 # sandbox has no matplotlib), and prints the sha256 of each as the sandbox sees them.
@@ -155,3 +163,55 @@ def test_another_key_s_container_or_files_are_missing_and_nothing_is_made(fleet)
         assert missing.value.body["param"] == param
     assert list(b.containers.list()) == []
     assert sorted(os.listdir(fleet.app.state.files.directory)) == before
+
+
+@pytest.fixture(scope="module")
+def both_tools() -> Iterator[str]:
+    """A gateway in front of the real python tool (local backend) and the real container tool (docker)."""
+    require_docker()
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is needed for the python server's local backend")
+    instance = f"pytest-ctr-files-{uuid.uuid4().hex[:8]}"
+    with (
+        running_service(["-m", "tools.python_sandbox", "--backend", "local"]) as python,
+        running_service(server_args(instance)) as container,
+        running_gateway(gateway_config({"python": [f"{python.url}/mcp"], "container": [f"{container.url}/mcp"]})) as gw,
+    ):
+        yield gw.base
+    assert containers_of(instance) == []
+
+
+def test_shell_on_the_same_container_sees_the_files_code_interpreter_wrote_and_back(make_stack, both_tools) -> None:
+    stack = make_stack(tools_url=both_tools, python_url=None, browser_url=None, container_url=None)
+    client = stack.client
+    box = client.containers.create(name="shared")
+    client.containers.files.create(box.id, file=("in.txt", b"from the user\n"))
+    shell = EXEC.format(args='{"cmd": ["bash", "-lc", "cat /mnt/data/in.txt /mnt/data/py.txt > /mnt/data/both.txt"]}')
+    stack.script(
+        [
+            ("(python|container.exec) to=assistant", "<|channel|>final<|message|>See both.txt.<|return|>"),
+            ("python first", PY_CALL.format(code="_ = open('/mnt/data/py.txt', 'w').write('from python\\n')")),
+            ("then shell", shell),
+            ("python last", PY_CALL.format(code="print(open('/mnt/data/both.txt').read())")),
+        ]
+    )
+    reference = {"type": "shell", "environment": {"type": "container_reference", "container_id": box.id}}
+    first = client.responses.create(
+        model="gpt-oss", input="python first", tools=[{"type": "code_interpreter", "container": box.id}]
+    )
+    assert first.output[0].status == "completed"
+    second = client.responses.create(model="gpt-oss", input="then shell", tools=[reference])
+    call, output, answer = second.output
+    assert call.environment.type == "container_reference" and call.environment.container_id == box.id
+    assert output.output[0].outcome.exit_code == 0, output.output[0].stderr
+    both = {f.path: f for f in client.containers.files.list(box.id)}["/mnt/data/both.txt"]
+    assert client.containers.files.content.retrieve(both.id, container_id=box.id).read() == (
+        b"from the user\nfrom python\n"
+    )
+    (cited,) = answer.content[0].annotations
+    assert (cited.type, cited.file_id, cited.filename) == ("container_file_citation", both.id, "both.txt")
+    third = client.responses.create(
+        model="gpt-oss", input="python last", tools=[{"type": "code_interpreter", "container": box.id}]
+    )
+    assert third.output[0].outputs[0].logs.strip() == "from the user\nfrom python"
+    client.containers.delete(box.id)  # its sandboxes go with it: the module's check finds no container left
