@@ -5,6 +5,7 @@ files, cited in the answer and shown as image outputs. The scripted worker stand
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import uuid
@@ -181,16 +182,22 @@ def both_tools() -> Iterator[str]:
     assert containers_of(instance) == []
 
 
+WRITE_TWO = "import os\nos.makedirs('/mnt/data/sub')\nfor path in ('py.txt', 'sub/deep.txt'):\n" + (
+    "    _ = open('/mnt/data/' + path, 'w').write('from python\\n')"
+)
+
+
 def test_shell_on_the_same_container_sees_the_files_code_interpreter_wrote_and_back(make_stack, both_tools) -> None:
     stack = make_stack(tools_url=both_tools, python_url=None, browser_url=None, container_url=None)
     client = stack.client
     box = client.containers.create(name="shared")
     client.containers.files.create(box.id, file=("in.txt", b"from the user\n"))
-    shell = EXEC.format(args='{"cmd": ["bash", "-lc", "cat /mnt/data/in.txt /mnt/data/py.txt > /mnt/data/both.txt"]}')
+    cat = "cat /mnt/data/in.txt /mnt/data/py.txt /mnt/data/sub/deep.txt > /mnt/data/both.txt"
+    shell = EXEC.format(args=json.dumps({"cmd": ["bash", "-lc", cat]}))
     stack.script(
         [
             ("(python|container.exec) to=assistant", "<|channel|>final<|message|>See both.txt.<|return|>"),
-            ("python first", PY_CALL.format(code="_ = open('/mnt/data/py.txt', 'w').write('from python\\n')")),
+            ("python first", PY_CALL.format(code=WRITE_TWO)),
             ("then shell", shell),
             ("python last", PY_CALL.format(code="print(open('/mnt/data/both.txt').read())")),
         ]
@@ -206,12 +213,12 @@ def test_shell_on_the_same_container_sees_the_files_code_interpreter_wrote_and_b
     assert output.output[0].outcome.exit_code == 0, output.output[0].stderr
     both = {f.path: f for f in client.containers.files.list(box.id)}["/mnt/data/both.txt"]
     assert client.containers.files.content.retrieve(both.id, container_id=box.id).read() == (
-        b"from the user\nfrom python\n"
+        b"from the user\nfrom python\nfrom python\n"
     )
     (cited,) = answer.content[0].annotations
     assert (cited.type, cited.file_id, cited.filename) == ("container_file_citation", both.id, "both.txt")
     third = client.responses.create(
         model="gpt-oss", input="python last", tools=[{"type": "code_interpreter", "container": box.id}]
     )
-    assert third.output[0].outputs[0].logs.strip() == "from the user\nfrom python"
+    assert third.output[0].outputs[0].logs.strip() == "from the user\nfrom python\nfrom python"
     client.containers.delete(box.id)  # its sandboxes go with it: the module's check finds no container left

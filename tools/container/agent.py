@@ -6,7 +6,8 @@ each runs in its own thread, so a long command in one shell does not hold up ano
 `python3 -c SOURCE --once JSON` (through `docker exec --user ...`) it answers one request and exits.
 
 Requests: `{"id", "op": "exec", "argv", "cwd", "env", "timeout_s", "max_bytes", "in_shell", "functions"}`,
-`{"id", "op": "write", "path", "data", "offset"}` (base64; offset 0 truncates first),
+`{"id", "op": "write", "path", "data", "offset", "parents"}` (base64; offset 0 truncates first; parents:
+create the directories above it),
 `{"id", "op": "read", "path", "max_bytes", "offset"}` and `{"id", "op": "list", "path"}` (the regular files
 under a directory, symlinks not followed, at most LIST_LIMIT).
 Why a resident process: a `docker exec` costs several engine round trips per command (figures in
@@ -282,6 +283,8 @@ def _state_change(raw: bytes, start_env: dict, cwd: str) -> dict:
 def run_write(req: dict) -> dict:
     data = base64.b64decode(req["data"])
     offset = int(req.get("offset") or 0)
+    if req.get("parents"):
+        os.makedirs(os.path.dirname(req["path"]), exist_ok=True)
     fd = os.open(req["path"], os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if offset == 0 else 0), 0o644)
     try:
         os.pwrite(fd, data, offset)

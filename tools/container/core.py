@@ -161,7 +161,7 @@ class ContainerSession:
 
     async def write_file(self, path: str, content: str, encoding: str, offset: int = 0) -> dict[str, Any]:
         """A whole file, or (offset > 0) a chunk of a larger one written in order; each write is at most the
-        file limit."""
+        file limit. Under /mnt/data the directories above the file are made (a container's files have paths)."""
         if encoding == "text":
             data = content.encode()
         elif encoding == "base64":
@@ -177,6 +177,7 @@ class ContainerSession:
         if offset < 0:
             raise UsageError("offset must be >= 0")
         payload = {"op": "write", "path": full, "data": base64.b64encode(data).decode(), "offset": offset}
+        payload["parents"] = full.startswith(DATA_DIR + "/")  # as python's: a container file's directories
         reply = await self.sandbox.request(payload, user=None, timeout_s=30)
         if "error" in reply:
             raise UsageError(f"cannot write {full}: {reply['error']}")
