@@ -100,10 +100,12 @@ class Workspace:
             return ToolOutcome(text, True, outcome="error")
         outcome = await call()
         try:
+            await self.containers.find(self.container_id, self.owner)  # in use: its expiry starts again from now
             outcome.files = await self._pull()
         except WorkspaceError as exc:
             outcome.text += f"\n[the files written under /mnt/data could not be saved: {exc}]"
-        await self.containers.find(self.container_id, self.owner)  # in use: its expiry starts again from now
+        except RequestError:  # deleted (or expired) while the call ran: nothing to save the files into
+            outcome.text += f"\n[container {self.container_id} is gone: the files written were not saved]"
         return outcome
 
     async def _tool(self, name: str, args: dict[str, Any]) -> dict[str, Any]:

@@ -63,10 +63,12 @@ def script(fleet, prompt: str, code: str, answer: str = "ok") -> None:
     )
 
 
+def tool(container) -> dict:
+    return {"type": "code_interpreter", "container": container}
+
+
 def ask(client, container, prompt: str = "go", **extra):
-    return client.responses.create(
-        model="gpt-oss", input=prompt, tools=[{"type": "code_interpreter", "container": container}], **extra
-    )
+    return client.responses.create(model="gpt-oss", input=prompt, tools=[tool(container)], **extra)
 
 
 def sandbox_hashes(logs: str) -> dict[str, str]:
@@ -105,6 +107,18 @@ def test_a_container_s_files_go_in_and_what_the_code_writes_comes_back_cited(fle
         (files["/mnt/data/summary.csv"].id, "summary.csv", "summary.csv"),
     ]
     assert all(a.type == "container_file_citation" and a.container_id == box.id for a in text.annotations)
+
+
+def test_a_streamed_response_announces_the_citation_and_the_image(fleet) -> None:
+    client = fleet.client
+    box = client.containers.create(name="streamed")
+    script(fleet, "draw", "_ = open('/mnt/data/dot.png', 'wb').write(b'\\x89PNG fake')", "Drawn: dot.png")
+    events = list(client.responses.create(model="gpt-oss", input="draw", stream=True, tools=[tool(box.id)]))
+    (added,) = [e for e in events if e.type == "response.output_text.annotation.added"]
+    assert (added.annotation.type, added.annotation.filename) == ("container_file_citation", "dot.png")
+    done = events[-1].response
+    (image,) = [o for o in done.output[0].outputs if o.type == "image"]
+    assert image.url.endswith(f"/v1/containers/{box.id}/files/{added.annotation.file_id}/content")
 
 
 def test_the_next_response_on_the_container_sees_the_same_files_and_its_sandbox_goes_with_it(fleet) -> None:
