@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -137,8 +138,10 @@ class Kind:
         return outcome
 
     async def run(self, r: Run, ns: str, fn: str, args: dict[str, Any]) -> ToolOutcome:
-        """Invoke the tool server's function (a kind whose calls move files around it wraps this)."""
-        return await invoke(r, ns, self.function(fn), args)
+        """Invoke the tool server's function; in a container's workspace (code_interpreter's or a shell's
+        `container_reference`), its files are in /mnt/data before the call and what it writes is saved."""
+        call = functools.partial(invoke, r, ns, self.function(fn), args)
+        return await space.run(call) if (space := r.workspaces.get(ns)) is not None else await call()
 
     def arguments(self, r: Run, msg: Message, ns: str, fn: str) -> tuple[dict[str, Any], str | None]:
         """The tool's arguments from the call message, and the error the model reads instead of a run."""

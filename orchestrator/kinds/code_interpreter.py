@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 from typing import Any
 
@@ -84,11 +83,6 @@ class CodeInterpreterKind(Kind):
         stream.item.update(code=args["code"], status="interpreting")
         stream.item.event("response.code_interpreter_call.interpreting")
         return stream.item
-
-    async def run(self, r: Run, ns: str, fn: str, args: dict[str, Any]) -> ToolOutcome:
-        """With a container, its files are in /mnt/data before the code runs and what it writes is saved."""
-        call = functools.partial(Kind.run, self, r, ns, fn, args)
-        return await space.run(call) if (space := r.workspaces.get(ns)) is not None else await call()
 
     def end(self, r: Run, item: Item, fn: str, outcome: ToolOutcome) -> None:
         outputs: list[dict[str, Any]] = [{"type": "logs", "logs": outcome.text}] if outcome.text else []

@@ -3,7 +3,6 @@ those calls are `mcp_call`s). Both render back as the exec call and its result."
 
 from __future__ import annotations
 
-import functools
 import json
 import shlex
 from typing import Any
@@ -61,11 +60,6 @@ class ShellKind(Kind):
         if err is None and not _is_command(args.get("cmd")):
             err = "Error: container.exec needs `cmd`, a non-empty list of strings."
         return args, err
-
-    async def run(self, r: Run, ns: str, fn: str, args: dict[str, Any]) -> ToolOutcome:
-        """With a container_reference, its files are in /mnt/data before the command and what it writes is saved."""
-        call = functools.partial(Kind.run, self, r, ns, fn, args)
-        return await space.run(call) if (space := r.workspaces.get(ns)) is not None else await call()
 
     def begin(self, r: Run, msg: Message, ns: str, fn: str, args: dict[str, Any], stream: Stream | None) -> Item:
         """The `shell_call` item, complete before the command runs (its output is an item of its own)."""
