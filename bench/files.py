@@ -1,5 +1,7 @@
-"""File throughput and memory: a large file through the orchestrator's `/v1/files`, and through the gateway
-into a python sandbox's /mnt/data and back (the hidden `write_file` / `read_file` tools, 256 KiB chunks).
+"""File throughput and memory: a large file through the orchestrator's `/v1/files`, through the gateway
+into a python sandbox's /mnt/data and back (the hidden `write_file` / `read_file` tools, 256 KiB chunks),
+and through a whole response: a container holding the file, code_interpreter on it copying it, the copy
+pulled back into a container file (`orchestrator/workspace.py`).
 
 Figures: MiB/s each way (the openai SDK streaming from / to disk; an mcp 2.x client over loopback), and
 the peak RSS (VmHWM) of the orchestrator, the gateway and the python tool server before and after, so a
@@ -69,6 +71,34 @@ async def through_gateway(url: str, source: Path, back: Path, mib: int) -> tuple
     return round(mib / (pushed - start), 1), round(mib / (pulled - pushed), 1)
 
 
+COPY = "import shutil\nshutil.copyfile('/mnt/data/big.bin', '/mnt/data/out.bin')\nprint('copied')"
+SCENARIO = {
+    "rules": [
+        {"match": "python to=assistant", "reply": "<|channel|>final<|message|>See out.bin.<|return|>"},
+        {"match": "copy it", "reply": f"<|channel|>analysis to=python<|message|>{COPY}<|call|>"},
+    ]
+}
+
+
+def through_a_response(client: openai.OpenAI, url: str, made: str, back: Path) -> tuple[float, str]:
+    """A response whose code copies the container's file: seconds for the whole response (the file pushed in,
+    the copy pulled out), and the copy's container file downloaded into `back`; its citation's file id."""
+    box = client.containers.create(name="bench", file_ids=[made])
+    start = time.perf_counter()
+    resp = client.responses.create(
+        model="bench", input="copy it", tools=[{"type": "code_interpreter", "container": box.id}]
+    )
+    took = time.perf_counter() - start
+    assert resp.output[0].outputs[0].logs.strip() == "copied", resp.output[0]
+    (cited,) = resp.output[-1].content[0].annotations
+    with httpx.stream("GET", f"{url}/v1/containers/{box.id}/files/{cited.file_id}/content", timeout=600) as answer:
+        with back.open("wb") as sink:
+            for chunk in answer.iter_bytes():
+                sink.write(chunk)
+    client.containers.delete(box.id)
+    return took, cited.file_id
+
+
 def _same(a: Path, b: Path) -> bool:
     return hashlib.sha256(a.read_bytes()).digest() == hashlib.sha256(b.read_bytes()).digest()
 
@@ -114,9 +144,12 @@ def main(argv: list[str] | None = None) -> None:
                 down, _ = _timed_mbps(args.mib, download)
                 rss_after = peak_rss_mb(svc.proc.pid)
         same = _same(source, back)
+        scenario = Path(tmp, "scenario.json")
+        scenario.write_text(json.dumps(SCENARIO))
         with contextlib.ExitStack() as stack:
             sandbox = ["--backend", args.backend, "--instance", f"bench-{uuid.uuid4().hex[:8]}"]
-            python = stack.enter_context(running_service(["-m", "toolkit.cli", "python", *sandbox]))
+            big = ["--disk-mb", str(3 * args.mib + 64), "--timeout-s", "120"]  # the file, its copy, and room
+            python = stack.enter_context(running_service(["-m", "toolkit.cli", "python", *sandbox, *big]))
             routes = Path(tmp, "gateway.yaml")
             routes.write_text(json.dumps({"namespaces": {"python": {"replicas": [f"{python.url}/mcp"]}}}))
             gateway = stack.enter_context(running_service(["-m", "toolkit.cli", "gateway", "--config", str(routes)]))
@@ -124,7 +157,25 @@ def main(argv: list[str] | None = None) -> None:
             before = {name: peak_rss_mb(pid) for name, pid in procs.items()}
             push, pull = asyncio.run(through_gateway(f"{gateway.url}/python", source, back, args.mib))
             after = {name: peak_rss_mb(pid) for name, pid in procs.items()}
-        same_mcp = _same(source, back)
+            same_mcp = _same(source, back)
+            back.unlink()
+            worker = stack.enter_context(
+                running_service(["-m", "orchestrator.worker", "--scripted", "--scenario", str(scenario)])
+            )
+            flags = ["--worker-urls", json.dumps([worker.url]), "--tools-url", gateway.url, "--files-dir", f"{tmp}/f2"]
+            flags += ["--store-path", f"{tmp}/store2.db", "--max-file-bytes", str(2 * args.mib << 20)]
+            flags += ["--tool-timeout-s", "600"]
+            svc = stack.enter_context(running_service(["-m", "orchestrator", *flags]))
+            client = openai.OpenAI(base_url=f"{svc.url}/v1", api_key="bench", max_retries=0, timeout=900)
+            with source.open("rb") as handle:
+                upload = client.files.create(file=handle, purpose="user_data")
+            rss_response = {"orchestrator": peak_rss_mb(svc.proc.pid), **{n: peak_rss_mb(p) for n, p in procs.items()}}
+            took, _ = through_a_response(client, svc.url, upload.id, back)
+            rss_response_after = {
+                "orchestrator": peak_rss_mb(svc.proc.pid),
+                **{n: peak_rss_mb(p) for n, p in procs.items()},
+            }
+            same_response = _same(source, back)
     rows = [
         {"name": "disk copy (baseline)", "mib_s": baseline},
         {"name": f"upload {args.mib} MiB", "mib_s": up, "of_baseline": round(up / baseline, 3)},
@@ -144,6 +195,21 @@ def main(argv: list[str] | None = None) -> None:
         *(
             {"name": f"{name} peak RSS", "before_mb": round(before[name], 1), "after_mb": round(after[name], 1)}
             for name in procs
+        ),
+        {
+            "name": f"a response copying a {args.mib} MiB container file (in and out)",
+            "seconds": round(took, 2),
+            "mib_s": round(2 * args.mib / took, 1),
+            "of_baseline": round(2 * args.mib / took / baseline, 3),
+            "same": same_response,
+        },
+        *(
+            {
+                "name": f"{name} peak RSS around the response",
+                "before_mb": round(rss_response[name], 1),
+                "after_mb": round(rss_response_after[name], 1),
+            }
+            for name in rss_response
         ),
     ]
     print_rows(rows)

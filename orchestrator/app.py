@@ -28,6 +28,7 @@ from orchestrator.schema import ErrorBody, RequestError, ResponsesRequest, error
 from orchestrator.service import ResponsesService
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.store import Store, StoreUnavailable, open_store
+from orchestrator.tools import cleanup_sessions
 from orchestrator.worker.client import Chat, Generate, WorkerPool
 from toolkit.tracing import TracingMiddleware
 
@@ -169,6 +170,9 @@ def create_app(
     app.include_router(files_router(app.state.files, settings))
     app.state.containers = Containers.from_settings(app.state.files, settings)
     app.include_router(containers_router(app.state.containers, settings))
+    service.containers = app.state.containers
+    sandboxes = {url for ns in ("python", "container") if (url := service.endpoints.url_for(ns)) is not None}
+    app.state.containers.on_drop = lambda container_id: cleanup_sessions(container_id, sandboxes)  # they go with it
 
     async def _error(request: Request, exc: Exception) -> JSONResponse:
         return error_response(exc, f"{request.method} {request.url.path}")
@@ -191,7 +195,7 @@ def _responses_routes(app: FastAPI, service: ResponsesService) -> None:
     @app.post("/v1/responses", openapi_extra=CREATE_DOC)
     async def create(request: Request) -> Response:
         req = parse_body(await request.body())
-        live = await service.create(req, request.state.owner)
+        live = await service.create(req, request.state.owner, base_url=str(request.base_url))
         if req.stream:
             return _sse(service.stream(live))
         if req.background:

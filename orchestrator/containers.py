@@ -13,6 +13,7 @@ import os
 import secrets
 import shutil
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -121,14 +122,19 @@ class Containers:
     def __init__(self, files: Files, *, max_memory: str, retention_s: float) -> None:
         self.files, self.objects = files, files.objects
         self.max_memory, self.retention_s = max_memory, retention_s
+        # frees the tool sessions a container's id names (its sandboxes; set by the app): they go with it
+        self.on_drop: Callable[[str], Awaitable[None]] | None = None
 
     @classmethod
     def from_settings(cls, files: Files, settings: OrchestratorSettings) -> Containers:
         return cls(files, max_memory=settings.max_container_memory, retention_s=settings.file_retention_s)
 
     async def create(self, request: Request, owner: str) -> ContainerRecord:
+        """`POST /v1/containers`."""
+        return await self.create_from(CreateContainer.model_validate(await json_body(request)), owner)
+
+    async def create_from(self, spec: CreateContainer, owner: str) -> ContainerRecord:
         """A new container holding copies of `file_ids` (each the caller's) under /mnt/data."""
-        spec = CreateContainer.model_validate(await json_body(request))
         if MEMORY_LIMITS.index(spec.memory_limit) > MEMORY_LIMITS.index(self.max_memory):
             message = f"memory_limit {spec.memory_limit!r} is above this server's maximum of {self.max_memory!r}"
             raise RequestError(message, "memory_limit")
@@ -178,15 +184,19 @@ class Containers:
         for obj in await self.objects.owned("container_file", container_id):
             await self._drop_file(obj["id"])
         await self.objects.delete("container", container_id)
+        if self.on_drop is not None:
+            await self.on_drop(container_id)
 
     async def _drop_file(self, file_id: str) -> None:
         await self.objects.delete("container_file", file_id)
         await anyio.Path(self.files.path(file_id)).unlink(missing_ok=True)
 
-    async def _new_file(self, container_id: str, name: str, size: int, file_id: str) -> ContainerFile:
+    async def _new_file(
+        self, container_id: str, name: str, size: int, file_id: str, source: str = "user"
+    ) -> ContainerFile:
         now = int(time.time())
         record = ContainerFile(
-            file_id, container_id, f"{DATA_DIR}/{name}", size, now, "user", now + int(self.retention_s)
+            file_id, container_id, f"{DATA_DIR}/{name}", size, now, source, now + int(self.retention_s)
         )
         await self.objects.put("container_file", asdict(record))
         return record
@@ -226,6 +236,33 @@ class Containers:
         if found is None or found["owner"] != container_id:
             raise RequestError(f"No such Container File: {file_id}", "file_id", 404, "not_found")
         return ContainerFile(**found)
+
+    async def files_of(self, container_id: str) -> list[ContainerFile]:
+        """A container's files (the caller checked the container is the owner's)."""
+        return [ContainerFile(**o) for o in await self.objects.owned("container_file", container_id)]
+
+    async def store_output(self, container_id: str, name: str, chunks: AsyncIterator[bytes]) -> ContainerFile:
+        """A file the code wrote at /mnt/data/NAME (NAME may hold `/`): its bytes streamed to the volume, then
+        recorded with source "assistant". A file already at that path is replaced: the code changed it, and
+        the platform's copy follows the sandbox (the old id goes with its old bytes)."""
+        file_id = "cfile_" + secrets.token_hex(16)
+        target = anyio.Path(self.files.path(file_id))
+        part = target.with_name(f".part-{file_id}")
+        size = 0
+        try:
+            async with await anyio.open_file(part, "wb") as out:
+                async for chunk in chunks:
+                    size += len(chunk)
+                    await out.write(chunk)
+            await part.rename(target)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await part.unlink(missing_ok=True)
+            raise
+        for old in await self.files_of(container_id):
+            if old.path == f"{DATA_DIR}/{name}":
+                await self._drop_file(old.id)
+        return await self._new_file(container_id, name, size, file_id, "assistant")
 
     async def files_page(self, container_id: str, owner: str, *, limit: int, order: str, after: str | None) -> dict:
         await self.find(container_id, owner)

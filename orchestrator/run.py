@@ -18,6 +18,7 @@ from orchestrator.events import ResponseBuilder, usage
 from orchestrator.schema import AnswerFormat, Requirement, Toolset
 from orchestrator.tools import Endpoints, ToolSessions
 from orchestrator.worker.client import Generate
+from orchestrator.workspace import Workspace
 
 JSON_RETRIES = 2  # function calls with invalid JSON arguments sent back to the model per response
 
@@ -156,6 +157,9 @@ class Run:
     effort: str | None = None  # reasoning.effort as asked: in Harmony's system message; chat path: `reasoning_effort`
     new_input: list[Message] = field(default_factory=list)  # appended after pending approvals are answered
     container_id: str = "auto"
+    # namespace -> the container its calls work in (`workspace.py`); absent: the conversation's own sandbox
+    workspaces: dict[str, Workspace] = field(default_factory=dict)
+    public_url: str = ""  # the orchestrator as clients reach it: links to container file content
     include: set[str] = field(default_factory=set)
     logprobs: int | None = None  # top_logprobs to report per output_text token; None: logprobs not included
     model: TurnModel | None = None  # None: Harmony (`turns.HARMONY`)

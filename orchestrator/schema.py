@@ -289,3 +289,7 @@ class Toolset:
     # `namespace` tools (and a local shell's `container`): name -> (description, functions), addressed `NAME.fn`
     namespaces: dict[str, tuple[str, list[dict[str, Any]]]] = field(default_factory=dict)
     required: Requirement | None = None  # from tool_choice: required, or a named tool
+    # namespace -> a container the request names for it, and where: code_interpreter's `container` (an id, or
+    # `auto` with file_ids) for python, shell's `container_reference` for container; the service resolves each
+    # to a `Workspace` once the caller is known (`workspace.py`)
+    containers: dict[str, tuple[str, str | dict[str, Any]]] = field(default_factory=dict)

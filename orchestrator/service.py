@@ -14,9 +14,10 @@ import anyio
 import structlog
 from openai_harmony import Message
 
-from orchestrator import compaction, kinds, references, truncation
+from orchestrator import compaction, kinds, references, truncation, workspace
 from orchestrator import harmony as h
 from orchestrator.chat import ChatTurns, chat_tools
+from orchestrator.containers import Containers
 from orchestrator.conversation_store import Conversation, conversations_for
 from orchestrator.conversations import Conversations
 from orchestrator.events import ResponseBuilder, new_id
@@ -90,14 +91,22 @@ class ResponsesService(LiveResponses):
         self.endpoints = Endpoints(settings.tools_url, settings.endpoint_overrides())
         self.live: dict[str, Live] = {}
         self.on_settled: Any = None  # (status, usage, [(namespace, outcome)]) -> None: the metrics
+        self.containers: Containers | None = None  # set by the app: code_interpreter's containers
 
     # --- creating ---------------------------------------------------------------------------------
 
     async def create(
-        self, req: ResponsesRequest, owner: str, *, kept: dict[str, Record] | None = None, warm_only: bool = False
+        self,
+        req: ResponsesRequest,
+        owner: str,
+        *,
+        kept: dict[str, Record] | None = None,
+        warm_only: bool = False,
+        base_url: str = "",
     ) -> Live:
         """Start a response owned by `owner` (the caller's key id); `kept`: a WebSocket connection's responses
-        that `previous_response_id` may name without a store read; `warm_only`: prefill the worker, no output."""
+        that `previous_response_id` may name without a store read; `warm_only`: prefill the worker, no output;
+        `base_url`: the orchestrator as the caller reached it (links to container files, unless configured)."""
         if req.background and not req.store:
             raise RequestError("background responses need store=true", "background")
         check_running(sum(lv.owner == owner for lv in self.live.values()), self.settings.max_concurrent_per_key)
@@ -105,6 +114,7 @@ class ResponsesService(LiveResponses):
         lease = await self.conversations.hold(conv) if conv else None  # before its items are read
         try:
             p = await self._prepare(req, owner, kept)
+            await self._workspace(p.run, owner, self.settings.public_url or base_url)
             p.run.warm_only = warm_only
             builder, rid = p.run.builder, p.run.builder.id
             live = Live(builder, req, owner, conversation=p.conversation, lease=lease, kept=kept)
@@ -119,6 +129,20 @@ class ResponsesService(LiveResponses):
         self.live[rid] = live
         live.task = asyncio.create_task(self._traced(live, p.run, p.listings, p.n_head, p.items))
         return live
+
+    async def _workspace(self, r: Run, owner: str, public_url: str) -> None:
+        """The containers the request's tools name, once everything else in it passed (an `auto` one is new)."""
+        if self.containers is None:
+            return
+        # references first: a request refused for a missing one makes no `auto` container
+        for ns, (where, spec) in sorted(r.toolset.containers.items(), key=lambda e: isinstance(e[1][1], dict)):
+            url = self.endpoints.url_for(ns)
+            space = await workspace.resolve(ns, spec, where, owner, self.containers, r.sessions, url)
+            if space is not None:
+                r.workspaces[ns] = space
+        if (space := r.workspaces.get("python")) is not None:
+            r.container_id = space.container_id
+        r.public_url = public_url.rstrip("/")
 
     async def count_input_tokens(self, req: ResponsesRequest, owner: str) -> int:
         """The first turn's prompt in tokens, rendered exactly as `create` would render it (nothing runs)."""

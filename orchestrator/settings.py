@@ -51,6 +51,9 @@ class OrchestratorSettings(ServiceSettings):
     max_container_memory: Literal["1g", "4g", "16g", "64g"] = Field(
         "4g", description="largest memory_limit a container may ask for (above: 400)"
     )
+    public_url: str | None = Field(
+        None, description="URL clients reach this orchestrator at, for container file links (default: the request's)"
+    )
     max_output_tokens: int = Field(16_384, description="token budget of a response when the request sets none")
     context_tokens: int = Field(
         131_072, description="the model's context in tokens: truncation 'auto' drops the oldest items past it"

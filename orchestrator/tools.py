@@ -39,6 +39,7 @@ class ToolOutcome:
     images: list[str] = field(default_factory=list)  # data: or http URLs from image content
     structured: dict[str, Any] | None = None  # structuredContent: browser {cursor, url, title, hits}, exec {stdout,..}
     outcome: str = ""  # ok, tool_error, timeout, unavailable, rejected, error (metrics); "" = from is_error
+    files: list[dict[str, Any]] = field(default_factory=list)  # container files the call wrote (their bodies)
 
     @property
     def kind(self) -> str:
@@ -107,6 +108,9 @@ class ToolSessions:
         self.session_id = session_id
         self.timeout_s = timeout_s
         self.used: set[str] = set()  # URLs called: their sessions need `cleanup_session` eventually
+        # URL -> the session id a container names there: its sandbox belongs to the container, not to this
+        # conversation, so it is not in `used` (the container's expiry or the server's TTL frees it)
+        self.named: dict[str, str] = {}
         self._clients: dict[tuple[str, tuple[tuple[str, str], ...]], Client] = {}
         self._stack = contextlib.AsyncExitStack()
 
@@ -155,10 +159,11 @@ class ToolSessions:
     ) -> ToolOutcome:
         start = time.perf_counter()
         outcome = "error"
+        session_id = private_session_id(self.session_id, url) if client_named else self.session_id
+        session_id = self.named.get(url, session_id)
         try:
-            session_id = private_session_id(self.session_id, url) if client_named else self.session_id
             client = await self._get(url, headers, address, session_id)
-            if not client_named:
+            if not client_named and url not in self.named:
                 self.used.add(url)
             with anyio.fail_after(self.timeout_s):
                 result = await client.call_tool(name, args)
@@ -183,7 +188,7 @@ class ToolSessions:
             return ToolOutcome(f"Error: the tool `{name}` failed: {_error_text(exc)}", True, outcome="error")
         finally:
             ms = round((time.perf_counter() - start) * 1000, 2)
-            log.info("tool.call", url=loggable(url), tool=name, ms=ms, outcome=outcome, session_id=self.session_id)
+            log.info("tool.call", url=loggable(url), tool=name, ms=ms, outcome=outcome, session_id=session_id)
 
     async def aclose(self) -> None:
         try:  # no shield scope around this: the clients' own scopes must exit first (anyio nesting)

@@ -104,7 +104,9 @@ class Connection:
             if not isinstance(generate, bool):
                 raise RequestError("generate must be a boolean", "generate")
             req = ResponsesRequest.model_validate({**body, "stream": True})
-            live = await self.service.create(req, self.ws.state.owner, kept=self.kept, warm_only=not generate)
+            live = await self.service.create(
+                req, self.ws.state.owner, kept=self.kept, warm_only=not generate, base_url=_http_base(self.ws)
+            )
         except Exception as exc:
             self.finished = True
             return await self.send_error(exc, stream_id)
@@ -150,3 +152,8 @@ def add_routes(app: FastAPI, service: ResponsesService, errors: Callable[[BaseEx
             log.info("websocket.closed")
         finally:
             await conn.close()
+
+
+def _http_base(ws: WebSocket) -> str:
+    """The connection's base URL as HTTP (links in responses are fetched over HTTP)."""
+    return str(ws.base_url.replace(scheme="https" if ws.url.scheme == "wss" else "http"))

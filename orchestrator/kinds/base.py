@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -151,9 +152,15 @@ class Kind:
         item = self.begin(r, msg, ns, fn, args, stream)
         if item is None:
             return None
-        outcome = rejected(err) if err is not None else await invoke(r, ns, self.function(fn), args)
+        outcome = rejected(err) if err is not None else await self.run(r, ns, fn, args)
         self.end(r, item, fn, outcome)
         return outcome
+
+    async def run(self, r: Run, ns: str, fn: str, args: dict[str, Any]) -> ToolOutcome:
+        """Invoke the tool server's function; in a container's workspace (code_interpreter's or a shell's
+        `container_reference`), its files are in /mnt/data before the call and what it writes is saved."""
+        call = functools.partial(invoke, r, ns, self.function(fn), args)
+        return await space.run(call) if (space := r.workspaces.get(ns)) is not None else await call()
 
     def arguments(self, r: Run, msg: Message, ns: str, fn: str) -> tuple[dict[str, Any], str | None]:
         """The tool's arguments from the call message, and the error the model reads instead of a run."""

@@ -8,6 +8,7 @@ from typing import Any
 from openai_harmony import Message
 
 from orchestrator import harmony as h
+from orchestrator.containers import MEMORY_LIMITS
 from orchestrator.events import Item, new_id
 from orchestrator.kinds.base import DIRECT_ONLY, EchoContext, Field, Kind, Parsing, Stream, ToolStream, tool_args
 from orchestrator.params import HONOURED
@@ -53,7 +54,9 @@ class CodeInterpreterKind(Kind):
     }
 
     def parse(self, tool: dict[str, Any], where: str, out: Toolset, ctx: Parsing) -> None:
-        _check_container(tool.get("container"), where)
+        if (spec := tool.get("container")) is not None:
+            _check_container(spec, where)
+            out.containers["python"] = (f"{where}.container", spec)
         out.builtins.setdefault("python", {})
 
     def requirement(self, choice: dict[str, Any], tools: Toolset) -> Requirement | None:
@@ -90,6 +93,8 @@ class CodeInterpreterKind(Kind):
     def end(self, r: Run, item: Item, fn: str, outcome: ToolOutcome) -> None:
         outputs: list[dict[str, Any]] = [{"type": "logs", "logs": outcome.text}] if outcome.text else []
         outputs += [{"type": "image", "url": url} for url in outcome.images]
+        if (space := r.workspaces.get("python")) is not None:
+            outputs += space.images(outcome.files, r.public_url)
         status = "failed" if outcome.is_error else "completed"
         item.finish(status, "response.code_interpreter_call.completed", outputs=outputs)
 
@@ -115,30 +120,22 @@ class CodeInterpreterKind(Kind):
 
 
 def _check_container(spec: Any, where: str) -> None:
-    """A code_interpreter's `container`: only what the python tool honours today passes, the rest is a 400
-    naming it (containers and their files exist at /v1/containers, but no tool sees them yet)."""
-    if spec is None:
-        return
+    """A code_interpreter's `container`: a container id, or `auto` (with the caller's `file_ids` and a
+    `memory_limit`); the service resolves it once the caller is known (`workspace.resolve`)."""
     if isinstance(spec, str):
-        raise RequestError(
-            "code_interpreter with a container id is not supported yet: the python tool does not"
-            ' see /v1/containers files; use {"type": "auto"}',
-            f"{where}.container",
-        )
+        if not spec.startswith("cntr_"):
+            raise RequestError(f"No such Container: {spec}", f"{where}.container", 404, "not_found")
+        return
     if not isinstance(spec, dict) or spec.get("type") != "auto":
         raise RequestError('container must be a container id or {"type": "auto"}', f"{where}.container")
     if unknown := sorted(set(spec) - {"type", "file_ids", "memory_limit", "network_policy"}):
         raise RequestError(f"unknown container field(s): {', '.join(unknown)}", f"{where}.container")
-    if spec.get("file_ids"):
-        raise RequestError(
-            "container.file_ids are not supported yet: files are not copied into the python tool's sandbox",
-            f"{where}.container.file_ids",
-        )
-    if spec.get("memory_limit") is not None:
-        raise RequestError(
-            "container.memory_limit is not supported yet: the python sandbox's memory limit is the operator's",
-            f"{where}.container.memory_limit",
-        )
+    ids = spec.get("file_ids")
+    if ids is not None and not (isinstance(ids, list) and len(ids) <= 100 and all(isinstance(i, str) for i in ids)):
+        raise RequestError("file_ids must be a list of at most 100 file ids", f"{where}.container.file_ids")
+    if spec.get("memory_limit") is not None and spec["memory_limit"] not in MEMORY_LIMITS:
+        message = f"memory_limit must be one of {', '.join(MEMORY_LIMITS)}"
+        raise RequestError(message, f"{where}.container.memory_limit")
     if (spec.get("network_policy") or {"type": "disabled"}) != {"type": "disabled"}:
         raise RequestError(
             "the python sandbox has no network: only network_policy disabled", f"{where}.container.network_policy"

@@ -65,6 +65,9 @@ class MessageStream(Stream):
         self.delta("")  # what was held back
         item = self.item
         text, found = cite(self.r, h.text_of(msg)) if msg is not None else ("", [])
+        if self.r.workspaces:  # files the tools wrote, where the answer names them
+            found += [a for space in self.r.workspaces.values() for a in space.citations(text)]
+            found.sort(key=lambda a: a.get("start_index", 0))
         part = {"type": "output_text", "text": text, "annotations": [], "logprobs": self.logprobs}
         for i, ann in enumerate(found):
             part["annotations"].append(ann)

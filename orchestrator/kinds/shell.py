@@ -33,12 +33,17 @@ class ShellKind(Kind):
     }
 
     def parse(self, tool: dict[str, Any], where: str, out: Toolset, ctx: Parsing) -> None:
-        env = (tool.get("environment") or {}).get("type") if isinstance(tool.get("environment"), dict) else None
+        environment = tool.get("environment") if isinstance(tool.get("environment"), dict) else {}
+        env = environment.get("type")
         if env == "local":  # the client runs the commands (`kinds/local_shell.py`)
             return local_shell.enable(out, "shell_call", f"{where}.environment")
-        if env not in (None, "container_auto"):
+        if env == "container_reference":  # a /v1/containers container: its files in /mnt/data (`workspace.py`)
+            out.containers["container"] = (f"{where}.environment.container_id", _container_id(environment, where))
+        elif env not in (None, "container_auto"):
             message = f"shell environment {env!r} is not supported: commands run in the container tool"
-            raise RequestError(message + " (environment container_auto or local)", f"{where}.environment")
+            raise RequestError(
+                message + " (environment container_auto, container_reference or local)", f"{where}.environment"
+            )
         if out.local_shell is not None:
             raise RequestError("one shell per request: a local shell and a container shell cannot be combined", where)
         out.shell_for_container = True  # container.exec calls come out as shell_call items
@@ -75,7 +80,11 @@ class ShellKind(Kind):
                 "call_id": new_id("call"),
                 "action": action,
                 "status": "in_progress",
-                "environment": None,
+                "environment": (
+                    {"type": "container_reference", "container_id": space.container_id}
+                    if (space := r.workspaces.get("container")) is not None
+                    else None
+                ),
             }
         )
         item.indexed_event("response.shell_call_command.added", command_index=0, command="")
@@ -124,6 +133,15 @@ class ShellKind(Kind):
                 cmd = ["bash", "-lc", command]
             out.append(h.assistant(json.dumps({"cmd": cmd}), "commentary", "container.exec", "json"))
         return out
+
+
+def _container_id(environment: dict[str, Any], where: str) -> str:
+    if unknown := sorted(set(environment) - {"type", "container_id"}):
+        raise RequestError(f"unknown environment field(s): {', '.join(unknown)}", f"{where}.environment")
+    container_id = environment.get("container_id")
+    if not isinstance(container_id, str) or not container_id.startswith("cntr_"):
+        raise RequestError(f"No such Container: {container_id}", f"{where}.environment.container_id", 404, "not_found")
+    return container_id
 
 
 def _is_command(cmd: Any) -> bool:

@@ -153,3 +153,53 @@ def test_an_apply_patch_tool_edits_files_in_a_directory_through_the_agents_sdk(c
     assert got["final"] == got["streamed"] == "The note is fixed."
     assert got["files"] == ["new", "new"]  # created, then updated, by the SDK's editor (V4A drops the last newline)
     assert got["items"].count("tool_call_item") == 2
+
+
+CODE_INTERPRETER = """
+import asyncio, json
+from openai import OpenAI
+from agents import Agent, CodeInterpreterTool, Runner
+
+client = OpenAI()
+upload = client.files.create(file=("data.csv", b"x,y\\n1,2\\n3,40\\n"), purpose="user_data")
+config = {"type": "code_interpreter", "container": {"type": "auto", "file_ids": [upload.id]}}
+agent = Agent(name="analyst", tools=[CodeInterpreterTool(tool_config=config)])
+
+async def main():
+    result = await Runner.run(agent, "Sum column y of data.csv.")
+    (call,) = [i.raw_item for i in result.new_items if i.type == "tool_call_item"]
+    (message,) = [i.raw_item for i in result.new_items if i.type == "message_output_item"]
+    (cited,) = message.content[0].annotations
+    content = client.containers.files.content.retrieve(cited.file_id, container_id=cited.container_id).read()
+    print(json.dumps({"final": result.final_output, "container": call.container_id, "logs": call.outputs[0].logs,
+                      "cited": cited.model_dump(), "content": content.decode()}))
+
+asyncio.run(main())
+"""
+SUM = (
+    "import csv\n"
+    "total = sum(int(r['y']) for r in csv.DictReader(open('/mnt/data/data.csv')))\n"
+    "_ = open('/mnt/data/total.txt', 'w').write(str(total))\n"
+    "print(total)"
+)
+
+
+def test_agents_code_interpreter_tool_with_a_file_reads_it_and_cites_what_it_wrote(clients, fleet):
+    """`CodeInterpreterTool` with `file_ids`: the upload is in /mnt/data, the file the code wrote is cited and
+    downloads through the SDK's containers resource (the real python tool behind the real gateway)."""
+    fleet.script(
+        [
+            ("python to=assistant", "<|channel|>final<|message|>The total is in total.txt.<|return|>"),
+            ("Sum column y", f"<|channel|>analysis to=python<|message|>{SUM}<|call|>"),
+        ]
+    )
+    got = run_python(clients, CODE_INTERPRETER, f"{fleet.url}/v1")
+    assert got["final"] == "The total is in total.txt." and got["logs"].strip() == "42"
+    assert got["container"].startswith("cntr_") and got["content"] == "42"
+    cited = got["cited"]
+    assert (cited["type"], cited["filename"], cited["container_id"]) == (
+        "container_file_citation",
+        "total.txt",
+        got["container"],
+    )
+    assert got["final"][cited["start_index"] : cited["end_index"]] == "total.txt"

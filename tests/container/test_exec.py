@@ -33,12 +33,12 @@ def bash(script: str) -> list[str]:
 async def test_namespace_describes_the_container_and_hides_the_helper_tools(server: Service, transport: str) -> None:
     async with mcp_session(server.url, transport) as session:
         tools = {t.name: t for t in (await session.list_tools()).tools}
-    assert set(tools) == {"exec", "write_file", "read_file", "cleanup_session"}
+    assert set(tools) == {"exec", "write_file", "read_file", "list_files", "cleanup_session"}
     shown = {"cmd", "workdir", "env", "session_name", "timeout", "user"}
     handle = set() if transport == "sse" else {"session_handle"}  # legacy SSE (vLLM) keeps the trained shape
     assert set(tools["exec"].input_schema["properties"]) == shown | handle
     assert (tools["exec"].meta or {}).get("include_in_prompt") is not False  # exec is in the prompt
-    for hidden in ("write_file", "read_file", "cleanup_session"):
+    for hidden in ("write_file", "read_file", "list_files", "cleanup_session"):
         assert tools[hidden].meta == {"include_in_prompt": False}
 
 
@@ -304,4 +304,30 @@ async def test_hidden_file_tools_write_and_read_text_and_binary(server: Service,
         assert bad.is_error and "not valid base64" in bad.content[0].text
         missing = await session.call_tool("read_file", {"path": "nope"})
         assert missing.is_error and "No such file or directory" in missing.content[0].text
+        await session.call_tool("cleanup_session", {})
+
+
+async def test_files_in_mnt_data_move_in_chunks_and_are_listed(server: Service, session_id: str) -> None:
+    """How a platform container's files reach a shell: chunks written at offsets, read back from offsets, and
+    a listing of /mnt/data's regular files (a symlink out of it is not one)."""
+    blob = bytes(range(256)) * 40
+    async with mcp_session(server.url, "streamable-http", {"x-session-id": session_id}) as session:
+        for offset in range(0, len(blob), 4096):
+            chunk = base64.b64encode(blob[offset : offset + 4096]).decode()
+            args = {"path": "/mnt/data/sub/b.bin", "content": chunk, "encoding": "base64", "offset": offset}
+            if offset == 0:
+                await session.call_tool("exec", {"cmd": ["mkdir", "/mnt/data/sub"]})
+            assert not (await session.call_tool("write_file", args)).is_error
+        await session.call_tool("exec", {"cmd": ["ln", "-s", "/etc/passwd", "/mnt/data/leak"]})
+        listed = (await session.call_tool("list_files", {})).structured_content
+        assert [(f["path"], f["size"]) for f in listed["files"]] == [("sub/b.bin", len(blob))]
+        back = b""
+        while True:
+            args = {"path": "/mnt/data/sub/b.bin", "offset": len(back), "max_bytes": 4096}
+            part = await session.call_tool("read_file", args)
+            assert part.structured_content["encoding"] == "base64"  # bytes 128-255 are not UTF-8 alone
+            back += base64.b64decode(part.structured_content["content"])
+            if not part.structured_content["truncated"]:
+                break
+        assert back == blob
         await session.call_tool("cleanup_session", {})

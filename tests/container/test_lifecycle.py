@@ -94,7 +94,7 @@ async def test_mcp_1x_client_drives_a_persistent_session(server: Service, transp
     out = await arun_mcp1_client(url, ops, transport=transport, headers={"x-session-id": session_id})
     assert out["server_info"]["name"] == "container"
     listed, _, answer, bad, cleanup = out["results"]
-    assert {t["name"] for t in listed["tools"]} == {"exec", "write_file", "read_file", "cleanup_session"}
+    assert {t["name"] for t in listed["tools"]} == {"exec", "write_file", "read_file", "list_files", "cleanup_session"}
     assert answer["result"]["content"][0]["text"] == "42\n[exit code 0]"
     assert answer["result"]["structuredContent"]["exit_code"] == 0
     assert bad["result"]["isError"] is True

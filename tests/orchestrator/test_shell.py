@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import httpx
+import pytest
 from invariants import check_stream
 from openai.types.responses import Response
 
@@ -54,8 +55,18 @@ def test_shell_items_in_client_kept_history_render_as_the_exec_call_and_its_outp
     assert "<|start|>container.exec to=assistant<|channel|>commentary<|message|>hi there\n<|end|>" in prompt
 
 
-def test_a_container_reference_environment_is_refused(stack):  # a local one is the client's (test_client_tools)
-    environment = {"type": "container_reference", "container_id": "cntr_x"}
+@pytest.mark.parametrize(
+    ("environment", "status", "param"),
+    [
+        ({"type": "container_reference", "container_id": "cntr_x"}, 404, "tools[0].environment.container_id"),
+        ({"type": "container_reference", "container_id": 7}, 404, "tools[0].environment.container_id"),
+        ({"type": "container_reference", "container_id": "cntr_x", "x": 1}, 400, "tools[0].environment"),
+        ({"type": "sandbox"}, 400, "tools[0].environment"),
+    ],
+)
+def test_a_container_reference_names_one_of_the_caller_s_containers(stack, environment, status, param):
+    """A missing container is a 404 naming it (files in and out: test_container_files); a local environment
+    is the client's (test_client_tools)."""
     body = {"input": "x", "tools": [{"type": "shell", "environment": environment}]}
     resp = httpx.post(f"{stack.url}/v1/responses", json=body)
-    assert resp.status_code == 400 and resp.json()["error"]["param"] == "tools[0].environment"
+    assert (resp.status_code, resp.json()["error"]["param"]) == (status, param)

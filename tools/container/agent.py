@@ -6,7 +6,10 @@ each runs in its own thread, so a long command in one shell does not hold up ano
 `python3 -c SOURCE --once JSON` (through `docker exec --user ...`) it answers one request and exits.
 
 Requests: `{"id", "op": "exec", "argv", "cwd", "env", "timeout_s", "max_bytes", "in_shell", "functions"}`,
-`{"id", "op": "write", "path", "data"}` (base64) and `{"id", "op": "read", "path", "max_bytes"}`.
+`{"id", "op": "write", "path", "data", "offset", "parents"}` (base64; offset 0 truncates first; parents:
+create the directories above it),
+`{"id", "op": "read", "path", "max_bytes", "offset"}` and `{"id", "op": "list", "path"}` (the regular files
+under a directory, symlinks not followed, at most LIST_LIMIT).
 Why a resident process: a `docker exec` costs several engine round trips per command (figures in
 the backend's docstring); a line on an already attached stream costs none.
 
@@ -28,6 +31,7 @@ import selectors
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -36,6 +40,7 @@ import time
 TAG = "TOOLFLEET_EXEC_TAG"
 STATE_FD = "TOOLFLEET_STATE_FD"
 SHELLS = ("sh", "bash", "dash", "zsh")
+LIST_LIMIT = 1000  # files one listing names, as the python tool's
 WRAPPER = (
     'trap \'__tf_rc=$?; { pwd; printf "\\000"; declare -f; printf "\\000"; env -0; } >&"$'
     + STATE_FD
@@ -277,20 +282,39 @@ def _state_change(raw: bytes, start_env: dict, cwd: str) -> dict:
 
 def run_write(req: dict) -> dict:
     data = base64.b64decode(req["data"])
-    with open(req["path"], "wb") as f:
-        f.write(data)
-    return {"size": len(data)}
+    offset = int(req.get("offset") or 0)
+    if req.get("parents"):
+        os.makedirs(os.path.dirname(req["path"]), exist_ok=True)
+    fd = os.open(req["path"], os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if offset == 0 else 0), 0o644)
+    try:
+        os.pwrite(fd, data, offset)
+        return {"size": os.fstat(fd).st_size}
+    finally:
+        os.close(fd)
 
 
 def run_read(req: dict) -> dict:
     limit = int(req["max_bytes"])
     with open(req["path"], "rb") as f:
+        f.seek(int(req.get("offset") or 0))
         data = f.read(limit + 1)
     return {
         "data": base64.b64encode(data[:limit]).decode(),
         "size": os.path.getsize(req["path"]),
         "cut": len(data) > limit,
     }
+
+
+def run_list(req: dict) -> dict:
+    root, found = os.path.realpath(req["path"]), []
+    for top, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(names):
+            st = os.lstat(os.path.join(top, name))
+            if len(found) < LIST_LIMIT and stat.S_ISREG(st.st_mode):
+                path = os.path.relpath(os.path.join(top, name), root)
+                found.append({"path": path, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
+    return {"files": found}
 
 
 def handle(req: dict) -> dict:
@@ -301,6 +325,8 @@ def handle(req: dict) -> dict:
             reply = run_write(req)
         elif req["op"] == "read":
             reply = run_read(req)
+        elif req["op"] == "list":
+            reply = run_list(req)
         else:
             reply = {"error": f"unknown op {req['op']!r}"}
     except OSError as exc:

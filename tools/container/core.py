@@ -31,6 +31,7 @@ from toolkit.containers import SandboxError as SandboxError  # the kit's "our si
 
 AGENT_SOURCE = Path(__file__).with_name("agent.py").read_text()
 READER_LIMIT = 16 * 1024 * 1024
+DATA_DIR = "/mnt/data"  # where a platform container's files are (shell with container_reference), as in the python tool
 """Largest reply line accepted from an agent (two capped streams, or one bounded file as base64)."""
 
 
@@ -158,7 +159,9 @@ class ContainerSession:
             )
         return result
 
-    async def write_file(self, path: str, content: str, encoding: str) -> dict[str, Any]:
+    async def write_file(self, path: str, content: str, encoding: str, offset: int = 0) -> dict[str, Any]:
+        """A whole file, or (offset > 0) a chunk of a larger one written in order; each write is at most the
+        file limit. Under /mnt/data the directories above the file are made (a container's files have paths)."""
         if encoding == "text":
             data = content.encode()
         elif encoding == "base64":
@@ -171,18 +174,23 @@ class ContainerSession:
         if len(data) > self._max_file:
             raise UsageError(f"content is {len(data)} bytes; the limit is {self._max_file}")
         full = self._path(path)
-        payload = {"op": "write", "path": full, "data": base64.b64encode(data).decode()}
+        if offset < 0:
+            raise UsageError("offset must be >= 0")
+        payload = {"op": "write", "path": full, "data": base64.b64encode(data).decode(), "offset": offset}
+        payload["parents"] = full.startswith(DATA_DIR + "/")  # as python's: a container file's directories
         reply = await self.sandbox.request(payload, user=None, timeout_s=30)
         if "error" in reply:
             raise UsageError(f"cannot write {full}: {reply['error']}")
         return {"path": full, "size": reply["size"]}
 
-    async def read_file(self, path: str, max_bytes: int | None) -> dict[str, Any]:
+    async def read_file(self, path: str, max_bytes: int | None, offset: int = 0) -> dict[str, Any]:
+        """Up to max_bytes from offset; `truncated`: more bytes follow."""
         limit = min(max_bytes or self._max_file, self._max_file)
-        if limit <= 0:
-            raise UsageError("max_bytes must be positive")
+        if limit <= 0 or offset < 0:
+            raise UsageError("max_bytes must be positive, offset >= 0")
         full = self._path(path)
-        reply = await self.sandbox.request({"op": "read", "path": full, "max_bytes": limit}, user=None, timeout_s=30)
+        request = {"op": "read", "path": full, "max_bytes": limit, "offset": offset}
+        reply = await self.sandbox.request(request, user=None, timeout_s=30)
         if "error" in reply:
             raise UsageError(f"cannot read {full}: {reply['error']}")
         data = base64.b64decode(reply["data"])
@@ -197,6 +205,14 @@ class ContainerSession:
             "size": reply["size"],
             "truncated": reply["cut"],
         }
+
+    async def list_files(self, path: str) -> dict[str, Any]:
+        """The regular files under a directory (relative paths, size, mtime_ns); a missing one holds none."""
+        full = self._path(path)
+        reply = await self.sandbox.request({"op": "list", "path": full}, user=None, timeout_s=30)
+        if "error" in reply:
+            raise UsageError(f"cannot list {full}: {reply['error']}")
+        return {"path": full, "files": reply["files"]}
 
     async def aclose(self) -> None:
         await self.sandbox.aclose()

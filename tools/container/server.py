@@ -12,7 +12,15 @@ from mcp_types import CallToolResult, TextContent
 
 from toolkit.server import HIDDEN, ToolServer, backend_lifespan
 from toolkit.tracing import span
-from tools.container.core import Backend, ContainerSession, ExecResult, SandboxError, SandboxGone, UsageError
+from tools.container.core import (
+    DATA_DIR,
+    Backend,
+    ContainerSession,
+    ExecResult,
+    SandboxError,
+    SandboxGone,
+    UsageError,
+)
 from tools.container.settings import ContainerSettings
 
 log = structlog.get_logger(__name__)
@@ -106,17 +114,28 @@ def build_server(settings: ContainerSettings, backend: Backend) -> ToolServer[Co
             structured_content=kit.structured(key, result.structured()),
         )
 
-    @mcp.tool(name="write_file", meta=HIDDEN, description="Write a file in the container (text or base64).")
+    @mcp.tool(name="write_file", meta=HIDDEN, description="Write a file (or a chunk at offset) in the container.")
     async def write_file(
-        path: str, content: str, ctx: Context, encoding: str = "text", session_handle: str | None = None
+        path: str,
+        content: str,
+        ctx: Context,
+        encoding: str = "text",
+        offset: int = 0,
+        session_handle: str | None = None,
     ) -> dict[str, Any]:
-        return await in_session(ctx, "write_file", session_handle, lambda s, _: s.write_file(path, content, encoding))
+        return await in_session(
+            ctx, "write_file", session_handle, lambda s, _: s.write_file(path, content, encoding, offset)
+        )
 
-    @mcp.tool(name="read_file", meta=HIDDEN, description="Read a file from the container (text, or base64 if binary).")
+    @mcp.tool(name="read_file", meta=HIDDEN, description="Read a file (from offset) in the container, text or base64.")
     async def read_file(
-        path: str, ctx: Context, max_bytes: int | None = None, session_handle: str | None = None
+        path: str, ctx: Context, max_bytes: int | None = None, offset: int = 0, session_handle: str | None = None
     ) -> dict[str, Any]:
-        return await in_session(ctx, "read_file", session_handle, lambda s, _: s.read_file(path, max_bytes))
+        return await in_session(ctx, "read_file", session_handle, lambda s, _: s.read_file(path, max_bytes, offset))
+
+    @mcp.tool(name="list_files", meta=HIDDEN, description="The regular files under a directory: path, size, mtime_ns.")
+    async def list_files(ctx: Context, path: str = DATA_DIR, session_handle: str | None = None) -> dict[str, Any]:
+        return await in_session(ctx, "list_files", session_handle, lambda s, _: s.list_files(path))
 
     return kit
 

@@ -38,7 +38,7 @@ import anyio
 import structlog
 
 from toolkit.containers import AttachedStream, ContainerRuntime, SandboxSpec, WarmPool
-from tools.container.core import AGENT_SOURCE, READER_LIMIT, SandboxError, SandboxGone
+from tools.container.core import AGENT_SOURCE, DATA_DIR, READER_LIMIT, SandboxError, SandboxGone
 from tools.container.settings import ContainerSettings
 
 log = structlog.get_logger(__name__)
@@ -143,7 +143,7 @@ class DockerBackend:
             command=["python3", "-u", "-c", AGENT_SOURCE],
             user=settings.user,
             workdir=settings.workdir,
-            writable=[settings.workdir, "/tmp"],
+            writable=[settings.workdir, "/tmp", DATA_DIR],  # DATA_DIR: a platform container's files
             memory_bytes=settings.memory_mb * 2**20,
             cpus=settings.cpus,
             pids=settings.pids,

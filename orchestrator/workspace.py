@@ -1,0 +1,247 @@
+"""A container's files in a tool sandbox's `/mnt/data`: the python tool's for `code_interpreter` with a
+container, the container tool's for `shell` with a `container_reference` environment.
+
+The container's files on the volume are the platform's copy; each sandbox is a cache of it. A tool session
+is named by the container's id, so every response using the container reaches the same sandbox of that
+tool. Before each call, the container files the sandbox does not hold are pushed (hidden `write_file`,
+256 KiB chunks over MCP through the gateway); after it, `/mnt/data` is listed and what is new or changed is
+pulled back (`read_file`) into container files (`source: "assistant"`), which the answer cites and the
+call's item shows. So a file python wrote is in the shell's sandbox at its next call, and the other way
+round. Nothing travels by shared disk, so each tool keeps its own replicas and hosts.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import anyio
+import structlog
+
+from orchestrator.containers import DATA_DIR, MEMORY_LIMITS, ContainerRecord, Containers, CreateContainer
+from orchestrator.schema import RequestError
+from orchestrator.tools import ToolOutcome, ToolSessions
+
+log = structlog.get_logger(__name__)
+
+CHUNK = 256 * 1024  # the python tool's largest chunk (its results carry the base64 twice, under 1 MiB)
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp")
+SANDBOX_MEMORY = "1g"  # what the python and container tools' sandboxes get by default (`--memory-mb 1024`)
+
+
+class WorkspaceError(Exception):
+    """A file could not be moved between the platform and the sandbox."""
+
+
+class PythonFiles:
+    """The python tool's hidden file tools: paths relative to /mnt/data, base64 `data`, `eof`."""
+
+    list_args: ClassVar[dict[str, Any]] = {}
+
+    def write_args(self, name: str, chunk: bytes, offset: int) -> dict[str, Any]:
+        return {"path": name, "data": base64.b64encode(chunk).decode(), "offset": offset}
+
+    def read_args(self, name: str, offset: int) -> dict[str, Any]:
+        return {"path": name, "offset": offset, "max_bytes": CHUNK}
+
+    def chunk(self, result: dict[str, Any]) -> tuple[bytes, bool]:
+        return base64.b64decode(str(result.get("data") or "")), bool(result.get("eof"))
+
+
+class ContainerFiles:
+    """The container tool's: absolute paths, `content` as text or base64, `truncated` while more follows."""
+
+    list_args: ClassVar[dict[str, Any]] = {"path": DATA_DIR}
+
+    def write_args(self, name: str, chunk: bytes, offset: int) -> dict[str, Any]:
+        data = base64.b64encode(chunk).decode()
+        return {"path": f"{DATA_DIR}/{name}", "content": data, "encoding": "base64", "offset": offset}
+
+    def read_args(self, name: str, offset: int) -> dict[str, Any]:
+        return {"path": f"{DATA_DIR}/{name}", "offset": offset, "max_bytes": CHUNK}
+
+    def chunk(self, result: dict[str, Any]) -> tuple[bytes, bool]:
+        content = str(result.get("content") or "")
+        data = content.encode() if result.get("encoding") == "text" else base64.b64decode(content)
+        return data, not result.get("truncated")
+
+
+FILE_TOOLS: dict[str, PythonFiles | ContainerFiles] = {"python": PythonFiles(), "container": ContainerFiles()}
+
+
+@dataclass
+class Workspace:
+    """One response's use of a container by one namespace's tool session."""
+
+    record: ContainerRecord
+    owner: str
+    containers: Containers
+    sessions: ToolSessions
+    url: str  # the namespace's MCP endpoint, whose session for this container is named by its id
+    tools: PythonFiles | ContainerFiles
+    seen: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (size, mtime_ns) after the last call
+    held: dict[str, str] | None = None  # name -> the container file id the sandbox holds; None: not compared yet
+    made: dict[str, dict[str, Any]] = field(default_factory=dict)  # path -> container file written in this response
+
+    @property
+    def container_id(self) -> str:
+        return self.record.id
+
+    async def run(self, call: Callable[[], Awaitable[ToolOutcome]]) -> ToolOutcome:
+        """The call, with the container's files in place before it and what it wrote saved after it."""
+        try:
+            await self._push()
+        except WorkspaceError as exc:
+            text = f"Error: the container's files could not be copied into /mnt/data: {exc}"
+            return ToolOutcome(text, True, outcome="error")
+        outcome = await call()
+        try:
+            await self.containers.find(self.container_id, self.owner)  # in use: its expiry starts again from now
+            outcome.files = await self._pull()
+        except WorkspaceError as exc:
+            outcome.text += f"\n[the files written under /mnt/data could not be saved: {exc}]"
+        except RequestError:  # deleted (or expired) while the call ran: nothing to save the files into
+            outcome.text += f"\n[container {self.container_id} is gone: the files written were not saved]"
+        return outcome
+
+    async def _tool(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
+        out = await self.sessions.call(self.url, name, args)
+        if out.is_error or out.structured is None:
+            raise WorkspaceError(out.text or f"{name} gave no result")
+        return out.structured
+
+    async def _listing(self) -> dict[str, tuple[int, int]]:
+        found = (await self._tool("list_files", self.tools.list_args)).get("files") or []
+        return {str(f["path"]): (int(f["size"]), int(f["mtime_ns"])) for f in found}
+
+    async def _push(self) -> None:
+        """The container files the sandbox does not hold: all the first time (but those it already has at
+        their size, from an earlier response), then those added since (by the API or another tool)."""
+        files = {f.path.removeprefix(DATA_DIR + "/"): f for f in await self.containers.files_of(self.container_id)}
+        if self.held is None:
+            self.seen = await self._listing()
+            self.held = {name: f.id for name, f in files.items() if self.seen.get(name, (-1,))[0] == f.bytes}
+        missing = [(name, f) for name, f in files.items() if self.held.get(name) != f.id]
+        for name, f in missing:
+            await self._send(name, self.containers.files.path(f.id))
+            self.held[name] = f.id
+        if missing:
+            self.seen = await self._listing()
+            log.info("workspace.pushed", container_id=self.container_id, url=self.url, files=len(missing))
+
+    async def _send(self, name: str, source: Path) -> None:
+        offset = 0
+        async with await anyio.open_file(source, "rb") as f:
+            while True:
+                chunk = await f.read(CHUNK)
+                await self._tool("write_file", self.tools.write_args(name, chunk, offset))
+                offset += len(chunk)
+                if len(chunk) < CHUNK:  # the last chunk (an empty file: the one write that creates it)
+                    return
+
+    async def _pull(self) -> list[dict[str, Any]]:
+        """What the call wrote or changed under /mnt/data, as new container files."""
+        now = await self._listing()
+        saved = []
+        for name, (size, _) in now.items():
+            if self.seen.get(name) == now[name]:
+                continue
+            if size > self.containers.files.max_bytes:
+                log.warning("workspace.too_large", container_id=self.container_id, path=name, bytes=size)
+                continue
+            record = await self.containers.store_output(self.container_id, name, self._receive(name))
+            self.made[record.path] = record.body()
+            if self.held is not None:
+                self.held[name] = record.id
+            saved.append(record.body())
+        self.seen = now
+        return saved
+
+    async def _receive(self, name: str) -> AsyncIterator[bytes]:
+        offset = 0
+        while True:
+            data, eof = self.tools.chunk(await self._tool("read_file", self.tools.read_args(name, offset)))
+            offset += len(data)
+            if offset > self.containers.files.max_bytes:
+                raise WorkspaceError(f"{DATA_DIR}/{name} grew past the file size limit")
+            yield data
+            if eof or not data:
+                return
+
+    def citations(self, text: str) -> list[dict[str, Any]]:
+        """`container_file_citation`s of the files written in this response that the text names (as
+        `sandbox:/mnt/data/NAME`, `/mnt/data/NAME` or `NAME`), each mention spanned."""
+        found = []
+        for path, body in self.made.items():
+            name = path.removeprefix(DATA_DIR + "/")
+            mention = rf"(?<![\w./-])(?:sandbox:)?(?:{re.escape(DATA_DIR)}/)?{re.escape(name)}(?![\w/-])"
+            for m in re.finditer(mention, text):
+                found.append(
+                    {
+                        "type": "container_file_citation",
+                        "container_id": self.container_id,
+                        "file_id": body["id"],
+                        "filename": name.rpartition("/")[2],
+                        "start_index": m.start(),
+                        "end_index": m.end(),
+                    }
+                )
+        return sorted(found, key=lambda a: a["start_index"])
+
+    def images(self, files: list[dict[str, Any]], public_url: str) -> list[dict[str, Any]]:
+        """`image` outputs of a call: its image files, each a URL to the container file's content."""
+        return [
+            {"type": "image", "url": f"{public_url}/v1/containers/{self.container_id}/files/{f['id']}/content"}
+            for f in files
+            if f["path"].lower().endswith(IMAGE_SUFFIXES)
+        ]
+
+
+async def resolve(
+    ns: str,
+    spec: str | dict[str, Any],
+    where: str,
+    owner: str,
+    containers: Containers,
+    sessions: ToolSessions,
+    url: str | None,
+) -> Workspace | None:
+    """The workspace of namespace `ns` that a request names: a container of the caller's (another key's or a
+    missing one: 404), or a new one for code_interpreter's `auto` with `file_ids` or `memory_limit`; None:
+    plain `auto` (the conversation's own sandbox, as before)."""
+    if isinstance(spec, dict) and not spec.get("file_ids") and spec.get("memory_limit") is None:
+        return None
+    if url is None:
+        raise RequestError(f"this container needs the {ns} tool server, and none is configured", where, 503)
+    if isinstance(spec, str):
+        try:
+            record = await containers.find(spec, owner)
+        except RequestError as exc:  # named as the request has it
+            raise RequestError(str(exc), where, exc.status, exc.code) from None
+    else:
+        memory = spec.get("memory_limit") or SANDBOX_MEMORY
+        _check_memory(memory, f"{where}.memory_limit")
+        create = CreateContainer(name="code_interpreter auto", file_ids=list(spec.get("file_ids") or []))
+        try:
+            record = await containers.create_from(create.model_copy(update={"memory_limit": memory}), owner)
+        except RequestError as exc:
+            field = "memory_limit" if exc.param == "memory_limit" else "file_ids"  # a file id is missing, or twice
+            raise RequestError(str(exc), f"{where}.{field}", exc.status, exc.code) from None
+    _check_memory(record.memory_limit, where)
+    sessions.named[url] = record.id
+    return Workspace(record, owner, containers, sessions, url, FILE_TOOLS[ns])
+
+
+def _check_memory(memory: str, where: str) -> None:
+    """A sandbox's size is its tool server's `--memory-mb` (1 GiB by default, python and container alike); a
+    larger container limit is refused."""
+    if MEMORY_LIMITS.index(memory) > MEMORY_LIMITS.index(SANDBOX_MEMORY):
+        message = (
+            f"memory_limit {memory!r} is larger than the tool sandboxes' {SANDBOX_MEMORY!r}:"
+            " a sandbox size per container is not built yet"
+        )
+        raise RequestError(message, where)
