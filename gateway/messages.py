@@ -7,6 +7,8 @@ result, `ttlMs` and `cacheScope` included, is kept); on legacy SSE a `tools/list
 session-handle argument, as a tool server's own `/sse` does (vLLM reads it into the prompt). A
 `tools/call` that asked for a new session handle is read for the handle it was answered, and an
 `input_required` answer for its `requestState`: the gateway pins either to the replica that answered.
+A 2026-07-28 listing that differs with the caller's transport (the legacy SSE one) is marked
+`cacheScope: private` whatever the upstream said, so no shared cache hands it to a streamable-HTTP client.
 """
 
 from __future__ import annotations
@@ -155,7 +157,8 @@ class Rewriter:
 def legacy_listing(result: dict[str, Any]) -> dict[str, Any]:
     """A `tools/list` result as the legacy SSE transport shows it: without the session-handle argument,
     as a tool server shows it on its own `/sse` (vLLM's `--tool-server` reads it into the model's prompt;
-    an SSE connection is a session and needs no handle)."""
+    an SSE connection is a session and needs no handle). Its content depends on the transport, so a result
+    that carries a cache scope (2026-07-28) is private; `ttlMs` and the other fields are kept."""
     tools = result.get("tools")
     if not isinstance(tools, list):
         return result
@@ -164,4 +167,5 @@ def legacy_listing(result: dict[str, Any]) -> dict[str, Any]:
         for t in tools
         if isinstance(t, dict)
     ]
-    return {**result, "tools": shown}
+    scope = {"cacheScope": "private"} if "cacheScope" in result else {}
+    return {**result, "tools": shown, **scope}

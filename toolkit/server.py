@@ -292,10 +292,12 @@ class ToolServer(Generic[S]):
 
         async def list_tools(ctx: Any, params: Any) -> Any:
             """Legacy SSE is what vLLM's `--tool-server` reads into the model's prompt: there the tools keep
-            the shapes the model was trained on (an SSE connection is a session; it needs no handle)."""
+            the shapes the model was trained on (an SSE connection is a session; it needs no handle). That
+            listing depends on the caller's transport, so it is never for a shared cache (`private`)."""
             result = await listed.handler(ctx, params)
             if getattr(ctx.request, "query_params", {}).get("session_id"):
-                result.tools = [_without_handle(t) for t in result.tools]
+                shown = [_without_handle(t) for t in result.tools]
+                result = result.model_copy(update={"tools": shown, "cache_scope": "private"})
             return result
 
         lowlevel.add_request_handler("tools/list", listed.params_type, list_tools)

@@ -11,12 +11,16 @@ import asyncio
 import contextlib
 import socket
 import sys
+import uuid
 from collections import defaultdict
+from collections.abc import Callable
 
 import mcp_types as types
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.subscriptions import InMemorySubscriptionBus
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.subscriptions import ServerEvent
 from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
@@ -34,8 +38,32 @@ def session_key(ctx: Context) -> str:
     return headers.get("x-session-id") or headers.get("mcp-session-id") or "anonymous"
 
 
+class CountingBus(InMemorySubscriptionBus):
+    """The in-process `subscriptions/listen` bus, counting the listen streams open on this replica."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = 0
+
+    def subscribe(self, listener: Callable[[ServerEvent], None]) -> Callable[[], None]:
+        unsubscribe = super().subscribe(listener)
+        self.live += 1
+        ended = False
+
+        def end() -> None:
+            nonlocal ended
+            if not ended:
+                ended = True
+                self.live -= 1
+                unsubscribe()
+
+        return end
+
+
 def build(name: str, replica: str, variant: str) -> MCPServer:
-    mcp = MCPServer(name, instructions=f"Fixture server {name}: echo, counters, progress, logs.", version="1.0")
+    bus = CountingBus()
+    instructions = f"Fixture server {name}: echo, counters, progress, logs."
+    mcp = MCPServer(name, instructions=instructions, version="1.0", subscriptions=bus)
     counters: dict[str, int] = defaultdict(int)
     cleaned: list[str] = []
 
@@ -113,6 +141,38 @@ def build(name: str, replica: str, variant: str) -> MCPServer:
         """Ask the user (elicitation back-channel)."""
         result = await ctx.elicit(question, Answer)
         return f"{result.action}:{result.data.answer if result.data else ''}"
+
+    asked: dict[str, str] = {}
+    """The questions this replica asked in `input_required` answers, by their `requestState`."""
+
+    @mcp.tool()
+    async def confirm(question: str, ctx: Context) -> str | types.InputRequiredResult:
+        """Ask the user in a 2026-07-28 `input_required` answer; only the replica that asked can take the retry."""
+        state = ctx.request_state
+        if state is None:
+            state = uuid.uuid4().hex
+            asked[state] = question
+            schema = Answer.model_json_schema()
+            form = types.ElicitRequestFormParams(message=question, requested_schema=schema)  # type: ignore[arg-type]
+            return types.InputRequiredResult(
+                input_requests={"q": types.ElicitRequest(params=form)}, request_state=state
+            )
+        if asked.pop(state, None) is None:
+            raise RuntimeError(f"replica {replica} never asked the question of request state {state!r}")
+        answer = (ctx.input_responses or {}).get("q")
+        content = answer.content if isinstance(answer, types.ElicitResult) else None
+        return f"{replica}:{(content or {}).get('answer')}"
+
+    @mcp.tool()
+    async def touch(uri: str, ctx: Context) -> str:
+        """Publish a resource-updated event for `uri` to this replica's `subscriptions/listen` streams."""
+        await ctx.notify_resource_updated(uri)
+        return f"{replica}:touched"
+
+    @mcp.tool()
+    def listeners() -> str:
+        """This replica's name and how many listen streams it holds open."""
+        return f"{replica}:{bus.live}"
 
     @mcp.tool()
     def fail(message: str) -> str:

@@ -51,6 +51,10 @@ class Fleet:
     def sessions(self, ns: str) -> int:
         return sum(httpx.get(f"{r.url}/healthz", timeout=5).json()["sessions"] for r in self.replicas[ns])
 
+    def active(self, ns: str) -> float:
+        """The replicas' `toolfleet_tool_sessions_active` gauges, summed."""
+        return sum(metric(r.url, "toolfleet_tool_sessions_active", namespace=ns) for r in self.replicas[ns])
+
     def containers(self, ns: str) -> int:
         counts = {"python": python.containers_of, "container": container.sandboxes_of}
         return sum(len(counts[ns](i)) for i in self.instances[ns]) if ns in counts else 0
@@ -161,14 +165,15 @@ async def test_a_call_without_a_session_keeps_no_state(fleet: Fleet) -> None:
     assert "NameError" in text and structured is None
 
 
+@pytest.mark.parametrize("route", ["direct", "gateway"])
 @pytest.mark.parametrize("ns", list(STATEFUL))
 async def test_a_hundred_calls_without_a_session_leave_sessions_and_containers_at_baseline(
-    fleet: Fleet, ns: str
+    fleet: Fleet, ns: str, route: str
 ) -> None:
     await eventually(lambda: fleet.containers(ns) == 2 * (ns != "browser"), 60, "warm pools full")
-    sessions, containers = fleet.sessions(ns), fleet.containers(ns)
+    sessions, active, containers = fleet.sessions(ns), fleet.active(ns), fleet.containers(ns)
     (tool, args), _, _ = STATEFUL[ns]
-    async with connect(fleet.url(ns, "gateway"), "streamable-http") as client:
+    async with connect(fleet.url(ns, route), "streamable-http") as client:
 
         async def four_at_a_time(lane: int) -> None:
             for _ in range(25):
@@ -178,7 +183,7 @@ async def test_a_hundred_calls_without_a_session_leave_sessions_and_containers_a
         async with anyio.create_task_group() as tg:
             for lane in range(4):
                 tg.start_soon(four_at_a_time, lane)
-    assert fleet.sessions(ns) == sessions
+    assert (fleet.sessions(ns), fleet.active(ns)) == (sessions, active)
     await eventually(lambda: fleet.containers(ns) == containers, 60, f"{ns} containers back at {containers}")
 
 
@@ -200,16 +205,27 @@ async def test_forged_and_other_namespace_handles_get_clear_errors(fleet: Fleet,
     assert fleet.sessions("python") == 0
 
 
-async def test_an_expired_handle_says_how_long_it_was_idle(tmp_path: Path) -> None:
-    argv = browser_args("http://127.0.0.1:9", write_corpus(tmp_path / "c"), tmp_path / "i")
-    with running_service([*argv, "--session-ttl-s", "0.5", "--reap-interval-s", "0.2"]) as server:
-        async with connect(f"{server.url}/mcp", "streamable-http") as client:
+@pytest.mark.parametrize("route", ["direct", "gateway"])
+async def test_an_expired_handle_says_how_long_it_was_idle(tmp_path: Path, route: str) -> None:
+    """Through the gateway the pin still names the replica, which says the handle expired (not "unknown")."""
+    corpus = write_corpus(tmp_path / "c")
+    short = ["--session-ttl-s", "0.5", "--reap-interval-s", "0.2"]
+    with contextlib.ExitStack() as stack:
+        servers = [
+            stack.enter_context(running_service([*browser_args("http://127.0.0.1:9", corpus, tmp_path / n), *short]))
+            for n in ("i1", "i2")
+        ]
+        url = f"{servers[0].url}/mcp"
+        if route == "gateway":
+            cfg = gateway_config({"browser": [f"{s.url}/mcp" for s in servers]}, health={"timeout_s": 10})
+            url = stack.enter_context(running_gateway(cfg)).url("browser")
+        async with connect(url, "streamable-http") as client:
             await client.list_tools()
             _, structured, _ = await _call(client, "search", {"query": "tea", "session_handle": "new"})
             handle = structured["session_handle"]  # type: ignore[index]
-            await eventually(lambda: httpx.get(f"{server.url}/healthz").json()["sessions"] == 0, 10, "reaped")
+            await eventually(lambda: sum(map(_sessions, servers)) == 0, 10, "reaped")
             text, _, error = await _call(client, "open", {"id": 0, "cursor": 0, "session_handle": handle})
-    assert error and f"session handle {handle!r} expired after" in text and "pass 'new'" in text
+    assert error and f"session handle {handle!r} expired after" in text and "pass 'new'" in text, text
 
 
 def _post(url: str, body: dict[str, Any], **headers: str) -> httpx.Response:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -156,6 +157,34 @@ async def test_rewriter_names_the_namespace_everywhere_serverinfo_appears() -> N
     assert out["result"]["_meta"]["io.modelcontextprotocol/serverInfo"] == {"name": "python", "version": "1"}
     untouched = b'{"jsonrpc":"2.0","id":2,"result":{"content":[]}}'
     assert (await Rewriter("python", "tools/call").apply(untouched))[0] is untouched
+
+
+def _listing(**hints: object) -> bytes:
+    handle = {"type": "string", "x-mcp-header": "Session-Handle"}
+    schema = {"type": "object", "properties": {"code": {"type": "string"}, "session_handle": handle}}
+    tools = [{"name": "python", "inputSchema": schema}, {"name": "pending", "inputSchema": {"type": "object"}}]
+    return json.dumps(
+        {"jsonrpc": "2.0", "id": 1, "result": {"tools": tools, "resultType": "complete", **hints}}
+    ).encode()
+
+
+async def test_a_reviewed_listing_keeps_the_upstreams_cache_hints() -> None:
+    async def review(tools: list[Any]) -> list[Any]:
+        return [t for t in tools if t["name"] != "pending"]
+
+    data, _ = await Rewriter("python", "tools/list", review).apply(_listing(ttlMs=60000, cacheScope="public"))
+    result = json.loads(data)["result"]
+    assert [t["name"] for t in result["tools"]] == ["python"]
+    assert (result["ttlMs"], result["cacheScope"], result["resultType"]) == (60000, "public", "complete")
+
+
+async def test_the_legacy_sse_listing_depends_on_the_transport_so_it_is_private() -> None:
+    data, _ = await Rewriter("python", "tools/list", legacy=True).apply(_listing(ttlMs=60000, cacheScope="public"))
+    result = json.loads(data)["result"]
+    assert "session_handle" not in result["tools"][0]["inputSchema"]["properties"]
+    assert (result["ttlMs"], result["cacheScope"]) == (60000, "private")
+    data, _ = await Rewriter("python", "tools/list", legacy=True).apply(_listing())  # 2025 era: no hints added
+    assert "cacheScope" not in json.loads(data)["result"]
 
 
 def test_modern_requests_carry_their_envelope_as_routing_headers() -> None:
