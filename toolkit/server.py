@@ -22,6 +22,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.sse import SseServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from opentelemetry.trace import SpanKind
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -30,6 +31,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 
 from toolkit import handles
+from toolkit.answers import SingleAnswerSessionManager
 from toolkit.handles import BadHandle, Handles
 from toolkit.loops import Loops
 from toolkit.metrics import ToolMetrics
@@ -209,23 +211,14 @@ class ToolServer(Generic[S]):
         names no session runs in one of its own, freed (sandbox and all) as the call ends."""
         async with self.observed(tool, ctx, handle) as who:
             state = await self._acquire(who)
-            failure: Exception | None = None
             try:
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(self._heartbeat, ctx)
-                    try:
-                        yield who.key, state
-                    except Exception as exc:  # raised below, outside the group, so it is not wrapped
-                        failure = exc
-                    finally:
-                        tg.cancel_scope.cancel()
+                async with self._heartbeat(ctx):
+                    yield who.key, state
             finally:
                 self.sessions.release(who.key)
                 self._minted.discard(who.key)
                 if who.once:
                     await self.sessions.close(who.key)
-            if failure is not None:
-                raise failure
 
     async def _acquire(self, who: Identity) -> S:
         """The state of `who`; only a new handle, never a known one, may create it."""
@@ -302,8 +295,29 @@ class ToolServer(Generic[S]):
 
         lowlevel.add_request_handler("tools/list", listed.params_type, list_tools)
 
-    async def _heartbeat(self, ctx: Context) -> None:
-        """Progress every few seconds, so SSE clients (vLLM gives up after 300 s of silence) wait."""
+    def _heartbeat(self, ctx: Context) -> contextlib.AbstractAsyncContextManager[None]:
+        """Progress every few seconds for a caller that asked for it (`_meta.progressToken`), so SSE clients
+        (vLLM gives up after 300 s of silence) wait. A call without a token can be sent no progress (the SDK
+        drops it), so it runs without a heartbeat task: most calls, and those are answered as one JSON body."""
+        if progress_token_from_params(ctx.request_context.params) is None:
+            return contextlib.nullcontext()
+        return self._beating(ctx)
+
+    @contextlib.asynccontextmanager
+    async def _beating(self, ctx: Context) -> AsyncIterator[None]:
+        failure: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._beat, ctx)
+            try:
+                yield
+            except Exception as exc:  # raised below, outside the group, so it is not wrapped
+                failure = exc
+            finally:
+                tg.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+
+    async def _beat(self, ctx: Context) -> None:
         ticks = 0
         while True:
             await anyio.sleep(self._progress_interval_s)
@@ -332,9 +346,7 @@ class ToolServer(Generic[S]):
                 await lowlevel.run(read, write, lowlevel.create_initialization_options())
             return Response()
 
-        # Called for its side effect: it creates the session manager whose ASGI app we mount below.
-        self.mcp.streamable_http_app(max_request_body_size=limit, transport_security=security, host=self.settings.host)
-        manager = self.mcp.session_manager
+        manager = SingleAnswerSessionManager(lowlevel, security_settings=security, max_request_body_size=limit)
 
         @contextlib.asynccontextmanager
         async def lifespan(app: Starlette) -> AsyncIterator[None]:
