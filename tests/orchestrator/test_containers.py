@@ -197,7 +197,7 @@ def test_an_idle_container_expires_with_its_files(make_stack) -> None:
     ],
 )
 def test_code_interpreter_refuses_a_container_it_cannot_use(stack, container, param: str, status: int) -> None:
-    """A missing container or file is a 404, a sandbox larger than the python tool's or a network a 400: each
+    """A missing container or file is a 404, a memory_limit not in OpenAI's list or a network a 400: each
     names the field, and nothing is created."""
     with pytest.raises(openai.APIStatusError) as refused:
         stack.client.responses.create(
