@@ -16,6 +16,8 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from toolkit.containers import MEMORY_HEADER
+
 RESERVED = {"healthz", "readyz", "metrics", "admin"}
 _NAMESPACE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_]([A-Za-z0-9_-]{0,62})(\.[A-Za-z0-9_]([A-Za-z0-9_-]{0,62}))*\.?$")
@@ -28,7 +30,11 @@ class _Frozen(BaseModel):
 
 BROWSER_OPTIONS = ("x-browser-allowed-domains", "x-browser-external-access", "x-browser-context-size",
                    "x-browser-user-location")  # fmt: skip
-NAMESPACE_FORWARD: dict[str, tuple[str, ...]] = {"browser": BROWSER_OPTIONS}
+NAMESPACE_FORWARD: dict[str, tuple[str, ...]] = {
+    "browser": BROWSER_OPTIONS,
+    "python": (MEMORY_HEADER,),
+    "container": (MEMORY_HEADER,),
+}
 """Headers a namespace's server reads besides the common ones, forwarded unless its policy lists `forward` itself."""
 
 

@@ -22,6 +22,7 @@ from opentelemetry.trace import SpanKind
 
 from orchestrator.harmony import Namespace
 from orchestrator.mcp_policy import PinnedTransport
+from toolkit.containers import MEMORY_HEADER
 from toolkit.handles import ARGUMENT as HANDLE_ARGUMENT
 from toolkit.tracing import REQUEST_ID_HEADER, annotate, current_request_id, inject, span
 
@@ -111,6 +112,8 @@ class ToolSessions:
         # URL -> the session id a container names there: its sandbox belongs to the container, not to this
         # conversation, so it is not in `used` (the container's expiry or the server's TTL frees it)
         self.named: dict[str, str] = {}
+        # URL -> the sandbox size (MiB) a container asks there, above the tool server's default
+        self.sizes: dict[str, int] = {}
         self._clients: dict[tuple[str, tuple[tuple[str, str], ...]], Client] = {}
         self._stack = contextlib.AsyncExitStack()
 
@@ -161,6 +164,8 @@ class ToolSessions:
         outcome = "error"
         session_id = private_session_id(self.session_id, url) if client_named else self.session_id
         session_id = self.named.get(url, session_id)
+        if url in self.sizes:
+            headers = {**(headers or {}), MEMORY_HEADER: str(self.sizes[url])}
         try:
             client = await self._get(url, headers, address, session_id)
             if not client_named and url not in self.named:
@@ -189,6 +194,16 @@ class ToolSessions:
         finally:
             ms = round((time.perf_counter() - start) * 1000, 2)
             log.info("tool.call", url=loggable(url), tool=name, ms=ms, outcome=outcome, session_id=session_id)
+
+    async def call_once(self, url: str, name: str, args: dict[str, Any]) -> ToolOutcome:
+        """`call` over a connection of its own, closed before it returns: for a call made before the response's
+        task runs (the shared connections must be entered and closed in that one task)."""
+        once = ToolSessions(session_id=self.session_id, timeout_s=self.timeout_s)
+        once.named, once.sizes = self.named, self.sizes
+        try:
+            return await once.call(url, name, args)
+        finally:
+            await once.aclose()
 
     async def aclose(self) -> None:
         try:  # no shield scope around this: the clients' own scopes must exit first (anyio nesting)

@@ -22,15 +22,16 @@ from typing import Any, ClassVar
 import anyio
 import structlog
 
-from orchestrator.containers import DATA_DIR, MEMORY_LIMITS, ContainerRecord, Containers, CreateContainer
+from orchestrator.containers import DATA_DIR, ContainerRecord, Containers, CreateContainer
 from orchestrator.schema import RequestError
 from orchestrator.tools import ToolOutcome, ToolSessions
+from toolkit.containers import MEMORY_HEADER
 
 log = structlog.get_logger(__name__)
 
 CHUNK = 256 * 1024  # the python tool's largest chunk (its results carry the base64 twice, under 1 MiB)
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp")
-SANDBOX_MEMORY = "1g"  # what the python and container tools' sandboxes get by default (`--memory-mb 1024`)
+DEFAULT_MEMORY = "1g"  # OpenAI's default memory_limit: the tool servers' own `--memory-mb` (1024 by default)
 
 
 class WorkspaceError(Exception):
@@ -223,25 +224,35 @@ async def resolve(
         except RequestError as exc:  # named as the request has it
             raise RequestError(str(exc), where, exc.status, exc.code) from None
     else:
-        memory = spec.get("memory_limit") or SANDBOX_MEMORY
-        _check_memory(memory, f"{where}.memory_limit")
+        memory = spec.get("memory_limit") or DEFAULT_MEMORY
         create = CreateContainer(name="code_interpreter auto", file_ids=list(spec.get("file_ids") or []))
         try:
             record = await containers.create_from(create.model_copy(update={"memory_limit": memory}), owner)
         except RequestError as exc:
             field = "memory_limit" if exc.param == "memory_limit" else "file_ids"  # a file id is missing, or twice
             raise RequestError(str(exc), f"{where}.{field}", exc.status, exc.code) from None
-    _check_memory(record.memory_limit, where)
     sessions.named[url] = record.id
+    if (size := sandbox_mb(record.memory_limit)) is not None:
+        sessions.sizes[url] = size
+        try:
+            await _check_size(ns, record, sessions, url, where if isinstance(spec, str) else f"{where}.memory_limit")
+        except RequestError:
+            if not isinstance(spec, str):  # the `auto` container made for this request goes with it
+                await containers.delete(record.id, owner)
+            raise
     return Workspace(record, owner, containers, sessions, url, FILE_TOOLS[ns])
 
 
-def _check_memory(memory: str, where: str) -> None:
-    """A sandbox's size is its tool server's `--memory-mb` (1 GiB by default, python and container alike); a
-    larger container limit is refused."""
-    if MEMORY_LIMITS.index(memory) > MEMORY_LIMITS.index(SANDBOX_MEMORY):
-        message = (
-            f"memory_limit {memory!r} is larger than the tool sandboxes' {SANDBOX_MEMORY!r}:"
-            " a sandbox size per container is not built yet"
-        )
-        raise RequestError(message, where)
+def sandbox_mb(memory: str) -> int | None:
+    """The sandbox size, in MiB, that a container asks its tool server for; None for the default 1g, which is
+    the tool's own `--memory-mb` (so an operator who set it lower keeps every default container working)."""
+    return None if memory == DEFAULT_MEMORY else int(memory.removesuffix("g")) * 1024
+
+
+async def _check_size(ns: str, record: ContainerRecord, sessions: ToolSessions, url: str, field: str) -> None:
+    """Start the container's sandbox now (its first call would anyway), so a size above what the tool server
+    allows (its `--max-session-memory-mb`) is the request's 400 rather than a failed call mid-response."""
+    out = await sessions.call_once(url, "list_files", FILE_TOOLS[ns].list_args)
+    if out.is_error and MEMORY_HEADER in out.text:
+        message = f"memory_limit {record.memory_limit!r} is larger than the {ns} tool's sandboxes may be: {out.text}"
+        raise RequestError(message, field)

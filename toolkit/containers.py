@@ -58,6 +58,11 @@ processes added 166). A runc-sized limit (the lease's 8, python's 128) stops the
 ("OCI runtime create failed") or kills it later, so under runsc the limit is scaled to mean guest processes."""
 
 
+MEMORY_HEADER = "x-sandbox-memory-mb"
+"""A caller's size for the sandbox of a session it starts (MiB): the orchestrator's, for a platform container whose
+`memory_limit` is above the default 1g. Absent: the tool server's `--memory-mb`."""
+
+
 FLEET_RUNTIME_ENV = "TOOLFLEET_OCI_RUNTIME"
 """Where set (e.g. `runsc`), the OCI runtime of every sandbox tool that is not told otherwise."""
 
@@ -69,6 +74,12 @@ class SandboxError(Exception):
 class DockerSandboxSettings(ToolServerSettings):
     """Flags every docker-backed tool server shares (`--instance`, `--pool-size`, `--oci-runtime`, ...)."""
 
+    memory_mb: int = Field(1024, description="memory limit of a session's sandbox (the size of the warm pool's)")
+    max_session_memory_mb: int | None = Field(
+        None,
+        description=f"largest memory a caller may ask for a session's sandbox ({MEMORY_HEADER}: a platform "
+        "container's memory_limit); default --memory-mb, so no caller gets more than the operator set",
+    )
     pool_size: int = Field(2, description="warm containers kept ready so a new session starts at once (docker)")
     docker_url: str | None = Field(None, description="Docker engine URL; default from DOCKER_HOST")
     instance: str = Field("", description="label value naming this server's containers; default host-port")
@@ -79,6 +90,10 @@ class DockerSandboxSettings(ToolServerSettings):
     )
     lease_s: float = Field(30.0, description="an owner whose heartbeat is silent this long loses its sandboxes")
     janitor_interval_s: float = Field(30.0, description="how often sandboxes of dead owners are looked for")
+
+    @property
+    def session_memory_cap_mb(self) -> int:
+        return self.max_session_memory_mb or self.memory_mb
 
     def instance_name(self) -> str:
         return self.instance or f"{socket.gethostname()}-{self.port}"

@@ -32,6 +32,7 @@ from starlette.routing import Mount, Route
 
 from toolkit import handles
 from toolkit.answers import SingleAnswerSessionManager
+from toolkit.containers import MEMORY_HEADER
 from toolkit.handles import BadHandle, Handles
 from toolkit.loops import Loops
 from toolkit.metrics import ToolMetrics
@@ -88,6 +89,37 @@ def session_key(ctx: Context) -> str | None:
     return None
 
 
+class SizeRefused(ToolError):
+    """The caller asked for a sandbox larger than this server allows (or named no size it can read)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sizing(Generic[S]):
+    """How a sandbox tool starts a session of the memory size its caller asks for (`MEMORY_HEADER`), up to
+    the operator's cap; a session asking nothing (or the default) gets the warm pool's size."""
+
+    default_mb: int
+    cap_mb: int
+    factory: Callable[[str, int], Awaitable[S]]
+
+    def factory_for(self, ctx: Context) -> Callable[[str], Awaitable[S]] | None:
+        """The factory of the size this call asks for; None: the default one."""
+        raw = _headers(ctx).get(MEMORY_HEADER)
+        if raw is None:
+            return None
+        if not raw.isdigit() or int(raw) < 1:
+            raise SizeRefused(f"{MEMORY_HEADER} must be a whole number of MiB, not {raw!r}")
+        size = int(raw)
+        if size > self.cap_mb:
+            raise SizeRefused(
+                f"{MEMORY_HEADER}: a sandbox of {size} MiB was asked for; this server's sandboxes may have at most "
+                f"{self.cap_mb} MiB (its --max-session-memory-mb)"
+            )
+        if size == self.default_mb:
+            return None
+        return lambda key: self.factory(key, size)
+
+
 @dataclass(frozen=True, slots=True)
 class Identity:
     """Which session one call runs in."""
@@ -127,8 +159,10 @@ class ToolServer(Generic[S]):
         *,
         lifespan: Callable[[], contextlib.AbstractAsyncContextManager[None]] | None = None,
         progress_interval_s: float = 20.0,
+        sizing: Sizing[S] | None = None,
     ) -> None:
         self.mcp = mcp
+        self.sizing = sizing
         self.namespace = mcp.name
         self.settings = settings
         self.metrics = ToolMetrics(self.namespace)
@@ -210,7 +244,7 @@ class ToolServer(Generic[S]):
         """The caller's session state for the length of one call, with heartbeats for long calls. A call that
         names no session runs in one of its own, freed (sandbox and all) as the call ends."""
         async with self.observed(tool, ctx, handle) as who:
-            state = await self._acquire(who)
+            state = await self._acquire(who, self.factory(ctx))
             try:
                 async with self._heartbeat(ctx):
                     yield who.key, state
@@ -220,10 +254,16 @@ class ToolServer(Generic[S]):
                 if who.once:
                     await self.sessions.close(who.key)
 
-    async def _acquire(self, who: Identity) -> S:
+    def factory(self, ctx: Context) -> Callable[[str], Awaitable[S]]:
+        """What starts this call's session: of the size it asks for, where the server sizes sandboxes (an
+        existing session keeps the size it was started with)."""
+        sized = self.sizing.factory_for(ctx) if self.sizing is not None else None
+        return sized or self.sessions.factory
+
+    async def _acquire(self, who: Identity, factory: Callable[[str], Awaitable[S]]) -> S:
         """The state of `who`; only a new handle, never a known one, may create it."""
         try:
-            state = await self.sessions.acquire(who.key, create=who.minted or not who.handle)
+            state = await self.sessions.acquire(who.key, create=who.minted or not who.handle, factory=factory)
         except TooManySessions as exc:
             raise ToolError(str(exc)) from exc
         except SessionGone as exc:

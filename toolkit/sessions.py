@@ -63,9 +63,11 @@ class SessionRegistry(Generic[S]):
     def __contains__(self, key: str) -> bool:
         return key in self._entries
 
-    async def acquire(self, key: str, *, create: bool = True) -> S:
-        """Return the session's state, creating it on first use (or raising SessionGone where `create` is
-        False), and mark it busy until `release`."""
+    async def acquire(
+        self, key: str, *, create: bool = True, factory: Callable[[str], Awaitable[S]] | None = None
+    ) -> S:
+        """Return the session's state, creating it on first use (by `factory`, else the registry's; or raising
+        SessionGone where `create` is False), and mark it busy until `release`."""
         lock = self._locks.setdefault(key, anyio.Lock())
         async with lock:
             entry = self._entries.get(key)
@@ -75,7 +77,7 @@ class SessionRegistry(Generic[S]):
                     raise SessionGone(key)
                 if len(self._entries) >= self._max and not await self._evict_least_recently_used():
                     raise TooManySessions(f"server holds its limit of {self._max} sessions, all of them busy")
-                entry = _Entry(await self.factory(key), reset_after_s=self._reaped.pop(key, None))
+                entry = _Entry(await (factory or self.factory)(key), reset_after_s=self._reaped.pop(key, None))
                 self._entries[key] = entry
                 self.on_change(len(self._entries))
                 log.info("session.created", session_id=key)

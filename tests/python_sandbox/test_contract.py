@@ -208,6 +208,20 @@ async def test_an_unusable_session_header_is_refused_clearly(server: Service) ->
     assert result.is_error and "x-session-id must be 1-256 visible ASCII characters" in result.content[0].text
 
 
+async def test_a_session_gets_the_memory_it_asks_for_up_to_the_servers_cap(server: Service, session_id: str) -> None:
+    """`x-sandbox-memory-mb` sizes the session's sandbox (its rlimit on both backends, its cgroup on docker);
+    above the cap (`--memory-mb 512` here, as no `--max-session-memory-mb` is set) or not a number: an error."""
+    for asked, refusal in [("600", "at most 512 MiB"), ("lots", "whole number of MiB")]:
+        headers = {"x-session-id": f"{session_id}-{asked}", "x-sandbox-memory-mb": asked}
+        async with mcp_session(server.url, "streamable-http", headers) as session:
+            result = await session.call_tool("python", {"code": "1"})
+        assert result.is_error and refusal in result.content[0].text, result.content
+    headers = {"x-session-id": session_id, "x-sandbox-memory-mb": "256"}
+    async with mcp_session(server.url, "streamable-http", headers) as session:
+        assert await run(session, "import resource\nresource.getrlimit(resource.RLIMIT_AS)[0]") == str(256 * 2**20)
+        await session.call_tool("cleanup_session", {})
+
+
 async def test_a_cancelled_call_leaves_the_session_usable(server: Service, session_id: str) -> None:
     async with mcp_session(server.url, "streamable-http", {"x-session-id": session_id}) as session:
         await run(session, "kept = 5")

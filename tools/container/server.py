@@ -10,7 +10,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent
 
-from toolkit.server import HIDDEN, ToolServer, backend_lifespan
+from toolkit.server import HIDDEN, Sizing, ToolServer, backend_lifespan
 from toolkit.tracing import span
 from tools.container.core import (
     DATA_DIR,
@@ -56,16 +56,21 @@ def build_server(settings: ContainerSettings, backend: Backend) -> ToolServer[Co
     )
     mcp = MCPServer("container", instructions=instructions)
 
-    async def new_session(key: str) -> ContainerSession:
+    async def new_session(key: str, memory_mb: int | None = None) -> ContainerSession:
         return ContainerSession(
-            await backend.new_sandbox(key),
+            await backend.new_sandbox(key, memory_mb),
             workdir=settings.workdir,
             max_output_bytes=settings.max_output_bytes,
             max_file_bytes=settings.max_file_bytes,
         )
 
     kit: ToolServer[ContainerSession] = ToolServer(
-        mcp, settings, new_session, lifespan=backend_lifespan(backend), progress_interval_s=settings.progress_s
+        mcp,
+        settings,
+        new_session,
+        lifespan=backend_lifespan(backend),
+        progress_interval_s=settings.progress_s,
+        sizing=Sizing(settings.memory_mb, settings.session_memory_cap_mb, new_session),
     )
     users = {settings.user, *settings.allowed_users}
 

@@ -22,7 +22,6 @@ class ContainerSettings(DockerSandboxSettings):
     workdir: str = Field("/workspace", description="the writable home and starting directory of every shell")
     timeout_s: float = Field(120.0, description="time limit of a command when the call names none")
     max_timeout_s: float = Field(600.0, description="largest time limit a call may ask for")
-    memory_mb: int = Field(1024, description="memory limit per session container")
     cpus: float = Field(1.0, description="CPU share per session container")
     pids: int = Field(256, description="process limit per session container")
     disk_mb: int = Field(512, description="size of each writable directory (the workdir and /tmp)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -11,7 +12,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, ImageContent, TextContent
 from openai_harmony import ToolNamespaceConfig
 
-from toolkit.server import HIDDEN, ToolServer, backend_lifespan
+from toolkit.server import HIDDEN, Sizing, ToolServer, backend_lifespan
 from toolkit.tracing import span
 from tools.python_sandbox.core import MAX_CHUNK, Backend, Kernel, KernelDied, RunResult, SandboxError
 from tools.python_sandbox.settings import PythonSandboxSettings
@@ -39,7 +40,10 @@ def instructions(timeout_s: float) -> str:
 def build_server(settings: PythonSandboxSettings, backend: Backend) -> ToolServer[Kernel]:
     mcp = MCPServer("python", instructions=settings.instructions(instructions(settings.timeout_s)))
 
-    kit: ToolServer[Kernel] = ToolServer(mcp, settings, backend.new_kernel, lifespan=backend_lifespan(backend))
+    sizing = Sizing(settings.memory_mb, settings.session_memory_cap_mb, backend.new_kernel)
+    kit: ToolServer[Kernel] = ToolServer(
+        mcp, settings, backend.new_kernel, lifespan=backend_lifespan(backend), sizing=sizing
+    )
 
     @mcp.tool(
         name="python",
@@ -52,7 +56,7 @@ def build_server(settings: PythonSandboxSettings, backend: Backend) -> ToolServe
             raise ToolError(f"code is {len(code)} characters; the limit is {settings.max_code_chars}")
         try:
             async with kit.session(ctx, "python", session_handle) as (key, kernel):
-                result = await _run(kit, key, kernel, code, settings.timeout_s)
+                result = await _run(kit, key, kernel, code, settings.timeout_s, kit.factory(ctx))
                 notice = kit.notice(key)
         except SandboxError as exc:
             raise ToolError(f"sandbox unavailable: {exc}") from exc
@@ -97,15 +101,23 @@ def build_server(settings: PythonSandboxSettings, backend: Backend) -> ToolServe
     return kit
 
 
-async def _run(kit: ToolServer[Kernel], key: str, kernel: Kernel, code: str, timeout_s: float) -> RunResult:
-    """Run the code; if the interpreter died, give the session a fresh one and say so plainly."""
+async def _run(
+    kit: ToolServer[Kernel],
+    key: str,
+    kernel: Kernel,
+    code: str,
+    timeout_s: float,
+    factory: Callable[[str], Awaitable[Kernel]],
+) -> RunResult:
+    """Run the code; if the interpreter died, give the session a fresh one (of the size the call asks for) and
+    say so plainly."""
     try:
         with span("sandbox.run", namespace="python", session_id=key):
             return await kernel.run(code, timeout_s)
     except KernelDied as exc:
         log.warning("kernel.died", reason=str(exc))
         try:
-            await kit.sessions.replace(key, await kit.sessions.factory(key))
+            await kit.sessions.replace(key, await factory(key))
         except SandboxError as start_exc:
             await kit.sessions.close(key)
             raise ToolError(f"the Python process died ({exc}) and a new one could not start: {start_exc}") from exc

@@ -15,7 +15,6 @@ class PythonSandboxSettings(DockerSandboxSettings):
     port: int = 8802
     backend: str = Field("auto", description="docker, local (bubblewrap) or auto (docker when an engine answers)")
     timeout_s: float = Field(30.0, description="per-call time limit, stated to the model in the instructions")
-    memory_mb: int = Field(1024, description="memory limit per session")
     cpus: float = Field(1.0, description="CPU share per session (docker)")
     pids: int = Field(128, description="process limit per session")
     disk_mb: int = Field(256, description="size of the writable /mnt/data (and the largest file)")

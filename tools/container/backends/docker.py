@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import json
 from typing import Any
@@ -155,14 +156,14 @@ class DockerBackend:
             init=True,
         )
         self.runtime = ContainerRuntime(settings, role=ROLE, image=settings.image)
-        self._pool: WarmPool[DockerSandbox] = WarmPool(self._spawn, settings.pool_size)
+        self._pool: WarmPool[DockerSandbox] = WarmPool(lambda: self._spawn(self._spec), settings.pool_size)
 
     async def start(self) -> None:
         await self.runtime.start()
         self._pool.start()
 
-    async def _spawn(self) -> DockerSandbox:
-        stream = await self.runtime.start_attached(self._spec, limit=READER_LIMIT)
+    async def _spawn(self, spec: SandboxSpec) -> DockerSandbox:
+        stream = await self.runtime.start_attached(spec, limit=READER_LIMIT)
         sandbox = DockerSandbox(self.runtime, stream, self._settings.user)
         try:
             await sandbox.channel.wait_ready(timeout_s=30)
@@ -171,7 +172,14 @@ class DockerBackend:
             raise
         return sandbox
 
-    async def new_sandbox(self, session_id: str) -> DockerSandbox:
+    async def new_sandbox(self, session_id: str, memory_mb: int | None = None) -> DockerSandbox:
+        """A warm sandbox from the pool; a fresh one of `memory_mb` for another size than the pool's (as the
+        python tool does, so both tools size a platform container's sandbox the same way)."""
+        if memory_mb is not None:
+            spec = dataclasses.replace(self._spec, memory_bytes=memory_mb * 2**20)
+            sandbox = await self._spawn(spec)
+            log.info("container.sized", session_id=session_id, container=sandbox.container_id[:12], memory_mb=memory_mb)
+            return sandbox
         sandbox = await self._pool.take()
         log.info(
             "container.assigned", session_id=session_id, container=sandbox.container_id[:12], pooled=len(self._pool)

@@ -9,6 +9,8 @@ as the only writable paths, uid 65534.
 
 from __future__ import annotations
 
+import dataclasses
+
 import structlog
 
 from toolkit.containers import AttachedStream, ContainerRuntime, SandboxSpec, WarmPool
@@ -18,6 +20,7 @@ from tools.python_sandbox.core import (
     ChannelKernel,
     KernelChannel,
     KernelDied,
+    Limits,
     SandboxError,
 )
 from tools.python_sandbox.settings import PythonSandboxSettings
@@ -43,10 +46,16 @@ class DockerBackend:
     name = "docker"
 
     def __init__(self, settings: PythonSandboxSettings) -> None:
-        lim = settings.limits()
+        self._image = settings.image
+        self._limits = settings.limits()
+        self._spec = self._spec_of(self._limits)
+        self.runtime = ContainerRuntime(settings, role=ROLE, image=settings.image)
+        self._pool: WarmPool[DockerKernel] = WarmPool(lambda: self._spawn(self._spec), settings.pool_size)
+
+    def _spec_of(self, lim: Limits) -> SandboxSpec:
         config = lim.kernel_config(workdir="/mnt/data", capture_path="/tmp/.toolfleet-output", processes=None)
-        self._spec = SandboxSpec(
-            image=settings.image,
+        return SandboxSpec(
+            image=self._image,
             command=["python3", "-u", "-c", KERNEL_SOURCE, config],
             user="65534:65534",
             workdir="/mnt/data",
@@ -57,15 +66,13 @@ class DockerBackend:
             disk_bytes=lim.disk_bytes,
             env={"HOME": "/mnt/data", "MPLBACKEND": "Agg", "MPLCONFIGDIR": "/tmp/matplotlib"},
         )
-        self.runtime = ContainerRuntime(settings, role=ROLE, image=settings.image)
-        self._pool: WarmPool[DockerKernel] = WarmPool(self._spawn, settings.pool_size)
 
     async def start(self) -> None:
         await self.runtime.start()
         self._pool.start()
 
-    async def _spawn(self) -> DockerKernel:
-        kernel = DockerKernel(self.runtime, await self.runtime.start_attached(self._spec, limit=READER_LIMIT))
+    async def _spawn(self, spec: SandboxSpec) -> DockerKernel:
+        kernel = DockerKernel(self.runtime, await self.runtime.start_attached(spec, limit=READER_LIMIT))
         try:
             await kernel.channel.wait_ready(timeout_s=30)
         except KernelDied as exc:
@@ -73,8 +80,15 @@ class DockerBackend:
             raise SandboxError(f"sandbox container did not come up: {exc}") from exc
         return kernel
 
-    async def new_kernel(self, session_id: str) -> DockerKernel:
-        """A warm kernel from the pool when one is ready, else a fresh one."""
+    async def new_kernel(self, session_id: str, memory_mb: int | None = None) -> DockerKernel:
+        """A warm kernel from the pool when one is ready, else a fresh one; a fresh one always for another
+        size than the pool's, since the kernel's address-space rlimit is set as it starts and a `docker
+        update` of the cgroup alone would not lift it."""
+        if memory_mb is not None:
+            lim = dataclasses.replace(self._limits, memory_bytes=memory_mb * 2**20)
+            kernel = await self._spawn(self._spec_of(lim))
+            log.info("kernel.sized", session_id=session_id, container=kernel.container_id[:12], memory_mb=memory_mb)
+            return kernel
         kernel = await self._pool.take()
         log.info("kernel.assigned", session_id=session_id, container=kernel.container_id[:12], pooled=len(self._pool))
         return kernel

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import shutil
 import signal
@@ -123,10 +124,12 @@ class LocalBackend:
             argv += ["--setenv", key, value]
         return [*argv, self._settings.local_python, "-u", "-c", KERNEL_SOURCE, config]
 
-    async def new_kernel(self, session_id: str) -> LocalKernel:
+    async def new_kernel(self, session_id: str, memory_mb: int | None = None) -> LocalKernel:
+        """A kernel under bubblewrap; `memory_mb` (another size than `--memory-mb`) sets its address-space rlimit."""
         uid = self._take_uid()
-        config = self._limits.kernel_config(
-            workdir="/mnt/data", capture_path="/tmp/.toolfleet-output", processes=self._limits.pids if uid else None
+        lim = self._limits if memory_mb is None else dataclasses.replace(self._limits, memory_bytes=memory_mb * 2**20)
+        config = lim.kernel_config(
+            workdir="/mnt/data", capture_path="/tmp/.toolfleet-output", processes=lim.pids if uid else None
         )
         # setpriv, not `user=`/`group=`: event loops such as uvloop refuse those arguments.
         drop = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"] if uid else []
