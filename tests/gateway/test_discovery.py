@@ -23,18 +23,9 @@ from gateway.keys import SessionKey
 from gateway.lifecycle import build_gateway
 from gateway.service import Gateway
 from gateway.store import MemoryStore
-from tests.gateway.harness import (
-    call_text,
-    connect,
-    eventually,
-    fixtures,
-    free_port,
-    metric,
-    redis_server,
-    running_gateway,
-    start_fixture,
-)
-from tests.support.asgi import serve_asgi
+from tests.support.asgi import free_port, serve_asgi
+from tests.support.gateway import call_text, connect, eventually, fixtures, metric, running_gateway, start_fixture
+from tests.support.redis import redis_server
 
 SESSION_LOST = -32002
 REQUESTS = "toolfleet_gateway_requests_total"
