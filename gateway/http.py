@@ -210,6 +210,9 @@ class Pool:
         conn = await self._connect(key, timeouts)
         try:
             return await self._exchange(key, conn, head, body, method, timeouts)
+        except _StaleConnection as exc:  # a fresh connection closed before any answer: the upstream died
+            conn.close()
+            raise ConnectionResetError("the upstream closed the connection before answering") from exc
         except BaseException:
             conn.close()
             raise
