@@ -37,6 +37,9 @@ from tests.support.service import REPO, Service, running_service
 DEMO = {"input": "Run the fleet demo now.", "tools": DEMO_TOOLS}
 COMPUTE = {"input": "please compute 6*7", "tools": [{"type": "code_interpreter", "container": {"type": "auto"}}]}
 TOOLS = ("browser", "python", "container")
+STOP_GRACE_S = 300.0
+"""A tool server's stop at the end: its drain (--drain-s, 10 s) and then removing every sandbox it holds
+(hundreds after a long run: `store: true` keeps a conversation's sandbox for 20 minutes idle)."""
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -89,6 +92,8 @@ def local_fleet() -> Iterator[Fleet]:
                 ]
             )
         )
+        for tool in ("python", "container"):  # before the ExitStack's own stop (15 s): every held sandbox goes
+            stack.callback(started[tool].stop, grace_s=STOP_GRACE_S)
         client = openai.OpenAI(
             base_url=f"{started['orchestrator'].url}/v1", api_key="unused", max_retries=0, timeout=120
         )
