@@ -47,7 +47,14 @@ class _Server(uvicorn.Server):
         await asyncio.to_thread(flush_tracing)
 
 
+AFTER_DRAIN_S = 2.0
+"""What requests still open after a drain get once the port closes: the drain was their grace period (a
+streamable GET the gateway keeps open would otherwise hold the stop another drain_s, eating the stop grace
+period the sandboxes' removal needs)."""
+
+
 def serve(app: ASGIApp, settings: ServiceSettings) -> None:
+    drain = getattr(getattr(app, "state", None), "drain", None)
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -56,14 +63,14 @@ def serve(app: ASGIApp, settings: ServiceSettings) -> None:
         access_log=False,
         lifespan="on",
         # SIGTERM drains: an app with a `drain` (a tool server, see toolkit.drain) first serves the sessions
-        # it holds for up to drain_s while it takes no new one. Then the listening socket closes (a gateway's
-        # new connection is refused and it places the call on another replica), and requests in flight get
-        # drain_s to finish (open SSE streams hold it that long).
-        timeout_graceful_shutdown=settings.drain_s,
+        # it holds for up to drain_s while it takes no new one, then closes its port and gives what is still
+        # open AFTER_DRAIN_S. Any other app closes its port at once (a gateway's new connection is refused
+        # and it places the call on another replica) and gives requests in flight drain_s to finish (open
+        # SSE streams hold it that long).
+        timeout_graceful_shutdown=settings.drain_s if drain is None else AFTER_DRAIN_S,
         log_config=None,  # uvicorn logs through our JSON handler (toolkit.logging)
     )
-    state = getattr(app, "state", None)
-    _Server(config, getattr(state, "drain", None), settings.drain_s).run()
+    _Server(config, drain, settings.drain_s).run()
 
 
 def run_service(service: str, settings: S, build: Callable[[S], ASGIApp]) -> int:
