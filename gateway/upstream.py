@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 import structlog
 
 from gateway.errors import BadUpstream, Draining, Unavailable, Unreached, UpstreamTimeout
-from gateway.http import ConnectFailed, Pool, ProtocolError, Response, Timeouts
+from gateway.http import ClosedUnanswered, ConnectFailed, Pool, ProtocolError, Response, Timeouts
 from toolkit.drain import DRAINING_HEADER, ROOM_HEADER
 
 log = structlog.get_logger(__name__)
@@ -94,6 +94,9 @@ def upstream_errors(replica: Replica) -> Iterator[None]:
     except ConnectFailed as exc:
         replica.record_failure(decisive=True)
         raise Unreached(f"replica {replica.url} of {replica.namespace!r} is unreachable") from exc
+    except ClosedUnanswered as exc:  # counts toward the circuit, not at once: one such close may be load
+        replica.record_failure()
+        raise Unavailable(f"replica {replica.url} of {replica.namespace!r} closed the connection unanswered") from exc
     except TimeoutError as exc:
         replica.record_failure()
         raise UpstreamTimeout(f"replica {replica.url} of {replica.namespace!r} timed out") from exc
