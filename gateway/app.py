@@ -14,6 +14,7 @@ from gateway.lifecycle import running
 from gateway.security import SecurityMiddleware
 from gateway.service import Gateway
 from gateway.streamable import handle_mcp
+from gateway.upstream import Replica
 
 log = structlog.get_logger(__name__)
 
@@ -62,10 +63,16 @@ async def _lifespan(gw: Gateway, receive: Receive, send: Send) -> None:
     await send({"type": "lifespan.shutdown.complete"})
 
 
+def _state(replica: Replica) -> str:
+    if not replica.available:
+        return "down"
+    return "draining" if replica.draining else "up"
+
+
 def _status(gw: Gateway) -> dict[str, object]:
     return {
         name: {
-            "replicas": {r.url: "up" if r.available else "down" for r in ns.replicas.values()},
+            "replicas": {r.url: _state(r) for r in ns.replicas.values()},
             **({"discover": f"{ns.cfg.discover.dns}:{ns.cfg.discover.port}"} if ns.cfg.discover else {}),
             "discovery_cached": ns.tools is not None,
             "pending_tools": sorted(ns.guard.pending),
@@ -83,8 +90,10 @@ async def _readyz(gw: Gateway, send: Send) -> None:
 async def _metrics(gw: Gateway, send: Send) -> None:
     for ns in gw.namespaces.values():
         counts = await gw.store.counts(ns.name)
-        for url in ns.replicas:
+        for url, replica in ns.replicas.items():
             gw.metrics.sessions.labels(ns.name, url).set(counts.get(url, 0))
+            gw.metrics.room.labels(ns.name, url).set(-1 if replica.room is None else replica.room)
+            gw.metrics.draining.labels(ns.name, url).set(1 if replica.draining else 0)
     await send_bytes(send, 200, gw.metrics.render(), b"text/plain; version=0.0.4")
 
 

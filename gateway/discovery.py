@@ -1,8 +1,12 @@
 """Replica discovery by DNS: every address a namespace's name resolves to is one of its replicas.
 
 Resolved again every `discover.interval_s` (and when a call finds no replica). An address that appears
-becomes a replica once a probe answers; one that vanishes is dropped: no new session goes there, and
-the sessions pinned to it are lost (their next call gets the error naming them, as for a dead replica).
+becomes a replica once a probe answers. One that vanishes while it is up is being stopped (a swarm takes a
+task out of DNS as it stops it): it gets no new session but keeps serving the sessions pinned to it while it
+drains (`toolkit.drain`), and is dropped once it is down: when it said it drains, their next call is then
+placed again and told the state was reset; else (killed, a lost node) they are lost. One that vanishes while
+down is dropped at once: its sessions are lost (their next call gets the error naming them, as for a dead
+replica).
 Replica URLs are built from the address, so gateway replicas sharing a Redis pin table agree on them.
 """
 

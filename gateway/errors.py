@@ -85,6 +85,11 @@ class Unreached(Unavailable):
     left, so a call on a session no replica holds yet may go to another replica, whatever its method."""
 
 
+class Draining(Unreached):
+    """The replica is draining and refused to open a session (HTTP 503, `Toolfleet-Draining`): it did nothing,
+    so the call may go to another replica like a refused connection."""
+
+
 class UpstreamTimeout(GatewayError):
     code = UPSTREAM_TIMEOUT
 

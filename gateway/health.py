@@ -6,7 +6,7 @@ import anyio
 import structlog
 
 from gateway.envelope import HANDLE_ARGUMENT
-from gateway.errors import GatewayError
+from gateway.errors import Draining, GatewayError
 from gateway.keys import SessionKey
 from gateway.probe import ProbeSession
 from gateway.routing import Namespace
@@ -25,6 +25,8 @@ async def probe(gw: Gateway, ns: Namespace, replica: Replica) -> None:
         with anyio.fail_after(timeout * 2):
             init = await session.open()
             tools = await session.list_tools()
+    except Draining:
+        return  # alive, serving the sessions it holds until it stops: neither up for new ones nor down
     except (GatewayError, TimeoutError) as exc:
         replica.record_failure()
         log.info("replica.probe_failed", namespace=ns.name, replica=replica.url, error=str(exc) or type(exc).__name__)

@@ -27,6 +27,10 @@ class ProtocolError(Exception):
     """The upstream broke HTTP/1.1 (or closed the connection mid-response)."""
 
 
+class ClosedUnanswered(Exception):
+    """A new connection the upstream closed before any answer: it may have died, or only shed load."""
+
+
 class ConnectFailed(Exception):
     """No connection could be made (refused, unreachable, or the connect timed out)."""
 
@@ -210,6 +214,9 @@ class Pool:
         conn = await self._connect(key, timeouts)
         try:
             return await self._exchange(key, conn, head, body, method, timeouts)
+        except _StaleConnection as exc:
+            conn.close()
+            raise ClosedUnanswered from exc
         except BaseException:
             conn.close()
             raise

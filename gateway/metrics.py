@@ -68,6 +68,18 @@ class GatewayMetrics:
             ["namespace", "replica"],
             registry=self.registry,
         )
+        self.room = Gauge(
+            "toolfleet_gateway_replica_room",
+            "Sessions the replica last said it can still open (-1: not told)",
+            ["namespace", "replica"],
+            registry=self.registry,
+        )
+        self.draining = Gauge(
+            "toolfleet_gateway_replica_draining",
+            "1 while the replica drains (told to stop, or gone from discovery): no new session goes there",
+            ["namespace", "replica"],
+            registry=self.registry,
+        )
         self.tool_changes = Counter(
             "toolfleet_gateway_tool_definition_changes",
             "Tool definitions that changed since approval",

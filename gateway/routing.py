@@ -3,9 +3,11 @@
 A session is keyed (`keys.SessionKey`) by the client's `x-session-id` when it sends one, else by its
 gateway session id, else by the session handle its call names (2026-07-28 clients; pinned when the
 call that minted it is answered, and found in the pin store by every gateway replica sharing it).
-New sessions go to the healthy replica with the fewest pinned sessions; a pinned session stays on
-its replica; when that replica goes down its sessions are marked lost and their calls get an error
-naming the session, never a silent fresh state.
+New sessions go to the healthy replica that is not draining and has the most room (the sessions it said
+it can still open), else the fewest pinned sessions; a pinned session stays on its replica; when that
+replica goes down its sessions are marked lost and their calls get an error naming the session, never a
+silent fresh state. A replica that drained (see `toolkit.drain`) went away on purpose: the next call of
+a session it held is placed afresh and told that the session's state was reset.
 """
 
 from __future__ import annotations
@@ -55,8 +57,16 @@ class Namespace:
         return Replica(self.name, url, failures_to_open=h.failures_to_open, open_s=h.open_s, healthy=healthy)
 
     def adopt(self, urls: set[str]) -> tuple[list[Replica], list[Replica]]:
-        """Make `urls` the replica set; returns (added, removed). Added replicas start unproven."""
-        removed = [r for url, r in self.replicas.items() if url not in urls]
+        """Make `urls` the replica set; returns (added, removed). Added replicas start unproven. A replica
+        that vanished from the name while it is up is being stopped (a swarm takes a task out of DNS as it
+        stops it): it stays, draining, for the sessions it holds, and goes when it is down (`Gateway.watch`)."""
+        removed = [r for url, r in self.replicas.items() if url not in urls and not (r.available or r.vanished)]
+        for url, replica in self.replicas.items():
+            if url not in urls and replica.available and not replica.vanished:
+                replica.vanished = True
+                log.info("replica.vanished", namespace=self.name, replica=url)
+            elif url in urls and replica.vanished:
+                replica.vanished = False
         added = [self._replica(url, healthy=False) for url in sorted(urls) if url not in self.replicas]
         for replica in removed:
             del self.replicas[replica.url]
@@ -67,13 +77,23 @@ class Namespace:
         return [r for r in self.replicas.values() if r.available]
 
     def pick(self, counts: dict[str, int], exclude: frozenset[str] = frozenset()) -> Replica:
-        """The healthy replica with the fewest sessions (round robin among equals)."""
-        candidates = [r for r in self.healthy() if r.url not in exclude]
+        """The replica with the most room among those taking new sessions (when every one of them said how
+        much it has), else with the fewest pinned sessions; round robin among equals. The chosen one's room
+        is counted down at once, so a burst of new sessions between two answers spreads too."""
+        candidates = [r for r in self.replicas.values() if r.accepting and r.url not in exclude]
         if not candidates:
-            raise Unavailable(f"namespace {self.name!r} has no healthy replica")
-        low = min(counts.get(r.url, 0) for r in candidates)
-        best = [r for r in candidates if counts.get(r.url, 0) == low]
-        return best[next(self._rr) % len(best)]
+            raise Unavailable(f"namespace {self.name!r} has no healthy replica that takes new sessions")
+        told = all(r.room is not None for r in candidates)
+
+        def score(r: Replica) -> int:
+            return -(r.room or 0) if told else counts.get(r.url, 0)
+
+        low = min(map(score, candidates))
+        best = [r for r in candidates if score(r) == low]
+        chosen = best[next(self._rr) % len(best)]
+        if chosen.room:
+            chosen.room -= 1
+        return chosen
 
 
 @dataclass(slots=True)
@@ -87,6 +107,8 @@ class Target:
     upstream_sid: str | None = None
     fresh: bool = False
     """The pin was made for this message, so a safe method may be retried elsewhere."""
+    moved: bool = False
+    """The session's replica drained: this message places it afresh, and the new replica hears of it."""
 
 
 @dataclass(slots=True)
@@ -152,11 +174,22 @@ class Router:
         if key is None:
             return Target(ns, await self.pick(ns), fresh=True)
         pin = await self.store.get_pin(ns.name, key)
-        if pin is not None:
+        if pin is not None and not pin.drained and not self._drained(ns, pin.replica):
             return Target(ns, await self._pinned(ns, key, pin.replica, msg), key)
+        moved = pin is not None
+        if pin is not None:  # its replica drained: place the session again
+            await self.store.drop_pin(ns.name, key)
+            log.info("session.moved", namespace=ns.name, session_id=key.id, drained=pin.replica)
         chosen = await self.pick(ns)
         pin = await self.store.claim_pin(ns.name, key, chosen.url)
-        return Target(ns, await self._pinned(ns, key, pin.replica, msg), key, fresh=pin.replica == chosen.url)
+        fresh = pin.replica == chosen.url
+        return Target(ns, await self._pinned(ns, key, pin.replica, msg), key, fresh=fresh, moved=moved)
+
+    @staticmethod
+    def _drained(ns: Namespace, url: str) -> bool:
+        """The replica drained and is gone, though its sessions may not be marked yet."""
+        replica = ns.replicas.get(url)
+        return replica is not None and replica.said_draining and not replica.healthy
 
     async def _by_handle(self, ns: Namespace, handle: str, msg: dict[str, Any]) -> Target:
         """The target of a call naming a session handle: the replica that minted it, from the pin store."""
@@ -191,7 +224,7 @@ class Router:
         replica = ns.replicas.get(pin.replica)
         if pin.lost or replica is None or not replica.healthy:
             if not pin.lost:
-                await self.store.mark_lost(ns.name, pin.replica)
+                await self.store.mark_lost(ns.name, pin.replica, drained=replica is not None and replica.said_draining)
             if msg.get("method") in SAFE_METHODS:
                 return await self.pick(ns)
             if tool_name(msg) == "cleanup_session":
@@ -203,14 +236,15 @@ class Router:
         await self.store.touch(ns.name, key)
         return replica
 
-    async def repick(self, target: Target, failed: Replica) -> Target:
-        """A fresh target for a safe method whose first replica failed before answering."""
+    async def repick(self, target: Target, failed: Replica, *, moved: bool = False) -> Target:
+        """A fresh target for a message whose first replica failed before answering (`moved`: because it
+        drained, and the session it held starts afresh on the new one)."""
         ns = target.ns
         chosen = await self.pick(ns, exclude=frozenset({failed.url}))
         if target.key is not None:
             await self.store.drop_pin(ns.name, target.key)
             await self.store.claim_pin(ns.name, target.key, chosen.url)
-        return Target(ns, chosen, target.key, target.sid, target.upstream_sid, fresh=True)
+        return Target(ns, chosen, target.key, target.sid, target.upstream_sid, fresh=True, moved=moved)
 
     async def open_session(self, target: Target | Degraded, upstream_sid: str | None, *, sid: str | None = None) -> str:
         """Record a new MCP session after the upstream accepted `initialize` (or, degraded, after the gateway
@@ -238,6 +272,9 @@ class Router:
             log.info("session.unpinned", namespace=ns.name, session_id=key.id)
 
     async def replica_down(self, replica: Replica) -> None:
-        lost = await self.store.mark_lost(replica.namespace, replica.url)
+        """Its sessions are lost; when it said it drained, the next call of each is placed again (see `resolve`);
+        a replica that only left discovery may have been killed (a lost node): its sessions are lost."""
+        lost = await self.store.mark_lost(replica.namespace, replica.url, drained=replica.said_draining)
         if lost:
-            log.warning("sessions.lost", namespace=replica.namespace, replica=replica.url, sessions=lost)
+            event = "sessions.drained" if replica.said_draining else "sessions.lost"
+            log.warning(event, namespace=replica.namespace, replica=replica.url, sessions=lost)

@@ -23,6 +23,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.routing import Degraded, Namespace, Router, Target
 from gateway.store import Store, open_store
 from gateway.upstream import Replica, make_client, open_stream
+from toolkit.drain import RESET_HEADER
 from toolkit.loops import Loops
 from toolkit.tracing import REQUEST_ID_HEADER, annotate, current_request_id, extract, inject, span
 
@@ -95,7 +96,11 @@ class Gateway:
         """Follow a replica's health: its sessions are lost when it goes down; the gauge tracks it."""
 
         def down(r: Replica) -> None:
-            if self.tasks is not None:
+            if self.tasks is None:
+                return
+            if r.vanished:  # it left discovery and has now stopped: it goes for good
+                self.tasks.start_soon(self._vanish, r)
+            else:
                 self.tasks.start_soon(self.router.replica_down, r)
 
         def state(r: Replica) -> None:
@@ -104,10 +109,16 @@ class Gateway:
         replica.on_down, replica.on_state = down, state
         state(replica)
 
+    async def _vanish(self, replica: Replica) -> None:
+        ns = self.namespaces.get(replica.namespace)
+        if ns is not None and ns.replicas.get(replica.url) is replica:
+            del ns.replicas[replica.url]
+        await self.forget(replica)
+
     async def forget(self, replica: Replica) -> None:
         """A replica left its namespace (its address vanished from DNS): its sessions are lost."""
         await self.router.replica_down(replica)
-        for gauge in (self.metrics.healthy, self.metrics.sessions):
+        for gauge in (self.metrics.healthy, self.metrics.sessions, self.metrics.room, self.metrics.draining):
             with contextlib.suppress(KeyError):
                 gauge.remove(replica.namespace, replica.url)
 
@@ -139,17 +150,21 @@ class Gateway:
         for attempt in range(2):
             if target.upstream_sid:
                 headers["mcp-session-id"] = target.upstream_sid
+            if target.moved:
+                headers[RESET_HEADER] = "drained"  # the new replica tells the session's next call of the reset
             try:
                 return target, await open_stream(
                     self.client, target.replica, "POST", headers, body, http_timeout=timeout
                 )
             except Unavailable as exc:
                 # Another replica may take it: a safe method, or any call that never reached the first one
-                # (a replica draining or gone refuses the connection) on a session no replica holds yet.
+                # (a replica draining or gone refuses the connection) on a session no replica holds yet - or
+                # one a replica that drained held, opening a new MCP session (it is moved, and hears of it).
                 retry = msg.get("method") in SAFE_METHODS or isinstance(exc, Unreached)
-                if target.fresh and attempt == 0 and retry and len(ns.replicas) > 1:
+                moving = retry and target.replica.said_draining and target.sid is None
+                if (target.fresh or moving) and attempt == 0 and retry and len(ns.replicas) > 1:
                     with contextlib.suppress(Unavailable):
-                        target = await self.router.repick(target, target.replica)
+                        target = await self.router.repick(target, target.replica, moved=moving or target.moved)
                         continue
                 raise self.as_lost(target, exc) from exc
         raise AssertionError("unreachable")

@@ -20,6 +20,8 @@ from toolkit import registry
 class Pin:
     replica: str
     lost: bool = False
+    drained: bool = False
+    """Lost because its replica drained (went away on purpose): the next call places the session again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +43,7 @@ class Store(Protocol):
     async def drop_pin(self, ns: str, key: SessionKey) -> Pin | None: ...
     async def touch(self, ns: str, key: SessionKey) -> None: ...
     async def counts(self, ns: str) -> dict[str, int]: ...
-    async def mark_lost(self, ns: str, replica: str) -> int: ...
+    async def mark_lost(self, ns: str, replica: str, *, drained: bool = False) -> int: ...
     async def lose(self, ns: str, key: SessionKey) -> None:
         """Mark one session lost (its replica forgot it)."""
         ...
@@ -98,11 +100,11 @@ class MemoryStore:
     async def counts(self, ns: str) -> dict[str, int]:
         return dict(self._counts.get(ns, {}))
 
-    async def mark_lost(self, ns: str, replica: str) -> int:
+    async def mark_lost(self, ns: str, replica: str, *, drained: bool = False) -> int:
         pins = self._pins.get(ns, {})
         hit = [k for k, p in pins.items() if p.replica == replica and not p.lost]
         for key in hit:
-            pins[key] = Pin(replica, lost=True)
+            pins[key] = Pin(replica, lost=True, drained=drained)
         return len(hit)
 
     async def lose(self, ns: str, key: SessionKey) -> None:
@@ -193,8 +195,8 @@ class RedisStore:
         raw = await self._r.hgetall(f"{self._p}count:{ns}")
         return {replica: int(n) for replica, n in raw.items()}
 
-    async def mark_lost(self, ns: str, replica: str) -> int:
-        lost = json.dumps(asdict(Pin(replica, lost=True)))
+    async def mark_lost(self, ns: str, replica: str, *, drained: bool = False) -> int:
+        lost = json.dumps(asdict(Pin(replica, lost=True, drained=drained)))
         hit = {k: lost for k, p in (await self._all(ns)).items() if p.replica == replica and not p.lost}
         if hit:
             await self._r.hset(f"{self._p}pin:{ns}", mapping=hit)

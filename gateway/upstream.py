@@ -13,8 +13,9 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import structlog
 
-from gateway.errors import BadUpstream, Unavailable, Unreached, UpstreamTimeout
-from gateway.http import ConnectFailed, Pool, ProtocolError, Response, Timeouts
+from gateway.errors import BadUpstream, Draining, Unavailable, Unreached, UpstreamTimeout
+from gateway.http import ClosedUnanswered, ConnectFailed, Pool, ProtocolError, Response, Timeouts
+from toolkit.drain import DRAINING_HEADER, ROOM_HEADER
 
 log = structlog.get_logger(__name__)
 
@@ -34,12 +35,37 @@ class Replica:
         self.open_until = 0.0
         self._failures_to_open = failures_to_open
         self._open_s = open_s
+        self.said_draining = False
+        """Its last answer said it drains (SIGTERM): once it stops, its sessions move (see `routing`)."""
+        self.vanished = False
+        """Its address left the discovered name while it was up (see `Namespace.adopt`)."""
+        self.room: int | None = None
+        """How many more sessions it said it can open (its last answer's `Toolfleet-Room`); None: not told."""
         self.on_down: Callable[[Replica], None] = lambda r: None
         self.on_state: Callable[[Replica], None] = lambda r: None
 
     @property
     def available(self) -> bool:
         return self.healthy and time.monotonic() >= self.open_until
+
+    @property
+    def draining(self) -> bool:
+        """It serves the sessions it holds but gets no new one: it said it drains, or it left discovery."""
+        return self.said_draining or self.vanished
+
+    @property
+    def accepting(self) -> bool:
+        """Available for a new session: up and not draining."""
+        return self.available and not self.draining
+
+    def heard(self, response: Response) -> None:
+        """Take what the replica's answer says about itself (see `toolkit.drain`)."""
+        draining = response.headers.get(DRAINING_HEADER) is not None
+        if draining and not self.said_draining:
+            log.info("replica.draining", namespace=self.namespace, replica=self.url)
+        self.said_draining = draining
+        room = response.headers.get(ROOM_HEADER)
+        self.room = int(room) if room is not None and room.isdigit() else None
 
     def record_success(self) -> None:
         self.failures = 0
@@ -68,6 +94,9 @@ def upstream_errors(replica: Replica) -> Iterator[None]:
     except ConnectFailed as exc:
         replica.record_failure(decisive=True)
         raise Unreached(f"replica {replica.url} of {replica.namespace!r} is unreachable") from exc
+    except ClosedUnanswered as exc:  # counts toward the circuit, not at once: one such close may be load
+        replica.record_failure()
+        raise Unavailable(f"replica {replica.url} of {replica.namespace!r} closed the connection unanswered") from exc
     except TimeoutError as exc:
         replica.record_failure()
         raise UpstreamTimeout(f"replica {replica.url} of {replica.namespace!r} timed out") from exc
@@ -96,6 +125,10 @@ async def open_stream(
     """Send one request upstream and return the response with its body not yet read."""
     with upstream_errors(replica):
         response = await client.request(method, replica.url, headers, body, http_timeout)
+    replica.heard(response)
+    if replica.draining and response.status_code == 503:
+        await response.aclose()  # it refused to open a session, and is alive: no failure
+        raise Draining(f"replica {replica.url} of {replica.namespace!r} is draining: it takes no new session")
     if response.status_code >= 500:
         replica.record_failure()
     else:

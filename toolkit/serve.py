@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from types import FrameType
 from typing import TypeVar
 
 import uvicorn
@@ -15,16 +17,44 @@ from toolkit.settings import ServiceSettings
 from toolkit.tracing import flush_tracing, setup_tracing
 
 S = TypeVar("S", bound=ServiceSettings)
+Drainer = Callable[[float], Awaitable[None]]
+"""An app's drain (`toolkit.drain.Drain`): given the grace period, returns when the app may stop."""
 
 
 class _Server(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, drain: Drainer | None, grace_s: float) -> None:
+        super().__init__(config)
+        self._drain, self._grace_s = drain, grace_s
+        self._draining: asyncio.Task[None] | None = None
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        """A first SIGTERM to an app that drains (a tool server) starts its drain while it still listens, and
+        stops the server only once that is over; SIGINT, and a second signal, stop it at once as before."""
+        if self._drain is None or sig != signal.SIGTERM or self._draining is not None or self.should_exit:
+            return super().handle_exit(sig, frame)
+        self._draining = asyncio.get_event_loop().create_task(self._drain_then_exit(sig, frame))
+
+    async def _drain_then_exit(self, sig: int, frame: FrameType | None) -> None:
+        assert self._drain is not None
+        try:
+            await self._drain(self._grace_s)
+        finally:
+            super().handle_exit(sig, frame)
+
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         """After the app's own shutdown, send the last spans (before uvicorn re-raises the signal)."""
         await super().shutdown(sockets=sockets)
         await asyncio.to_thread(flush_tracing)
 
 
+AFTER_DRAIN_S = 2.0
+"""What requests still open after a drain get once the port closes: the drain was their grace period (a
+streamable GET the gateway keeps open would otherwise hold the stop another drain_s, eating the stop grace
+period the sandboxes' removal needs)."""
+
+
 def serve(app: ASGIApp, settings: ServiceSettings) -> None:
+    drain = getattr(getattr(app, "state", None), "drain", None)
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -32,13 +62,15 @@ def serve(app: ASGIApp, settings: ServiceSettings) -> None:
         log_level=settings.log_level.lower(),
         access_log=False,
         lifespan="on",
-        # SIGTERM drains: the listening socket closes at once (a gateway's new connection is refused and it
-        # places the call on another replica), requests in flight get drain_s to finish (open SSE streams
-        # hold it that long).
-        timeout_graceful_shutdown=settings.drain_s,
+        # SIGTERM drains: an app with a `drain` (a tool server, see toolkit.drain) first serves the sessions
+        # it holds for up to drain_s while it takes no new one, then closes its port and gives what is still
+        # open AFTER_DRAIN_S. Any other app closes its port at once (a gateway's new connection is refused
+        # and it places the call on another replica) and gives requests in flight drain_s to finish (open
+        # SSE streams hold it that long).
+        timeout_graceful_shutdown=settings.drain_s if drain is None else AFTER_DRAIN_S,
         log_config=None,  # uvicorn logs through our JSON handler (toolkit.logging)
     )
-    _Server(config).run()
+    _Server(config, drain, settings.drain_s).run()
 
 
 def run_service(service: str, settings: S, build: Callable[[S], ASGIApp]) -> int:

@@ -33,11 +33,12 @@ from starlette.routing import Mount, Route
 from toolkit import handles
 from toolkit.answers import SingleAnswerSessionManager
 from toolkit.containers import MEMORY_HEADER
+from toolkit.drain import Drain
 from toolkit.handles import BadHandle, Handles
 from toolkit.loops import Loops
 from toolkit.metrics import ToolMetrics
 from toolkit.rpc_errors import JsonRpcErrors
-from toolkit.sessions import S, SessionGone, SessionRegistry, TooManySessions
+from toolkit.sessions import S, SessionGone, SessionRegistry, TooManySessions, idle_words
 from toolkit.settings import ToolServerSettings
 from toolkit.tracing import REQUEST_ID_HEADER, annotate, extract, request_context, span
 
@@ -142,12 +143,6 @@ def _without_handle(tool: Any) -> Any:
     return tool if schema is tool.input_schema else tool.model_copy(update={"input_schema": schema})
 
 
-def _idle_words(idle_s: float) -> str:
-    if idle_s < 60:
-        return f"{idle_s:.0f} seconds"
-    return f"{idle_s / 60:.0f} minutes"
-
-
 class ToolServer(Generic[S]):
     """Sessions, metrics, `cleanup_session` and the ASGI app around one namespace's `MCPServer`."""
 
@@ -169,8 +164,13 @@ class ToolServer(Generic[S]):
         self.sessions: SessionRegistry[S] = SessionRegistry(
             session_factory, ttl_s=settings.session_ttl_s, max_sessions=settings.max_sessions
         )
-        self.sessions.on_change = self.metrics.sessions.set
         self.loops = Loops()
+        self.drain = Drain(
+            holds=self.sessions.__contains__,
+            sessions=self.sessions.__len__,
+            room=lambda: settings.max_sessions - len(self.sessions),
+        )
+        self.sessions.on_change = self._sessions_changed
         self.handles = Handles(self.namespace)
         self._minted: set[str] = set()
         self._lifespan = lifespan
@@ -181,6 +181,10 @@ class ToolServer(Generic[S]):
             meta=HIDDEN,
             description="Free everything this session (or the session of `session_handle`) holds on the server.",
         )
+
+    def _sessions_changed(self, count: int) -> None:
+        self.metrics.sessions.set(count)
+        self.drain.changed()
 
     async def _cleanup_session(self, ctx: Context, session_handle: str | None = None) -> str:
         if session_handle == handles.NEW:
@@ -268,7 +272,7 @@ class ToolServer(Generic[S]):
             raise ToolError(str(exc)) from exc
         except SessionGone as exc:
             idle_s = self.sessions.reaped_after(who.key)
-            why = f"expired after {_idle_words(idle_s)} idle" if idle_s is not None else "was ended or expired"
+            why = f"expired after {idle_words(idle_s)} idle" if idle_s is not None else "was ended or expired"
             raise BadHandle(
                 f"session handle {who.key!r} {why} (an idle handle lives {self.idle_lifetime}); its state is gone: "
                 f"pass {handles.NEW!r} to start a new session"
@@ -279,17 +283,14 @@ class ToolServer(Generic[S]):
 
     @property
     def idle_lifetime(self) -> str:
-        return _idle_words(self.settings.session_ttl_s)
+        return idle_words(self.settings.session_ttl_s)
 
     def notice(self, key: str) -> str:
         """The lines the model reads first: that the reaper freed this session since its last call (so a fresh
         state is never mistaken for the old one), or the handle this call minted."""
         text = ""
-        if (idle_s := self.sessions.take_reset(key)) is not None:
-            text = (
-                f"[this session's state was reset after {_idle_words(idle_s)} idle: everything earlier calls "
-                "made in it is gone]\n"
-            )
+        if (reason := self.sessions.take_reset(key)) is not None:
+            text = f"[this session's state was reset {reason}: everything earlier calls made in it is gone]\n"
         if key in self._minted:
             text += (
                 f"[session handle: {key} - pass it as {handles.ARGUMENT} to keep this session's state; "
@@ -405,18 +406,31 @@ class ToolServer(Generic[S]):
                         await self.sessions.close_all()
                     log.info("server.stopped", namespace=self.namespace)
 
-        async def healthz(request: Request) -> Response:  # alive: the reaper still runs
+        async def healthz(request: Request) -> Response:  # alive: the reaper still runs (a drain is alive too)
             status, body = self.loops.health()
-            return JSONResponse(body | {"namespace": self.namespace, "sessions": len(self.sessions)}, status)
+            extra = {"namespace": self.namespace, "sessions": len(self.sessions), "draining": self.drain.draining}
+            return JSONResponse(body | extra, status)
 
-        return Starlette(
+        async def readyz(request: Request) -> Response:  # ready for new sessions: alive and not draining
+            status, body = self.loops.health()
+            if status == 200 and self.drain.draining:
+                status, body = 503, {"status": "draining"}
+            return JSONResponse(body | {"namespace": self.namespace}, status)
+
+        app = Starlette(
             routes=[
                 Route("/sse", handle_sse, methods=["GET"]),
                 Mount("/messages/", app=sse.handle_post_message),
                 Route("/mcp", StreamableHTTPASGIApp(manager), methods=["GET", "POST", "DELETE"]),
                 Route("/healthz", healthz),
+                Route("/readyz", readyz),
                 Route("/metrics", self.metrics.endpoint),
             ],
             lifespan=lifespan,
-            middleware=[Middleware(JsonRpcErrors, paths=("/mcp", "/messages/"))],
+            middleware=[
+                Middleware(self.drain.middleware, moved=self.sessions.moved_here),
+                Middleware(JsonRpcErrors, paths=("/mcp", "/messages/")),
+            ],
         )
+        app.state.drain = self.drain  # toolkit.serve drains it on SIGTERM before stopping
+        return app

@@ -38,11 +38,17 @@ class _Entry(Generic[S]):
     state: S
     last_used: float = field(default_factory=time.monotonic)
     busy: int = 0
-    reset_after_s: float | None = None  # set when this state replaces one the reaper took: the caller must hear it
+    reset: str | None = None  # why the state this one replaces went (the reaper, a drained replica): told once
 
 
 REAPED_MEMORY = 4096
 """How many reaped session keys are remembered, so their next call can say the state was reset."""
+
+
+def idle_words(idle_s: float) -> str:
+    if idle_s < 60:
+        return f"{idle_s:.0f} seconds"
+    return f"{idle_s / 60:.0f} minutes"
 
 
 class SessionRegistry(Generic[S]):
@@ -55,6 +61,7 @@ class SessionRegistry(Generic[S]):
         self._entries: dict[str, _Entry[S]] = {}
         self._locks: dict[str, anyio.Lock] = {}
         self._reaped: OrderedDict[str, float] = OrderedDict()  # key -> idle seconds when reaped, oldest first
+        self._moved: dict[str, None] = {}  # keys a drained replica held, oldest first
         self.on_change: Callable[[int], None] = lambda n: None
 
     def __len__(self) -> int:
@@ -77,7 +84,7 @@ class SessionRegistry(Generic[S]):
                     raise SessionGone(key)
                 if len(self._entries) >= self._max and not await self._evict_least_recently_used():
                     raise TooManySessions(f"server holds its limit of {self._max} sessions, all of them busy")
-                entry = _Entry(await (factory or self.factory)(key), reset_after_s=self._reaped.pop(key, None))
+                entry = _Entry(await (factory or self.factory)(key), reset=self._reset_reason(key))
                 self._entries[key] = entry
                 self.on_change(len(self._entries))
                 log.info("session.created", session_id=key)
@@ -89,13 +96,29 @@ class SessionRegistry(Generic[S]):
         """How long a session the reaper took had been idle; None when it was not reaped (or is forgotten)."""
         return self._reaped.get(key)
 
-    def take_reset(self, key: str) -> float | None:
-        """How long the session had been idle when the reaper took its previous state; told only once."""
+    def moved_here(self, key: str) -> None:
+        """`key` was held by a replica that drained (the gateway says so): its first state here is a reset."""
+        if key not in self._entries:
+            self._moved[key] = None
+            while len(self._moved) > REAPED_MEMORY:
+                self._moved.pop(next(iter(self._moved)))
+
+    def _reset_reason(self, key: str) -> str | None:
+        if (idle_s := self._reaped.pop(key, None)) is not None:
+            return f"after {idle_words(idle_s)} idle"
+        if key in self._moved:
+            del self._moved[key]
+            return "because the server that held it shut down"
+        return None
+
+    def take_reset(self, key: str) -> str | None:
+        """Why the session's previous state is gone (after how long idle, or its server shut down), when the
+        state it now has replaces one; told only once."""
         entry = self._entries.get(key)
         if entry is None:
             return None
-        idle, entry.reset_after_s = entry.reset_after_s, None
-        return idle
+        reason, entry.reset = entry.reset, None
+        return reason
 
     def release(self, key: str) -> None:
         entry = self._entries.get(key)
@@ -115,6 +138,7 @@ class SessionRegistry(Generic[S]):
     async def close(self, key: str) -> bool:
         """Free the session (a deliberate end: its next call gets no reset notice); True when there was one."""
         self._reaped.pop(key, None)
+        self._moved.pop(key, None)
         entry = self._entries.pop(key, None)
         self._locks.pop(key, None)
         if entry is None:

@@ -29,8 +29,10 @@ class ServiceSettings(BaseSettings):
     )
     drain_s: float = Field(
         10.0,
-        description="on SIGTERM: stop taking connections at once, give requests in flight this long to finish;"
-        " what is left of the stop grace period (30 s in compose.yaml) goes to removing the sessions' sandboxes",
+        description="on SIGTERM: a tool server serves the sessions it holds (calls in flight and follow-ups) for"
+        " up to this long while it takes no new one, then stops; any other service stops taking connections at"
+        " once and gives requests in flight this long to finish; what is left of the stop grace period (30 s in"
+        " compose.yaml) goes to removing the sessions' sandboxes",
     )
 
     RENAMED: ClassVar[dict[str, str]] = {}

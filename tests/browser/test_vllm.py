@@ -10,7 +10,7 @@ import httpx
 import pytest
 from openai_harmony import ToolNamespaceConfig
 
-from tests.gateway.harness import gateway_config, running_gateway
+from tests.support.gateway import gateway_config, running_gateway
 from tests.support.service import Service
 
 pytestmark = pytest.mark.slow

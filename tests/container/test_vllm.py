@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from tests.container.conftest import containers_of, require_docker, server_args
-from tests.gateway.harness import gateway_config, running_gateway
+from tests.support.gateway import gateway_config, running_gateway
 from tests.support.service import running_service
 
 pytestmark = pytest.mark.slow

@@ -28,9 +28,9 @@ from hypothesis import strategies as st
 from tests.browser.web import browser_args, write_corpus
 from tests.container.conftest import require_docker
 from tests.container.conftest import server_args as container_args
-from tests.gateway.harness import ACCEPT, INIT
 from tests.python_sandbox.conftest import containers_of, require_backend
 from tests.python_sandbox.conftest import server_args as python_args
+from tests.support.gateway import ACCEPT, INIT
 from tests.support.jsonrpc_fuzz import bodies, check_answer, envelopes, json_values
 from tests.support.service import Service, running_service
 

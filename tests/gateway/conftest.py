@@ -12,7 +12,7 @@ _REPO = str(Path(__file__).resolve().parents[2])
 if _REPO not in sys.path:  # `tests.*` imports work however pytest was started
     sys.path.insert(0, _REPO)
 
-from tests.gateway.harness import (  # noqa: E402
+from tests.support.gateway import (  # noqa: E402
     TRANSPORTS,
     GatewayProc,
     Upstream,

@@ -7,7 +7,7 @@ import json
 import httpx
 import pytest
 
-from tests.gateway.harness import ACCEPT, INIT, GatewayProc, call_text, connect
+from tests.support.gateway import ACCEPT, INIT, GatewayProc, call_text, connect
 
 
 @pytest.mark.parametrize(

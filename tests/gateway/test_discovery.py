@@ -23,18 +23,9 @@ from gateway.keys import SessionKey
 from gateway.lifecycle import build_gateway
 from gateway.service import Gateway
 from gateway.store import MemoryStore
-from tests.gateway.harness import (
-    call_text,
-    connect,
-    eventually,
-    fixtures,
-    free_port,
-    metric,
-    redis_server,
-    running_gateway,
-    start_fixture,
-)
-from tests.support.asgi import serve_asgi
+from tests.support.asgi import free_port, serve_asgi
+from tests.support.gateway import call_text, connect, eventually, fixtures, metric, running_gateway, start_fixture
+from tests.support.redis import redis_server
 
 SESSION_LOST = -32002
 REQUESTS = "toolfleet_gateway_requests_total"
@@ -200,16 +191,22 @@ async def test_replicas_found_by_a_real_name_lookup_come_and_go_and_sessions_sta
             sessions[(await _count(url, sid)).split(":")[0]] = sid
         assert set(sessions) == {"a", "b"}
 
-        _write_hosts(hosts, [ups["b"].host, ups["c"].host])  # a scaled down, c scaled up (an AAAA answer)
+        _write_hosts(hosts, [ups["b"].host, ups["c"].host])  # a being stopped, c scaled up (an AAAA answer)
+        up = {ups["a"].url: "draining", ups["b"].url: "up", ups["c"].url: "up"}
+        await eventually(lambda: _replicas(gw.base) == up, what="the new answer adopted, a draining")
+        # a left the name but still answers (a swarm takes a task out of DNS as it stops it): it serves the
+        # session it holds, and takes no new one.
+        assert await _count(url, sessions["a"]) == f"a:{sessions['a']}:2"
+        assert await _count(url, sessions["b"]) == f"b:{sessions['b']}:2"  # b's session stays where it began
+        assert (await _count(url, f"conv_{uuid.uuid4().hex[:10]}")).startswith("c:")  # the emptiest replica
+        ups["a"].kill()  # killed, not drained (it never said it drains): its session is lost, loudly
         up = {ups["b"].url: "up", ups["c"].url: "up"}
-        await eventually(lambda: _replicas(gw.base) == up, what="the new answer adopted")
+        await eventually(lambda: _replicas(gw.base) == up, what="a dropped once it is down")
         async with connect(url, "streamable-http", headers={"x-session-id": sessions["a"]}) as client:
-            with pytest.raises(MCPError) as lost:  # pinned to an address that vanished: lost, loudly
+            with pytest.raises(MCPError) as lost:
                 await call_text(client, "count")
         assert lost.value.error.code == SESSION_LOST
         assert sessions["a"] in lost.value.error.message and ups["a"].url in lost.value.error.message
-        assert await _count(url, sessions["b"]) == f"b:{sessions['b']}:2"  # b's session stays where it began
-        assert (await _count(url, f"conv_{uuid.uuid4().hex[:10]}")).startswith("c:")  # the emptiest replica
         assert metric(gw.base, "toolfleet_gateway_upstream_healthy", namespace="python", replica=ups["a"].url) == 0
         assert '"discovery.changed"' in gw.logs()
 

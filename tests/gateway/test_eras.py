@@ -23,7 +23,8 @@ from mcp.shared.exceptions import MCPError
 
 from tests.browser.web import browser_args, write_corpus
 from tests.container import conftest as container
-from tests.gateway.harness import (
+from tests.python_sandbox import conftest as python
+from tests.support.gateway import (
     ACCEPT,
     GatewayProc,
     connect,
@@ -32,7 +33,6 @@ from tests.gateway.harness import (
     metric,
     running_gateway,
 )
-from tests.python_sandbox import conftest as python
 from tests.support.service import Service, running_service
 
 MODES = ("auto", "legacy")

@@ -10,13 +10,13 @@ import httpx
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from tests.gateway.harness import (
+from tests.support.asgi import free_port
+from tests.support.gateway import (
     GatewayProc,
     call_text,
     connect,
     eventually,
     fixtures,
-    free_port,
     gateway_config,
     metric,
     running_gateway,

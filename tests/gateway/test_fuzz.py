@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.gateway.harness import ACCEPT, INIT, GatewayProc, Upstream, fixtures, gateway_config, metric, running_gateway
+from tests.support.gateway import ACCEPT, INIT, GatewayProc, Upstream, fixtures, gateway_config, metric, running_gateway
 from tests.support.jsonrpc_fuzz import bodies, check_answer
 
 LIMIT = 4096

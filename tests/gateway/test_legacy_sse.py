@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.gateway.harness import GatewayProc
+from tests.support.gateway import GatewayProc
 
 
 def _events(lines: object) -> object:

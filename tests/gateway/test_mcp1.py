@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from tests.gateway.harness import GatewayProc
+from tests.support.gateway import GatewayProc
 from tests.support.mcp1 import arun_mcp1_client
 
 OPS = [

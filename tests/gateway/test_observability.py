@@ -9,16 +9,8 @@ import uuid
 import httpx
 import pytest
 
-from tests.gateway.harness import (
-    GatewayProc,
-    Upstream,
-    call_text,
-    connect,
-    free_port,
-    gateway_config,
-    metric,
-    running_gateway,
-)
+from tests.support.asgi import free_port
+from tests.support.gateway import GatewayProc, Upstream, call_text, connect, gateway_config, metric, running_gateway
 
 
 @pytest.mark.parametrize("transport", ["streamable-http", "sse"])

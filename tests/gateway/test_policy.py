@@ -10,7 +10,7 @@ import httpx
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from tests.gateway.harness import (
+from tests.support.gateway import (
     GatewayProc,
     Upstream,
     call_text,

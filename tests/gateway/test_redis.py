@@ -7,7 +7,8 @@ import uuid
 
 import pytest
 
-from tests.gateway.harness import GatewayProc, call_text, connect, fixtures, gateway_config, redis_server
+from tests.support.gateway import GatewayProc, call_text, connect, fixtures, gateway_config
+from tests.support.redis import redis_server
 
 pytestmark = pytest.mark.skipif(
     shutil.which("redis-server") is None, reason="needs redis-server (apt install redis-server)"

@@ -8,7 +8,7 @@ import time
 import anyio
 import httpx
 
-from tests.gateway.harness import GatewayProc, call_text, connect, fixtures, gateway_config
+from tests.support.gateway import GatewayProc, call_text, connect, fixtures, gateway_config
 
 
 def _until(predicate, timeout: float = 10) -> None:  # type: ignore[no-untyped-def]

@@ -18,7 +18,7 @@ import pytest
 from mcp.client.subscriptions import ResourceUpdated
 from mcp.shared.exceptions import MCPError
 
-from tests.gateway.harness import GatewayProc, Upstream, call_text, connect, gateway_config, running_gateway
+from tests.support.gateway import GatewayProc, Upstream, call_text, connect, gateway_config, running_gateway
 
 
 async def _answer(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:

@@ -7,7 +7,7 @@ import uuid
 
 import anyio
 
-from tests.gateway.harness import (
+from tests.support.gateway import (
     GatewayProc,
     Upstream,
     call_text,

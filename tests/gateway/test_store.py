@@ -10,7 +10,7 @@ import pytest
 
 from gateway.keys import SessionKey
 from gateway.store import MemoryStore, Pin, RedisStore, SessionRecord, Store
-from tests.gateway.harness import redis_server
+from tests.support.redis import redis_server
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from tests.gateway.harness import GatewayProc, Upstream, connect
+from tests.support.gateway import GatewayProc, Upstream, connect
 
 MODES = ("auto", "legacy")
 

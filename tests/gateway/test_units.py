@@ -27,6 +27,8 @@ from gateway.errors import (
 )
 from gateway.headers import HeaderRules
 from gateway.messages import Rewriter, envelope_headers, parse_message
+from gateway.routing import Namespace
+from gateway.store import MemoryStore
 from gateway.upstream import SseParser, event_data
 
 
@@ -194,3 +196,36 @@ def test_modern_requests_carry_their_envelope_as_routing_headers() -> None:
     assert headers["mcp-protocol-version"] == "2026-07-28" and headers["mcp-method"] == "tools/call"
     assert headers["mcp-name"].startswith("=?base64?")
     assert envelope_headers({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}) == {}
+
+
+def _namespace(*urls: str) -> Namespace:
+    cfg = parse_config(json.dumps({"namespaces": {"python": {"replicas": list(urls)}}}))
+    return Namespace("python", cfg.namespaces["python"], cfg, MemoryStore())
+
+
+def test_a_new_session_goes_to_the_replica_with_the_most_room_and_never_to_one_that_drains() -> None:
+    a, b, c = "http://a:1/mcp", "http://b:1/mcp", "http://c:1/mcp"
+    ns = _namespace(a, b, c)
+    # Nothing reported yet: the fewest pinned sessions.
+    assert ns.pick({a: 3, b: 1, c: 2}).url == b
+    ns.replicas[a].room, ns.replicas[b].room, ns.replicas[c].room = 6, 1, 3
+    # Reported room wins over the pin counts, and is counted down as sessions are placed (then a tie).
+    picks = [ns.pick({a: 3, b: 1, c: 2}).url for _ in range(5)]
+    assert picks[:3] == [a, a, a] and sorted(picks[3:]) == [a, c]
+    ns.replicas[a].said_draining = True
+    assert a not in {ns.pick({}).url for _ in range(8)}
+    ns.replicas[b].said_draining = ns.replicas[c].said_draining = True
+    with pytest.raises(Unavailable, match="takes new sessions"):
+        ns.pick({})
+
+
+def test_a_replica_that_leaves_discovery_while_up_stays_draining_until_it_is_down() -> None:
+    a, b = "http://a:1/mcp", "http://b:1/mcp"
+    ns = _namespace(a, b)
+    ns.replicas[b].record_failure(decisive=True)
+    added, removed = ns.adopt({"http://c:1/mcp"})
+    # b was down: dropped at once; a is up: it stays, draining, for the sessions it holds.
+    assert [r.url for r in removed] == [b] and [r.url for r in added] == ["http://c:1/mcp"]
+    assert ns.replicas[a].vanished and ns.replicas[a].draining and not ns.replicas[a].said_draining
+    ns.adopt({a, "http://c:1/mcp"})  # back in the name: taking sessions again
+    assert not ns.replicas[a].vanished and not ns.replicas[a].draining

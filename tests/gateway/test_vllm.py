@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.gateway.harness import GatewayProc, Upstream, call_text, connect, fixtures, gateway_config, running_gateway
+from tests.support.gateway import GatewayProc, Upstream, call_text, connect, fixtures, gateway_config, running_gateway
 
 pytestmark = pytest.mark.slow
 NAMESPACES = ("browser", "python", "container")

@@ -12,7 +12,7 @@ import pytest
 from gateway.config import LOCAL_FLEET, local_fleet
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.tools import Endpoints
-from tests.gateway.harness import PY, REPO
+from tests.support.gateway import PY, REPO
 
 SCRIPT = REPO / "tests" / "gateway" / "zero_config_fleet.py"
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.gateway.harness import PY, REPO, _stop, _wait_http, call_text, connect, start_fixture
+from tests.support.gateway import PY, REPO, _stop, _wait_http, call_text, connect, start_fixture
 
 DEMO = REPO / "orchestrator" / "worker" / "scenarios" / "demo.yaml"
 

@@ -3,13 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,48 +20,13 @@ from orchestrator.store import SQLiteStore, Store
 from orchestrator.worker.scripted import Scenario, ScriptedModel
 from orchestrator.worker.scripted import build_app as build_worker
 from tests.support.asgi import serve_asgi
+from tests.support.redis import redis_server
 from toolkit.settings import ToolServerSettings
 
 
 def serving(app: Any) -> contextlib.AbstractContextManager[str]:
     """The app on an ephemeral loopback port (the shared helper, which also sets TCP_NODELAY)."""
     return serve_asgi(app)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@contextlib.contextmanager
-def redis_server() -> Iterator[str]:
-    """A real `redis-server` on an ephemeral loopback port, nothing persisted; always killed."""
-    binary = shutil.which("redis-server") or "/usr/bin/redis-server"
-    if not os.access(binary, os.X_OK):
-        pytest.skip("redis-server is not installed (apt-get install redis-server)")
-    import redis
-
-    port = free_port()
-    args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"redis://127.0.0.1:{port}/0"
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"redis-server exited: {proc.stderr.read().decode()[-1000:]}")
-            with contextlib.suppress(redis.exceptions.ConnectionError), redis.from_url(url) as client:
-                if client.ping():
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError("redis-server did not answer PING")
-            time.sleep(0.05)
-        yield url
-    finally:
-        proc.kill()
-        proc.wait(10)
-        proc.stderr.close()
 
 
 @pytest.fixture(scope="session")

@@ -16,8 +16,8 @@ import openai
 import pytest
 
 from tests.container.conftest import containers_of, require_docker, server_args
-from tests.gateway.harness import gateway_config, running_gateway
 from tests.orchestrator.test_fleet import PY_CALL, gateway_url  # noqa: F401
+from tests.support.gateway import gateway_config, running_gateway
 from tests.support.service import running_service
 
 EXEC = "<|channel|>commentary to=container.exec <|constrain|>json<|message|>{args}<|call|>"

@@ -12,9 +12,9 @@ import openai
 import pytest
 
 from tests.container.conftest import containers_of, require_docker, server_args
-from tests.gateway.harness import gateway_config, running_gateway
 from tests.orchestrator.test_fleet import PY_CALL
 from tests.python_sandbox.conftest import require_backend
+from tests.support.gateway import gateway_config, running_gateway
 from tests.support.service import running_service
 
 CGROUP_FILES = "/sys/fs/cgroup/memory.max /sys/fs/cgroup/memory/memory.limit_in_bytes"  # cgroup v2, v1

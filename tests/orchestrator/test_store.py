@@ -9,10 +9,11 @@ import httpx
 import openai
 import pytest
 import redis
-from conftest import free_port, redis_server
 
 from orchestrator.store import Record, SQLiteStore
 from orchestrator.worker.scripted import Scenario
+from tests.support.asgi import free_port
+from tests.support.redis import redis_server
 from tests.support.service import running_service
 
 PY_CALL = "<|channel|>analysis to=python<|message|>x = 6 * 7\nprint(x)<|call|>"

@@ -9,7 +9,7 @@ import json
 
 from mcp.client.session import ClientSession
 
-from tests.gateway.harness import connect
+from tests.support.gateway import connect
 from tests.support.mcp2 import mcp_session
 from tests.support.service import Service
 

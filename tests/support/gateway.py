@@ -1,4 +1,4 @@
-"""Real processes on loopback for the gateway tests: fixture MCP servers, the gateway, redis-server."""
+"""Real processes on loopback for the gateway tests: fixture MCP servers and the gateway, and MCP clients."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import os
 import select
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,8 +23,10 @@ from mcp.client.client import Client
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
+from tests.support.asgi import free_port
+
 REPO = Path(__file__).resolve().parents[2]
-FIXTURE = Path(__file__).with_name("fixture_server.py")
+FIXTURE = REPO / "tests" / "gateway" / "fixture_server.py"
 PY = sys.executable
 TRANSPORTS = ("streamable-http", "sse")
 ACCEPT = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
@@ -37,12 +38,6 @@ INIT = {
     "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
 }
 """An `initialize` request, for tests that speak raw HTTP."""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _stop(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM) -> None:
@@ -222,30 +217,6 @@ def running_gateway(cfg: dict[str, Any], *, ready: bool = True, **kw: Any) -> It
         yield gw.start(ready=ready)
     finally:
         gw.close()
-
-
-@contextlib.contextmanager
-def redis_server() -> Iterator[str]:
-    port = free_port()
-    workdir = tempfile.mkdtemp(prefix="gw-redis-")
-    cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-    proc = subprocess.Popen([*cmd, "--dir", workdir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
-                    sock.sendall(b"PING\r\n")
-                    if sock.recv(16).startswith(b"+PONG"):
-                        break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        _stop(proc)
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 @contextlib.asynccontextmanager
