@@ -23,7 +23,7 @@ from typing import Any
 from bench import sessions
 from bench.report import print_rows, save
 from tests.browser.web import browser_args, write_corpus
-from tests.gateway.harness import connect
+from tests.support.gateway import connect
 from tests.support.service import running_service
 
 CALLS = {

@@ -42,7 +42,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench.report import environment  # noqa: E402
-from tests.gateway.harness import fixtures, free_port, gateway_config, running_gateway  # noqa: E402
+from tests.support.asgi import free_port  # noqa: E402
+from tests.support.gateway import fixtures, gateway_config, running_gateway  # noqa: E402
 
 HEADERS = {
     "accept": "application/json, text/event-stream",
