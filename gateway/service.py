@@ -161,7 +161,10 @@ class Gateway:
                 # (a replica draining or gone refuses the connection) on a session no replica holds yet - or
                 # one a replica that drained held, opening a new MCP session (it is moved, and hears of it).
                 retry = msg.get("method") in SAFE_METHODS or isinstance(exc, Unreached)
-                moving = retry and target.replica.said_draining and target.sid is None
+                # only a session named by x-session-id can start afresh elsewhere: a handle or a retry's state
+                # means something to the replica that issued it alone, so that one is lost
+                movable = target.key is None or target.key.by_header
+                moving = retry and movable and target.replica.said_draining and target.sid is None
                 if (target.fresh or moving) and attempt == 0 and retry and len(ns.replicas) > 1:
                     with contextlib.suppress(Unavailable):
                         target = await self.router.repick(target, target.replica, moved=moving or target.moved)

@@ -349,7 +349,16 @@ def running_vllm(tool_servers: list[str] | None = None, port: int | None = None,
 
 
 CHAT_BUILD_SCRIPT = REPO_ROOT / "deploy" / "scripts" / "build_tiny_chat_model.py"
-CHAT_SERVE_ARGS = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--reasoning-parser", "qwen3")
+CHAT_SERVE_ARGS = (
+    "--enable-auto-tool-choice",
+    "--tool-call-parser",
+    "hermes",
+    "--reasoning-parser",
+    "qwen3",
+    # JSON without free whitespace: random weights would otherwise spend any token budget between the values
+    "--structured-outputs-config",
+    '{"backend": "xgrammar", "disable_any_whitespace": true}',
+)
 
 
 @contextlib.contextmanager
