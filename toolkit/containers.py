@@ -13,7 +13,9 @@ What it owns, so no tool server repeats it:
   or its engine connection is partitioned). The owner writes a byte every `lease_s / 3`. A lease
   is live exactly while that container runs; the engine itself is the shared record, so this
   needs no clock agreement, no shared disk and no extra service. Any live replica's janitor
-  removes sandboxes whose owner's lease is not running, and dead leases;
+  removes sandboxes whose owner's lease is not running, and dead leases. A lease is created, attached
+  and only then started: one a janitor finds not yet started is a replica starting up, live for that
+  round; still unstarted a round later, its owner died in between;
 - the warm pool, resource limits, the OCI runtime (`runc`, or gVisor's `runsc` where the engine
   has it configured) and the translation of Docker SDK errors where they enter.
 """
@@ -220,6 +222,8 @@ class ContainerRuntime:
         self._client: docker.DockerClient | None = None
         self._lease: AttachedStream | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._unstarted: set[str] = set()
+        """Leases the janitor's last round found created but not yet started (see the module docstring)."""
 
     @property
     def client(self) -> docker.DockerClient:
@@ -349,10 +353,13 @@ class ContainerRuntime:
         self._lease = await AttachedStream.open(container_id, sock, 2**16)
 
     async def _heartbeat(self) -> None:
-        """Renew the lease every third of `lease_s`; a lease found dead is taken again."""
+        """Renew the lease every third of `lease_s`; a lease that died is taken again at once (its stream ends:
+        the watchdog writes nothing), so janitors see this owner without one for as short a time as can be."""
         while True:
-            await asyncio.sleep(self._settings.lease_s / 3)
             assert self._lease is not None
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._settings.lease_s / 3):
+                    await self._lease.reader.read(1)
             try:
                 self._lease.writer.write(b"x")
                 await self._lease.writer.drain()
@@ -366,6 +373,7 @@ class ContainerRuntime:
                     await self._take_lease()  # the new lease first: no moment without one for janitors to see
                 except SandboxError as take_exc:
                     log.warning("lease.retake_failed", instance=self.instance, error=str(take_exc))
+                    await asyncio.sleep(self._settings.lease_s / 3)
                     continue
                 await self.remove(old.container_id)
 
@@ -386,10 +394,12 @@ class ContainerRuntime:
         def listing() -> list[str]:
             sandboxes = self._list(OWNER_LABEL)  # listed before the leases: a lease outlives its sandboxes' create
             leases = self._list(LEASE_LABEL)
-            live = {c["Labels"][LEASE_LABEL] for c in leases if c["State"] == "running"}
-            live.add(self.instance)
+            starting = {c["Id"] for c in leases if c["State"] == "created"}
+            held = [c for c in leases if c["State"] == "running" or c["Id"] in starting - self._unstarted]
+            self._unstarted = starting
+            live = {c["Labels"][LEASE_LABEL] for c in held} | {self.instance}
             dead = [c for c in sandboxes if c["Labels"].get(OWNER_LABEL) not in live]
-            ended = [c for c in leases if c["State"] != "running" and c["Labels"][LEASE_LABEL] != self.instance]
+            ended = [c for c in leases if c not in held and c["Labels"][LEASE_LABEL] != self.instance]
             return [c["Id"] for c in dead + ended]
 
         return await self._remove_listed(listing)

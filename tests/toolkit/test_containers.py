@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import uuid
 
+import docker.errors
 import pytest
 
 from tests.python_sandbox.conftest import docker_client, server_args
 from tests.python_sandbox.test_lifecycle import sandbox_uid, wait_until
 from tests.support.mcp2 import mcp_session
 from tests.support.service import Service, running_service
+from toolkit.containers import LEASE_LABEL, LEASE_ROLE, OWNER_LABEL, ROLE_LABEL, ContainerRuntime
+from tools.python_sandbox.settings import PythonSandboxSettings
 
 LEASE = ["--lease-s", "2", "--janitor-interval-s", "0.5"]
 
@@ -93,3 +97,29 @@ def test_one_setting_makes_an_oci_runtime_the_default_of_every_sandbox_tool(monk
     assert ContainerSettings.from_args(["--oci-runtime", "runc"], prog="t").oci_runtime == "runc"  # a flag still wins
     monkeypatch.setenv("TOOLFLEET_CONTAINER_OCI_RUNTIME", "runc")
     assert ContainerSettings.from_args([], prog="t").oci_runtime == "runc"  # and so does the tool's own variable
+
+
+async def test_a_lease_being_started_is_live_for_a_janitor_round_and_dead_if_it_never_starts() -> None:
+    """A replica creates its lease, attaches and only then starts it: a peer's janitor that lists it in between
+    must not take the replica for dead (its sandboxes would go), yet a lease that never starts is an owner gone."""
+    client = docker_client()
+    assert client is not None
+    run = uuid.uuid4().hex[:8]
+    settings = PythonSandboxSettings.from_args(["--instance", f"pytest-janitor-{run}"], prog="t")
+    janitor = ContainerRuntime(settings, role="python", image="toolfleet/python-sandbox:latest")
+    starting = f"pytest-starting-{run}"
+    made = [
+        client.api.create_container("toolfleet/python-sandbox:latest", ["true"], labels=labels)["Id"]
+        for labels in ({LEASE_LABEL: starting, ROLE_LABEL: LEASE_ROLE}, {OWNER_LABEL: starting, ROLE_LABEL: "python"})
+    ]
+    await janitor.start()
+    try:
+        assert await janitor.remove_orphans() == 0
+        assert len(labelled(LEASE_LABEL, starting)) == 1 and len(labelled(OWNER_LABEL, starting)) == 1
+        assert await janitor.remove_orphans() == 2  # still not started a round later: its owner died
+        assert labelled(LEASE_LABEL, starting) == [] and labelled(OWNER_LABEL, starting) == []
+    finally:
+        await janitor.aclose()
+        for container_id in made:
+            with contextlib.suppress(docker.errors.NotFound):
+                client.api.remove_container(container_id, force=True)
