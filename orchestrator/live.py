@@ -5,6 +5,8 @@ service that follows responses rather than making them."""
 from __future__ import annotations
 
 import asyncio
+import copy
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,7 +75,21 @@ class LiveResponses:
         record = None if live is not None else await self.store.get(rid)
         if record is None or record.owner != owner:
             raise RequestError(f"response {rid!r} not found", "response_id", 404, "not_found")
-        return None, record
+        return None, await self._unless_orphaned(record)
+
+    async def _unless_orphaned(self, record: Record) -> Record:
+        """A stored background response still running whose hold lapsed: the replica running it stopped
+        (killed, its node lost) and nobody will finish it, so it is failed and stored so, not left running."""
+        if record.body.get("status") not in RUNNING or await self.store.is_held(record.id):
+            return record
+        builder = ResponseBuilder(copy.deepcopy(record.body))
+        builder.events = list(record.events)
+        message = "the orchestrator replica running this background response stopped before it finished"
+        builder.finish("failed", error={"code": "server_error", "message": message})
+        log.warning("response.orphaned", response_id=record.id)
+        orphan = dataclasses.replace(record, body=builder.body, events=builder.events)
+        await self.store.put(orphan)
+        return orphan
 
     async def result(self, live: Live, gone: Callable[[], Awaitable[None]]) -> dict[str, Any] | None:
         """A non-streaming response's body once it ends; None when the caller went away first (`gone`
@@ -119,7 +135,7 @@ class LiveResponses:
             await asyncio.sleep(REPLAY_POLL_S)
             if (current := await self.store.get(record.id)) is None:
                 return  # deleted meanwhile
-            record = current
+            record = await self._unless_orphaned(current)
 
     async def input_items(self, rid: str, owner: str, limit: int, order: str, after: str | None) -> dict[str, Any]:
         """One page of a finished response's input items (as OpenAI lists them: newest first by default)."""

@@ -90,6 +90,8 @@ class ResponsesService(LiveResponses):
         self.discovery = Discovery()
         self.endpoints = Endpoints(settings.tools_url, settings.endpoint_overrides())
         self.live: dict[str, Live] = {}
+        self.closing = False
+        """Set at shutdown: responses cancelled then fail (the caller did not cancel them)."""
         self.on_settled: Any = None  # (status, usage, [(namespace, outcome)]) -> None: the metrics
         self.containers: Containers | None = None  # set by the app: code_interpreter's containers
 
@@ -121,6 +123,7 @@ class ResponsesService(LiveResponses):
             builder.start(queued=req.background)
             if req.background:  # other replicas sharing the store can see it running (and ask to cancel it)
                 snapshot, events = builder.snapshot(), list(builder.events)
+                await self.store.hold_running([rid], self.settings.background_hold_s)  # before anyone can read it
                 await self.store.put(Record(rid, p.run.conversation, snapshot, p.items, [], events, owner=owner))
         except BaseException:
             if lease is not None:  # refused before it ran: the conversation is free again at once
@@ -405,7 +408,10 @@ class ResponsesService(LiveResponses):
                 list_tools_item(b, label, tools)
             await run(r)
         except asyncio.CancelledError:
-            if not b.finished:
+            if not b.finished and self.closing:  # nobody asked: the replica stops (SIGTERM)
+                error = {"code": "server_error", "message": "the orchestrator replica running it shut down"}
+                b.finish("failed", usage=r.usage.as_dict(), error=error)
+            elif not b.finished:
                 b.finish("cancelled", usage=r.usage.as_dict())
         except WorkerUnavailable as exc:
             live.http_status, live.error_code = 503, "worker_unavailable"
@@ -476,6 +482,7 @@ class ResponsesService(LiveResponses):
         loops = [
             asyncio.create_task(every(self.settings.reap_interval_s, self.reap_idle, "reaper")),
             asyncio.create_task(every(self.settings.cancel_poll_s, self.watch_cancels, "cancel_watch")),
+            asyncio.create_task(every(self.settings.background_hold_s / 3, self.hold_background, "background_hold")),
         ]
         try:
             yield
@@ -484,7 +491,13 @@ class ResponsesService(LiveResponses):
                 loop.cancel()
             await self.aclose()
 
+    async def hold_background(self) -> None:
+        """Renew the holds of the background responses this replica runs (see `LiveResponses.find`)."""
+        if ids := [rid for rid, lv in self.live.items() if lv.request.background]:
+            await self.store.hold_running(ids, self.settings.background_hold_s)
+
     async def aclose(self) -> None:
+        self.closing = True
         tasks = [lv.task for lv in self.live.values() if lv.task]
         for task in tasks:
             task.cancel()

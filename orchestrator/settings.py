@@ -67,6 +67,11 @@ class OrchestratorSettings(ServiceSettings):
     )
     reap_interval_s: float = Field(60.0, description="how often idle conversations are looked for")
     cancel_poll_s: float = Field(0.5, description="how often cancels asked of another replica are looked for")
+    background_hold_s: float = Field(
+        30.0,
+        description="a background response holds its place in the shared store this long, renewed every third;"
+        " one whose replica stopped (killed, a lost node) reads as failed once its hold lapses",
+    )
     identity: str | None = Field(None, description="model identity line of the system message")
     date: str | None = Field(None, description="conversation start date (default: today)")
     health_interval_s: float = Field(5.0, description="worker health-check period")

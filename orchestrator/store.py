@@ -52,6 +52,8 @@ class Store(Protocol):
     async def put_results(self, results: dict[str, str]) -> None: ...
     async def request_cancel(self, response_id: str) -> None: ...
     async def cancel_requested(self, response_ids: list[str]) -> set[str]: ...
+    async def hold_running(self, response_ids: list[str], ttl_s: float) -> None: ...
+    async def is_held(self, response_id: str) -> bool: ...
     async def get_results(self, item_ids: list[str]) -> dict[str, str]: ...
     async def check(self) -> None: ...
     async def aclose(self) -> None: ...
@@ -86,6 +88,7 @@ class SQLiteStore:
             )
             self._db.execute("CREATE TABLE IF NOT EXISTS results (id TEXT PRIMARY KEY, created REAL, text TEXT)")
             self._db.execute("CREATE TABLE IF NOT EXISTS cancels (id TEXT PRIMARY KEY, created REAL)")
+            self._db.execute("CREATE TABLE IF NOT EXISTS running (id TEXT PRIMARY KEY, until REAL)")
 
     @classmethod
     def from_settings(cls, settings: OrchestratorSettings) -> SQLiteStore:
@@ -175,6 +178,15 @@ class SQLiteStore:
         rows = self._db.execute(f"SELECT id FROM cancels WHERE id IN ({marks})", response_ids).fetchall()
         return {r[0] for r in rows}
 
+    def _hold_running(self, response_ids: list[str], ttl_s: float) -> None:
+        until = time.time() + ttl_s
+        self._db.executemany("INSERT OR REPLACE INTO running VALUES (?,?)", [(i, until) for i in response_ids])
+        self._db.execute("DELETE FROM running WHERE until < ?", (time.time(),))
+
+    def _is_held(self, response_id: str) -> bool:
+        row = self._db.execute("SELECT 1 FROM running WHERE id = ? AND until >= ?", (response_id, time.time()))
+        return row.fetchone() is not None
+
     def _aclose(self) -> None:
         self._db.close()
 
@@ -215,6 +227,12 @@ class SQLiteStore:
 
     async def cancel_requested(self, response_ids: list[str]) -> set[str]:
         return await self._off_loop(self._cancel_requested, response_ids)
+
+    async def hold_running(self, response_ids: list[str], ttl_s: float) -> None:
+        return await self._off_loop(self._hold_running, response_ids, ttl_s)
+
+    async def is_held(self, response_id: str) -> bool:
+        return await self._off_loop(self._is_held, response_id)
 
     async def check(self) -> None:
         pass
@@ -276,6 +294,16 @@ class RedisStore:
         async with self._errors():
             values = await self._r.mget([f"{self._p}cancel:{i}" for i in response_ids])
         return {i for i, v in zip(response_ids, values, strict=True) if v is not None}
+
+    async def hold_running(self, response_ids: list[str], ttl_s: float) -> None:
+        async with self._errors(), self._r.pipeline(transaction=False) as pipe:
+            for response_id in response_ids:
+                pipe.set(f"{self._p}running:{response_id}", b"1", px=max(1, int(ttl_s * 1000)))
+            await pipe.execute()
+
+    async def is_held(self, response_id: str) -> bool:
+        async with self._errors():
+            return bool(await self._r.exists(f"{self._p}running:{response_id}"))
 
     async def check(self) -> None:
         async with self._errors():

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import signal
+import time
 import uuid
 
 import httpx
@@ -173,3 +175,39 @@ def test_a_chain_continued_the_moment_its_stream_ends_finds_the_response_it_name
     assert events[-1].type == "response.completed"
     second = stack.client.responses.create(model="gpt-oss", input="again", previous_response_id=events[-1].response.id)
     assert second.output_text == "Once more."
+
+
+def test_a_background_response_whose_replica_was_killed_reads_as_failed_not_running_forever(scripted, redis_url):
+    from conftest import scenario
+    from invariants import check_stream
+    from test_workers import wait_for
+
+    worker_url, model = scripted
+    model.scenario = scenario([{"match": "", "reply": "<|channel|>final<|message|>" + "slow " * 3000 + "<|return|>",
+                                "delay_s": 0.01}])  # fmt: skip
+    flags = ["-m", "orchestrator", "--store", "redis", "--redis-url", redis_url, "--worker-urls", f'["{worker_url}"]',
+             "--redis-prefix", f"k{uuid.uuid4().hex[:8]}:", "--background-hold-s", "1.5"]  # fmt: skip
+    with running_service(flags) as doomed, running_service(flags) as survivor:
+        bg = httpx.post(f"{doomed.url}/v1/responses", json={"input": "long job", "background": True}, timeout=30).json()
+        client = openai.OpenAI(base_url=f"{survivor.url}/v1", api_key="unused", max_retries=0)
+        time.sleep(2)  # longer than the hold: the running replica renews it
+        assert client.responses.retrieve(bg["id"]).status in ("queued", "in_progress")
+        doomed.stop(signal.SIGKILL)  # no shutdown at all: only the lapsed hold tells
+        wait_for(lambda: client.responses.retrieve(bg["id"]).status == "failed", "the orphan to read as failed")
+        final = client.responses.retrieve(bg["id"])
+        assert final.error is not None and "stopped before it finished" in final.error.message
+        assert check_stream(list(client.responses.retrieve(bg["id"], stream=True))).status == "failed"
+        with pytest.raises(openai.BadRequestError):
+            client.responses.cancel(bg["id"])  # nothing runs any more
+        assert "response.orphaned" in survivor.log()
+
+
+async def test_a_sqlite_hold_lasts_its_time_and_is_renewed() -> None:
+    store = SQLiteStore()
+    await store.hold_running(["resp_a", "resp_b"], 2)
+    assert await store.is_held("resp_a") and not await store.is_held("resp_c")
+    await asyncio.sleep(1.2)
+    await store.hold_running(["resp_a"], 2)  # renewed: b lapses first
+    await asyncio.sleep(1.2)
+    assert await store.is_held("resp_a") and not await store.is_held("resp_b")
+    await store.aclose()
