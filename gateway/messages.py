@@ -63,17 +63,22 @@ def parse_message(body: bytes) -> dict[str, Any]:
     return msg
 
 
+def protocol_version(msg: dict[str, Any]) -> str | None:
+    """The protocol version a 2026-era request names in its `_meta` envelope (None: an older era's request)."""
+    params = msg.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    version = meta.get(PROTOCOL_VERSION_META_KEY) if isinstance(meta, dict) else None
+    return version if isinstance(version, str) else None
+
+
 def envelope_headers(msg: dict[str, Any]) -> dict[str, str]:
     """The routing headers a 2026-era request carries on streamable HTTP, derived from its `_meta` envelope.
 
     Legacy SSE has no such headers, so a bridged modern request gets them here; the upstream checks
     that they agree with the body.
     """
-    params = msg.get("params")
-    meta = params.get("_meta") if isinstance(params, dict) else None
-    version = meta.get(PROTOCOL_VERSION_META_KEY) if isinstance(meta, dict) else None
-    method = msg.get("method")
-    if not isinstance(version, str) or not isinstance(method, str):
+    version, method, params = protocol_version(msg), msg.get("method"), msg.get("params")
+    if version is None or not isinstance(method, str):
         return {}
     headers = {"mcp-protocol-version": version, "mcp-method": method}
     key = NAME_BEARING_METHODS.get(method)

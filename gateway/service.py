@@ -18,7 +18,7 @@ from gateway.envelope import NEW_HANDLE, session_handle
 from gateway.errors import SessionLost, ToolNotApproved, Unavailable, Unreached
 from gateway.http import Response, Timeouts
 from gateway.keys import SessionKey
-from gateway.messages import SAFE_METHODS, Rewriter, tool_name
+from gateway.messages import SAFE_METHODS, Rewriter, protocol_version, tool_name
 from gateway.metrics import GatewayMetrics
 from gateway.routing import Degraded, Namespace, Router, Target
 from gateway.store import Store, open_store
@@ -248,7 +248,11 @@ class Gateway:
                 result["protocolVersion"] = asked
             return result
         if method == "tools/list" and ns.tools is not None:
-            return {"tools": ns.tools}
+            if protocol_version(msg) is None:
+                return {"tools": ns.tools}
+            # a 2026-07-28 result must say how long it keeps (a client that validates refuses it otherwise):
+            # a listing served while no replica answers is reused by nobody
+            return {"tools": ns.tools, "ttlMs": 0, "cacheScope": "private", "resultType": "complete"}
         if method == "ping":
             return {}
         raise Unavailable(f"namespace {ns.name!r} has no healthy replica", data={"namespace": ns.name})

@@ -93,6 +93,14 @@ async def test_discovery_is_answered_from_the_last_known_tools_while_no_replica_
             with pytest.raises(MCPError) as unavailable:
                 await call_text(client, "add", {"a": 1, "b": 2})
         assert unavailable.value.error.code == UNAVAILABLE and "fixture" in unavailable.value.error.message
+        # a 2026-07-28 listing says how long it keeps, as that era requires: a stale one, not at all
+        body, headers = _modern_call("add", {})
+        body |= {"method": "tools/list", "params": {"_meta": body["params"]["_meta"]}}  # type: ignore[index]
+        headers = {k: v for k, v in headers.items() if k != "mcp-name"} | {"mcp-method": "tools/list"}
+        async with httpx.AsyncClient(trust_env=False) as http:
+            listed = (await http.post(gw.url("fixture"), json=body, headers=headers)).json()["result"]
+        assert "add" in {t["name"] for t in listed["tools"]}
+        assert (listed["ttlMs"], listed["cacheScope"], listed["resultType"]) == (0, "private", "complete")
         # the replica comes back on the same port: new sessions work again
         back = start_fixture("r1b", port=ups[0].port)
         try:
