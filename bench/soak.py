@@ -8,7 +8,11 @@ descriptors (from /proc), the tool servers' sessions (their /metrics) and the sa
 tool replica (by its instance label) are sampled. At the end: the samples, the least-squares slope per
 minute of each, requests answered / failed and their p50/p99. A leak shows as a slope that stays positive
 over the run; a flat one is noise around zero. Not part of CI.
-Usage: python -m bench.soak [--minutes 20] [--loops 4] [--interval-s 60] [--out results.json]
+`--conversation-idle-s` shortens the orchestrator's conversation idle time (1200 s, the production default) so the
+sessions held reach their plateau within the run; `--settle-minutes` leaves the ramp up to that plateau out of
+the slopes (the samples are all printed).
+Usage: python -m bench.soak [--minutes 20] [--loops 4] [--interval-s 60] [--conversation-idle-s 1200]
+       [--settle-minutes 0] [--out results.json]
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import statistics
 import subprocess
 import tempfile
@@ -47,6 +52,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--minutes", type=float, default=20.0, help="how long the load runs")
     p.add_argument("--loops", type=int, default=4, help="concurrent agent loops")
     p.add_argument("--interval-s", type=float, default=60.0, help="seconds between samples")
+    p.add_argument("--conversation-idle-s", type=float, default=1200.0, help="the orchestrator's --session-idle-s")
+    p.add_argument("--settle-minutes", type=float, default=0.0, help="samples before this are left out of slopes")
     p.add_argument("--out", type=Path, help="write the samples and slopes as JSON here")
     return p.parse_args(argv)
 
@@ -60,7 +67,7 @@ class Fleet:
 
 
 @contextlib.contextmanager
-def local_fleet() -> Iterator[Fleet]:
+def local_fleet(conversation_idle_s: float) -> Iterator[Fleet]:
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="toolfleet-soak-")))
         scenario = REPO / "orchestrator" / "worker" / "scenarios" / "demo.yaml"
@@ -89,6 +96,10 @@ def local_fleet() -> Iterator[Fleet]:
                     started["gateway"].url,
                     "--store-path",
                     str(tmp / "responses.sqlite3"),
+                    "--session-idle-s",
+                    str(conversation_idle_s),
+                    "--reap-interval-s",
+                    str(min(60.0, conversation_idle_s / 4)),
                 ]
             )
         )
@@ -171,7 +182,8 @@ class Load:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    with local_fleet() as fleet:
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a stopped soak still stops its fleet and sandboxes
+    with local_fleet(args.conversation_idle_s) as fleet:
         load = Load()
         threads = [threading.Thread(target=load.loop, args=(fleet.client,)) for _ in range(args.loops)]
         for thread in threads:
@@ -192,7 +204,9 @@ def main(argv: list[str] | None = None) -> int:
             load.stop.set()
             for thread in threads:
                 thread.join()
-    slopes = {key: round(slope_per_minute(times, [r[key] for r in rows]), 3) for key in rows[0]}
+    settled = [i for i, t in enumerate(times) if t >= args.settle_minutes * 60] or list(range(len(times)))
+    at = [times[i] for i in settled]
+    slopes = {key: round(slope_per_minute(at, [rows[i][key] for i in settled]), 3) for key in rows[0]}
     ordered = sorted(load.latencies_ms)
     summary = {
         "minutes": round(times[-1] / 60, 1),
@@ -204,9 +218,9 @@ def main(argv: list[str] | None = None) -> int:
         "throughput_rps": round(len(ordered) / times[-1], 2) if times[-1] else None,
     }
     print(json.dumps(summary))
-    print("slope per minute (first -> last sample):")
+    print(f"slope per minute from {at[0] / 60:.1f} min (that sample -> last):")
     for key, slope in slopes.items():
-        print(f"  {key:28} {slope:+9.3f}   ({rows[0][key]} -> {rows[-1][key]})")
+        print(f"  {key:28} {slope:+9.3f}   ({rows[settled[0]][key]} -> {rows[-1][key]})")
     if load.failures:
         print("failures (first 5):", *load.failures[:5], sep="\n  ")
     save(
