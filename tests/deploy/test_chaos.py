@@ -228,9 +228,11 @@ def test_the_fleet_answers_clearly_through_crashes_under_load_and_mends_itself(f
         name: Counter(c.outcome for c in calls if a <= c.end <= b and c.outcome != "ok")
         for name, (a, b) in window.items()
     }
-    elsewhere = sum(c.outcome != "ok" and not any(a <= c.end <= b for a, b in window.values()) for c in calls)
+    between = Counter(
+        c.outcome for c in calls if c.outcome != "ok" and not any(a <= c.end <= b for a, b in window.values())
+    )
     print(f"\nchaos under load: {len(calls)} calls by {LOOPS} loops in {time.monotonic() - began:.0f} s,"
-          f" {sum(c.outcome == 'ok' for c in calls)} ok, {elsewhere} failed outside the windows below")  # fmt: skip
+          f" {sum(c.outcome == 'ok' for c in calls)} ok")  # fmt: skip
     print(f"{'fault':<42} {'recovered':>9}  what callers saw")
     for name, _, took, note in rows:
         saw = [note] if note else []
@@ -238,12 +240,16 @@ def test_the_fleet_answers_clearly_through_crashes_under_load_and_mends_itself(f
         print(f"{name:<42} {took:>8.1f}s  {saw[0]}")
         for more in saw[1:]:
             print(f"{'':<53}{more}")
+    for outcome, n in between.most_common():
+        print(f"{'(between the faults)':<42} {'-':>9}  {n}x {outcome}")
 
-    orchestrator_down = window["orchestrator killed, background running"]
+    # Only the orchestrator's crash may drop a connection: the calls it was serving, and those that reached its
+    # published port while it came back.
+    down, up = window["orchestrator killed, background running"]
     unclear = [c for c in calls if c.outcome.startswith(("HANG", "response cancelled", "response incomplete"))
                or "(no error)" in c.outcome or (c.outcome.startswith("connection lost")
-               and not orchestrator_down[0] <= c.end <= orchestrator_down[1] + 2)]  # fmt: skip
-    assert not unclear, f"calls without a clear answer: {unclear[:5]}"
+               and not (c.start <= up + 2 and c.end >= down))]  # fmt: skip
+    assert not unclear, f"calls without a clear answer (the orchestrator down {down:.1f}-{up:.1f}): {unclear[:5]}"
     assert all(took < RECOVER_BOUND_S for _, _, took, _ in rows)
     assert rows[3][3].startswith("stream response.failed: ") and not rows[3][3].endswith(": (no error)"), rows[3][3]
     assert rows[4][3].startswith("background failed: ") and len(rows[4][3]) > len("background failed: "), rows[4][3]
@@ -253,12 +259,15 @@ def test_the_fleet_answers_clearly_through_crashes_under_load_and_mends_itself(f
     # The store: every response a caller got back is there, but for those Redis lost in its crash (no persistence).
     redis_back = window["Redis crash (restarted, empty)"][1]
     client = endpoint.client
-    lost = []
+    lost, forgotten = [], 0
     for call in (c for c in calls if c.response_id):
         try:
             assert client.responses.retrieve(call.response_id).status == "completed"
         except openai.NotFoundError:
+            forgotten += call.start < redis_back
             lost += [] if call.start < redis_back else [call.response_id]
+    print(f"store: {sum(bool(c.response_id) for c in calls)} responses answered, {forgotten} of them stored before"
+          " the Redis crash read 404 (no persistence), the rest are retrievable" if not lost else "")  # fmt: skip
     assert not lost, (
         f"stored after Redis came back, yet gone: {lost}\n"
         + "\n".join(
