@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import structlog
@@ -116,6 +117,14 @@ class RateLimited(GatewayError):
     code, status = RATE_LIMITED, 429
 
 
+def _store_outage(exc: BaseException) -> bool:
+    """Whether `exc` is the shared store (Redis) out of reach: a restart or a network cut, our side and
+    temporary, so the caller gets the unavailable error rather than a vague internal one. Redis is imported
+    only by gateways that configure it; without the module loaded no error can be one of its."""
+    errors = sys.modules.get("redis.exceptions")
+    return errors is not None and isinstance(exc, errors.ConnectionError | errors.TimeoutError)
+
+
 def to_error(exc: BaseException) -> GatewayError:
     """Every exception that reaches a client passes here; unknown ones are logged and kept vague."""
     match exc:
@@ -123,6 +132,8 @@ def to_error(exc: BaseException) -> GatewayError:
             return exc
         case json.JSONDecodeError() | UnicodeDecodeError():
             return ParseError("request body is not valid JSON")
+        case _ if _store_outage(exc):
+            return Unavailable(f"shared store (Redis) unavailable: {exc}")
         case _:
             log.error("gateway.unhandled", error_type=type(exc).__name__, exc_info=exc)
             return GatewayError("internal gateway error")

@@ -145,8 +145,13 @@ class RedisStore:
 
     def __init__(self, url: str, *, prefix: str = "toolfleet:gw:", session_ttl_s: int = 86400) -> None:
         import redis.asyncio as redis  # only deployments that configure Redis need the package
+        from redis.asyncio.retry import Retry
+        from redis.backoff import ExponentialBackoff
 
-        self._r = redis.from_url(url, decode_responses=True)
+        # Retry a dropped connection: after a Redis restart every pooled connection is dead, and without
+        # retries each failed one call (a client made by `from_url` does not retry).
+        retry = Retry(ExponentialBackoff(cap=1.0, base=0.05), 3)
+        self._r = redis.from_url(url, decode_responses=True, retry=retry)
         self._p = prefix
         self._ttl = session_ttl_s
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anyio
 
-from orchestrator.store import StoreUnavailable
+from orchestrator.store import StoreUnavailable, redis_client
 from toolkit import registry
 
 if TYPE_CHECKING:
@@ -110,9 +110,7 @@ class RedisObjects:
     from which a replica claims an expired id by removing it (ZREM), as idle conversations are claimed."""
 
     def __init__(self, url: str, prefix: str = "toolfleet:") -> None:
-        import redis.asyncio as redis  # only needed when configured
-
-        self._r = redis.from_url(url)
+        self._r = redis_client(url)
         self._p = prefix
 
     @classmethod

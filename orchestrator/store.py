@@ -241,6 +241,18 @@ class SQLiteStore:
         return await self._off_loop(self._aclose)
 
 
+def redis_client(url: str) -> Any:
+    """An asyncio Redis client (`redis` imported lazily: only deployments that configure it need it) whose
+    commands retry a dropped connection a few times. After a Redis restart every pooled connection is dead,
+    and a client made by `from_url` does not retry: each of them failed one command, such as the store of a
+    response its caller had already been answered `completed` for."""
+    import redis.asyncio as redis
+    from redis.asyncio.retry import Retry
+    from redis.backoff import ExponentialBackoff
+
+    return redis.from_url(url, retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), 3))
+
+
 class RedisStore:
     """The same records in Redis (`redis` package, imported lazily), shared by several orchestrator replicas.
 
@@ -253,9 +265,7 @@ class RedisStore:
     def __init__(
         self, url: str, *, max_responses: int = 10_000, ttl_s: float = 30 * 86400, prefix: str = "toolfleet:"
     ) -> None:
-        import redis.asyncio as redis  # only needed when configured
-
-        self._r = redis.from_url(url)
+        self._r = redis_client(url)
         self.url = url
         self.max_responses = max_responses
         self.ttl_s = max(1, int(ttl_s))

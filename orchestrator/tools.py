@@ -14,10 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import anyio.abc
 import httpx2
 import structlog
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp.types import CONNECTION_CLOSED
 from opentelemetry.trace import SpanKind
 
 from orchestrator.harmony import Namespace
@@ -102,6 +105,26 @@ def _error_text(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+@dataclass
+class _Connection:
+    """A client hosted by `ToolSessions._keep`; `lost` says why its transport died, once it did."""
+
+    client: Client
+    ended: anyio.Event = field(default_factory=anyio.Event)
+    lost: str | None = None
+
+    async def lost_reason(self) -> str | None:
+        """Why the transport died: a call failing as it dies waits briefly for its keeper to have said."""
+        with anyio.move_on_after(1):
+            await self.ended.wait()
+        return self.lost
+
+
+def _closed(exc: BaseException) -> bool:
+    """Whether a call failed because its connection closed under it (the transport died)."""
+    return isinstance(exc, MCPError) and exc.error.code == CONNECTION_CLOSED
+
+
 class ToolSessions:
     """The MCP connections of one response, opened on first use and closed together at its end."""
 
@@ -114,21 +137,59 @@ class ToolSessions:
         self.named: dict[str, str] = {}
         # URL -> the sandbox size (MiB) a container asks there, above the tool server's default
         self.sizes: dict[str, int] = {}
-        self._clients: dict[tuple[str, tuple[tuple[str, str], ...]], Client] = {}
+        self._clients: dict[tuple[str, tuple[tuple[str, str], ...]], _Connection] = {}
+        self._keeping: anyio.abc.TaskGroup | None = None
+        self._closing = anyio.Event()
         self._stack = contextlib.AsyncExitStack()
 
-    async def _get(self, url: str, headers: dict[str, str] | None, address: str | None, session_id: str) -> Client:
+    async def _get(self, url: str, headers: dict[str, str] | None, address: str | None, session_id: str) -> _Connection:
         merged = {**(headers or {}), "x-session-id": session_id}
         key = (url, tuple(sorted(merged.items())))
         if key not in self._clients:
             try:  # no timeout scope here: the client's task group outlives this block (httpx times out connects)
-                client = await self._stack.enter_async_context(_client(url, merged, self.timeout_s, address))
+                self._clients[key] = await (await self._keepers()).start(self._keep, key, url, merged, address)
             except BaseException as exc:
                 if isinstance(exc, anyio.get_cancelled_exc_class()):
                     raise
                 raise ToolUnavailable(f"cannot connect to the tool server at {url}: {_error_text(exc)}") from None
-            self._clients[key] = client
         return self._clients[key]
+
+    async def _keepers(self) -> anyio.abc.TaskGroup:
+        """The task group holding the connections, entered on first use in the response's task and left by
+        `aclose` after telling every connection to close."""
+        if self._keeping is None:
+            self._keeping = await self._stack.enter_async_context(anyio.create_task_group())
+            self._stack.callback(self._closing.set)
+        return self._keeping
+
+    async def _keep(
+        self,
+        key: tuple[str, tuple[tuple[str, str], ...]],
+        url: str,
+        headers: dict[str, str],
+        address: str | None,
+        *,
+        task_status: anyio.abc.TaskStatus[_Connection],
+    ) -> None:
+        """One connection, in a task of its own: a transport that dies (the gateway replica relaying a call was
+        killed) cancels the task hosting the client's task group, which must be this one and not the
+        response's, whose run would otherwise end as if someone had cancelled it. The call waiting on it then
+        fails like any tool failure; the next call reconnects."""
+        conn: _Connection | None = None
+        try:
+            async with _client(url, headers, self.timeout_s, address) as client:
+                conn = _Connection(client)
+                task_status.started(conn)
+                await self._closing.wait()
+        except Exception as exc:
+            if conn is None:
+                raise  # before `started`: the connect failed, `_get` says so
+            conn.lost = _error_text(exc)
+            self._clients.pop(key, None)
+            log.warning("tool.connection_lost", url=loggable(url), error=conn.lost)
+        finally:
+            if conn is not None:
+                conn.ended.set()
 
     async def call(
         self,
@@ -166,12 +227,13 @@ class ToolSessions:
         session_id = self.named.get(url, session_id)
         if url in self.sizes:
             headers = {**(headers or {}), MEMORY_HEADER: str(self.sizes[url])}
+        conn: _Connection | None = None
         try:
-            client = await self._get(url, headers, address, session_id)
+            conn = await self._get(url, headers, address, session_id)
             if not client_named and url not in self.named:
                 self.used.add(url)
             with anyio.fail_after(self.timeout_s):
-                result = await client.call_tool(name, args)
+                result = await conn.client.call_tool(name, args)
             texts, images = [], []
             for part in result.content:
                 if getattr(part, "type", None) == "text":
@@ -190,6 +252,10 @@ class ToolSessions:
                 f"Error: the tool `{name}` did not answer within {self.timeout_s:.0f} s", True, outcome=outcome
             )
         except Exception as exc:
+            if conn is not None and _closed(exc) and (reason := await conn.lost_reason()):
+                outcome = "unavailable"
+                text = f"Error: the connection to the tool server at {loggable(url)} broke during the call: {reason}"
+                return ToolOutcome(text, True, outcome=outcome)
             return ToolOutcome(f"Error: the tool `{name}` failed: {_error_text(exc)}", True, outcome="error")
         finally:
             ms = round((time.perf_counter() - start) * 1000, 2)

@@ -10,6 +10,7 @@ import pytest
 
 from gateway.keys import SessionKey
 from gateway.store import MemoryStore, Pin, RedisStore, SessionRecord, Store
+from tests.support.asgi import free_port
 from tests.support.redis import redis_server
 
 
@@ -113,3 +114,25 @@ def test_a_session_key_round_trips_through_its_stored_form() -> None:
     for bad in ("x:1", "h", "", "sabc"):
         with pytest.raises(ValueError, match="not a session key"):
             SessionKey.parse(bad)
+
+
+async def test_the_redis_pin_store_answers_at_once_after_redis_restarted() -> None:
+    """Every pooled connection died with the old Redis: the first calls after it came back must not fail (each
+    failed one call, answered "shared store (Redis) unavailable", while Redis was already back)."""
+    if shutil.which("redis-server") is None:
+        pytest.skip("needs redis-server")
+    port = free_port()
+    with redis_server(port) as url:
+        store = RedisStore(url, prefix="test:restart:")
+        async with anyio.create_task_group() as tg:  # several pooled connections
+            for i in range(4):
+                tg.start_soon(store.claim_pin, "python", SessionKey.header(f"before{i}"), "http://r1")
+    try:
+        with redis_server(port):  # back, empty (no persistence)
+            for i in range(4):  # as many as there are pooled connections
+                assert (
+                    await store.claim_pin("python", SessionKey.header(f"after{i}"), "http://r1")
+                ).replica == "http://r1"
+            assert await store.get_pin("python", SessionKey.header("before0")) is None
+    finally:
+        await store.aclose()

@@ -12,7 +12,7 @@ import openai
 import pytest
 import redis
 
-from orchestrator.store import Record, SQLiteStore
+from orchestrator.store import Record, RedisStore, SQLiteStore
 from orchestrator.worker.scripted import Scenario
 from tests.support.asgi import free_port
 from tests.support.redis import redis_server
@@ -74,6 +74,22 @@ def test_redis_going_away_is_a_clear_503_not_a_crash(make_stack):
         stack.client.responses.retrieve(resp.id)
     assert err.value.status_code == 503 and "Redis" in err.value.message
     assert err.value.body["code"] == "store_unavailable"
+
+
+async def test_the_redis_store_stores_again_at_once_after_redis_restarted() -> None:
+    """Every pooled connection died with the old Redis: the first commands after it came back must not fail
+    (they did once per pooled connection, and a response answered `completed` was never stored)."""
+    port = free_port()
+    with redis_server(port) as url:
+        store = RedisStore(url, prefix=f"t{uuid.uuid4().hex[:8]}:")
+        await asyncio.gather(*(store.put(Record(f"resp_before{i}", "conv", {"status": "completed"})) for i in range(4)))
+    try:
+        with redis_server(port):  # back, empty (no persistence)
+            for i in range(4):  # as many as there are pooled connections
+                await store.put(Record(f"resp_after{i}", "conv", {"status": "completed"}))
+            assert (await store.get("resp_after3")) is not None and await store.get("resp_before0") is None
+    finally:
+        await store.aclose()
 
 
 def test_orchestrator_processes_started_with_store_redis_flags_share_one_redis(scripted, redis_url):

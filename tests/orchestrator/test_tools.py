@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import socketserver
+import threading
+import urllib.parse
+from collections.abc import Iterator
+
+from fixture_tools import python_server
 from invariants import check_stream
 from openai.types.responses import Response
+
+from tests.support.asgi import serve_asgi
+from toolkit.settings import ToolServerSettings
 
 PY_CALL = "<|channel|>analysis to=python<|message|>x = 6 * 7\nprint(x)<|call|>"
 PY_AGAIN = "<|channel|>analysis to=python<|message|>print(x + 1)<|call|>"
@@ -128,6 +139,43 @@ def test_tool_server_down_gives_the_model_a_clear_error(make_stack):
     resp = stack.client.responses.create(model="gpt-oss", input="compute", tools=[{"type": "code_interpreter"}])
     assert resp.status == "completed" and resp.output[0].status == "failed"
     assert "cannot connect" in resp.output[0].outputs[0].logs and resp.output_text == "no tool"
+
+
+@contextlib.contextmanager
+def _dropping_calls(upstream: str) -> Iterator[str]:
+    """A TCP relay to `upstream` (http://host:port) that drops the connection as a `tools/call` passes, before
+    any answer: the gateway replica relaying the call was killed. Discovery passes through."""
+    target = urllib.parse.urlsplit(upstream)
+
+    class Relay(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            with socket.create_connection((target.hostname, target.port)) as up:
+                threading.Thread(target=self.answers, args=(up,), daemon=True).start()
+                while (data := self.request.recv(65536)) and b"tools/call" not in data:
+                    up.sendall(data)
+
+        def answers(self, up: socket.socket) -> None:
+            with contextlib.suppress(OSError):
+                while data := up.recv(65536):
+                    self.request.sendall(data)
+
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Relay) as relay:
+        relay.daemon_threads = True
+        threading.Thread(target=relay.serve_forever, daemon=True).start()
+        try:
+            yield f"http://127.0.0.1:{relay.server_address[1]}"
+        finally:
+            relay.shutdown()
+
+
+def test_a_tool_connection_that_dies_mid_call_is_a_tool_error_not_a_cancel(make_stack):
+    with serve_asgi(python_server(ToolServerSettings()).build_app()) as direct, _dropping_calls(direct) as url:
+        stack = make_stack(python_url=f"{url}/mcp")
+        stack.script([("python to=assistant", "<|channel|>final<|message|>tool broke<|return|>"), ("compute", PY_CALL)])
+        resp = stack.client.responses.create(model="gpt-oss", input="compute", tools=[{"type": "code_interpreter"}])
+    assert resp.status == "completed" and resp.output_text == "tool broke"  # the model heard of it and answered
+    call = resp.output[0]
+    assert call.status == "failed" and "connection to the tool server" in call.outputs[0].logs
 
 
 def test_max_tool_calls_stops_further_calls(stack):

@@ -17,13 +17,14 @@ from tests.support.asgi import free_port
 
 
 @contextlib.contextmanager
-def redis_server() -> Iterator[str]:
-    """A `redis-server` on an ephemeral loopback port, nothing persisted, its URL yielded once it answers PING;
-    always killed, its working directory removed. Skips the test where redis-server is not installed."""
+def redis_server(port: int | None = None) -> Iterator[str]:
+    """A `redis-server` on an ephemeral loopback port (or `port`: a Redis that comes back where it was, empty),
+    nothing persisted, its URL yielded once it answers PING; always killed, its working directory removed.
+    Skips the test where redis-server is not installed."""
     binary = shutil.which("redis-server") or "/usr/bin/redis-server"
     if not os.access(binary, os.X_OK):
         pytest.skip("redis-server is not installed (apt-get install redis-server)")
-    port = free_port()
+    port = port or free_port()
     workdir = tempfile.mkdtemp(prefix="toolfleet-redis-")
     args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", workdir]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
