@@ -87,15 +87,6 @@ class Fleet:
     def exec_python(self, service: str, code: str) -> str:
         return docker("exec", self.containers(service)[0], "python", "-c", code)
 
-    def log_lines(self, service: str, *events: str) -> list[str]:
-        """A service's log lines (all its tasks, old ones too) that name one of `events`: what a failure shows."""
-        argv = ["docker", "service", "logs", "--raw", f"{self.name}_{service}"]
-        # the services log to stderr
-        out = subprocess.run(
-            argv, env=self.env, text=True, timeout=60, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-        ).stdout
-        return [line[:600] for line in out.splitlines() if any(event in line for event in events)]
-
     def readyz(self) -> dict:
         code = "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8800/readyz').read().decode())"
         return json.loads(self.exec_python("gateway", code))
@@ -178,6 +169,15 @@ class Stack:
         """Running containers of a service's tasks on one engine (the manager's unless named)."""
         label = f"label=com.docker.swarm.service.name={self.name}_{service}"
         return (engine or self.engine)("ps", "-q", "--filter", label, "--filter", "status=running").split()
+
+    def log_lines(self, service: str, *events: str) -> list[str]:
+        """A service's log lines (all its tasks, old ones too) that name one of `events`: what a failure shows."""
+        argv = ["docker", "service", "logs", "--raw", f"{self.name}_{service}"]
+        # the services log to stderr
+        out = subprocess.run(
+            argv, env=self.env, text=True, timeout=60, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        ).stdout
+        return [line[:600] for line in out.splitlines() if any(event in line for event in events)]
 
     def readyz(self) -> dict:
         code = "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8800/readyz').read().decode())"
