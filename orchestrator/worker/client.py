@@ -281,7 +281,7 @@ class WorkerPool:
                     reason = str(exc) or type(exc).__name__
                     raise WorkerError(f"worker {worker.url} failed mid-generation: {reason}") from exc
                 worker.failures_before += 1
-                last_error = f"{worker.url}: {exc or type(exc).__name__}"
+                last_error = f"{worker.url}: {str(exc) or type(exc).__name__}"
                 if isinstance(exc, httpx.TransportError):
                     worker.healthy = False
                 log.warning("worker.retry", url=worker.url, error=last_error)
