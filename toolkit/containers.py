@@ -356,7 +356,8 @@ class ContainerRuntime:
         one that died shows in /healthz); an engine that fails one round is logged and asked again next round."""
         while True:
             try:
-                self._used = await anyio.to_thread.run_sync(self._sample_memory, list(self._states))
+                used = await anyio.to_thread.run_sync(self._sample_memory, list(self._states))
+                self._used = {cid: n for cid, n in used.items() if cid in self._states}  # none removed meanwhile
             except SandboxError as exc:
                 log.warning("memory.sample_failed", error=str(exc))
             await anyio.sleep(self._settings.memory_sample_s)
@@ -534,6 +535,8 @@ class WarmPool(Generic[P]):
 
     async def take(self) -> P:
         """A ready sandbox when one is waiting, else the first one started to come up."""
+        if not self._open:
+            raise SandboxError("the sandbox pool is not running (the server is starting or shutting down)")
         if self._ready:
             item = self._ready.popleft()
             self._runtime.mark(item.container_id, HELD)
