@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -29,8 +30,9 @@ from tests.support.mcp2 import mcp_session
 from tests.support.service import Service
 
 MIB = 2**20
+USED = "toolfleet_tool_sandbox_memory_used_bytes"
 SAMPLE_S = 0.5
-"""The servers' --memory-sample-s: short, so a round's held sandboxes are sampled within a second."""
+"""The servers' --memory-sample-s: short, so a round's held sandboxes are sampled soon."""
 
 timed_call = sessions.timed_tool("python", {"code": "print(1)"}, lambda result: result.content[0].text.strip() == "1")
 
@@ -68,10 +70,14 @@ async def until(http: httpx.AsyncClient, server: Service, done: Callable[[dict[s
 
 
 async def held_memory(http: httpx.AsyncClient, server: Service, held: int) -> dict[str, float]:
-    """The memory gauges once every session of a round holds its sandbox and a sample has been taken since."""
-    await until(http, server, lambda now: now.get("held") == held)
-    await asyncio.sleep(2 * SAMPLE_S)
-    return await census(http, server)
+    """The memory gauges once every session of a round holds its sandbox and two samples have ended since (the
+    first may have begun before); an engine under load takes a while per sandbox, so each is given 30 s."""
+    now = await until(http, server, lambda now: now.get("held") == held)
+    for _ in range(2):
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(30):
+                now = await until(http, server, lambda now, before=now[USED]: now[USED] != before)
+    return now
 
 
 def rss_mb(pid: int) -> float:
@@ -128,7 +134,7 @@ async def measure_config(args: argparse.Namespace, burst: int) -> dict[str, Any]
         pool_size=args.pool_size,
         sessions_per_s=round(args.concurrency * len(walls) / sum(walls), 1),
         sandbox_memory_limit_mb=round(memory["toolfleet_tool_sandbox_memory_limit_bytes"] / MIB),
-        sandbox_memory_used_mb=round(memory["toolfleet_tool_sandbox_memory_used_bytes"] / MIB, 1),
+        sandbox_memory_used_mb=round(memory[USED] / MIB, 1),
         server_rss_mb=rss,
     )
 

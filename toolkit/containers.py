@@ -74,6 +74,10 @@ STARTING, WARM, HELD = SANDBOX_STATES
 """A sandbox's state in the census: being started, ready in the warm pool, or bound to a session."""
 
 
+SAMPLE_THREADS = 8
+"""Sandboxes whose memory is read at once: an engine under load takes up to a second per stats call."""
+
+
 class SandboxError(Exception):
     """Our side broke (engine down, image missing): the call fails with an error result, the server lives on."""
 
@@ -353,27 +357,41 @@ class ContainerRuntime:
 
     async def sample_memory_forever(self) -> None:
         """Read every live sandbox's memory use from the engine each `memory_sample_s` (a loop under `Loops`:
-        one that died shows in /healthz); an engine that fails one round is logged and asked again next round."""
+        one that died shows in /healthz); sandboxes the engine fails to answer for are logged and asked again."""
+        limiter = anyio.CapacityLimiter(SAMPLE_THREADS)
         while True:
-            try:
-                used = await anyio.to_thread.run_sync(self._sample_memory, list(self._states))
-                self._used = {cid: n for cid, n in used.items() if cid in self._states}  # none removed meanwhile
-            except SandboxError as exc:
-                log.warning("memory.sample_failed", error=str(exc))
+            await self._sample_round(limiter)
             await anyio.sleep(self._settings.memory_sample_s)
 
-    def _sample_memory(self, container_ids: list[str]) -> dict[str, int]:
-        """Blocking: each container's memory use as `docker stats` shows it (the page cache it may drop is not
-        counted); a container removed meanwhile is left out (the engine answers not found, or an empty body)."""
+    async def _sample_round(self, limiter: anyio.CapacityLimiter) -> None:
         used: dict[str, int] = {}
-        for container_id in container_ids:
-            gone = (docker.errors.NotFound, ValueError)
-            with contextlib.suppress(*gone), docker_errors("cannot read sandbox memory"):
-                memory = self.client.api.stats(container_id, stream=False, one_shot=True).get("memory_stats") or {}
-                stats = memory.get("stats") or {}
-                cache = stats.get("inactive_file", stats.get("total_inactive_file", 0))
-                used[container_id] = max(int(memory.get("usage", 0)) - int(cache), 0)
-        return used
+        failures: list[str] = []
+
+        async def sample(container_id: str) -> None:
+            try:
+                figure = await anyio.to_thread.run_sync(self._memory_of, container_id, limiter=limiter)
+            except SandboxError as exc:
+                failures.append(str(exc))
+                return
+            if figure is not None:
+                used[container_id] = figure
+
+        async with anyio.create_task_group() as tg:
+            for container_id in list(self._states):
+                tg.start_soon(sample, container_id)
+        self._used = {cid: n for cid, n in used.items() if cid in self._states}  # none removed meanwhile
+        if failures:
+            log.warning("memory.sample_failed", sandboxes=len(failures), error=failures[0])
+
+    def _memory_of(self, container_id: str) -> int | None:
+        """Blocking: a container's memory use as `docker stats` shows it (the page cache it may drop is not
+        counted); None for one removed meanwhile (the engine answers not found, or an empty body)."""
+        with contextlib.suppress(docker.errors.NotFound, ValueError), docker_errors("cannot read sandbox memory"):
+            memory = self.client.api.stats(container_id, stream=False, one_shot=True).get("memory_stats") or {}
+            stats = memory.get("stats") or {}
+            cache = stats.get("inactive_file", stats.get("total_inactive_file", 0))
+            return max(int(memory.get("usage", 0)) - int(cache), 0)
+        return None
 
     async def remove(self, container_id: str) -> None:
         self._states.pop(container_id, None)
