@@ -38,6 +38,7 @@ import docker.errors
 import structlog
 from pydantic import Field
 
+from toolkit.metrics import SANDBOX_STATES
 from toolkit.settings import ToolServerSettings
 
 log = structlog.get_logger(__name__)
@@ -69,6 +70,14 @@ FLEET_RUNTIME_ENV = "TOOLFLEET_OCI_RUNTIME"
 """Where set (e.g. `runsc`), the OCI runtime of every sandbox tool that is not told otherwise."""
 
 
+STARTING, WARM, HELD = SANDBOX_STATES
+"""A sandbox's state in the census: being started, ready in the warm pool, or bound to a session."""
+
+
+SAMPLE_THREADS = 8
+"""Sandboxes whose memory is read at once: an engine under load takes up to a second per stats call."""
+
+
 class SandboxError(Exception):
     """Our side broke (engine down, image missing): the call fails with an error result, the server lives on."""
 
@@ -89,6 +98,14 @@ class DockerSandboxSettings(ToolServerSettings):
         default_factory=lambda: os.environ.get(FLEET_RUNTIME_ENV) or "runc",
         description="OCI runtime of sandboxes: runc, or runsc (gVisor) where the engine has it; "
         f"default {FLEET_RUNTIME_ENV} (one setting for every sandbox tool), else runc",
+    )
+    pool_burst: int = Field(
+        4,
+        ge=1,
+        description="sandboxes started at once while sessions wait on an empty warm pool (1: one at a time)",
+    )
+    memory_sample_s: float = Field(
+        15.0, ge=0, description="how often the sandboxes' memory use is read from the engine for /metrics; 0: never"
     )
     lease_s: float = Field(30.0, description="an owner whose heartbeat is silent this long loses its sandboxes")
     janitor_interval_s: float = Field(30.0, description="how often sandboxes of dead owners are looked for")
@@ -224,6 +241,13 @@ class ContainerRuntime:
         self._tasks: list[asyncio.Task[None]] = []
         self._unstarted: set[str] = set()
         """Leases the janitor's last round found created but not yet started (see the module docstring)."""
+        self._creating = 0
+        """Sandboxes the engine is creating (they have no id yet)."""
+        self._states: dict[str, str] = {}
+        """Each live sandbox's census state, by container id."""
+        self._limits: dict[str, int] = {}
+        self._used: dict[str, int] = {}
+        """Memory used by each sandbox at the last sample."""
 
     @property
     def client(self) -> docker.DockerClient:
@@ -280,9 +304,15 @@ class ContainerRuntime:
             return container.id, sock
 
     async def start_attached(self, spec: SandboxSpec, *, limit: int) -> AttachedStream:
-        """A new labelled sandbox, started, with its stdin/stdout attached."""
+        """A new labelled sandbox, started, with its stdin/stdout attached; counted `starting` until `mark`ed."""
         kwargs = {**spec.kwargs(), "labels": self.labels()}
-        container_id, sock = await anyio.to_thread.run_sync(self._create_attached, kwargs)
+        self._creating += 1
+        try:
+            container_id, sock = await anyio.to_thread.run_sync(self._create_attached, kwargs)
+        finally:
+            self._creating -= 1
+        self._states[container_id] = STARTING
+        self._limits[container_id] = spec.memory_bytes
         try:
             return await AttachedStream.open(container_id, sock, limit)
         except BaseException:
@@ -302,7 +332,72 @@ class ContainerRuntime:
 
         return await anyio.to_thread.run_sync(run)
 
+    def mark(self, container_id: str, state: str) -> None:
+        """Move a live sandbox to another census state (the warm pool says when one is ready or handed out)."""
+        if container_id in self._states:
+            self._states[container_id] = state
+
+    def census(self) -> dict[str, int]:
+        """How many of this instance's sandboxes are in each state."""
+        counts = dict.fromkeys((STARTING, WARM, HELD), 0)
+        counts[STARTING] += self._creating
+        for state in self._states.values():
+            counts[state] += 1
+        return counts
+
+    def memory_limit_bytes(self) -> int:
+        return sum(self._limits.values())
+
+    def memory_used_bytes(self) -> int:
+        return sum(self._used.values())
+
+    @property
+    def samples_memory(self) -> bool:
+        return self._settings.memory_sample_s > 0
+
+    async def sample_memory_forever(self) -> None:
+        """Read every live sandbox's memory use from the engine each `memory_sample_s` (a loop under `Loops`:
+        one that died shows in /healthz); sandboxes the engine fails to answer for are logged and asked again."""
+        limiter = anyio.CapacityLimiter(SAMPLE_THREADS)
+        while True:
+            await self._sample_round(limiter)
+            await anyio.sleep(self._settings.memory_sample_s)
+
+    async def _sample_round(self, limiter: anyio.CapacityLimiter) -> None:
+        used: dict[str, int] = {}
+        failures: list[str] = []
+
+        async def sample(container_id: str) -> None:
+            try:
+                figure = await anyio.to_thread.run_sync(self._memory_of, container_id, limiter=limiter)
+            except SandboxError as exc:
+                failures.append(str(exc))
+                return
+            if figure is not None:
+                used[container_id] = figure
+
+        async with anyio.create_task_group() as tg:
+            for container_id in list(self._states):
+                tg.start_soon(sample, container_id)
+        self._used = {cid: n for cid, n in used.items() if cid in self._states}  # none removed meanwhile
+        if failures:
+            log.warning("memory.sample_failed", sandboxes=len(failures), error=failures[0])
+
+    def _memory_of(self, container_id: str) -> int | None:
+        """Blocking: a container's memory use as `docker stats` shows it (the page cache it may drop is not
+        counted); None for one removed meanwhile (the engine answers not found, or an empty body)."""
+        with contextlib.suppress(docker.errors.NotFound, ValueError), docker_errors("cannot read sandbox memory"):
+            memory = self.client.api.stats(container_id, stream=False, one_shot=True).get("memory_stats") or {}
+            stats = memory.get("stats") or {}
+            cache = stats.get("inactive_file", stats.get("total_inactive_file", 0))
+            return max(int(memory.get("usage", 0)) - int(cache), 0)
+        return None
+
     async def remove(self, container_id: str) -> None:
+        self._states.pop(container_id, None)
+        self._limits.pop(container_id, None)
+        self._used.pop(container_id, None)
+
         def remove() -> None:
             with contextlib.suppress(docker.errors.NotFound), docker_errors("cannot remove a sandbox container"):
                 self.client.api.remove_container(container_id, force=True)
@@ -418,49 +513,134 @@ class ContainerRuntime:
 
 
 class Pooled(Protocol):
+    container_id: str
+
     async def aclose(self) -> None: ...
 
 
 P = TypeVar("P", bound=Pooled)
 
+RETRY_S = 2.0
+"""Pause before a failed refill of the pool is tried again (the engine is down, the image missing)."""
+
 
 class WarmPool(Generic[P]):
-    """Keeps `size` sandboxes ready so a new session starts at once; refills one at a time, backs off on failure."""
+    """Keeps `size` sandboxes ready so a new session starts at once.
 
-    def __init__(self, spawn: Callable[[], Awaitable[P]], size: int) -> None:
+    Refills one at a time; but while takers wait on an empty pool it starts up to `burst` at once, and a taker
+    is handed the first sandbox to come up (one the refill started too) rather than waiting on a start of its
+    own. It never starts more than its waiting takers and its refill need, so bursts stay within the session
+    limit that bounds the takers; a sandbox whose taker gave up fills the pool, or is removed past its size."""
+
+    def __init__(self, spawn: Callable[[], Awaitable[P]], size: int, runtime: ContainerRuntime, *, burst: int) -> None:
         self._spawn = spawn
         self._size = size
+        self._runtime = runtime
+        self._burst = burst
         self._ready: collections.deque[P] = collections.deque()
-        self._wanted = asyncio.Event()
-        self._filler: asyncio.Task[None] | None = None
+        self._takers: collections.deque[asyncio.Future[P]] = collections.deque()
+        self._starting = 0
+        self._starts: set[asyncio.Task[None]] = set()
+        self._closing: set[asyncio.Task[None]] = set()
+        self._open = False
 
     def __len__(self) -> int:
         return len(self._ready)
 
     def start(self) -> None:
-        if self._size > 0:
-            self._filler = asyncio.create_task(self._fill())
+        self._open = True
+        self._top_up()
 
     async def take(self) -> P:
-        """A ready sandbox when one is waiting, else a fresh one."""
-        self._wanted.set()
-        return self._ready.popleft() if self._ready else await self._spawn()
+        """A ready sandbox when one is waiting, else the first one started to come up."""
+        if not self._open:
+            raise SandboxError("the sandbox pool is not running (the server is starting or shutting down)")
+        if self._ready:
+            item = self._ready.popleft()
+            self._runtime.mark(item.container_id, HELD)
+            self._top_up()
+            return item
+        taker: asyncio.Future[P] = asyncio.get_running_loop().create_future()
+        self._takers.append(taker)
+        self._top_up()
+        try:
+            return await taker
+        except asyncio.CancelledError:
+            if taker.done() and not taker.cancelled() and taker.exception() is None:
+                self._deliver(taker.result())  # handed over as this taker was cancelled: keep it for the next
+            with contextlib.suppress(ValueError):
+                self._takers.remove(taker)
+            raise
 
-    async def _fill(self) -> None:
-        while True:
-            while len(self._ready) < self._size:
-                try:
-                    self._ready.append(await self._spawn())
-                except SandboxError as exc:
-                    log.warning("pool.fill_failed", error=str(exc))
-                    await asyncio.sleep(2)
-            self._wanted.clear()
-            await self._wanted.wait()
+    async def fresh(self, spawn: Callable[[], Awaitable[P]]) -> P:
+        """A sandbox of another kind than the pool's (another size), started for one taker."""
+        item = await spawn()
+        self._runtime.mark(item.container_id, HELD)
+        return item
+
+    def _waiting(self) -> int:
+        return sum(not taker.done() for taker in self._takers)
+
+    def _top_up(self) -> None:
+        """Start what the waiting takers and the refill need: up to `burst` at once while takers wait, else one."""
+        if not self._open:
+            return
+        waiting = self._waiting()
+        needed = waiting + max(self._size - len(self._ready), 0)
+        limit = self._burst if waiting else 1
+        while self._starting < min(needed, limit):
+            self._starting += 1
+            task = asyncio.create_task(self._start_one())
+            self._starts.add(task)
+            task.add_done_callback(self._starts.discard)
+
+    async def _start_one(self) -> None:
+        try:
+            item = await self._spawn()
+        except Exception as exc:
+            self._starting -= 1
+            log.warning("pool.start_failed", error=str(exc))
+            if not self._fail_one(exc):
+                await asyncio.sleep(RETRY_S)  # only a refill failed: back off before the next try
+        else:
+            self._starting -= 1
+            self._deliver(item)
+        self._top_up()
+
+    def _fail_one(self, exc: Exception) -> bool:
+        """The oldest waiting taker gets the failure (its session fails with it, as a start of its own would)."""
+        while self._takers:
+            taker = self._takers.popleft()
+            if not taker.done():
+                taker.set_exception(exc)
+                return True
+        return False
+
+    def _deliver(self, item: P) -> None:
+        """Hand a new sandbox to the oldest waiting taker, else keep it warm, else (past the size) remove it."""
+        while self._takers:
+            taker = self._takers.popleft()
+            if not taker.done():
+                self._runtime.mark(item.container_id, HELD)
+                taker.set_result(item)
+                return
+        if len(self._ready) < self._size and self._open:
+            self._runtime.mark(item.container_id, WARM)
+            self._ready.append(item)
+            return
+        task = asyncio.create_task(item.aclose())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     async def aclose(self) -> None:
-        if self._filler is not None:
-            self._filler.cancel()
+        self._open = False
+        while self._fail_one(SandboxError("the server is shutting down")):
+            pass
+        for task in list(self._starts):
+            task.cancel()
+        for task in list(self._starts):
             with contextlib.suppress(asyncio.CancelledError):
-                await self._filler
+                await task
+        await asyncio.gather(*self._closing)
         while self._ready:
             await self._ready.popleft().aclose()

@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.requests import Request
 from starlette.responses import Response
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+SANDBOX_STATES = ("starting", "warm", "held")
+
+
+class Census(Protocol):
+    """What a sandbox tool's runtime tells about its sandboxes (`toolkit.containers.ContainerRuntime`)."""
+
+    def census(self) -> dict[str, int]: ...
+    def memory_limit_bytes(self) -> int: ...
+    def memory_used_bytes(self) -> int: ...
 
 
 class ToolMetrics:
@@ -29,6 +42,31 @@ class ToolMetrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+
+    def count_sandboxes(self, census: Census) -> None:
+        """Gauges of the sandboxes and their memory, read from `census` at each scrape (so they never lag)."""
+        sandboxes = Gauge(
+            "toolfleet_tool_sandboxes",
+            "Sandboxes by state: starting, warm (in the pool), held (bound to a session)",
+            ["namespace", "state"],
+            registry=self.registry,
+        )
+        for state in SANDBOX_STATES:
+            sandboxes.labels(self.namespace, state).set_function(lambda state=state: census.census()[state])
+        limit = Gauge(
+            "toolfleet_tool_sandbox_memory_limit_bytes",
+            "Memory limits of the sandboxes, summed",
+            ["namespace"],
+            registry=self.registry,
+        )
+        limit.labels(self.namespace).set_function(census.memory_limit_bytes)
+        used = Gauge(
+            "toolfleet_tool_sandbox_memory_used_bytes",
+            "Memory the sandboxes use, summed, as the engine reported it at the last sample (--memory-sample-s)",
+            ["namespace"],
+            registry=self.registry,
+        )
+        used.labels(self.namespace).set_function(census.memory_used_bytes)
 
     def observe(self, tool: str, outcome: str, seconds: float) -> None:
         self.calls.labels(self.namespace, tool, outcome).inc()

@@ -32,7 +32,7 @@ from starlette.routing import Mount, Route
 
 from toolkit import handles
 from toolkit.answers import SingleAnswerSessionManager
-from toolkit.containers import MEMORY_HEADER
+from toolkit.containers import MEMORY_HEADER, ContainerRuntime
 from toolkit.drain import Drain
 from toolkit.handles import BadHandle, Handles
 from toolkit.loops import Loops
@@ -155,12 +155,17 @@ class ToolServer(Generic[S]):
         lifespan: Callable[[], contextlib.AbstractAsyncContextManager[None]] | None = None,
         progress_interval_s: float = 20.0,
         sizing: Sizing[S] | None = None,
+        runtime: ContainerRuntime | None = None,
     ) -> None:
         self.mcp = mcp
+        self.runtime = runtime
+        """The sandboxes' runtime, where the tool runs docker sandboxes: counted in /metrics."""
         self.sizing = sizing
         self.namespace = mcp.name
         self.settings = settings
         self.metrics = ToolMetrics(self.namespace)
+        if runtime is not None:
+            self.metrics.count_sandboxes(runtime)
         self.sessions: SessionRegistry[S] = SessionRegistry(
             session_factory, ttl_s=settings.session_ttl_s, max_sessions=settings.max_sessions
         )
@@ -397,6 +402,8 @@ class ToolServer(Generic[S]):
                 await stack.enter_async_context(manager.run())
                 tg = await stack.enter_async_context(anyio.create_task_group())
                 self.loops.start(tg, "reaper", self.sessions.reap_forever, self.settings.reap_interval_s)
+                if self.runtime is not None and self.runtime.samples_memory:
+                    self.loops.start(tg, "memory-sampler", self.runtime.sample_memory_forever)
                 log.info("server.started", namespace=self.namespace, port=self.settings.port)
                 try:
                     yield

@@ -62,6 +62,7 @@ class SessionRegistry(Generic[S]):
         self._locks: dict[str, anyio.Lock] = {}
         self._reaped: OrderedDict[str, float] = OrderedDict()  # key -> idle seconds when reaped, oldest first
         self._moved: dict[str, None] = {}  # keys a drained replica held, oldest first
+        self._creating = 0  # sessions whose state is being made: they count against the limit already
         self.on_change: Callable[[int], None] = lambda n: None
 
     def __len__(self) -> int:
@@ -82,9 +83,14 @@ class SessionRegistry(Generic[S]):
                 if not create:
                     self._locks.pop(key, None)
                     raise SessionGone(key)
-                if len(self._entries) >= self._max and not await self._evict_least_recently_used():
+                if len(self._entries) + self._creating >= self._max and not await self._evict_least_recently_used():
                     raise TooManySessions(f"server holds its limit of {self._max} sessions, all of them busy")
-                entry = _Entry(await (factory or self.factory)(key), reset=self._reset_reason(key))
+                self._creating += 1
+                try:
+                    state = await (factory or self.factory)(key)
+                finally:
+                    self._creating -= 1
+                entry = _Entry(state, reset=self._reset_reason(key))
                 self._entries[key] = entry
                 self.on_change(len(self._entries))
                 log.info("session.created", session_id=key)

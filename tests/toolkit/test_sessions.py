@@ -47,6 +47,24 @@ async def test_the_session_limit_refuses_new_keys_only_while_every_session_is_bu
     assert (await registry.acquire("a")).key == "a" and "b" not in registry
 
 
+async def test_sessions_still_being_created_count_against_the_limit() -> None:
+    registry: SessionRegistry[State] = SessionRegistry(make, ttl_s=60, max_sessions=2)
+    outcomes: list[str] = []
+
+    async def first_call(key: str) -> None:
+        try:
+            await registry.acquire(key)
+        except TooManySessions:
+            outcomes.append("refused")
+        else:
+            outcomes.append("held")
+
+    async with anyio.create_task_group() as tg:
+        for key in ("a", "b", "c"):
+            tg.start_soon(first_call, key)  # all three ask before any state is made
+    assert sorted(outcomes) == ["held", "held", "refused"] and len(registry) == 2
+
+
 async def test_at_the_limit_a_new_session_evicts_the_least_recently_used_idle_one() -> None:
     registry: SessionRegistry[State] = SessionRegistry(make, ttl_s=60, max_sessions=2)
     states = {}

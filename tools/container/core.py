@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from toolkit.containers import ContainerRuntime
 from toolkit.containers import SandboxError as SandboxError  # the kit's "our side broke"
 
 AGENT_SOURCE = Path(__file__).with_name("agent.py").read_text()
@@ -54,6 +55,8 @@ class Backend(Protocol):
     """Makes sandboxes; `start`/`aclose` bracket the server's life (pool, leftovers, leases)."""
 
     name: str
+    runtime: ContainerRuntime | None
+    """The docker backends' runtime (their sandboxes are counted in /metrics); None elsewhere."""
     image: str
 
     async def start(self) -> None: ...

@@ -71,6 +71,7 @@ def build_server(settings: ContainerSettings, backend: Backend) -> ToolServer[Co
         lifespan=backend_lifespan(backend),
         progress_interval_s=settings.progress_s,
         sizing=Sizing(settings.memory_mb, settings.session_memory_cap_mb, new_session),
+        runtime=backend.runtime,
     )
     users = {settings.user, *settings.allowed_users}
 

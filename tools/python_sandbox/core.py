@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from toolkit.containers import ContainerRuntime
 from toolkit.containers import SandboxError as SandboxError  # the kit's "our side broke", raised by both backends
 
 log = structlog.get_logger(__name__)
@@ -117,6 +118,8 @@ class Backend(Protocol):
     """Makes kernels; `start`/`aclose` bracket the server's life (pool, leftovers)."""
 
     name: str
+    runtime: ContainerRuntime | None
+    """The docker backends' runtime (their sandboxes are counted in /metrics); None elsewhere."""
 
     async def start(self) -> None: ...
     async def new_kernel(self, session_id: str, memory_mb: int | None = None) -> Kernel: ...

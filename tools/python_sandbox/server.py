@@ -42,7 +42,7 @@ def build_server(settings: PythonSandboxSettings, backend: Backend) -> ToolServe
 
     sizing = Sizing(settings.memory_mb, settings.session_memory_cap_mb, backend.new_kernel)
     kit: ToolServer[Kernel] = ToolServer(
-        mcp, settings, backend.new_kernel, lifespan=backend_lifespan(backend), sizing=sizing
+        mcp, settings, backend.new_kernel, lifespan=backend_lifespan(backend), sizing=sizing, runtime=backend.runtime
     )
 
     @mcp.tool(

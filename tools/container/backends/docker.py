@@ -156,7 +156,9 @@ class DockerBackend:
             init=True,
         )
         self.runtime = ContainerRuntime(settings, role=ROLE, image=settings.image)
-        self._pool: WarmPool[DockerSandbox] = WarmPool(lambda: self._spawn(self._spec), settings.pool_size)
+        self._pool: WarmPool[DockerSandbox] = WarmPool(
+            lambda: self._spawn(self._spec), settings.pool_size, self.runtime, burst=settings.pool_burst
+        )
 
     async def start(self) -> None:
         await self.runtime.start()
@@ -177,7 +179,7 @@ class DockerBackend:
         python tool does, so both tools size a platform container's sandbox the same way)."""
         if memory_mb is not None:
             spec = dataclasses.replace(self._spec, memory_bytes=memory_mb * 2**20)
-            sandbox = await self._spawn(spec)
+            sandbox = await self._pool.fresh(lambda: self._spawn(spec))
             log.info("container.sized", session_id=session_id, container=sandbox.container_id[:12], memory_mb=memory_mb)
             return sandbox
         sandbox = await self._pool.take()

@@ -50,7 +50,9 @@ class DockerBackend:
         self._limits = settings.limits()
         self._spec = self._spec_of(self._limits)
         self.runtime = ContainerRuntime(settings, role=ROLE, image=settings.image)
-        self._pool: WarmPool[DockerKernel] = WarmPool(lambda: self._spawn(self._spec), settings.pool_size)
+        self._pool: WarmPool[DockerKernel] = WarmPool(
+            lambda: self._spawn(self._spec), settings.pool_size, self.runtime, burst=settings.pool_burst
+        )
 
     def _spec_of(self, lim: Limits) -> SandboxSpec:
         config = lim.kernel_config(workdir="/mnt/data", capture_path="/tmp/.toolfleet-output", processes=None)
@@ -86,7 +88,7 @@ class DockerBackend:
         update` of the cgroup alone would not lift it."""
         if memory_mb is not None:
             lim = dataclasses.replace(self._limits, memory_bytes=memory_mb * 2**20)
-            kernel = await self._spawn(self._spec_of(lim))
+            kernel = await self._pool.fresh(lambda: self._spawn(self._spec_of(lim)))
             log.info("kernel.sized", session_id=session_id, container=kernel.container_id[:12], memory_mb=memory_mb)
             return kernel
         kernel = await self._pool.take()

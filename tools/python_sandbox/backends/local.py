@@ -60,6 +60,7 @@ class LocalKernel(ChannelKernel):
 
 class LocalBackend:
     name = "local"
+    runtime = None
 
     def __init__(self, settings: PythonSandboxSettings) -> None:
         self._settings = settings
