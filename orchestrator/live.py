@@ -41,11 +41,14 @@ class Live:
     record: Record | None = None  # what it left, once settled
     http_status: int = 200
     error_code: str | None = None  # for the HTTP error body; response.error.code is OpenAI's fixed set
+    unsaved: str | None = None  # why a response that finished could not be stored or added to its conversation
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
     def failure(self) -> ResponseFailed | None:
         """The HTTP error a non-streaming caller gets for a failed response (None: it did not fail that way);
         partial output, if any, stays readable with GET when stored."""
+        if self.unsaved is not None:
+            return ResponseFailed(self.unsaved, None, 503, "store_unavailable")
         if self.http_status == 200:
             return None
         b = self.builder
@@ -53,6 +56,18 @@ class Live:
         if self.request.store:
             message += f" (response {b.id} is stored with status {b.body['status']})"
         return ResponseFailed(message, None, self.http_status, self.error_code)
+
+
+def unsaved_event(live: Live) -> dict[str, Any]:
+    """The stream's `error` event for a response that finished but was not kept (the SDK's ResponseErrorEvent)."""
+    sequence = len(live.builder.events)
+    return {
+        "type": "error",
+        "sequence_number": sequence,
+        "code": "store_unavailable",
+        "message": live.unsaved,
+        "param": None,
+    }
 
 
 class ResponseFailed(RequestError):
@@ -110,6 +125,8 @@ class LiveResponses:
             async for event in live.builder.follow():
                 yield event
             await live.done.wait()  # the stream ends once the response is stored and its conversation has its items
+            if live.unsaved is not None:  # after the terminal event: the one way left to tell a streaming caller
+                yield unsaved_event(live)
         finally:
             if not live.request.background and live.task and not live.task.done() and not live.builder.finished:
                 live.task.cancel()  # the client went away: abort the generation (not the settling after it)

@@ -436,15 +436,20 @@ class ResponsesService(LiveResponses):
         status = b.body["status"]
         if self.on_settled is not None:
             self.on_settled(status, b.body.get("usage"), r.tools.log)
+        saving: str | None = None  # what the caller was promised and is being written, while it is
         try:
             state = {"calls": r.tools.calls, "pending": r.tools.pending, "pages": r.tools.pages}
             if live.conversation is not None and status in ("completed", "incomplete"):
+                saving = f"added to conversation {live.conversation.id}"
                 await self.conversations.append(live.conversation, items + b.body["output"], state)
             live.record = Record(
                 b.id, r.conversation, b.body, items, h.dump(r.messages[n_head:]), b.events, state, live.owner
             )
             if req.store:
+                saving = "stored"
                 await self.store.put(live.record)
+            saving = None
+            if req.store:
                 await references.index(self.store, live.record)
             lives_on = req.store or live.conversation is not None or live.kept is not None
             if r.tools.results and lives_on:  # for client-kept history
@@ -453,8 +458,12 @@ class ResponsesService(LiveResponses):
                 await self.store.touch_conversation(r.conversation, r.sessions.used)
             elif r.sessions.used:
                 await cleanup_sessions(r.conversation, r.sessions.used)
-        except Exception:
+        except Exception as exc:
             log.exception("response.settle_failed", response_id=b.id)
+            if saving is not None:  # the caller must not take it for kept: it cannot be retrieved or continued
+                live.unsaved = (
+                    f"response {b.id} finished {status} but could not be {saving}: {str(exc) or type(exc).__name__}"
+                )
         finally:
             log.info("response.done", response_id=b.id, status=status, output_items=len(b.output))
             self.live.pop(b.id, None)

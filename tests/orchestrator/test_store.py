@@ -227,3 +227,27 @@ async def test_a_sqlite_hold_lasts_its_time_and_is_renewed() -> None:
     await asyncio.sleep(1.2)
     assert await store.is_held("resp_a") and not await store.is_held("resp_b")
     await store.aclose()
+
+
+class _BrokenStore(SQLiteStore):
+    """A store that takes no response: its writes fail, as a store gone away for good would."""
+
+    async def put(self, record: Record) -> None:
+        raise ConnectionError("the disk went away")
+
+
+def test_a_response_that_finished_but_could_not_be_stored_is_not_answered_as_kept(make_stack):
+    stack = make_stack(backend=_BrokenStore(":memory:"))
+    stack.script([("hello", "<|channel|>final<|message|>Hi.<|return|>")])
+    with pytest.raises(openai.APIStatusError) as err:
+        stack.client.with_options(max_retries=0).responses.create(model="gpt-oss", input="hello")
+    assert err.value.status_code == 503
+    assert "could not be stored: the disk went away" in str(err.value)
+    events = list(stack.client.responses.create(model="gpt-oss", input="hello", stream=True))
+    assert [e.type for e in events[-2:]] == ["response.completed", "error"]
+    assert events[-1].code == "store_unavailable" and "could not be stored" in events[-1].message
+    assert events[-1].sequence_number == events[-2].sequence_number + 1
+    with pytest.raises(openai.NotFoundError):
+        stack.client.responses.retrieve(events[-2].response.id)
+    unstored = stack.client.responses.create(model="gpt-oss", input="hello", store=False)
+    assert unstored.output_text == "Hi."  # nothing promised, nothing to refuse
