@@ -8,10 +8,9 @@ import uuid
 import pytest
 
 from tests.container.conftest import containers_of, require_docker, sandboxes_of, server_args
-from tests.python_sandbox.test_lifecycle import wait_until
 from tests.support.mcp1 import arun_mcp1_client
 from tests.support.mcp2 import TRANSPORTS, mcp_session
-from tests.support.service import Service, running_service
+from tests.support.service import Service, running_service, wait_until
 
 
 async def hostname(server: Service, sid: str) -> str:

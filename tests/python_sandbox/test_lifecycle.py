@@ -6,7 +6,6 @@ import base64
 import json
 import signal
 import subprocess
-import time
 import uuid
 
 import httpx
@@ -15,7 +14,7 @@ import pytest
 from tests.python_sandbox.conftest import containers_of, require_backend, server_args
 from tests.support.mcp1 import arun_mcp1_client
 from tests.support.mcp2 import TRANSPORTS, mcp_session
-from tests.support.service import Service, running_service
+from tests.support.service import Service, running_service, wait_until
 
 
 async def sandbox_uid(server: Service, session_id: str) -> int:
@@ -26,15 +25,6 @@ async def sandbox_uid(server: Service, session_id: str) -> int:
 def processes_of(uid: int) -> list[str]:
     out = subprocess.run(["pgrep", "-U", str(uid)], capture_output=True, text=True)
     return out.stdout.split()
-
-
-def wait_until(predicate, timeout_s: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return predicate()
 
 
 def sessions_held(server: Service) -> int:

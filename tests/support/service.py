@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,3 +87,13 @@ def running_service(
     finally:
         service.stop()
         log_path.unlink(missing_ok=True)
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float = 20.0) -> bool:
+    """Poll `predicate` every 0.1 s until it holds or `timeout_s` passes; its last answer (for an assert)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return predicate()

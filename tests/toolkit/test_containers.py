@@ -10,9 +10,9 @@ import docker.errors
 import pytest
 
 from tests.python_sandbox.conftest import docker_client, server_args
-from tests.python_sandbox.test_lifecycle import sandbox_uid, wait_until
+from tests.python_sandbox.test_lifecycle import sandbox_uid
 from tests.support.mcp2 import mcp_session
-from tests.support.service import Service, running_service
+from tests.support.service import Service, running_service, wait_until
 from toolkit.containers import LEASE_LABEL, LEASE_ROLE, OWNER_LABEL, ROLE_LABEL, ContainerRuntime
 from tools.python_sandbox.settings import PythonSandboxSettings
 

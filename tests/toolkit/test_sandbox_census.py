@@ -4,9 +4,7 @@ real Docker, plus the pool's accounting against a fake engine (how many starts, 
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
-from collections.abc import Callable
 
 import httpx
 import pytest
@@ -14,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.python_sandbox.conftest import containers_of, require_backend, server_args
 from tests.support.mcp2 import mcp_session
-from tests.support.service import Service, running_service
+from tests.support.service import Service, running_service, wait_until
 from toolkit.containers import SandboxError, WarmPool
 
 MIB = 2**20
@@ -41,15 +39,6 @@ def health(server: Service) -> str:
     return httpx.get(f"{server.url}/healthz").json()["status"]
 
 
-def wait_until(predicate: Callable[[], bool], timeout_s: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return predicate()
-
-
 async def call(server: Service, session_id: str, tool: str, args: dict[str, str]) -> str:
     async with mcp_session(server.url, "streamable-http", {"x-session-id": session_id}) as session:
         return (await session.call_tool(tool, args)).content[0].text
@@ -60,14 +49,14 @@ async def test_gauges_follow_sessions_taking_and_releasing_sandboxes() -> None:
     instance = f"pytest-census-{uuid.uuid4().hex[:8]}"
     with running_service(server_args("docker", instance, "--memory-sample-s", "0.2")) as server:
         idle = {"starting": 0, "warm": 1, "held": 0}
-        assert wait_until(lambda: census(server) == idle)
+        assert wait_until(lambda: census(server) == idle, 60.0)
         assert gauges(server)["toolfleet_tool_sandbox_memory_limit_bytes"] == SANDBOX_MB * MIB
 
         sid = f"census-{uuid.uuid4().hex[:8]}"
         assert await call(server, sid, "python", {"code": "len(bytearray(64 * 2**20))"}) == str(64 * MIB)
-        assert wait_until(lambda: census(server) == {"starting": 0, "warm": 1, "held": 1})  # the pool refilled
+        assert wait_until(lambda: census(server) == {"starting": 0, "warm": 1, "held": 1}, 60.0)  # the pool refilled
         assert gauges(server)["toolfleet_tool_sandbox_memory_limit_bytes"] == 2 * SANDBOX_MB * MIB
-        assert wait_until(lambda: gauges(server)["toolfleet_tool_sandbox_memory_used_bytes"] > 0)
+        assert wait_until(lambda: gauges(server)["toolfleet_tool_sandbox_memory_used_bytes"] > 0, 60.0)
 
         await call(server, sid, "cleanup_session", {})
         assert census(server) == idle
@@ -81,16 +70,16 @@ async def test_a_burst_of_new_sessions_beyond_the_pool_is_served_and_the_pool_ke
     instance = f"pytest-burst-{uuid.uuid4().hex[:8]}"
     burst = server_args("docker", instance, "--pool-burst", "4", "--max-sessions", "12", "--memory-sample-s", "0")
     with running_service(burst) as server:
-        assert wait_until(lambda: census(server)["warm"] == 1)
+        assert wait_until(lambda: census(server)["warm"] == 1, 60.0)
         ids = [f"burst-{i}-{uuid.uuid4().hex[:6]}" for i in range(12)]
         answers = await asyncio.gather(*(call(server, sid, "python", {"code": "6 * 7"}) for sid in ids))
         assert answers == ["42"] * 12
-        assert wait_until(lambda: census(server) == {"starting": 0, "warm": 1, "held": 12})
-        assert wait_until(lambda: len(containers_of(instance)) == 13)  # no start beyond the takers and the pool
+        assert wait_until(lambda: census(server) == {"starting": 0, "warm": 1, "held": 12}, 60.0)
+        assert wait_until(lambda: len(containers_of(instance)) == 13, 60.0)  # no start beyond the takers and the pool
 
         await asyncio.gather(*(call(server, sid, "cleanup_session", {}) for sid in ids))
         assert census(server) == {"starting": 0, "warm": 1, "held": 0}
-        assert wait_until(lambda: len(containers_of(instance)) == 1)
+        assert wait_until(lambda: len(containers_of(instance)) == 1, 60.0)
         assert "toolfleet_tool_sandbox_memory_used_bytes" in gauges(server)  # sampling off: the gauge stays, at 0
     assert containers_of(instance) == []
 
