@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from gateway.keys import SessionKey
 from toolkit import registry
+from toolkit.redis_client import redis_client
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,14 +145,7 @@ class RedisStore:
     """The pin table in Redis: `<prefix>pin:<ns>` hash, `<prefix>used:<ns>` zset, session and blob keys."""
 
     def __init__(self, url: str, *, prefix: str = "toolfleet:gw:", session_ttl_s: int = 86400) -> None:
-        import redis.asyncio as redis  # only deployments that configure Redis need the package
-        from redis.asyncio.retry import Retry
-        from redis.backoff import ExponentialBackoff
-
-        # Retry a dropped connection: after a Redis restart every pooled connection is dead, and without
-        # retries each failed one call (a client made by `from_url` does not retry).
-        retry = Retry(ExponentialBackoff(cap=1.0, base=0.05), 3)
-        self._r = redis.from_url(url, decode_responses=True, retry=retry)
+        self._r = redis_client(url, decode_responses=True)
         self._p = prefix
         self._ttl = session_ttl_s
 

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anyio
 
-from orchestrator.store import StoreUnavailable, redis_client
+from orchestrator.store import StoreUnavailable
 from toolkit import registry
+from toolkit.redis_client import redis_client
 
 if TYPE_CHECKING:
     from orchestrator.settings import OrchestratorSettings

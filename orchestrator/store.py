@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import anyio
 
 from toolkit import registry
+from toolkit.redis_client import redis_client
 
 if TYPE_CHECKING:
     from orchestrator.settings import OrchestratorSettings
@@ -239,18 +240,6 @@ class SQLiteStore:
 
     async def aclose(self) -> None:
         return await self._off_loop(self._aclose)
-
-
-def redis_client(url: str) -> Any:
-    """An asyncio Redis client (`redis` imported lazily: only deployments that configure it need it) whose
-    commands retry a dropped connection a few times. After a Redis restart every pooled connection is dead,
-    and a client made by `from_url` does not retry: each of them failed one command, such as the store of a
-    response its caller had already been answered `completed` for."""
-    import redis.asyncio as redis
-    from redis.asyncio.retry import Retry
-    from redis.backoff import ExponentialBackoff
-
-    return redis.from_url(url, retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), 3))
 
 
 class RedisStore:
