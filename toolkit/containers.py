@@ -607,23 +607,27 @@ class WarmPool(Generic[P]):
             self._deliver(item)
         self._top_up()
 
-    def _fail_one(self, exc: Exception) -> bool:
-        """The oldest waiting taker gets the failure (its session fails with it, as a start of its own would)."""
+    def _next_taker(self) -> asyncio.Future[P] | None:
+        """The oldest taker still waiting; those that gave up are dropped on the way."""
         while self._takers:
             taker = self._takers.popleft()
             if not taker.done():
-                taker.set_exception(exc)
-                return True
-        return False
+                return taker
+        return None
+
+    def _fail_one(self, exc: Exception) -> bool:
+        """The oldest waiting taker gets the failure (its session fails with it, as a start of its own would)."""
+        if (taker := self._next_taker()) is None:
+            return False
+        taker.set_exception(exc)
+        return True
 
     def _deliver(self, item: P) -> None:
         """Hand a new sandbox to the oldest waiting taker, else keep it warm, else (past the size) remove it."""
-        while self._takers:
-            taker = self._takers.popleft()
-            if not taker.done():
-                self._runtime.mark(item.container_id, HELD)
-                taker.set_result(item)
-                return
+        if (taker := self._next_taker()) is not None:
+            self._runtime.mark(item.container_id, HELD)
+            taker.set_result(item)
+            return
         if len(self._ready) < self._size and self._open:
             self._runtime.mark(item.container_id, WARM)
             self._ready.append(item)
