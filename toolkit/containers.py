@@ -413,10 +413,11 @@ class ContainerRuntime:
             return self.client.api.containers(all=True, filters={"label": list(labels)})
 
     async def _remove_listed(self, listing: Callable[[], list[str]]) -> int:
-        """Remove the containers `listing` names (it calls the engine, so it runs in a worker thread)."""
+        """Remove the containers `listing` names, all at once (a stop under gVisor takes ~1 s per container)."""
         ids = await anyio.to_thread.run_sync(listing)
-        for container_id in ids:
-            await self.remove(container_id)
+        async with anyio.create_task_group() as group:
+            for container_id in ids:
+                group.start_soon(self.remove, container_id)
         return len(ids)
 
     async def remove_all(self) -> int:
@@ -646,5 +647,5 @@ class WarmPool(Generic[P]):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await asyncio.gather(*self._closing)
-        while self._ready:
-            await self._ready.popleft().aclose()
+        ready, self._ready = list(self._ready), collections.deque()
+        await asyncio.gather(*(sandbox.aclose() for sandbox in ready))

@@ -184,8 +184,10 @@ class SessionRegistry(Generic[S]):
             self._reaped.popitem(last=False)
 
     async def close_all(self) -> None:
-        for key in list(self._entries):
-            await self.close(key)
+        """Close every session at once: each may remove a sandbox, and a stopping server has a deadline."""
+        async with anyio.create_task_group() as group:
+            for key in list(self._entries):
+                group.start_soon(self.close, key)
 
     async def reap_forever(self, interval_s: float) -> None:
         while True:
