@@ -47,8 +47,9 @@ def orchestrator(**settings: Any) -> Iterator[str]:
         raise RuntimeError("the access bench never generates")
         yield
 
-    app = create_app(OrchestratorSettings(date="2026-12-02", **settings), generate=no_generation,
-                     store=SQLiteStore(":memory:"))  # fmt: skip
+    app = create_app(
+        OrchestratorSettings(date="2026-12-02", **settings), generate=no_generation, store=SQLiteStore(":memory:")
+    )
     with serve_asgi(app) as url:
         yield url
 
@@ -74,8 +75,10 @@ def bench_models(name: str, n: int, key: str | None, **settings: Any) -> dict[st
 
 
 def bench_refusals(n: int, floor_s: float) -> list[dict[str, Any]]:
-    cases = {"refused (loopback, no connection)": "http://127.0.0.1:1/mcp",
-             "accepted, closed port (allowlisted)": "http://127.0.0.1:9/mcp"}  # fmt: skip
+    cases = {
+        "refused (loopback, no connection)": "http://127.0.0.1:1/mcp",
+        "accepted, closed port (allowlisted)": "http://127.0.0.1:9/mcp",
+    }
     rows = []
     with (
         orchestrator(mcp_allow=["http://127.0.0.1:9/*"], mcp_refusal_floor_s=floor_s) as url,
@@ -91,8 +94,15 @@ def bench_refusals(n: int, floor_s: float) -> list[dict[str, Any]]:
                 assert r.status_code == 400
                 bodies.add(r.text)
             q = _quantiles(samples)
-            rows.append({"name": f"uniform 400, {label}, floor {floor_s} s", "value": q["p50_ms"], "unit": "ms p50",
-                         **q, "bodies": len(bodies)})  # fmt: skip
+            rows.append(
+                {
+                    "name": f"uniform 400, {label}, floor {floor_s} s",
+                    "value": q["p50_ms"],
+                    "unit": "ms p50",
+                    **q,
+                    "bodies": len(bodies),
+                }
+            )
     return rows
 
 

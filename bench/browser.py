@@ -52,8 +52,12 @@ def pct(samples: list[float], q: float) -> float:
 def row(name: str, ms: list[float] | None = None, **extra: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"name": name}
     if ms:
-        out |= {"n": len(ms), "p50_ms": round(pct(ms, 50), 3), "p99_ms": round(pct(ms, 99), 3),
-                "mean_ms": round(statistics.fmean(ms), 3)}  # fmt: skip
+        out |= {
+            "n": len(ms),
+            "p50_ms": round(pct(ms, 50), 3),
+            "p99_ms": round(pct(ms, 99), 3),
+            "mean_ms": round(statistics.fmean(ms), 3),
+        }
     return out | extra
 
 
@@ -122,8 +126,10 @@ def corpus_dir_row(files: int, root: Path) -> dict[str, Any]:
     for i in range(files):
         (root / "html" / f"{i}.html").write_text(TEA.replace("Tea facts", f"Tea facts {i}"))
     summary = update_index(Corpus(root / "html", "corpus://bench/"), SearchIndex(root / "html-index"))
-    return row(f"index DIR: {files} HTML files (read + extract + index)",
-               index_docs_per_s=round(summary.indexed / summary.seconds))  # fmt: skip
+    return row(
+        f"index DIR: {files} HTML files (read + extract + index)",
+        index_docs_per_s=round(summary.indexed / summary.seconds),
+    )
 
 
 # --- the server ----------------------------------------------------------------------------------
@@ -232,8 +238,10 @@ async def open_ratio_rows(n: int, tmp: Path) -> list[dict[str, Any]]:
     reference = timed(lambda: reference_open(TEA), n)
     await browser.fetcher.aclose()
     ratio = round(pct(reference, 50) / pct(ours, 50), 1)
-    return [row("in-process open, ours (cached page, render view)", ours),
-            row("in-process open, reference: html2text per call", reference, ours_faster_x=ratio)]  # fmt: skip
+    return [
+        row("in-process open, ours (cached page, render view)", ours),
+        row("in-process open, reference: html2text per call", reference, ours_faster_x=ratio),
+    ]
 
 
 def extraction_rows(n: int) -> list[dict[str, Any]]:

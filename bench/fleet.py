@@ -69,9 +69,21 @@ def local_fleet() -> Iterator[openai.OpenAI]:
         routes = tmp / "gateway.yaml"
         routes.write_text(json.dumps({"namespaces": {"python": {"replicas": [f"{python.url}/mcp"]}}}))
         gateway = stack.enter_context(running_service(["-m", "toolkit.cli", "gateway", "--config", str(routes)]))
-        orchestrator = stack.enter_context(running_service([
-            "-m", "toolkit.cli", "orchestrator", "--worker-urls", json.dumps([worker.url]), "--tools-url", gateway.url,
-            "--store-path", str(tmp / "responses.sqlite3")]))  # fmt: skip
+        orchestrator = stack.enter_context(
+            running_service(
+                [
+                    "-m",
+                    "toolkit.cli",
+                    "orchestrator",
+                    "--worker-urls",
+                    json.dumps([worker.url]),
+                    "--tools-url",
+                    gateway.url,
+                    "--store-path",
+                    str(tmp / "responses.sqlite3"),
+                ]
+            )
+        )
         yield openai.OpenAI(base_url=f"{orchestrator.url}/v1", api_key="unused", max_retries=0, timeout=120)
 
 
@@ -109,13 +121,17 @@ def main(argv: list[str] | None = None) -> int:
     with local_fleet() as client:
         local = turns(client, args.n)
     print(f"cold start of the whole fleet (compose up -> demo answered): {fleet['cold_start_s']:.1f} s")
-    print(f"demo request end to end (3 tools, 5 tool calls): p50 {fleet['demo']['p50_ms']:.0f} ms, "  # type: ignore[index]
-          f"p95 {fleet['demo']['p95_ms']:.0f} ms")  # type: ignore[index]  # fmt: skip
+    print(
+        f"demo request end to end (3 tools, 5 tool calls): p50 {fleet['demo']['p50_ms']:.0f} ms, "  # type: ignore[index]
+        f"p95 {fleet['demo']['p95_ms']:.0f} ms"
+    )  # type: ignore[index]
     print(f"{'':24}{'containers p50/p95':>22}{'local processes p50/p95':>26}   (containers - local)")
     for kind, loc in local.items():
         c = fleet[kind]
-        print(f"{kind:24}{c['p50_ms']:>13.1f} /{c['p95_ms']:>6.1f} ms{loc['p50_ms']:>17.1f} /{loc['p95_ms']:>6.1f} ms"  # type: ignore[index]
-              f"   added p50 {c['p50_ms'] - loc['p50_ms']:+.1f} ms")  # type: ignore[index]  # fmt: skip
+        print(
+            f"{kind:24}{c['p50_ms']:>13.1f} /{c['p95_ms']:>6.1f} ms{loc['p50_ms']:>17.1f} /{loc['p95_ms']:>6.1f} ms"  # type: ignore[index]
+            f"   added p50 {c['p50_ms'] - loc['p50_ms']:+.1f} ms"
+        )  # type: ignore[index]
     if args.out:
         args.out.write_text(
             json.dumps({"machine": platform.node(), "n": args.n, "containers": fleet, "local": local}, indent=2)

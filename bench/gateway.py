@@ -59,8 +59,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=200)
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
     p.add_argument("--peer", choices=["contextforge", "none"], default="contextforge")
-    p.add_argument("--untraced", action=argparse.BooleanOptionalAction, default=True,
-                   help="also time a gateway with tracing off")  # fmt: skip
+    p.add_argument(
+        "--untraced", action=argparse.BooleanOptionalAction, default=True, help="also time a gateway with tracing off"
+    )
     p.add_argument("--out", default="results-gateway.json")
     return p.parse_args(argv)
 

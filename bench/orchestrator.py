@@ -80,9 +80,16 @@ def _run(
     namespaces = [h.Namespace("python", "python tool")]
     system = h.system_message(effort="low", date="2026-12-02", namespaces=namespaces)
     ts = toolset(tools, "auto", lambda _: None)
-    r = Run(ResponseBuilder(body), [system, h.user("go")], ts,
-            Endpoints(None, {"python": "http://127.0.0.1:9/mcp"}), _InstantTools(session_id="c"), generate,
-            Limits(10**9, max_tool_calls, max_tool_calls + 8), "c")  # fmt: skip
+    r = Run(
+        ResponseBuilder(body),
+        [system, h.user("go")],
+        ts,
+        Endpoints(None, {"python": "http://127.0.0.1:9/mcp"}),
+        _InstantTools(session_id="c"),
+        generate,
+        Limits(10**9, max_tool_calls, max_tool_calls + 8),
+        "c",
+    )
     if chat_deltas is not None:
         r.model = ChatTurns(chat, chat_tools(namespaces if tools else [], ts.functions))
     return r, counts
@@ -96,9 +103,14 @@ def bench_stream(n: int) -> dict[str, Any]:
     asyncio.run(run(r))
     wire = sum(len(json.dumps(e, separators=(",", ":"))) for e in r.builder.events)  # what SSE would send
     elapsed = time.perf_counter() - start
-    return {"name": "streamed tokens/s (parse + events + JSON, one core)", "tokens": len(reply),
-            "seconds": round(elapsed, 4), "value": round(len(reply) / elapsed), "events": len(r.builder.events),
-            "wire_bytes": wire}  # fmt: skip
+    return {
+        "name": "streamed tokens/s (parse + events + JSON, one core)",
+        "tokens": len(reply),
+        "seconds": round(elapsed, 4),
+        "value": round(len(reply) / elapsed),
+        "events": len(r.builder.events),
+        "wire_bytes": wire,
+    }
 
 
 def bench_chat_stream(n: int) -> dict[str, Any]:
@@ -108,22 +120,32 @@ def bench_chat_stream(n: int) -> dict[str, Any]:
     asyncio.run(run(r))
     wire = sum(len(json.dumps(e, separators=(",", ":"))) for e in r.builder.events)  # as the Harmony row
     elapsed = time.perf_counter() - start
-    return {"name": "chat path: streamed tokens/s (deltas + events + JSON, one core)", "tokens": n,
-            "seconds": round(elapsed, 4), "value": round(n / elapsed), "events": len(r.builder.events),
-            "wire_bytes": wire}  # fmt: skip
+    return {
+        "name": "chat path: streamed tokens/s (deltas + events + JSON, one core)",
+        "tokens": n,
+        "seconds": round(elapsed, 4),
+        "value": round(n / elapsed),
+        "events": len(r.builder.events),
+        "wire_bytes": wire,
+    }
 
 
 def bench_chat_tool_turns(turns: int) -> dict[str, Any]:
-    call = [{"tool_calls": [{"index": 0, "id": "c", "type": "function", "function": {"name": "python"}}]},
-            {"tool_calls": [{"index": 0, "function": {"arguments": '{"code": "print(6*7)"}'}}]}]  # fmt: skip
+    call = [
+        {"tool_calls": [{"index": 0, "id": "c", "type": "function", "function": {"name": "python"}}]},
+        {"tool_calls": [{"index": 0, "function": {"arguments": '{"code": "print(6*7)"}'}}]},
+    ]
     final = [{"content": "42"}]
     r, counts = _run(None, [{"type": "code_interpreter"}], chat_deltas=lambda i: call if i < turns else final)
     start = time.perf_counter()
     asyncio.run(run(r))
     elapsed = time.perf_counter() - start
     assert counts[0] == turns + 1, counts
-    return {"name": "chat path: orchestrator ms per tool turn (tool excluded)", "turns": turns,
-            "value": round(elapsed / turns * 1000, 3)}  # fmt: skip
+    return {
+        "name": "chat path: orchestrator ms per tool turn (tool excluded)",
+        "turns": turns,
+        "value": round(elapsed / turns * 1000, 3),
+    }
 
 
 def bench_tool_turns(turns: int) -> dict[str, Any]:
@@ -136,8 +158,12 @@ def bench_tool_turns(turns: int) -> dict[str, Any]:
     elapsed = time.perf_counter() - start
     assert counts[0] == turns + 1, counts
     # the conversation grows with every turn (as a real one does), so report the first and last thirds too
-    return {"name": "orchestrator ms per tool turn (tool excluded)", "turns": turns,
-            "value": round(elapsed / turns * 1000, 3), "prompt_tokens_last_turn": r.usage.last_prompt}  # fmt: skip
+    return {
+        "name": "orchestrator ms per tool turn (tool excluded)",
+        "turns": turns,
+        "value": round(elapsed / turns * 1000, 3),
+        "prompt_tokens_last_turn": r.usage.last_prompt,
+    }
 
 
 @contextlib.contextmanager
@@ -149,15 +175,43 @@ def _stack(token_delay_s: float = 0.0):
 
     w, o = _port(), _port()
     scenario = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-scenario-{os.getpid()}.json"
-    scenario.write_text(json.dumps({"token_delay_s": token_delay_s, "default": "<|channel|>final<|message|>"
-                                    + " tok" * 500 + "<|return|>"}))  # fmt: skip
+    scenario.write_text(
+        json.dumps(
+            {"token_delay_s": token_delay_s, "default": "<|channel|>final<|message|>" + " tok" * 500 + "<|return|>"}
+        )
+    )
     try:
         with (
-            _process(["-m", "orchestrator.worker", "--scripted", "--port", str(w), "--scenario", str(scenario),
-                      "--log-level", "WARNING"], f"http://127.0.0.1:{w}/health"),
-            _process(["-m", "orchestrator", "--port", str(o), "--worker-urls", f'["http://127.0.0.1:{w}"]',
-                      "--store-path", ":memory:", "--log-level", "WARNING"], f"http://127.0.0.1:{o}/healthz"),
-        ):  # fmt: skip
+            _process(
+                [
+                    "-m",
+                    "orchestrator.worker",
+                    "--scripted",
+                    "--port",
+                    str(w),
+                    "--scenario",
+                    str(scenario),
+                    "--log-level",
+                    "WARNING",
+                ],
+                f"http://127.0.0.1:{w}/health",
+            ),
+            _process(
+                [
+                    "-m",
+                    "orchestrator",
+                    "--port",
+                    str(o),
+                    "--worker-urls",
+                    f'["http://127.0.0.1:{w}"]',
+                    "--store-path",
+                    ":memory:",
+                    "--log-level",
+                    "WARNING",
+                ],
+                f"http://127.0.0.1:{o}/healthz",
+            ),
+        ):
             yield f"http://127.0.0.1:{o}"
     finally:
         scenario.unlink(missing_ok=True)
@@ -189,9 +243,14 @@ def bench_concurrent(streams: int) -> dict[str, Any]:
 
         results, elapsed = asyncio.run(main())
     tokens = sum(n for n, _ in results)
-    return {"name": f"{streams} concurrent streams over HTTP (scripted worker, own processes)",
-            "value": round(tokens / elapsed), "unit": "tokens/s", "tokens": tokens, "seconds": round(elapsed, 3),
-            "p50_stream_s": round(sorted(s for _, s in results)[len(results) // 2], 3)}  # fmt: skip
+    return {
+        "name": f"{streams} concurrent streams over HTTP (scripted worker, own processes)",
+        "value": round(tokens / elapsed),
+        "unit": "tokens/s",
+        "tokens": tokens,
+        "seconds": round(elapsed, 3),
+        "p50_stream_s": round(sorted(s for _, s in results)[len(results) // 2], 3),
+    }
 
 
 def bench_store(n: int) -> list[dict[str, Any]]:
@@ -202,14 +261,16 @@ def bench_store(n: int) -> list[dict[str, Any]]:
     from orchestrator.store import Record, RedisStore, SQLiteStore
 
     words = h.encoding().encode(" tok" * 500, allowed_special=set())[:500]
-    r, _ = _run(lambda i: h.encoding().encode("<|channel|>final<|message|>", allowed_special="all") + words
-                + [h.RETURN], [])  # fmt: skip
+    r, _ = _run(
+        lambda i: h.encoding().encode("<|channel|>final<|message|>", allowed_special="all") + words + [h.RETURN], []
+    )
     asyncio.run(run(r))
     size = len(json.dumps(r.builder.events)) + len(json.dumps(r.builder.body))
 
     async def measure(store) -> float:
-        records = [Record(f"resp_{i}", "conv", r.builder.body, [], h.dump(r.messages), r.builder.events)
-                   for i in range(n)]  # fmt: skip
+        records = [
+            Record(f"resp_{i}", "conv", r.builder.body, [], h.dump(r.messages), r.builder.events) for i in range(n)
+        ]
         start = time.perf_counter()
         for rec in records:
             await store.put(rec)
@@ -221,15 +282,27 @@ def bench_store(n: int) -> list[dict[str, Any]]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         ms = asyncio.run(measure(SQLiteStore(f"{tmp}/bench.sqlite3")))
-    rows.append({"name": "store put+get ms per response (SQLite file, WAL)", "value": round(ms, 3), "n": n,
-                 "record_bytes": size})  # fmt: skip
+    rows.append(
+        {
+            "name": "store put+get ms per response (SQLite file, WAL)",
+            "value": round(ms, 3),
+            "n": n,
+            "record_bytes": size,
+        }
+    )
     if shutil.which("redis-server"):
         from conftest import redis_server
 
         with redis_server() as url:
             ms = asyncio.run(measure(RedisStore(url)))
-        rows.append({"name": "store put+get ms per response (Redis on loopback)", "value": round(ms, 3), "n": n,
-                     "record_bytes": size})  # fmt: skip
+        rows.append(
+            {
+                "name": "store put+get ms per response (Redis on loopback)",
+                "value": round(ms, 3),
+                "n": n,
+                "record_bytes": size,
+            }
+        )
     return rows
 
 
@@ -246,16 +319,28 @@ def bench_vllm() -> dict[str, Any]:
 
         def responses() -> tuple[float, int]:
             t = time.perf_counter()
-            body = {"model": model, "input": "Say hello.", "max_output_tokens": n, "temperature": 0,
-                    "reasoning": {"effort": "low"}, "store": False}  # fmt: skip
+            body = {
+                "model": model,
+                "input": "Say hello.",
+                "max_output_tokens": n,
+                "temperature": 0,
+                "reasoning": {"effort": "low"},
+                "store": False,
+            }
             resp = httpx.post(f"{base}/v1/responses", json=body, timeout=300)
             resp.raise_for_status()
             return time.perf_counter() - t, resp.json()["usage"]["output_tokens"]
 
         def completions(tokens: int) -> float:  # the same number of tokens, straight from the engine
             t = time.perf_counter()
-            body = {"model": model, "prompt": prompt, "max_tokens": tokens, "min_tokens": tokens, "temperature": 0,
-                    "ignore_eos": True}  # fmt: skip
+            body = {
+                "model": model,
+                "prompt": prompt,
+                "max_tokens": tokens,
+                "min_tokens": tokens,
+                "temperature": 0,
+                "ignore_eos": True,
+            }
             httpx.post(f"{base}/v1/completions", json=body, timeout=300).raise_for_status()
             return time.perf_counter() - t
 
@@ -263,9 +348,15 @@ def bench_vllm() -> dict[str, Any]:
         completions(tokens)
         r = sorted(responses()[0] for _ in range(reps))[reps // 2]
         c = sorted(completions(tokens) for _ in range(reps))[reps // 2]
-    return {"name": "vLLM /v1/responses over /v1/completions (tiny CPU worker, same tokens, median)",
-            "tokens": tokens, "completions_s": round(c, 4), "responses_s": round(r, 4),
-            "overhead_ms": round((r - c) * 1000, 2), "value": round(r / c, 3), "unit": "ratio"}  # fmt: skip
+    return {
+        "name": "vLLM /v1/responses over /v1/completions (tiny CPU worker, same tokens, median)",
+        "tokens": tokens,
+        "completions_s": round(c, 4),
+        "responses_s": round(r, 4),
+        "overhead_ms": round((r - c) * 1000, 2),
+        "value": round(r / c, 3),
+        "unit": "ratio",
+    }
 
 
 def bench_vllm_chat() -> dict[str, Any]:
@@ -294,8 +385,11 @@ def bench_vllm_chat() -> dict[str, Any]:
             try:
                 timed(server.base_url)
             except httpx.HTTPStatusError as exc:
-                return {"name": "chat path vs vLLM /v1/responses (tiny chat model)", "value": None,
-                        "error": f"vLLM's /v1/responses refused: {exc.response.text[:300]}"}  # fmt: skip
+                return {
+                    "name": "chat path vs vLLM /v1/responses (tiny chat model)",
+                    "value": None,
+                    "error": f"vLLM's /v1/responses refused: {exc.response.text[:300]}",
+                }
             timed(ours)
             theirs_s, ours_s = [], []
             for _ in range(reps):  # interleaved, so drift hits both
@@ -304,16 +398,28 @@ def bench_vllm_chat() -> dict[str, Any]:
                 t, ours_tokens = timed(ours)
                 ours_s.append(t)
     v, o = sorted(theirs_s)[reps // 2], sorted(ours_s)[reps // 2]
-    return {"name": "chat path /v1/responses over vLLM's own /v1/responses (tiny chat CPU worker, median)",
-            "tokens_vllm": theirs_tokens, "tokens_ours": ours_tokens, "vllm_s": round(v, 4), "ours_s": round(o, 4),
-            "overhead_ms": round((o - v) * 1000, 2), "value": round(o / v, 3), "unit": "ratio"}  # fmt: skip
+    return {
+        "name": "chat path /v1/responses over vLLM's own /v1/responses (tiny chat CPU worker, median)",
+        "tokens_vllm": theirs_tokens,
+        "tokens_ours": ours_tokens,
+        "vllm_s": round(v, 4),
+        "ours_s": round(o, 4),
+        "overhead_ms": round((o - v) * 1000, 2),
+        "value": round(o / v, 3),
+        "unit": "ratio",
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     h.encoding()
-    rows = [bench_stream(args.tokens), bench_chat_stream(args.tokens), bench_tool_turns(args.turns),
-            bench_chat_tool_turns(args.turns), bench_concurrent(args.streams)]  # fmt: skip
+    rows = [
+        bench_stream(args.tokens),
+        bench_chat_stream(args.tokens),
+        bench_tool_turns(args.turns),
+        bench_chat_tool_turns(args.turns),
+        bench_concurrent(args.streams),
+    ]
     rows += bench_store(args.store_n)
     if args.vllm:
         rows += [bench_vllm(), bench_vllm_chat()]

@@ -28,8 +28,12 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-BROWSER_OPTIONS = ("x-browser-allowed-domains", "x-browser-external-access", "x-browser-context-size",
-                   "x-browser-user-location")  # fmt: skip
+BROWSER_OPTIONS = (
+    "x-browser-allowed-domains",
+    "x-browser-external-access",
+    "x-browser-context-size",
+    "x-browser-user-location",
+)
 NAMESPACE_FORWARD: dict[str, tuple[str, ...]] = {
     "browser": BROWSER_OPTIONS,
     "python": (MEMORY_HEADER,),

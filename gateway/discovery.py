@@ -64,8 +64,13 @@ async def refresh(gw: Gateway, ns: Namespace) -> list[Replica]:
     added, removed = ns.adopt({d.url(a) for a in addresses})
     if not (added or removed):
         return []
-    log.info("discovery.changed", namespace=ns.name, name=d.dns, added=[r.url for r in added],
-             removed=[r.url for r in removed])  # fmt: skip
+    log.info(
+        "discovery.changed",
+        namespace=ns.name,
+        name=d.dns,
+        added=[r.url for r in added],
+        removed=[r.url for r in removed],
+    )
     for replica in removed:
         await gw.forget(replica)
     for replica in added:

@@ -21,8 +21,17 @@ import json
 import sys
 from pathlib import Path
 
-SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<think>", "</think>",
-            "<tool_response>", "</tool_response>"]  # fmt: skip
+SPECIALS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<think>",
+    "</think>",
+    "<tool_response>",
+    "</tool_response>",
+]
 VOCAB_SIZE = 1024
 
 CHAT_TEMPLATE = """\
@@ -101,8 +110,10 @@ CONFIG = {
 
 def corpus() -> list[str]:
     """Text shaped like what the model will see: chat turns, JSON tool calls, code, numbers."""
-    words = ("the quick brown fox jumps over a lazy dog weather Paris tea python print search open find exec "
-             "cmd echo hello world compute result answer tool call function arguments query city").split()  # fmt: skip
+    words = (
+        "the quick brown fox jumps over a lazy dog weather Paris tea python print search open find exec "
+        "cmd echo hello world compute result answer tool call function arguments query city"
+    ).split()
     lines = []
     for i in range(400):
         w = [words[(i * 7 + k * 3) % len(words)] for k in range(8)]
@@ -119,23 +130,36 @@ def build(out: Path) -> None:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     alphabet = pre_tokenizers.ByteLevel.alphabet()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE, special_tokens=SPECIALS, initial_alphabet=alphabet,
-                                  show_progress=False)  # fmt: skip
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE, special_tokens=SPECIALS, initial_alphabet=alphabet, show_progress=False
+    )
     tok.train_from_iterator(corpus(), trainer)
     out.mkdir(parents=True, exist_ok=True)
     tok.save(str(out / "tokenizer.json"))
     ids = {t: tok.token_to_id(t) for t in SPECIALS}
-    (out / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 4096, "chat_template": CHAT_TEMPLATE,
-        "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "bos_token": None, "unk_token": None,
-        "clean_up_tokenization_spaces": False, "add_bos_token": False,
-        "additional_special_tokens": SPECIALS[1:],
-    }, indent=2))  # fmt: skip
+    (out / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "model_max_length": 4096,
+                "chat_template": CHAT_TEMPLATE,
+                "eos_token": "<|im_end|>",
+                "pad_token": "<|endoftext|>",
+                "bos_token": None,
+                "unk_token": None,
+                "clean_up_tokenization_spaces": False,
+                "add_bos_token": False,
+                "additional_special_tokens": SPECIALS[1:],
+            },
+            indent=2,
+        )
+    )
     (out / "special_tokens_map.json").write_text(json.dumps({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}))
     config = CONFIG | {"eos_token_id": ids["<|im_end|>"], "pad_token_id": ids["<|endoftext|>"], "bos_token_id": None}
     (out / "config.json").write_text(json.dumps(config, indent=2))
-    (out / "generation_config.json").write_text(json.dumps({"eos_token_id": [ids["<|im_end|>"]],
-                                                            "pad_token_id": ids["<|endoftext|>"]}))  # fmt: skip
+    (out / "generation_config.json").write_text(
+        json.dumps({"eos_token_id": [ids["<|im_end|>"]], "pad_token_id": ids["<|endoftext|>"]})
+    )
     check(out, ids)
 
 
@@ -147,10 +171,17 @@ def check(out: Path, ids: dict[str, int]) -> None:
     for name, i in ids.items():
         assert tok.convert_tokens_to_ids(name) == i and tok.encode(name, add_special_tokens=False) == [i], name
     tools = [{"type": "function", "function": {"name": "python", "parameters": {"type": "object"}}}]
-    messages = [{"role": "user", "content": "hi"},
-                {"role": "assistant", "content": "", "tool_calls": [
-                    {"id": "c", "type": "function", "function": {"name": "python", "arguments": '{"code": "1"}'}}]},
-                {"role": "tool", "tool_call_id": "c", "content": "1"}]  # fmt: skip
+    messages = [
+        {"role": "user", "content": "hi"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": "c", "type": "function", "function": {"name": "python", "arguments": '{"code": "1"}'}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c", "content": "1"},
+    ]
     text = tok.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True)
     assert '<tool_call>\n{"name": "python", "arguments": {"code": "1"}}\n</tool_call>' in text, text
     assert text.endswith("<|im_start|>assistant\n<think>\n") and "<tool_response>\n1\n</tool_response>" in text

@@ -116,8 +116,18 @@ async def test_the_server_searches_through_the_backend_its_flag_names(tmp_path: 
         return Response((RECORDED / "searxng.json").read_bytes(), media_type="application/json")
 
     with serve_asgi(Starlette(routes=[Route("/search", searx)])) as searxng:
-        args = ["-m", "tools.browser", "--search-backend", "searxng", "--search-url", f"{searxng}/search",
-                "--index-dir", str(tmp_path / "index"), "--default-corpus-dir", str(tmp_path / "none")]  # fmt: skip
+        args = [
+            "-m",
+            "tools.browser",
+            "--search-backend",
+            "searxng",
+            "--search-url",
+            f"{searxng}/search",
+            "--index-dir",
+            str(tmp_path / "index"),
+            "--default-corpus-dir",
+            str(tmp_path / "none"),
+        ]
         with running_service(args) as svc:
             async with mcp_session(svc.url, "sse", {"x-session-id": "searx"}) as s:
                 result = await s.call_tool("search", {"query": "green tea"})

@@ -37,9 +37,13 @@ def test_lines_are_wrapped_at_80_columns_and_structure_names_the_range() -> None
     doc = text_document(" ".join(["tea"] * 100), "https://example.com/t.txt")
     assert all(len(line) <= 80 for line in doc.lines) and len(doc.lines) == 5
     view = View(doc, 1, 2)
-    assert view.structured(7) == {"cursor": 7, "url": "https://example.com/t.txt", "title": "tea tea tea tea tea tea "
-                                  "tea tea tea tea tea tea tea tea tea tea tea tea tea tea", "lines": [1, 2],
-                                  "total_lines": 5}  # fmt: skip
+    assert view.structured(7) == {
+        "cursor": 7,
+        "url": "https://example.com/t.txt",
+        "title": "tea tea tea tea tea tea tea tea tea tea tea tea tea tea tea tea tea tea tea tea",
+        "lines": [1, 2],
+        "total_lines": 5,
+    }
 
 
 def test_a_view_is_about_1024_tokens_and_num_lines_is_capped() -> None:

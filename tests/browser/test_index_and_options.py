@@ -60,9 +60,14 @@ def test_bad_option_headers_are_refused_with_the_header_named(headers: dict[str,
 
 
 def test_option_headers_parse() -> None:
-    opt = options_from_headers({"x-browser-allowed-domains": "www.Example.com, other.org,", "x-browser-external-access":
-                                "off", "x-browser-context-size": "low", "x-browser-user-location":
-                                json.dumps({"type": "approximate", "country": "GB"})})  # fmt: skip
+    opt = options_from_headers(
+        {
+            "x-browser-allowed-domains": "www.Example.com, other.org,",
+            "x-browser-external-access": "off",
+            "x-browser-context-size": "low",
+            "x-browser-user-location": json.dumps({"type": "approximate", "country": "GB"}),
+        }
+    )
     assert opt.allowed_domains == ("example.com", "other.org") and opt.external is False
     assert opt.context_size == "low" and opt.user_location["country"] == "GB"
 
@@ -98,8 +103,15 @@ async def test_context_size_sets_the_view_size(browser: Service, web: str) -> No
 
 
 PYDOC = Path("/usr/share/doc/python3-doc/html")
-PYDOC_PAGES = ["index.html", "library/index.html", "library/itertools.html", "library/functools.html",
-               "library/functions.html", "tutorial/index.html", "_sources/library/itertools.rst.txt"]  # fmt: skip
+PYDOC_PAGES = [
+    "index.html",
+    "library/index.html",
+    "library/itertools.html",
+    "library/functools.html",
+    "library/functions.html",
+    "tutorial/index.html",
+    "_sources/library/itertools.rst.txt",
+]
 
 
 async def test_the_python_documentation_is_searched_and_browsed_offline(tmp_path: Path, web: str) -> None:

@@ -63,8 +63,13 @@ async def test_search_open_follow_scroll_and_find_with_structured_results(browse
         assert st["hits"][0]["url"] == "corpus://local/guide/tea.html" and st["hits"][0]["title"] == "Corpus tea guide"
         text, st = await call(s, "open", id=0)
         assert text.startswith("[1] Corpus tea guide (corpus://local/guide/tea.html)\n")
-        assert st == {"cursor": 1, "url": "corpus://local/guide/tea.html", "title": "Corpus tea guide",
-                      "lines": [0, 2], "total_lines": 3}  # fmt: skip
+        assert st == {
+            "cursor": 1,
+            "url": "corpus://local/guide/tea.html",
+            "title": "Corpus tea guide",
+            "lines": [0, 2],
+            "total_lines": 3,
+        }
         text, st = await call(s, "open", id=0, cursor=1)  # the corpus page's relative link
         assert st["url"] == "corpus://local/notes/kettle.md" and st["title"] == "Kettle notes"
         text, st = await call(s, "search", query="samovars", topn=1.0)  # the schema's `number`

@@ -55,15 +55,25 @@ async def test_a_redirect_from_an_allowlisted_host_to_another_loopback_port_is_r
 def test_private_and_metadata_addresses_are_refused_inside_a_namespace_with_only_lo() -> None:
     if shutil.which("unshare") is None or shutil.which("ip") is None or os.geteuid() != 0:
         pytest.skip("needs root, unshare and ip to make a network namespace")
-    proc = subprocess.run(["unshare", "-n", sys.executable, "-m", "tests.browser.netns_probe"], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        ["unshare", "-n", sys.executable, "-m", "tests.browser.netns_probe"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])  # the last line; logs come before it
     expected = {
-        "metadata": "cloud metadata", "private": "private", "cgnat": "CGNAT", "mapped": "embeds 10.0.0.5",
-        "nat64": "embeds 10.0.0.5", "v6_private": "private", "redirect_to_metadata": "cloud metadata",
+        "metadata": "cloud metadata",
+        "private": "private",
+        "cgnat": "CGNAT",
+        "mapped": "embeds 10.0.0.5",
+        "nat64": "embeds 10.0.0.5",
+        "v6_private": "private",
+        "redirect_to_metadata": "cloud metadata",
         "redirect_to_private": "private",
-    }  # fmt: skip
+    }
     for case, reason in expected.items():
         is_error, text = out[case]
         assert is_error and "refused to open" in text and reason in text, (case, text)

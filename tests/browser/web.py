@@ -105,12 +105,24 @@ async def broken(request: Request) -> Response:
 
 
 def web_app() -> Starlette:
-    return Starlette(routes=[
-        Route("/chain/{n:int}", chain), Route("/loop", loop), Route("/to", to), Route("/slow", slow),
-        Route("/bomb", bomb), Route("/huge", huge), Route("/latin1", latin1), Route("/binary", binary),
-        Route("/cp1252", cp1252), Route("/utf16", utf16),
-        Route("/nul", nul_text), Route("/broken", broken), Route("/lines/{n:int}", lines), Route("/{name}", page),
-    ])  # fmt: skip
+    return Starlette(
+        routes=[
+            Route("/chain/{n:int}", chain),
+            Route("/loop", loop),
+            Route("/to", to),
+            Route("/slow", slow),
+            Route("/bomb", bomb),
+            Route("/huge", huge),
+            Route("/latin1", latin1),
+            Route("/binary", binary),
+            Route("/cp1252", cp1252),
+            Route("/utf16", utf16),
+            Route("/nul", nul_text),
+            Route("/broken", broken),
+            Route("/lines/{n:int}", lines),
+            Route("/{name}", page),
+        ]
+    )
 
 
 CORPUS = {
@@ -133,5 +145,16 @@ def write_corpus(root: Path) -> Path:
 def browser_args(web: str, corpus: Path, index: Path, *extra: str) -> list[str]:
     """`python -m tools.browser` flags for a server over the test corpus that may fetch the fixture web."""
     host = web.removeprefix("http://")
-    return ["-m", "tools.browser", "--corpus-dir", str(corpus), "--index-dir", str(index), "--ssrf-exempt-hosts", host,
-            "--fetch-timeout-s", "3", *extra]  # fmt: skip
+    return [
+        "-m",
+        "tools.browser",
+        "--corpus-dir",
+        str(corpus),
+        "--index-dir",
+        str(index),
+        "--ssrf-exempt-hosts",
+        host,
+        "--fetch-timeout-s",
+        "3",
+        *extra,
+    ]

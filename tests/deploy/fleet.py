@@ -96,8 +96,11 @@ class Fleet:
         return sorted(url for url, state in replicas.items() if state == "up")
 
     def wait_replicas(self, namespace: str, count: int, timeout_s: float = 60) -> list[str]:
-        return wait_for(f"{count} {namespace} replicas up", lambda: len(self.up_replicas(namespace)) == count
-                        and self.up_replicas(namespace), timeout_s)  # type: ignore[return-value]  # fmt: skip
+        return wait_for(
+            f"{count} {namespace} replicas up",
+            lambda: len(self.up_replicas(namespace)) == count and self.up_replicas(namespace),
+            timeout_s,
+        )  # type: ignore[return-value]
 
     def remember_owners(self) -> None:
         """Note the sandbox owners and volumes of the running replicas, to check they are gone after `down`."""
@@ -129,8 +132,13 @@ class Fleet:
 
 
 @contextlib.contextmanager
-def compose_fleet(*, scale: dict[str, int] | None = None, profile: str | None = None,
-                  env: dict[str, str] | None = None, wait_s: float = 180) -> Iterator[Fleet]:  # fmt: skip
+def compose_fleet(
+    *,
+    scale: dict[str, int] | None = None,
+    profile: str | None = None,
+    env: dict[str, str] | None = None,
+    wait_s: float = 180,
+) -> Iterator[Fleet]:
     project = f"tfe2e{uuid.uuid4().hex[:8]}"
     full_env = {**os.environ, "TOOLFLEET_PORT": "", "DOCKER_GID": str(os.stat("/var/run/docker.sock").st_gid)}
     fleet = Fleet(project, {**full_env, **(env or {})})

@@ -178,9 +178,14 @@ def background_with_orchestrator_crash(fleet: Fleet, endpoint: Endpoint) -> tupl
 def mended(calls: list[Call], since: float, cid: str) -> float:
     """Seconds from the fault to the end of the first successful call through the whole path begun after it,
     once the crashed container is running again."""
-    first = wait_for("a call through the whole path after the fault", lambda: min(
-        (c.end for c in list(calls) if c.start >= since and c.outcome == "ok" and c.whole_path), default=None
-    ), RECOVER_BOUND_S, every_s=0.2)  # fmt: skip
+    first = wait_for(
+        "a call through the whole path after the fault",
+        lambda: min(
+            (c.end for c in list(calls) if c.start >= since and c.outcome == "ok" and c.whole_path), default=None
+        ),
+        RECOVER_BOUND_S,
+        every_s=0.2,
+    )
     wait_for("the crashed container back", lambda: running(cid), RECOVER_BOUND_S, every_s=0.5)
     return float(first) - since  # type: ignore[arg-type]
 
@@ -189,8 +194,11 @@ def python_sandboxes(fleet: Fleet) -> int:
     """Sandbox containers of this project's python replicas (lease containers not counted)."""
     owners = [f"label=toolfleet.owner={cid[:12]}-8802" for cid in fleet.containers("python")]
     found = {c for owner in owners for c in docker("ps", "-aq", "--filter", owner).split()}
-    leases = {c for cid in fleet.containers("python") for c in
-              docker("ps", "-aq", "--filter", f"label=toolfleet.lease={cid[:12]}-8802").split()}  # fmt: skip
+    leases = {
+        c
+        for cid in fleet.containers("python")
+        for c in docker("ps", "-aq", "--filter", f"label=toolfleet.lease={cid[:12]}-8802").split()
+    }
     return len(found - leases)
 
 
@@ -232,8 +240,10 @@ def test_the_fleet_answers_clearly_through_crashes_under_load_and_mends_itself(f
     between = Counter(
         c.outcome for c in calls if c.outcome != "ok" and not any(a <= c.end <= b for a, b in window.values())
     )
-    print(f"\nchaos under load: {len(calls)} calls by {LOOPS} loops in {time.monotonic() - began:.0f} s,"
-          f" {sum(c.outcome == 'ok' for c in calls)} ok")  # fmt: skip
+    print(
+        f"\nchaos under load: {len(calls)} calls by {LOOPS} loops in {time.monotonic() - began:.0f} s,"
+        f" {sum(c.outcome == 'ok' for c in calls)} ok"
+    )
     print(f"{'fault':<42} {'recovered':>9}  what callers saw")
     for name, _, took, note in rows:
         saw = [note] if note else []
@@ -247,9 +257,13 @@ def test_the_fleet_answers_clearly_through_crashes_under_load_and_mends_itself(f
     # Only the orchestrator's crash may drop a connection: the calls it was serving, and those that reached its
     # published port while it came back.
     down, up = window["orchestrator killed, background running"]
-    unclear = [c for c in calls if c.outcome.startswith(("HANG", "response cancelled", "response incomplete"))
-               or "(no error)" in c.outcome or (c.outcome.startswith("connection lost")
-               and not (c.start <= up + 2 and c.end >= down))]  # fmt: skip
+    unclear = [
+        c
+        for c in calls
+        if c.outcome.startswith(("HANG", "response cancelled", "response incomplete"))
+        or "(no error)" in c.outcome
+        or (c.outcome.startswith("connection lost") and not (c.start <= up + 2 and c.end >= down))
+    ]
     assert not unclear, f"calls without a clear answer (the orchestrator down {down:.1f}-{up:.1f}): {unclear[:5]}"
     assert all(took < RECOVER_BOUND_S for _, _, took, _ in rows)
     assert rows[3][3].startswith("stream response.failed: ") and not rows[3][3].endswith(": (no error)"), rows[3][3]
@@ -267,8 +281,12 @@ def test_the_fleet_answers_clearly_through_crashes_under_load_and_mends_itself(f
         except openai.NotFoundError:
             forgotten += call.start < redis_back
             lost += [] if call.start < redis_back else [call.response_id]
-    print(f"store: {sum(bool(c.response_id) for c in calls)} responses answered, {forgotten} of them stored before"
-          " the Redis crash read 404 (no persistence), the rest are retrievable" if not lost else "")  # fmt: skip
+    print(
+        f"store: {sum(bool(c.response_id) for c in calls)} responses answered, {forgotten} of them stored before"
+        " the Redis crash read 404 (no persistence), the rest are retrievable"
+        if not lost
+        else ""
+    )
     assert not lost, (
         f"stored after Redis came back, yet gone: {lost}\n"
         + "\n".join(

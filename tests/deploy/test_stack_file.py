@@ -80,7 +80,11 @@ def test_merge_merges_mappings_and_replaces_lists() -> None:
 def test_the_docker_cli_accepts_the_stack_file(tmp_path) -> None:
     path = tmp_path / "stack.yaml"
     path.write_text(subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, check=True).stdout)
-    out = subprocess.run(["docker", "stack", "config", "-c", str(path)], capture_output=True, text=True,
-                         env={"PATH": os.environ["PATH"], "DOCKER_GID": "0", "TOOLFLEET_PORT": "18080"})  # fmt: skip
+    out = subprocess.run(
+        ["docker", "stack", "config", "-c", str(path)],
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ["PATH"], "DOCKER_GID": "0", "TOOLFLEET_PORT": "18080"},
+    )
     assert out.returncode == 0, out.stderr
     assert "published: 18080" in out.stdout

@@ -26,8 +26,12 @@ def fleet():
     wait_for("no other vLLM running", no_other_vllm, 900, every_s=5)
     with compose_fleet(profile="vllm", env={"TOOLFLEET_WORKER_URLS": '["http://vllm:8000"]'}) as running:
         (vllm,) = running.containers("vllm")
-        wait_for("vLLM healthy", lambda: docker("inspect", "-f", "{{.State.Health.Status}}", vllm).strip() == "healthy",
-                 300, every_s=3)  # fmt: skip
+        wait_for(
+            "vLLM healthy",
+            lambda: docker("inspect", "-f", "{{.State.Health.Status}}", vllm).strip() == "healthy",
+            300,
+            every_s=3,
+        )
         yield running
 
 
@@ -36,16 +40,20 @@ def test_a_request_with_each_tool_is_well_formed_from_the_real_worker(fleet, too
     client = fleet.openai()
     model = client.models.list().data[0].id
     assert model == "/opt/model"  # the vLLM container's model, not the scripted worker's
-    resp = client.responses.create(model=model, input="Use the tool, then answer.", tools=[tool],
-                                   max_output_tokens=48, temperature=0)  # fmt: skip
+    resp = client.responses.create(
+        model=model, input="Use the tool, then answer.", tools=[tool], max_output_tokens=48, temperature=0
+    )
     Response.model_validate(resp.model_dump())
     assert resp.status in ("completed", "incomplete") and resp.usage.output_tokens > 0
 
 
 def test_a_streamed_request_ends_in_one_terminal_event(fleet) -> None:
     client = fleet.openai()
-    events = list(client.responses.create(model="/opt/model", input="Say hi.", tools=DEMO_TOOLS, stream=True,
-                                          max_output_tokens=32, temperature=0))  # fmt: skip
+    events = list(
+        client.responses.create(
+            model="/opt/model", input="Say hi.", tools=DEMO_TOOLS, stream=True, max_output_tokens=32, temperature=0
+        )
+    )
     assert events[0].type == "response.created"
     assert [e.sequence_number for e in events] == list(range(len(events)))
     terminal = [e for e in events if e.type in ("response.completed", "response.incomplete", "response.failed")]

@@ -44,8 +44,18 @@ UNAUTHENTICATED = OPEN_PATHS | {"/metrics"}
 def orchestrator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     tmp = tmp_path_factory.mktemp("openapi-fuzz")
     with running_service(["-m", "orchestrator.worker", "--scripted"]) as worker:
-        flags = ["-m", "orchestrator", "--worker-urls", json.dumps([worker.url]), "--api-keys", API_KEY,
-                 "--store-path", str(Path(tmp) / "store.db"), "--files-dir", str(Path(tmp) / "files")]  # fmt: skip
+        flags = [
+            "-m",
+            "orchestrator",
+            "--worker-urls",
+            json.dumps([worker.url]),
+            "--api-keys",
+            API_KEY,
+            "--store-path",
+            str(Path(tmp) / "store.db"),
+            "--files-dir",
+            str(Path(tmp) / "files"),
+        ]
         with running_service(flags) as svc:
             yield svc
 
@@ -87,8 +97,9 @@ def call_and_check(case: schemathesis.Case, auth: str, url: str) -> None:
     )
 
 
-FUZZ = settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True, database=None,
-                suppress_health_check=list(HealthCheck))  # fmt: skip
+FUZZ = settings(
+    max_examples=MAX_EXAMPLES, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
+)
 
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=str)

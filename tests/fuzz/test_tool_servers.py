@@ -61,15 +61,30 @@ def _browser(instance: str, tmp: Path) -> list[str]:
 
 
 TARGETS = {
-    "python-local": Target(lambda i, _: python_args("local", i), ("python", {"code": "print(6 * 7)"}, "42"), 100,
-                           lambda: require_backend("local")),
-    "python-docker": Target(lambda i, _: python_args("docker", i), ("python", {"code": "print(6 * 7)"}, "42"), 40,
-                            lambda: require_backend("docker"), docker=True),
-    "container": Target(lambda i, _: container_args(i), ("exec", {"cmd": ["echo", "ok"]}, "ok"), 40, require_docker,
-                        docker=True),
-    "browser": Target(_browser, ("search", {"query": "oolong tea"}, "tea"), 100, lambda: None,
-                      headers={"x-browser-external-access": "off"}),
-}  # fmt: skip
+    "python-local": Target(
+        lambda i, _: python_args("local", i),
+        ("python", {"code": "print(6 * 7)"}, "42"),
+        100,
+        lambda: require_backend("local"),
+    ),
+    "python-docker": Target(
+        lambda i, _: python_args("docker", i),
+        ("python", {"code": "print(6 * 7)"}, "42"),
+        40,
+        lambda: require_backend("docker"),
+        docker=True,
+    ),
+    "container": Target(
+        lambda i, _: container_args(i), ("exec", {"cmd": ["echo", "ok"]}, "ok"), 40, require_docker, docker=True
+    ),
+    "browser": Target(
+        _browser,
+        ("search", {"query": "oolong tea"}, "tea"),
+        100,
+        lambda: None,
+        headers={"x-browser-external-access": "off"},
+    ),
+}
 
 
 @dataclass
@@ -118,8 +133,15 @@ def close_session(client: httpx.Client, url: str, sid: str) -> None:
     assert client.request("DELETE", f"{url}/mcp", headers={"mcp-session-id": sid}).status_code == 200
 
 
-def rpc(client: httpx.Client, url: str, sid: str, method: str, params: Any, key: str | None = None,
-        extra: dict[str, str] | None = None) -> Any:  # fmt: skip
+def rpc(
+    client: httpx.Client,
+    url: str,
+    sid: str,
+    method: str,
+    params: Any,
+    key: str | None = None,
+    extra: dict[str, str] | None = None,
+) -> Any:
     """One request in the MCP session `sid` (under the sandbox session `key` when given); its reply."""
     message = {"jsonrpc": "2.0", "id": 7, "method": method, "params": params}
     headers = {**ACCEPT, **(extra or {}), "mcp-session-id": sid, **({"x-session-id": key} if key else {})}
@@ -143,8 +165,13 @@ def settle(check: Callable[[], bool], timeout_s: float = 10.0) -> bool:
 
 
 def fuzz_settings(server: Server) -> settings:
-    return settings(max_examples=server.target.examples, deadline=None, database=None, derandomize=True,
-                    suppress_health_check=list(HealthCheck))  # fmt: skip
+    return settings(
+        max_examples=server.target.examples,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        suppress_health_check=list(HealthCheck),
+    )
 
 
 def test_messages_outside_a_session(server: Server) -> None:
@@ -153,9 +180,13 @@ def test_messages_outside_a_session(server: Server) -> None:
         before = session_count(client, server)
 
         @fuzz_settings(server)
-        @given(body=bodies(LIMIT), ctype=st.sampled_from(CONTENT_TYPES), accept=st.sampled_from(ACCEPTS),
-               method=st.sampled_from(["POST", "POST", "POST", "GET", "DELETE", "PUT"]),
-               sid=st.none() | st.text("0123456789abcdef", max_size=32))  # fmt: skip
+        @given(
+            body=bodies(LIMIT),
+            ctype=st.sampled_from(CONTENT_TYPES),
+            accept=st.sampled_from(ACCEPTS),
+            method=st.sampled_from(["POST", "POST", "POST", "GET", "DELETE", "PUT"]),
+            sid=st.none() | st.text("0123456789abcdef", max_size=32),
+        )
         def post(body: bytes, ctype: str, accept: str, method: str, sid: str | None) -> None:
             headers = {"content-type": ctype, "accept": accept} | ({"mcp-session-id": sid} if sid is not None else {})
             response = client.request(method, url, content=body, headers=headers)
@@ -206,8 +237,10 @@ def calls(tools: list[dict[str, Any]]) -> st.SearchStrategy[dict[str, Any]]:
     huge arguments."""
     loose = st.none() | json_values | st.dictionaries(st.text(max_size=12), json_values | HUGE, max_size=4)
     typed_calls = [st.fixed_dictionaries({"name": st.just(t["name"]), "arguments": well_typed(t)}) for t in tools]
-    loose_call = st.fixed_dictionaries({"name": st.sampled_from([t["name"] for t in tools]) | st.text(max_size=16)},
-                              optional={"arguments": loose, "_meta": json_values})  # fmt: skip
+    loose_call = st.fixed_dictionaries(
+        {"name": st.sampled_from([t["name"] for t in tools]) | st.text(max_size=16)},
+        optional={"arguments": loose, "_meta": json_values},
+    )
     # two in three calls are well typed: those are the ones that reach the tools' own code
     params = st.sampled_from([*typed_calls, *typed_calls, loose_call]).flatmap(lambda chosen: chosen)
     envelope = {"jsonrpc": st.just("2.0"), "id": st.integers(1, 10**6), "method": st.just("tools/call")}
@@ -293,11 +326,18 @@ def cleanup(client: httpx.Client, server: Server, sid: str, key: str | None = No
         ("POST", "/messages/?session_id=0", {"content-type": "text/plain"}, 400),  # legacy SSE transport
     ],
 )
-def test_refusals_are_jsonrpc_errors(server: Server, method: str, path: str, headers: dict[str, str],
-                                     status: int) -> None:  # fmt: skip
+def test_refusals_are_jsonrpc_errors(
+    server: Server, method: str, path: str, headers: dict[str, str], status: int
+) -> None:
     """The refusals the SDK and Starlette write as plain text reach the client as JSON-RPC errors."""
     ping = b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}'
-    response = httpx.request(method, server.service.url + path, content=ping, headers={**ACCEPT, **headers},
-                             timeout=TIMEOUT_S, trust_env=False)  # fmt: skip
+    response = httpx.request(
+        method,
+        server.service.url + path,
+        content=ping,
+        headers={**ACCEPT, **headers},
+        timeout=TIMEOUT_S,
+        trust_env=False,
+    )
     assert response.status_code == status, response.text
     check_answer(response)

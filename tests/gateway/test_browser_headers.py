@@ -15,7 +15,9 @@ def rules(text: str, ns: str) -> HeaderRules:
 def test_browser_forwards_its_option_headers_by_default_and_other_namespaces_do_not() -> None:
     text = "namespaces: {browser: {replicas: ['http://b:8801/mcp']}, python: {replicas: ['http://p:8802/mcp']}}"
     assert rules(text, "browser").apply([*OPTIONS, (b"x-session-id", b"s")]) == {
-        **{name: "v" for name in BROWSER_OPTIONS}, "x-session-id": "s"}  # fmt: skip
+        **{name: "v" for name in BROWSER_OPTIONS},
+        "x-session-id": "s",
+    }
     assert rules(text, "python").apply(OPTIONS) == {}
 
 

@@ -61,8 +61,14 @@ def browser_server(settings: ToolServerSettings) -> ToolServer:
                 lines += [f"* 【{i}†{t}†{u.split('/')[2]}】", body[0]]
             text = f"[{cursor}] {query}\n**viewing lines [0 - {len(lines) - 1}] of {len(lines) - 1}**\n\n"
             text += "\n".join(f"L{i}: {line}" for i, line in enumerate(lines))
-            structured = {"cursor": cursor, "url": None, "title": query, "lines": [0, len(lines) - 1],
-                          "total_lines": len(lines), "hits": hits}  # fmt: skip
+            structured = {
+                "cursor": cursor,
+                "url": None,
+                "title": query,
+                "lines": [0, len(lines) - 1],
+                "total_lines": len(lines),
+                "hits": hits,
+            }
             return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
 
     @mcp.tool(name="open", description="Opens the link `id` from the page indicated by `cursor`.")
@@ -83,8 +89,14 @@ def browser_server(settings: ToolServerSettings) -> ToolServer:
             st.pages.append(("find", url))
             cursor = len(st.pages) - 1
             text = f"[{cursor}] Find results for text: `{pattern}` in `{title}` ({url})\n\n" + "\n".join(hits)
-            structured = {"cursor": cursor, "url": url, "title": title, "lines": [0, len(hits) - 1],
-                          "total_lines": len(hits), "pattern": pattern}  # fmt: skip
+            structured = {
+                "cursor": cursor,
+                "url": url,
+                "title": title,
+                "lines": [0, len(hits) - 1],
+                "total_lines": len(hits),
+                "pattern": pattern,
+            }
             return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
 
     return server

@@ -39,42 +39,81 @@ from tests.support.asgi import serve_asgi  # noqa: E402
 from toolkit.settings import ToolServerSettings  # noqa: E402
 
 PUBLIC = "1.2.3.4"  # global unicast, but here only an address of the namespace's lo
-LO_ADDRESSES = ["10.0.0.5", "172.16.0.5", "192.168.0.5", "169.254.169.254", "100.64.0.5", "100.100.100.200",
-                PUBLIC, "fd00::5", "fd00:ec2::254"]  # fmt: skip
-HOSTS = [("internal.test", "10.0.0.5"), ("meta.test", "169.254.169.254"), ("loop.test", "127.0.0.1"),
-         ("v6loop.test", "::1"), ("mapped.test", "::ffff:127.0.0.1"), ("ula.test", "fd00::5"),
-         ("public.test", PUBLIC), ("pin.test", "127.0.0.1"),
-         ("mixed.test", PUBLIC), ("mixed.test", "10.0.0.5")]  # fmt: skip
+LO_ADDRESSES = [
+    "10.0.0.5",
+    "172.16.0.5",
+    "192.168.0.5",
+    "169.254.169.254",
+    "100.64.0.5",
+    "100.100.100.200",
+    PUBLIC,
+    "fd00::5",
+    "fd00:ec2::254",
+]
+HOSTS = [
+    ("internal.test", "10.0.0.5"),
+    ("meta.test", "169.254.169.254"),
+    ("loop.test", "127.0.0.1"),
+    ("v6loop.test", "::1"),
+    ("mapped.test", "::ffff:127.0.0.1"),
+    ("ula.test", "fd00::5"),
+    ("public.test", PUBLIC),
+    ("pin.test", "127.0.0.1"),
+    ("mixed.test", PUBLIC),
+    ("mixed.test", "10.0.0.5"),
+]
 P = 18_555  # the counting listeners' port (a fixed port is fine: nothing else lives in this namespace)
 
 # Refused in the default mode, each with the connection it must not make. {P} is the listeners' port.
 REFUSED = {
-    "v4-loopback": "http://127.0.0.1:{P}/mcp", "v4-loopback-other": "http://127.0.0.2:{P}/mcp",
-    "localhost": "http://localhost:{P}/mcp", "decimal-integer": "http://2130706433:{P}/mcp",
-    "hex-integer": "http://0x7f000001:{P}/mcp", "hex-parts": "http://0x7f.1:{P}/mcp",
-    "octal-integer": "http://017700000001:{P}/mcp", "octal-parts": "http://0177.0.0.1:{P}/mcp",
-    "short-form": "http://127.1:{P}/mcp", "zero": "http://0:{P}/mcp", "unspecified-v4": "http://0.0.0.0:{P}/mcp",
-    "v6-loopback": "http://[::1]:{P}/mcp", "v6-unspecified": "http://[::]:{P}/mcp",
-    "v4-mapped": "http://[::ffff:127.0.0.1]:{P}/mcp", "v4-mapped-hex": "http://[::ffff:7f00:1]:{P}/mcp",
-    "v4-mapped-private": "http://[::ffff:10.0.0.5]:{P}/mcp", "nat64-loopback": "http://[64:ff9b::7f00:1]:{P}/mcp",
-    "6to4-loopback": "http://[2002:7f00:1::]:{P}/mcp", "v6-link-local": "http://[fe80::1]:{P}/mcp",
-    "v6-ula": "http://[fd00::5]:{P}/mcp", "v6-metadata": "http://[fd00:ec2::254]:{P}/mcp",
-    "private-10": "http://10.0.0.5:{P}/mcp", "private-172": "http://172.16.0.5:{P}/mcp",
-    "private-192": "http://192.168.0.5:{P}/mcp", "metadata": "http://169.254.169.254:{P}/latest/meta-data/",
-    "metadata-alibaba": "http://100.100.100.200:{P}/mcp", "cgnat": "http://100.64.0.5:{P}/mcp",
-    "multicast": "http://224.0.0.1:{P}/mcp", "broadcast": "http://255.255.255.255:{P}/mcp",
-    "dns-private": "http://internal.test:{P}/mcp", "dns-metadata": "http://meta.test:{P}/mcp",
-    "dns-loopback": "http://loop.test:{P}/mcp", "dns-v6-loopback": "http://v6loop.test:{P}/mcp",
-    "dns-mapped": "http://mapped.test:{P}/mcp", "dns-ula": "http://ula.test:{P}/mcp",
-    "dns-public-and-private": "http://mixed.test:{P}/mcp", "v6-link-local-zone": "http://[fe80::1%25lo]:{P}/mcp",
-    "dns-unresolvable": "http://nowhere.test:{P}/mcp", "userinfo": "http://public.test@127.0.0.1:{P}/mcp",
-    "scheme-file": "file:///etc/passwd", "scheme-gopher": "gopher://127.0.0.1:{P}/_x",
+    "v4-loopback": "http://127.0.0.1:{P}/mcp",
+    "v4-loopback-other": "http://127.0.0.2:{P}/mcp",
+    "localhost": "http://localhost:{P}/mcp",
+    "decimal-integer": "http://2130706433:{P}/mcp",
+    "hex-integer": "http://0x7f000001:{P}/mcp",
+    "hex-parts": "http://0x7f.1:{P}/mcp",
+    "octal-integer": "http://017700000001:{P}/mcp",
+    "octal-parts": "http://0177.0.0.1:{P}/mcp",
+    "short-form": "http://127.1:{P}/mcp",
+    "zero": "http://0:{P}/mcp",
+    "unspecified-v4": "http://0.0.0.0:{P}/mcp",
+    "v6-loopback": "http://[::1]:{P}/mcp",
+    "v6-unspecified": "http://[::]:{P}/mcp",
+    "v4-mapped": "http://[::ffff:127.0.0.1]:{P}/mcp",
+    "v4-mapped-hex": "http://[::ffff:7f00:1]:{P}/mcp",
+    "v4-mapped-private": "http://[::ffff:10.0.0.5]:{P}/mcp",
+    "nat64-loopback": "http://[64:ff9b::7f00:1]:{P}/mcp",
+    "6to4-loopback": "http://[2002:7f00:1::]:{P}/mcp",
+    "v6-link-local": "http://[fe80::1]:{P}/mcp",
+    "v6-ula": "http://[fd00::5]:{P}/mcp",
+    "v6-metadata": "http://[fd00:ec2::254]:{P}/mcp",
+    "private-10": "http://10.0.0.5:{P}/mcp",
+    "private-172": "http://172.16.0.5:{P}/mcp",
+    "private-192": "http://192.168.0.5:{P}/mcp",
+    "metadata": "http://169.254.169.254:{P}/latest/meta-data/",
+    "metadata-alibaba": "http://100.100.100.200:{P}/mcp",
+    "cgnat": "http://100.64.0.5:{P}/mcp",
+    "multicast": "http://224.0.0.1:{P}/mcp",
+    "broadcast": "http://255.255.255.255:{P}/mcp",
+    "dns-private": "http://internal.test:{P}/mcp",
+    "dns-metadata": "http://meta.test:{P}/mcp",
+    "dns-loopback": "http://loop.test:{P}/mcp",
+    "dns-v6-loopback": "http://v6loop.test:{P}/mcp",
+    "dns-mapped": "http://mapped.test:{P}/mcp",
+    "dns-ula": "http://ula.test:{P}/mcp",
+    "dns-public-and-private": "http://mixed.test:{P}/mcp",
+    "v6-link-local-zone": "http://[fe80::1%25lo]:{P}/mcp",
+    "dns-unresolvable": "http://nowhere.test:{P}/mcp",
+    "userinfo": "http://public.test@127.0.0.1:{P}/mcp",
+    "scheme-file": "file:///etc/passwd",
+    "scheme-gopher": "gopher://127.0.0.1:{P}/_x",
     "not-a-url": "http://[::1:{P}/mcp",
     # Accepted by the address check but not an MCP server: the same answer as a refusal.
-    "public-closed-port": "http://public.test:{CLOSED}/mcp", "public-not-mcp": "http://public.test:{P}/mcp",
+    "public-closed-port": "http://public.test:{CLOSED}/mcp",
+    "public-not-mcp": "http://public.test:{P}/mcp",
     "public-redirect-to-loopback": "http://public.test:{REDIRECT}/mcp",
     "denied-by-pattern": "http://public.test:{MCP}/mcp",
-}  # fmt: skip
+}
 ACCEPTED = {"public-name": "http://public.test:{MCP}/mcp", "public-literal": "http://1.2.3.4:{MCP}/mcp"}
 FORECAST = '<|channel|>commentary to=t.get_forecast <|constrain|>json<|message|>{"city":"Oslo"}<|call|>'
 DONE = "<|channel|>final<|message|>Done.<|return|>"
@@ -152,8 +191,12 @@ def ask(url: str, server_url: str | None, label: str = "t") -> dict[str, Any]:
     body = r.json()
     calls = [o for o in body.get("output", []) if o.get("type") == "mcp_call"]
     elapsed = round(time.perf_counter() - start, 3)
-    return {"status": r.status_code, "body": body if r.status_code != 200 else None,
-            "output": calls[0].get("output") if calls else None, "elapsed_s": elapsed}  # fmt: skip
+    return {
+        "status": r.status_code,
+        "body": body if r.status_code != 200 else None,
+        "output": calls[0].get("output") if calls else None,
+        "elapsed_s": elapsed,
+    }
 
 
 async def pinned_probe(port: int) -> dict[str, Any]:
@@ -174,8 +217,16 @@ def httpx_pinned(url: str):
 def main() -> int:
     counter = Counter()
     closed = free_port(PUBLIC)
-    model = ScriptedModel(Scenario.from_dict({"rules": [{"match": "t.get_forecast to=assistant", "reply": DONE},
-                                                        {"match": "forecast", "reply": FORECAST}]}))  # fmt: skip
+    model = ScriptedModel(
+        Scenario.from_dict(
+            {
+                "rules": [
+                    {"match": "t.get_forecast to=assistant", "reply": DONE},
+                    {"match": "forecast", "reply": FORECAST},
+                ]
+            }
+        )
+    )
     public = Seen(weather_server(ToolServerSettings(host=PUBLIC)).build_app())
     private = Seen(weather_server(ToolServerSettings(host="10.0.0.5")).build_app())
     gateway = Seen(weather_server(ToolServerSettings()).build_app(), prefix="/t")
@@ -203,14 +254,15 @@ def main() -> int:
             out["cases"][name] = {"mode": "public", **ask(plain, template.format(**ports))}
         allow = orchestrator(mcp_policy="allowlist", mcp_allow=[f"{private_url}/*"])
         out["cases"]["allowlist-listed-private"] = {"mode": "allowlist", **ask(allow, f"{private_url}/mcp")}
-        out["cases"]["allowlist-unlisted-public"] = {"mode": "allowlist",
-                                                     **ask(allow, f"http://public.test:{mcp_port}/mcp")}  # fmt: skip
+        out["cases"]["allowlist-unlisted-public"] = {
+            "mode": "allowlist",
+            **ask(allow, f"http://public.test:{mcp_port}/mcp"),
+        }
         gw = orchestrator(mcp_policy="gateway-only", tools_url=gateway_url)
         out["cases"]["gateway-only-by-label"] = {"mode": "gateway-only", **ask(gw, None)}
         out["cases"]["gateway-only-fronted-url"] = {"mode": "gateway-only", **ask(gw, f"{gateway_url}/t/mcp")}
         out["cases"]["gateway-only-other-path"] = {"mode": "gateway-only", **ask(gw, f"{gateway_url}/admin/routes")}
-        out["cases"]["gateway-only-public"] = {"mode": "gateway-only",
-                                               **ask(gw, f"http://public.test:{mcp_port}/mcp")}  # fmt: skip
+        out["cases"]["gateway-only-public"] = {"mode": "gateway-only", **ask(gw, f"http://public.test:{mcp_port}/mcp")}
         out["pinned"] = asyncio.run(pinned_probe(mcp_port))
         out["public_requests"] = public.requests
         out["private_requests"] = private.requests

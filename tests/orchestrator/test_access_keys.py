@@ -50,9 +50,14 @@ def test_without_a_key_or_with_a_wrong_one_every_v1_route_is_a_401_in_openai_sha
     stack = keyed(make_stack)
     for key, code in ((None, None), ("sk-wrong", "invalid_api_key"), (KEY_A.upper(), "invalid_api_key")):
         with raw(stack, key) as http:
-            for method, path in (("POST", "/v1/responses"), ("GET", "/v1/responses/resp_x"), ("GET", "/v1/models"),
-                                 ("DELETE", "/v1/responses/resp_x"), ("POST", "/v1/responses/resp_x/cancel"),
-                                 ("GET", "/v1/responses/resp_x/input_items")):  # fmt: skip
+            for method, path in (
+                ("POST", "/v1/responses"),
+                ("GET", "/v1/responses/resp_x"),
+                ("GET", "/v1/models"),
+                ("DELETE", "/v1/responses/resp_x"),
+                ("POST", "/v1/responses/resp_x/cancel"),
+                ("GET", "/v1/responses/resp_x/input_items"),
+            ):
                 r = http.request(method, path, json={"input": "hi"} if method == "POST" else None)
                 assert r.status_code == 401, (key, method, path)
                 body = r.json()
@@ -93,8 +98,16 @@ def test_keys_come_from_the_flag_the_environment_variable_and_a_keys_file_and_ar
     keys_file = tmp_path / "keys"
     keys_file.write_text(f"# one key per line\n{file_key}\n\n")
     env = {"TOOLFLEET_ORCHESTRATOR_API_KEYS": env_key}
-    flags = ["-m", "orchestrator", "--worker-urls", f'["{worker_url}"]', "--api-keys-file", str(keys_file),
-             "--store-path", str(tmp_path / "db.sqlite3")]  # fmt: skip
+    flags = [
+        "-m",
+        "orchestrator",
+        "--worker-urls",
+        f'["{worker_url}"]',
+        "--api-keys-file",
+        str(keys_file),
+        "--store-path",
+        str(tmp_path / "db.sqlite3"),
+    ]
     with running_service(flags, env=env) as svc:
         for key in (file_key, env_key):
             client = openai.OpenAI(base_url=f"{svc.url}/v1", api_key=key, max_retries=0, timeout=30)
@@ -154,9 +167,13 @@ def test_another_key_gets_the_same_404_as_a_missing_id_on_every_route(make_stack
         first = sdk(a, KEY_A).responses.create(model="gpt-oss", input="mine", metadata={"who": "a"})
         rid = first.id
         with raw(b, KEY_B) as other:
-            for method, path in (("GET", f"/v1/responses/{rid}"), ("GET", f"/v1/responses/{rid}?stream=true"),
-                                 ("GET", f"/v1/responses/{rid}/input_items"), ("POST", f"/v1/responses/{rid}/cancel"),
-                                 ("DELETE", f"/v1/responses/{rid}")):  # fmt: skip
+            for method, path in (
+                ("GET", f"/v1/responses/{rid}"),
+                ("GET", f"/v1/responses/{rid}?stream=true"),
+                ("GET", f"/v1/responses/{rid}/input_items"),
+                ("POST", f"/v1/responses/{rid}/cancel"),
+                ("DELETE", f"/v1/responses/{rid}"),
+            ):
                 r = other.request(method, path)
                 assert r.status_code == 404, (method, path, r.text)
                 assert r.json() == _not_found_body(other, method, path, rid), (method, path)
@@ -218,8 +235,12 @@ def test_requests_beyond_the_per_key_rate_are_a_429_with_retry_after(make_stack)
         assert [a.get("/v1/models").status_code for _ in range(2)] == [200, 200]
         refused = a.get("/v1/models")
         assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
-        assert refused.json()["error"] == {"message": refused.json()["error"]["message"], "type": "requests",
-                                           "param": None, "code": "rate_limit_exceeded"}  # fmt: skip
+        assert refused.json()["error"] == {
+            "message": refused.json()["error"]["message"],
+            "type": "requests",
+            "param": None,
+            "code": "rate_limit_exceeded",
+        }
         assert b.get("/v1/models").status_code == 200  # another key has its own bucket
     with pytest.raises(openai.RateLimitError):
         sdk(stack, KEY_A).models.list()
@@ -269,8 +290,14 @@ def test_mcp_authorization_and_headers_reach_only_their_server_and_are_redacted_
     stack = keyed(make_stack)
     stack.script([("weather.get_forecast to=assistant", DONE), ("forecast", FORECAST)])
     token, secret = "tok-" + uuid.uuid4().hex, "hdr-" + uuid.uuid4().hex
-    tool = {"type": "mcp", "server_label": "weather", "server_url": url, "require_approval": "never",
-            "authorization": token, "headers": {"x-api-token": secret}}  # fmt: skip
+    tool = {
+        "type": "mcp",
+        "server_label": "weather",
+        "server_url": url,
+        "require_approval": "never",
+        "authorization": token,
+        "headers": {"x-api-token": secret},
+    }
     resp = sdk(stack, KEY_A).responses.create(model="gpt-oss", input="forecast?", tools=[tool])
     assert resp.output[1].type == "mcp_call" and resp.output[1].output.startswith("Sunny")
     assert recorded.seen and all(h["authorization"] == f"Bearer {token}" for h in recorded.seen)
@@ -309,10 +336,13 @@ def test_a_sqlite_file_from_before_api_keys_gets_an_owner_column_and_its_respons
 
     path = tmp_path / "old.sqlite3"
     with contextlib.closing(sqlite3.connect(path)) as db:
-        db.execute("CREATE TABLE responses (id TEXT PRIMARY KEY, created REAL, conversation TEXT, body TEXT,"
-                   " input_items TEXT, messages TEXT, events TEXT, tools TEXT)")  # fmt: skip
-        db.execute("INSERT INTO responses VALUES ('resp_old', strftime('%s','now'), 'conv_x', '{}', '[]', '[]', '[]',"
-                   " '{}')")  # fmt: skip
+        db.execute(
+            "CREATE TABLE responses (id TEXT PRIMARY KEY, created REAL, conversation TEXT, body TEXT,"
+            " input_items TEXT, messages TEXT, events TEXT, tools TEXT)"
+        )
+        db.execute(
+            "INSERT INTO responses VALUES ('resp_old', strftime('%s','now'), 'conv_x', '{}', '[]', '[]', '[]', '{}')"
+        )
         db.commit()
     store = SQLiteStore(str(path))
     record = anyio.run(store.get, "resp_old")

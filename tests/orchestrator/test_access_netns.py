@@ -24,8 +24,15 @@ HERE = Path(__file__).resolve().parent
 
 def _setup_script(hosts_file: str) -> str:
     adds = [f"ip addr add {a}/{128 if ':' in a else 32} dev lo" for a in LO_ADDRESSES]
-    return "; ".join(["set -e", "ip link set lo up", *adds, f"mount --bind {hosts_file} /etc/hosts",
-                      f"exec {sys.executable} {HERE / 'netns_probe.py'}"])  # fmt: skip
+    return "; ".join(
+        [
+            "set -e",
+            "ip link set lo up",
+            *adds,
+            f"mount --bind {hosts_file} /etc/hosts",
+            f"exec {sys.executable} {HERE / 'netns_probe.py'}",
+        ]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -48,9 +55,14 @@ def probe() -> dict[str, Any]:
 def test_every_refused_or_unreachable_server_url_gets_the_uniform_400(probe, name):
     case = probe["cases"][name]
     assert case["status"] == 400, case
-    assert case["body"] == {"error": {"message": "MCP server 't' is not available: its server_url is not allowed or"
-                                      " did not answer", "type": "invalid_request_error", "param": "tools",
-                                      "code": "mcp_server_unavailable"}}  # fmt: skip
+    assert case["body"] == {
+        "error": {
+            "message": "MCP server 't' is not available: its server_url is not allowed or did not answer",
+            "type": "invalid_request_error",
+            "param": "tools",
+            "code": "mcp_server_unavailable",
+        }
+    }
 
 
 def test_no_refused_address_received_a_connection(probe):

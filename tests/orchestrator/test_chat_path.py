@@ -39,8 +39,7 @@ def script(model: ScriptedChatModel, rules: list[tuple[str, dict]], **extra) -> 
     model.scenario = ChatScenario.from_dict({"rules": [{"match": m, "reply": r} | extra for m, r in rules]})
 
 
-def test_one_orchestrator_serves_a_harmony_and_a_chat_worker_each_by_its_model_name(make_stack, scripted,
-                                                                                   chat_worker):  # fmt: skip
+def test_one_orchestrator_serves_a_harmony_and_a_chat_worker_each_by_its_model_name(make_stack, scripted, chat_worker):
     chat_url, chat_model = chat_worker
     stack = make_stack(worker_urls=[scripted[0], chat_url])  # --worker-api auto: each worker's path detected
     chat = stack.client.responses.create(model="scripted-chat", input="hi")
@@ -59,12 +58,16 @@ def test_a_worker_configured_as_harmony_is_not_sent_chat_requests(make_stack, ch
 
 def test_the_chat_request_offers_builtins_and_functions_and_threads_tool_call_ids(chat_stack):
     model = chat_stack.model
-    script(model, [
-        ("^tool python: 42", {"content": "It is 42."}),
-        ("^user: compute", {"reasoning": "Use python.", "tool_calls": [PY_42]}),
-    ])  # fmt: skip
-    resp = chat_stack.client.responses.create(model="m", input="compute", instructions="Be brief.",
-                                              tools=[CI, {"type": "web_search_preview"}, WEATHER_TOOL])  # fmt: skip
+    script(
+        model,
+        [
+            ("^tool python: 42", {"content": "It is 42."}),
+            ("^user: compute", {"reasoning": "Use python.", "tool_calls": [PY_42]}),
+        ],
+    )
+    resp = chat_stack.client.responses.create(
+        model="m", input="compute", instructions="Be brief.", tools=[CI, {"type": "web_search_preview"}, WEATHER_TOOL]
+    )
     assert resp.output_text == "It is 42."
     first, second = model.requests[-2], model.requests[-1]
     names = [t["function"]["name"] for t in first["tools"]]
@@ -79,10 +82,13 @@ def test_the_chat_request_offers_builtins_and_functions_and_threads_tool_call_id
 
 def test_usage_is_the_chat_workers_own_token_counts_turn_by_turn(chat_stack):
     model = chat_stack.model
-    script(model, [
-        ("^tool python: ", {"content": "done here"}),
-        ("^user: ", {"reasoning": "think a bit first", "tool_calls": [PY_42]}),
-    ])  # fmt: skip
+    script(
+        model,
+        [
+            ("^tool python: ", {"content": "done here"}),
+            ("^user: ", {"reasoning": "think a bit first", "tool_calls": [PY_42]}),
+        ],
+    )
     model.usages.clear()
     events = list(chat_stack.client.responses.create(model="m", input="go", tools=[CI], stream=True))
     resp = check_stream(events)
@@ -97,8 +103,10 @@ def test_usage_is_the_chat_workers_own_token_counts_turn_by_turn(chat_stack):
 
 
 def test_two_tool_calls_in_one_turn_both_run_before_the_model_answers(chat_stack):
-    calls = [{"name": "python", "arguments": {"code": "a = 1\nprint(a)"}},
-             {"name": "python", "arguments": {"code": "print(a + 1)"}}]  # fmt: skip
+    calls = [
+        {"name": "python", "arguments": {"code": "a = 1\nprint(a)"}},
+        {"name": "python", "arguments": {"code": "print(a + 1)"}},
+    ]
     script(chat_stack.model, [("^tool python: 2", {"content": "1 then 2"}), ("^user: ", {"tool_calls": calls})])
     events = list(chat_stack.client.responses.create(model="m", input="go", tools=[CI], stream=True))
     resp = check_stream(events)
@@ -109,13 +117,20 @@ def test_two_tool_calls_in_one_turn_both_run_before_the_model_answers(chat_stack
 def test_named_and_namespace_tool_choices_become_chat_tool_choices(chat_stack):
     model = chat_stack.model
     script(model, [("^tool_choice: ", {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}]})])
-    chat_stack.client.responses.create(model="m", input="w", tools=[WEATHER_TOOL, CI],
-                                       tool_choice={"type": "function", "name": "get_weather"})  # fmt: skip
+    chat_stack.client.responses.create(
+        model="m", input="w", tools=[WEATHER_TOOL, CI], tool_choice={"type": "function", "name": "get_weather"}
+    )
     assert model.requests[-1]["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
-    script(model, [("^tool_choice: ", {"tool_calls": [{"name": "browser_search", "arguments": {"query": "x"}}]})],
-           )  # fmt: skip
-    chat_stack.client.responses.create(model="m", input="w", tools=[WEATHER_TOOL, {"type": "web_search_preview"}],
-                                       tool_choice={"type": "web_search_preview"})  # fmt: skip
+    script(
+        model,
+        [("^tool_choice: ", {"tool_calls": [{"name": "browser_search", "arguments": {"query": "x"}}]})],
+    )
+    chat_stack.client.responses.create(
+        model="m",
+        input="w",
+        tools=[WEATHER_TOOL, {"type": "web_search_preview"}],
+        tool_choice={"type": "web_search_preview"},
+    )
     forced = next(r for r in model.requests if r.get("tool_choice") == "required")
     assert [t["function"]["name"] for t in forced["tools"]] == ["browser_search", "browser_open", "browser_find"]
     assert model.requests[-1]["tool_choice"] == "auto"  # only the first call is forced
@@ -128,10 +143,13 @@ def test_a_model_that_ignores_required_fails_the_response_clearly(chat_stack):
 
 
 def test_bad_python_arguments_go_back_to_the_model(chat_stack):
-    script(chat_stack.model, [
-        ("^tool python: Error: the tool arguments are not valid JSON", {"content": "sorry"}),
-        ("^user: ", {"tool_calls": [{"name": "python", "arguments": "{print(1)"}]}),
-    ])  # fmt: skip
+    script(
+        chat_stack.model,
+        [
+            ("^tool python: Error: the tool arguments are not valid JSON", {"content": "sorry"}),
+            ("^user: ", {"tool_calls": [{"name": "python", "arguments": "{print(1)"}]}),
+        ],
+    )
     events = list(chat_stack.client.responses.create(model="m", input="go", tools=[CI], stream=True))
     resp = check_stream(events)
     assert resp.output[0].type == "code_interpreter_call" and resp.output[0].status == "failed"
@@ -164,11 +182,17 @@ def test_the_scripted_chat_worker_speaks_the_sdks_chat_completion_types(chat_wor
     assert msg.content == "ok" and msg.tool_calls[0].function.arguments == '{"a": 1}'
     assert whole.choices[0].finish_reason == "tool_calls" and whole.usage.completion_tokens > 0
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
-    chunks = list(client.chat.completions.create(model="scripted-chat", messages=body["messages"], stream=True,
-                                                 stream_options={"include_usage": True}))  # fmt: skip
+    chunks = list(
+        client.chat.completions.create(
+            model="scripted-chat", messages=body["messages"], stream=True, stream_options={"include_usage": True}
+        )
+    )
     assert all(isinstance(c, ChatCompletionChunk) for c in chunks) and chunks[-1].usage.total_tokens > 0
-    args = "".join(c.choices[0].delta.tool_calls[0].function.arguments or "" for c in chunks
-                   if c.choices and c.choices[0].delta.tool_calls)  # fmt: skip
+    args = "".join(
+        c.choices[0].delta.tool_calls[0].function.arguments or ""
+        for c in chunks
+        if c.choices and c.choices[0].delta.tool_calls
+    )
     assert args == '{"a": 1}'
 
 

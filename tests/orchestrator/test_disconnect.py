@@ -51,8 +51,9 @@ def test_a_non_streaming_client_that_disconnects_aborts_the_generation(slow_stac
 def test_a_background_response_survives_its_creator_disconnecting(slow_stack):
     stack, worker = slow_stack
     worker.scenario = scenario([{"match": "", "reply": SLOW[:400] + "<|return|>", "delay_s": 0.005}])
-    with httpx.stream("POST", f"{stack.url}/v1/responses", json={"input": "go", "background": True, "stream": True},
-                      timeout=30) as resp:  # fmt: skip
+    with httpx.stream(
+        "POST", f"{stack.url}/v1/responses", json={"input": "go", "background": True, "stream": True}, timeout=30
+    ) as resp:
         lines = resp.iter_lines()
         assert next(lines) == "event: response.created"
         rid = json.loads(next(lines).removeprefix("data: "))["response"]["id"]

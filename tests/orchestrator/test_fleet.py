@@ -59,28 +59,39 @@ def gateway_url(tool_urls, tmp_path_factory):
         pytest.skip("bubblewrap is needed for the python server's local backend")
     py_port, gw_port = _port(), _port()
     config = tmp_path_factory.mktemp("gw") / "routes.yaml"
-    config.write_text(yaml.safe_dump({"namespaces": {
-        "python": {"replicas": [f"http://127.0.0.1:{py_port}/mcp"]},
-        "browser": {"replicas": [tool_urls["browser"]]},
-        "container": {"replicas": [tool_urls["container"]]},
-    }}))  # fmt: skip
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "namespaces": {
+                    "python": {"replicas": [f"http://127.0.0.1:{py_port}/mcp"]},
+                    "browser": {"replicas": [tool_urls["browser"]]},
+                    "container": {"replicas": [tool_urls["container"]]},
+                }
+            }
+        )
+    )
     with (
-        _process(["-m", "tools.python_sandbox", "--backend", "local", "--port", str(py_port)],
-                 f"http://127.0.0.1:{py_port}/healthz"),
-        _process(["-m", "gateway", "--port", str(gw_port), "--config", str(config)],
-                 f"http://127.0.0.1:{gw_port}/healthz"),
-    ):  # fmt: skip
+        _process(
+            ["-m", "tools.python_sandbox", "--backend", "local", "--port", str(py_port)],
+            f"http://127.0.0.1:{py_port}/healthz",
+        ),
+        _process(
+            ["-m", "gateway", "--port", str(gw_port), "--config", str(config)], f"http://127.0.0.1:{gw_port}/healthz"
+        ),
+    ):
         yield f"http://127.0.0.1:{gw_port}", py_port
 
 
 def test_real_python_through_the_gateway_keeps_state_across_the_chain(make_stack, gateway_url):
     url, _ = gateway_url
     stack = make_stack(tools_url=url, python_url=None, browser_url=None, container_url=None)
-    stack.script([
-        ("python to=assistant.*\\b(42|43)\\b", "<|channel|>final<|message|>ok<|return|>"),
-        ("first", PY_CALL.format(code="x = 6 * 7\nprint(x)")),
-        ("second", PY_CALL.format(code="print(x + 1)")),
-    ])  # fmt: skip
+    stack.script(
+        [
+            ("python to=assistant.*\\b(42|43)\\b", "<|channel|>final<|message|>ok<|return|>"),
+            ("first", PY_CALL.format(code="x = 6 * 7\nprint(x)")),
+            ("second", PY_CALL.format(code="print(x + 1)")),
+        ]
+    )
     tools = [{"type": "code_interpreter"}]
     first = stack.client.responses.create(model="gpt-oss", input="first", tools=tools)
     assert first.output[0].type == "code_interpreter_call" and first.output[0].outputs[0].logs.strip() == "42"
@@ -93,8 +104,9 @@ def test_real_python_through_the_gateway_keeps_state_across_the_chain(make_stack
 def test_unstored_response_releases_its_python_session(make_stack, gateway_url):
     url, py_port = gateway_url
     stack = make_stack(tools_url=url, python_url=None, browser_url=None, container_url=None)
-    stack.script([("python to=assistant", "<|channel|>final<|message|>ok<|return|>"),
-                  ("go", PY_CALL.format(code="print(1)"))])  # fmt: skip
+    stack.script(
+        [("python to=assistant", "<|channel|>final<|message|>ok<|return|>"), ("go", PY_CALL.format(code="print(1)"))]
+    )
     before = httpx.get(f"http://127.0.0.1:{py_port}/healthz").json().get("sessions", 0)
     resp = stack.client.responses.create(model="gpt-oss", input="go", tools=[{"type": "code_interpreter"}], store=False)
     assert resp.output[0].status == "completed"
@@ -104,14 +116,20 @@ def test_unstored_response_releases_its_python_session(make_stack, gateway_url):
 def test_one_conversation_uses_python_browser_and_a_function_across_the_chain(make_stack, gateway_url):
     url, _ = gateway_url
     stack = make_stack(tools_url=url, python_url=None, browser_url=None, container_url=None)
-    stack.script([  # the most advanced state of the conversation first
-        ("functions\\.get_weather to=assistant", "<|channel|>final<|message|>Sunny, and 42 it is.<|return|>"),
-        ("†Tea facts†example.com", "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
-                               '{"city": "Paris"}<|call|>'),
-        ("python to=assistant", '<|channel|>analysis to=browser.search <|constrain|>json<|message|>{"query": "tea"}'
-                                "<|call|>"),
-        ("plan a trip", PY_CALL.format(code="answer = 6 * 7\nprint(answer)")),
-    ])  # fmt: skip
+    stack.script(
+        [  # the most advanced state of the conversation first
+            ("functions\\.get_weather to=assistant", "<|channel|>final<|message|>Sunny, and 42 it is.<|return|>"),
+            (
+                "†Tea facts†example.com",
+                '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>',
+            ),
+            (
+                "python to=assistant",
+                '<|channel|>analysis to=browser.search <|constrain|>json<|message|>{"query": "tea"}<|call|>',
+            ),
+            ("plan a trip", PY_CALL.format(code="answer = 6 * 7\nprint(answer)")),
+        ]
+    )
     weather = {
         "type": "function",
         "name": "get_weather",
@@ -126,9 +144,11 @@ def test_one_conversation_uses_python_browser_and_a_function_across_the_chain(ma
     call = first.output[-1]
     assert call.name == "get_weather" and call.arguments == '{"city": "Paris"}'
     second = stack.client.responses.create(
-        model="gpt-oss", tools=tools, previous_response_id=first.id,
+        model="gpt-oss",
+        tools=tools,
+        previous_response_id=first.id,
         input=[{"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}],
-    )  # fmt: skip
+    )
     assert second.output_text == "Sunny, and 42 it is."
     prompt = stack.model.encode_prompt_text(-1)
     assert "print(answer)" in prompt and "†Tea facts†example.com" in prompt and "sunny" in prompt  # the whole chain

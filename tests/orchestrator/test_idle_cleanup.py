@@ -52,8 +52,14 @@ def test_an_unstored_response_cleans_up_at_its_end(make_stack, recording_contain
 
 def test_with_redis_exactly_one_replica_cleans_up_an_idle_conversation(make_stack, recording_container, redis_url):
     url, closed = recording_container
-    shared = {"store": "redis", "redis_url": redis_url, "redis_prefix": f"t{uuid.uuid4().hex[:8]}:",
-              "container_url": url, "session_idle_s": 0.3, "reap_interval_s": 0.02}  # fmt: skip
+    shared = {
+        "store": "redis",
+        "redis_url": redis_url,
+        "redis_prefix": f"t{uuid.uuid4().hex[:8]}:",
+        "container_url": url,
+        "session_idle_s": 0.3,
+        "reap_interval_s": 0.02,
+    }
     a, b = make_stack(**shared), make_stack(**shared)
     a.script([("container.exec to=assistant", OK), ("run", EXEC)])
     first = a.client.responses.create(model="gpt-oss", input="run", tools=CONTAINER)

@@ -54,8 +54,9 @@ def test_failed_mcp_call_streams_a_structured_error_the_sdk_validates_strictly(s
     with httpx.Client(
         base_url=str(stack.client.base_url), headers={"Authorization": "Bearer test"}, timeout=30
     ) as http:
-        with http.stream("POST", "responses", json={"model": "gpt-oss", "input": "delete", "tools": [tool],
-                                                     "stream": True}) as r:  # fmt: skip
+        with http.stream(
+            "POST", "responses", json={"model": "gpt-oss", "input": "delete", "tools": [tool], "stream": True}
+        ) as r:
             events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
     done = [e["item"] for e in events if e["type"] == "response.output_item.done" and e["item"]["type"] == "mcp_call"]
     assert len(done) == 1 and isinstance(done[0]["error"], dict)

@@ -81,7 +81,9 @@ def test_worker_health_outstanding_and_failures_are_exported(make_stack, two_wor
     w2.scenario = scenario([], default=DONE, token_delay_s=0.01)
     w2.scenario.default = "<|channel|>final<|message|>" + "slow " * 500 + "<|return|>"
     bg = stack.client.responses.create(model="gpt-oss", input="hi again", background=True)
-    wait_for(lambda: value(scrape(stack.url), "toolfleet_orchestrator_worker_outstanding", worker=url2) == 1,
-             "the background generation to show as outstanding")  # fmt: skip
+    wait_for(
+        lambda: value(scrape(stack.url), "toolfleet_orchestrator_worker_outstanding", worker=url2) == 1,
+        "the background generation to show as outstanding",
+    )
     assert value(scrape(stack.url), "toolfleet_orchestrator_responses_in_flight") == 1
     stack.client.responses.cancel(bg.id)

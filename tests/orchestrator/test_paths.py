@@ -112,44 +112,75 @@ def _weather_output(resp: Response) -> list[dict[str, Any]]:
 
 CASES = {
     "python state across previous_response_id": Case(
-        [(ToolSaid("python", "42"), Say("It is 42.")), (ToolSaid("python", "43"), Say("Then 43.")),
-         (User("compute"), Call("python", {"code": "x = 6 * 7\nprint(x)"}, think="Let me compute.")),
-         (User("again"), Call("python", {"code": "print(x + 1)"}))],
-        [{"input": "compute", "tools": [CI]}, {"input": "again", "tools": [CI], "chain": True}], _python_state),
+        [
+            (ToolSaid("python", "42"), Say("It is 42.")),
+            (ToolSaid("python", "43"), Say("Then 43.")),
+            (User("compute"), Call("python", {"code": "x = 6 * 7\nprint(x)"}, think="Let me compute.")),
+            (User("again"), Call("python", {"code": "print(x + 1)"})),
+        ],
+        [{"input": "compute", "tools": [CI]}, {"input": "again", "tools": [CI], "chain": True}],
+        _python_state,
+    ),
     "browser citations": Case(
-        [(ToolSaid("browser.find", "Find results"), Say("Green tea is Chinese 【1†L1】.")),
-         (ToolSaid("browser.open", "Tea facts"), Call("browser.find", {"pattern": "green"})),
-         (ToolSaid("browser.search", "†Tea facts†example.com"), Call("browser.open", {"id": 0, "cursor": 0})),
-         (User("tea"), Call("browser.search", {"query": "tea"}))],
-        [{"input": "tea?", "tools": [WEB]}], _citations),
+        [
+            (ToolSaid("browser.find", "Find results"), Say("Green tea is Chinese 【1†L1】.")),
+            (ToolSaid("browser.open", "Tea facts"), Call("browser.find", {"pattern": "green"})),
+            (ToolSaid("browser.search", "†Tea facts†example.com"), Call("browser.open", {"id": 0, "cursor": 0})),
+            (User("tea"), Call("browser.search", {"query": "tea"})),
+        ],
+        [{"input": "tea?", "tools": [WEB]}],
+        _citations,
+    ),
     "container exec": Case(
-        [(ToolSaid("container.exec", "hi"), Say("ran it")),
-         (User("run"), Call("container.exec", {"cmd": ["echo", "hi"]}))],
-        [{"input": "run", "tools": [CONTAINER]}], _container),
+        [
+            (ToolSaid("container.exec", "hi"), Say("ran it")),
+            (User("run"), Call("container.exec", {"cmd": ["echo", "hi"]})),
+        ],
+        [{"input": "run", "tools": [CONTAINER]}],
+        _container,
+    ),
     "a client function": Case(
-        [(ToolSaid("functions.get_weather", "sunny"), Say("Sunny in Paris, says the tool.")),
-         (User("weather"), Call("functions.get_weather", {"city": "Paris"}, think="A tool knows."))],
-        [{"input": "weather?", "tools": [WEATHER_TOOL]}, {"tools": [WEATHER_TOOL], "chain": True}], _function,
-        follow_up=_weather_output),
+        [
+            (ToolSaid("functions.get_weather", "sunny"), Say("Sunny in Paris, says the tool.")),
+            (User("weather"), Call("functions.get_weather", {"city": "Paris"}, think="A tool knows.")),
+        ],
+        [{"input": "weather?", "tools": [WEATHER_TOOL]}, {"tools": [WEATHER_TOOL], "chain": True}],
+        _function,
+        follow_up=_weather_output,
+    ),
     "tool_choice required": Case(
         [(Forced(), Call("functions.get_weather", {"city": "Paris"})), (User("weather"), Say("Sunny."))],
-        [{"input": "weather?", "tools": [WEATHER_TOOL], "tool_choice": "required"}], _required),
+        [{"input": "weather?", "tools": [WEATHER_TOOL], "tool_choice": "required"}],
+        _required,
+    ),
     "max_tool_calls": Case(
-        [(ToolSaid("python", "limit of this response"), Say("stopped")),
-         (ToolSaid("python", ""), Call("python", {"code": "print(1)"})),
-         (User("compute"), Call("python", {"code": "print(1)"}))],
-        [{"input": "compute", "tools": [CI], "max_tool_calls": 2}], _max_tool_calls),
+        [
+            (ToolSaid("python", "limit of this response"), Say("stopped")),
+            (ToolSaid("python", ""), Call("python", {"code": "print(1)"})),
+            (User("compute"), Call("python", {"code": "print(1)"})),
+        ],
+        [{"input": "compute", "tools": [CI], "max_tool_calls": 2}],
+        _max_tool_calls,
+    ),
     "max_tool_calls with a function": Case(
-        [(ToolSaid("functions.get_weather", "limit of this response"), Say("no more tools")),
-         (ToolSaid("python", ""), Call("functions.get_weather", {"city": "Paris"})),
-         (User("weather"), Call("python", {"code": "print(1)"}))],
-        [{"input": "weather?", "tools": [CI, WEATHER_TOOL], "max_tool_calls": 1}], _max_tool_calls_function),
+        [
+            (ToolSaid("functions.get_weather", "limit of this response"), Say("no more tools")),
+            (ToolSaid("python", ""), Call("functions.get_weather", {"city": "Paris"})),
+            (User("weather"), Call("python", {"code": "print(1)"})),
+        ],
+        [{"input": "weather?", "tools": [CI, WEATHER_TOOL], "max_tool_calls": 1}],
+        _max_tool_calls_function,
+    ),
     "bad JSON": Case(
-        [(ToolSaid("functions.get_weather", "not valid JSON"), Call("functions.get_weather", {"city": "Paris"})),
-         (ToolSaid("browser.search", "not valid JSON"), Call("functions.get_weather", "{bad")),
-         (User("go"), Call("browser.search", "{not json"))],
-        [{"input": "go", "tools": [WEB, WEATHER_TOOL]}], _bad_json),
-}  # fmt: skip
+        [
+            (ToolSaid("functions.get_weather", "not valid JSON"), Call("functions.get_weather", {"city": "Paris"})),
+            (ToolSaid("browser.search", "not valid JSON"), Call("functions.get_weather", "{bad")),
+            (User("go"), Call("browser.search", "{not json")),
+        ],
+        [{"input": "go", "tools": [WEB, WEATHER_TOOL]}],
+        _bad_json,
+    ),
+}
 
 
 @pytest.fixture(scope="module")

@@ -32,15 +32,21 @@ def test_real_browser_pages_become_actions_sources_and_url_citations(make_stack,
     browser_url, web = real_browser
     stack = make_stack(browser_url=browser_url)
     answer = "Oolong is partly oxidised 【0†L0-L1】, kettles 【1†L2】, a phrase 【3†L0】.<|return|>"
-    stack.script([  # first match wins: the latest page decides the next step
-        ("Find results for text", "<|channel|>final<|message|>" + answer),
-        ("\\[2\\] Tea facts \\(http", call("find", {"pattern": "quite particular"})),
-        ("\\[1\\] Corpus tea guide \\(corpus", call("open", {"id": f"{web}/tea"})),
-        ("Corpus tea guide†local", call("open", {"id": 0, "cursor": 0})),
-        ("oolong", call("search", {"query": "partly oxidised oolong", "topn": 3})),
-    ])  # fmt: skip
-    resp = stack.client.responses.create(model="gpt-oss", input="oolong?", tools=[{"type": "web_search_preview"}],
-                                          include=["web_search_call.action.sources"])  # fmt: skip
+    stack.script(
+        [  # first match wins: the latest page decides the next step
+            ("Find results for text", "<|channel|>final<|message|>" + answer),
+            ("\\[2\\] Tea facts \\(http", call("find", {"pattern": "quite particular"})),
+            ("\\[1\\] Corpus tea guide \\(corpus", call("open", {"id": f"{web}/tea"})),
+            ("Corpus tea guide†local", call("open", {"id": 0, "cursor": 0})),
+            ("oolong", call("search", {"query": "partly oxidised oolong", "topn": 3})),
+        ]
+    )
+    resp = stack.client.responses.create(
+        model="gpt-oss",
+        input="oolong?",
+        tools=[{"type": "web_search_preview"}],
+        include=["web_search_call.action.sources"],
+    )
     calls = [o for o in resp.output if o.type == "web_search_call"]
     assert [c.status for c in calls] == ["completed"] * 4
     search, open_corpus, open_web, find = (c.action for c in calls)
@@ -63,10 +69,12 @@ def test_real_browser_pages_become_actions_sources_and_url_citations(make_stack,
 def test_web_search_options_reach_the_browser_and_are_enforced(make_stack, real_browser) -> None:
     browser_url, web = real_browser
     stack = make_stack(browser_url=browser_url)
-    stack.script([
-        ("<\\|start\\|>browser.open to=assistant", "<|channel|>final<|message|>done<|return|>"),
-        ("tea", call("open", {"id": f"{web}/tea"})),
-    ])  # fmt: skip
+    stack.script(
+        [
+            ("<\\|start\\|>browser.open to=assistant", "<|channel|>final<|message|>done<|return|>"),
+            ("tea", call("open", {"id": f"{web}/tea"})),
+        ]
+    )
     tool = {
         "type": "web_search",
         "external_web_access": False,

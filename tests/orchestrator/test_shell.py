@@ -23,9 +23,13 @@ def test_container_exec_comes_out_as_shell_call_and_output_when_the_client_sent_
     assert output.output[0].stdout == "hi there\n" and output.output[0].outcome.exit_code == 0
     assert message.content[0].text == "ok" and resp.tools[0].type == "shell"
     types = [e.type for e in events if e.type.startswith("response.shell_call")]
-    assert types == ["response.shell_call_command.added", "response.shell_call_command.delta",
-                     "response.shell_call_command.done", "response.shell_call_output_content.delta",
-                     "response.shell_call_output_content.done"]  # fmt: skip
+    assert types == [
+        "response.shell_call_command.added",
+        "response.shell_call_command.delta",
+        "response.shell_call_command.done",
+        "response.shell_call_output_content.delta",
+        "response.shell_call_output_content.done",
+    ]
     assert "namespace container" in stack.model.encode_prompt_text(-1)
 
 

@@ -29,12 +29,14 @@ def _redis(make_stack, redis_url, prefix=None, **extra):
 def test_two_replicas_share_responses_and_continue_each_others_chains(make_stack, redis_url):
     prefix = f"t{uuid.uuid4().hex[:8]}:"
     a, b = _redis(make_stack, redis_url, prefix), _redis(make_stack, redis_url, prefix)
-    a.script([
-        ("<\\|start\\|>python to=assistant.*42", "<|channel|>final<|message|>It is 42.<|return|>"),
-        ("<\\|start\\|>python to=assistant.*43", "<|channel|>final<|message|>Then 43.<|return|>"),
-        ("compute", PY_CALL),
-        ("again", PY_AGAIN),
-    ])  # fmt: skip
+    a.script(
+        [
+            ("<\\|start\\|>python to=assistant.*42", "<|channel|>final<|message|>It is 42.<|return|>"),
+            ("<\\|start\\|>python to=assistant.*43", "<|channel|>final<|message|>Then 43.<|return|>"),
+            ("compute", PY_CALL),
+            ("again", PY_AGAIN),
+        ]
+    )
     tools = [{"type": "code_interpreter"}]
     first = a.client.responses.create(model="gpt-oss", input="compute", tools=tools, metadata={"on": "a"})
     seen = b.client.responses.retrieve(first.id)
@@ -95,20 +97,41 @@ async def test_the_redis_store_stores_again_at_once_after_redis_restarted() -> N
 def test_orchestrator_processes_started_with_store_redis_flags_share_one_redis(scripted, redis_url):
     worker_url, model = scripted
     model.scenario = Scenario()
-    flags = ["-m", "orchestrator", "--store", "redis", "--redis-url", redis_url, "--worker-urls", f'["{worker_url}"]',
-             "--redis-prefix", f"p{uuid.uuid4().hex[:8]}:", "--date", "2026-12-02"]  # fmt: skip
+    flags = [
+        "-m",
+        "orchestrator",
+        "--store",
+        "redis",
+        "--redis-url",
+        redis_url,
+        "--worker-urls",
+        f'["{worker_url}"]',
+        "--redis-prefix",
+        f"p{uuid.uuid4().hex[:8]}:",
+        "--date",
+        "2026-12-02",
+    ]
     with running_service(flags) as a, running_service(flags) as b:
         first = httpx.post(f"{a.url}/v1/responses", json={"input": "hi"}, timeout=30).json()
         assert first["status"] == "completed"
-        second = httpx.post(f"{b.url}/v1/responses", json={"input": "more", "previous_response_id": first["id"]},
-                            timeout=30).json()  # fmt: skip
+        second = httpx.post(
+            f"{b.url}/v1/responses", json={"input": "more", "previous_response_id": first["id"]}, timeout=30
+        ).json()
         assert second["status"] == "completed" and second["previous_response_id"] == first["id"]
         assert httpx.get(f"{a.url}/v1/responses/{second['id']}").json()["id"] == second["id"]
 
 
 def test_unreachable_redis_stops_the_start_up_with_a_clear_error(scripted):
-    flags = ["-m", "orchestrator", "--store", "redis", "--redis-url", f"redis://127.0.0.1:{free_port()}/0",
-             "--worker-urls", f'["{scripted[0]}"]']  # fmt: skip
+    flags = [
+        "-m",
+        "orchestrator",
+        "--store",
+        "redis",
+        "--redis-url",
+        f"redis://127.0.0.1:{free_port()}/0",
+        "--worker-urls",
+        f'["{scripted[0]}"]',
+    ]
     with pytest.raises(RuntimeError) as err, running_service(flags, timeout_s=30):
         pass
     assert "Redis response store is unavailable" in str(err.value)
@@ -124,8 +147,9 @@ def test_a_background_response_on_one_replica_is_polled_replayed_and_cancelled_f
     url, worker = two_workers[0]
     slow = "<|channel|>final<|message|>" + "slow " * 3000 + "<|return|>"
     short = "<|channel|>final<|message|>" + "tick " * 60 + "<|return|>"
-    worker.scenario = scenario([{"match": "short", "reply": short, "delay_s": 0.005}, {"match": "", "reply": slow,
-                                                                                       "delay_s": 0.005}])  # fmt: skip
+    worker.scenario = scenario(
+        [{"match": "short", "reply": short, "delay_s": 0.005}, {"match": "", "reply": slow, "delay_s": 0.005}]
+    )
     prefix = f"t{uuid.uuid4().hex[:8]}:"
     a, b = (_redis(make_stack, redis_url, prefix, worker_urls=[url], cancel_poll_s=0.05) for _ in range(2))
     bg = a.client.responses.create(model="gpt-oss", input="long job", background=True)
@@ -199,10 +223,23 @@ def test_a_background_response_whose_replica_was_killed_reads_as_failed_not_runn
     from test_workers import wait_for
 
     worker_url, model = scripted
-    model.scenario = scenario([{"match": "", "reply": "<|channel|>final<|message|>" + "slow " * 3000 + "<|return|>",
-                                "delay_s": 0.01}])  # fmt: skip
-    flags = ["-m", "orchestrator", "--store", "redis", "--redis-url", redis_url, "--worker-urls", f'["{worker_url}"]',
-             "--redis-prefix", f"k{uuid.uuid4().hex[:8]}:", "--background-hold-s", "1.5"]  # fmt: skip
+    model.scenario = scenario(
+        [{"match": "", "reply": "<|channel|>final<|message|>" + "slow " * 3000 + "<|return|>", "delay_s": 0.01}]
+    )
+    flags = [
+        "-m",
+        "orchestrator",
+        "--store",
+        "redis",
+        "--redis-url",
+        redis_url,
+        "--worker-urls",
+        f'["{worker_url}"]',
+        "--redis-prefix",
+        f"k{uuid.uuid4().hex[:8]}:",
+        "--background-hold-s",
+        "1.5",
+    ]
     with running_service(flags) as doomed, running_service(flags) as survivor:
         bg = httpx.post(f"{doomed.url}/v1/responses", json={"input": "long job", "background": True}, timeout=30).json()
         client = openai.OpenAI(base_url=f"{survivor.url}/v1", api_key="unused", max_retries=0)

@@ -25,12 +25,14 @@ CITED = "<|channel|>final<|message|>Green tea is Chinese 【1†L1】.<|return|>
 
 
 def test_python_call_becomes_code_interpreter_call_and_state_survives_the_chain(stack):
-    stack.script([
-        ("<\\|start\\|>python to=assistant.*42", "<|channel|>final<|message|>It is 42.<|return|>"),
-        ("<\\|start\\|>python to=assistant.*43", "<|channel|>final<|message|>Then 43.<|return|>"),
-        ("compute", PY_CALL),
-        ("again", PY_AGAIN),
-    ])  # fmt: skip
+    stack.script(
+        [
+            ("<\\|start\\|>python to=assistant.*42", "<|channel|>final<|message|>It is 42.<|return|>"),
+            ("<\\|start\\|>python to=assistant.*43", "<|channel|>final<|message|>Then 43.<|return|>"),
+            ("compute", PY_CALL),
+            ("again", PY_AGAIN),
+        ]
+    )
     first = stack.client.responses.create(
         model="gpt-oss", input="compute", tools=[{"type": "code_interpreter", "container": {"type": "auto"}}]
     )
@@ -65,12 +67,14 @@ def test_streamed_python_call_has_code_interpreter_events_in_order(stack):
 
 
 def test_browser_calls_become_web_search_calls_with_real_urls_and_citations(stack):
-    stack.script([
-        ("Find results for", CITED),
-        ("Tea facts \\(https", FIND),
-        ("†Tea facts†example.com", OPEN),
-        ("tea", SEARCH),
-    ])  # fmt: skip
+    stack.script(
+        [
+            ("Find results for", CITED),
+            ("Tea facts \\(https", FIND),
+            ("†Tea facts†example.com", OPEN),
+            ("tea", SEARCH),
+        ]
+    )
     events = list(
         stack.client.responses.create(
             model="gpt-oss", input="tea?", tools=[{"type": "web_search_preview"}], stream=True
@@ -116,12 +120,14 @@ def test_bad_json_unknown_tool_and_tool_errors_reach_the_model_which_may_retry(s
     bad = "<|channel|>commentary to=container.exec <|constrain|>json<|message|>{not json<|call|>"
     unknown = "<|channel|>commentary to=nosuch.tool <|constrain|>json<|message|>{}<|call|>"
     failing = '<|channel|>commentary to=container.exec <|constrain|>json<|message|>{"cmd":["fail"]}<|call|>'
-    stack.script([
-        ("command failed", "<|channel|>final<|message|>gave up<|return|>"),
-        ("unknown tool", failing),
-        ("not valid JSON", unknown),
-        ("go", bad),
-    ])  # fmt: skip
+    stack.script(
+        [
+            ("command failed", "<|channel|>final<|message|>gave up<|return|>"),
+            ("unknown tool", failing),
+            ("not valid JSON", unknown),
+            ("go", bad),
+        ]
+    )
     resp = stack.client.responses.create(
         model="gpt-oss", input="go", tools=[{"type": "mcp", "server_label": "container"}]
     )
@@ -193,8 +199,11 @@ def test_max_tool_calls_stops_further_calls(stack):
 def test_a_model_that_keeps_calling_past_max_tool_calls_ends_incomplete(stack):
     """Ignored calls still count: past `max_tool_calls + 8` attempts the loop stops instead of spinning."""
     stack.script([("compute|python", PY_CALL)])  # SCRIPTED: the model calls python whatever it reads
-    events = list(stack.client.responses.create(model="gpt-oss", input="compute", tools=[{"type": "code_interpreter"}],
-                                                max_tool_calls=1, stream=True))  # fmt: skip
+    events = list(
+        stack.client.responses.create(
+            model="gpt-oss", input="compute", tools=[{"type": "code_interpreter"}], max_tool_calls=1, stream=True
+        )
+    )
     resp = check_stream(events)
     assert resp.status == "incomplete" and resp.incomplete_details.reason == "max_messages"
     assert [o.type for o in resp.output if o.type != "reasoning"] == ["code_interpreter_call"]

@@ -38,19 +38,36 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, 
     env = {TRACE_FILE_ENV: str(spans)}
     seen: list[str | None] = []
     scenario = tmp / "scenario.yaml"
-    scenario.write_text(yaml.safe_dump({"rules": [
-        {"match": "python to=assistant", "reply": "<|channel|>final<|message|>It printed 42.<|return|>"},
-        {"match": "trace me", "reply": PY_CALL},
-    ]}))  # fmt: skip
+    scenario.write_text(
+        yaml.safe_dump(
+            {
+                "rules": [
+                    {"match": "python to=assistant", "reply": "<|channel|>final<|message|>It printed 42.<|return|>"},
+                    {"match": "trace me", "reply": PY_CALL},
+                ]
+            }
+        )
+    )
     with running_service(["-m", "tools.python_sandbox", "--backend", "local"], env=env) as python:
         routes = tmp / "routes.yaml"
         routes.write_text(yaml.safe_dump({"namespaces": {"python": {"replicas": [f"{python.url}/mcp"]}}}))
         with (
             running_service(["-m", "gateway", "--config", str(routes)], env=env) as gateway,
             serve_asgi(_Recorder(build_worker(ScriptedModel(Scenario.load(scenario))), seen)) as worker_url,
-            running_service(["-m", "orchestrator", "--worker-urls", json.dumps([worker_url]), "--tools-url",
-                             gateway.url, "--store-path", str(tmp / "store.db")], env=env) as orchestrator,
-        ):  # fmt: skip
+            running_service(
+                [
+                    "-m",
+                    "orchestrator",
+                    "--worker-urls",
+                    json.dumps([worker_url]),
+                    "--tools-url",
+                    gateway.url,
+                    "--store-path",
+                    str(tmp / "store.db"),
+                ],
+                env=env,
+            ) as orchestrator,
+        ):
             yield {"python": python, "gateway": gateway, "orchestrator": orchestrator}, spans, seen
 
 
@@ -139,8 +156,12 @@ def test_a_python_call_is_one_trace_from_the_client_through_gateway_and_tool_to_
     assert gateway_span["attributes"]["toolfleet.outcome"] == "ok"
 
     every = [json.loads(line) for line in path.read_text().splitlines()]
-    ours = [s for s in every if conversation in (s["attributes"].get("toolfleet.session_id"),
-                                                 s["attributes"].get("toolfleet.conversation_id"))]  # fmt: skip
+    ours = [
+        s
+        for s in every
+        if conversation
+        in (s["attributes"].get("toolfleet.session_id"), s["attributes"].get("toolfleet.conversation_id"))
+    ]
     assert ours and all(s["trace_id"] == trace_id for s in ours)  # nothing of this conversation fell out of the trace
 
     python_calls = [e for e in _logs(services["python"]) if e.get("event") == "tool.call" and e.get("tool") == "python"]

@@ -47,8 +47,13 @@ def counted(chat_vllm, tool_urls):
                 seen["completion"] += usage["completion_tokens"]
             yield obj
 
-    settings = OrchestratorSettings(worker_urls=[chat_vllm.base_url], max_output_tokens=48, max_tool_calls=2,
-                                    python_url=tool_urls["python"], browser_url=tool_urls["browser"])  # fmt: skip
+    settings = OrchestratorSettings(
+        worker_urls=[chat_vllm.base_url],
+        max_output_tokens=48,
+        max_tool_calls=2,
+        python_url=tool_urls["python"],
+        browser_url=tool_urls["browser"],
+    )
     app = create_app(settings, generate=pool.generate, pool=pool, chat=chat, store=SQLiteStore(":memory:"))
     with serving(app) as url:
         yield openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=300), seen
@@ -70,8 +75,15 @@ def test_real_chat_worker_non_streaming_is_well_formed_and_usage_matches(counted
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_real_chat_worker_streaming_is_well_formed(counted, temperature):
     client, seen = counted
-    events = list(client.responses.create(model="m", input="What is the weather in Paris? Use python.", tools=TOOLS,
-                                          stream=True, temperature=temperature))  # fmt: skip
+    events = list(
+        client.responses.create(
+            model="m",
+            input="What is the weather in Paris? Use python.",
+            tools=TOOLS,
+            stream=True,
+            temperature=temperature,
+        )
+    )
     final = check_stream(events)
     assert final.status in ("completed", "incomplete")
     _usage_matches(final, seen)
@@ -80,8 +92,11 @@ def test_real_chat_worker_streaming_is_well_formed(counted, temperature):
 
 def test_real_chat_worker_under_required_tool_choice_is_well_formed(counted):
     client, seen = counted
-    events = list(client.responses.create(model="m", input="weather?", tools=[WEATHER_TOOL], stream=True,
-                                          tool_choice="required", temperature=0))  # fmt: skip
+    events = list(
+        client.responses.create(
+            model="m", input="weather?", tools=[WEATHER_TOOL], stream=True, tool_choice="required", temperature=0
+        )
+    )
     final = check_stream(events)
     assert final.status in ("completed", "incomplete", "failed")
     _usage_matches(final, seen)

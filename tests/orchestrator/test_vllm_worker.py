@@ -59,8 +59,16 @@ def test_real_worker_streaming_is_well_formed(counted):
 
 def test_real_worker_logprobs_arrive_per_token_when_included(counted):
     client, seen = counted
-    events = list(client.responses.create(model="m", input="Say hi.", stream=True, temperature=0, top_logprobs=2,
-                                          include=["message.output_text.logprobs"]))  # fmt: skip
+    events = list(
+        client.responses.create(
+            model="m",
+            input="Say hi.",
+            stream=True,
+            temperature=0,
+            top_logprobs=2,
+            include=["message.output_text.logprobs"],
+        )
+    )
     final = check_stream(events)
     assert seen["logprobs"] and all(lps is not None and all(lp is not None for lp in lps) for lps in seen["logprobs"])
     assert all(len(lp.top) >= 2 and lp.logprob <= 0 for lps in seen["logprobs"] for lp in lps)

@@ -368,8 +368,13 @@ def tiny_chat_model() -> Iterator[Path]:
     python, _ = ensure_vllm()
     out = Path(tempfile.mkdtemp(prefix="toolfleet-tiny-chat-"))
     try:
-        proc = subprocess.run([str(python), str(CHAT_BUILD_SCRIPT), "--out", str(out / "model")],
-                              capture_output=True, text=True, timeout=300, env=vllm_env(out))  # fmt: skip
+        proc = subprocess.run(
+            [str(python), str(CHAT_BUILD_SCRIPT), "--out", str(out / "model")],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=vllm_env(out),
+        )
         if proc.returncode != 0:
             raise VllmStartError(f"{CHAT_BUILD_SCRIPT} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
         yield out / "model"

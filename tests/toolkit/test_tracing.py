@@ -57,9 +57,15 @@ def test_the_file_exporter_writes_one_json_line_per_span_with_its_parent_link(tm
     inner, outer_line = (json.loads(line) for line in path.read_text().splitlines())
     ids = outer.get_span_context()
     assert outer_line == {
-        "name": "outer", "service": "unit", "trace_id": f"{ids.trace_id:032x}", "span_id": f"{ids.span_id:016x}",
-        "parent_id": None, "kind": "INTERNAL", "status": "UNSET", "attributes": {},
-    }  # fmt: skip
+        "name": "outer",
+        "service": "unit",
+        "trace_id": f"{ids.trace_id:032x}",
+        "span_id": f"{ids.span_id:016x}",
+        "parent_id": None,
+        "kind": "INTERNAL",
+        "status": "UNSET",
+        "attributes": {},
+    }
     assert inner["parent_id"] == outer_line["span_id"] and inner["trace_id"] == outer_line["trace_id"]
     assert inner["attributes"] == {"k": 1}
     provider.shutdown()
