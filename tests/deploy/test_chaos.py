@@ -211,7 +211,9 @@ def fleet() -> Iterator[Fleet]:
         yield running_fleet
 
 
-def test_the_fleet_answers_clearly_through_crashes_under_load_and_mends_itself(fleet: Fleet) -> None:
+def test_the_fleet_answers_clearly_through_crashes_under_load_and_mends_itself(
+    fleet: Fleet, report: Callable[[str], None]
+) -> None:
     endpoint = Endpoint(fleet)
     # name, the service crashed, the fault: when it struck, what its own caller saw (if it has one)
     faults: list[tuple[str, str, Callable[[Fleet, Endpoint], tuple[float, str]]]] = [
@@ -240,19 +242,19 @@ def test_the_fleet_answers_clearly_through_crashes_under_load_and_mends_itself(f
     between = Counter(
         c.outcome for c in calls if c.outcome != "ok" and not any(a <= c.end <= b for a, b in window.values())
     )
-    print(
+    report(
         f"\nchaos under load: {len(calls)} calls by {LOOPS} loops in {time.monotonic() - began:.0f} s,"
         f" {sum(c.outcome == 'ok' for c in calls)} ok"
     )
-    print(f"{'fault':<42} {'recovered':>9}  what callers saw")
+    report(f"{'fault':<42} {'recovered':>9}  what callers saw")
     for name, _, took, note in rows:
         saw = [note] if note else []
         saw += [f"{n}x {outcome}" for outcome, n in seen[name].most_common()] or ([] if note else ["nothing failed"])
-        print(f"{name:<42} {took:>8.1f}s  {saw[0]}")
+        report(f"{name:<42} {took:>8.1f}s  {saw[0]}")
         for more in saw[1:]:
-            print(f"{'':<53}{more}")
+            report(f"{'':<53}{more}")
     for outcome, n in between.most_common():
-        print(f"{'(between the faults)':<42} {'-':>9}  {n}x {outcome}")
+        report(f"{'(between the faults)':<42} {'-':>9}  {n}x {outcome}")
 
     # Only the orchestrator's crash may drop a connection: the calls it was serving, and those that reached its
     # published port while it came back.
@@ -281,7 +283,7 @@ def test_the_fleet_answers_clearly_through_crashes_under_load_and_mends_itself(f
         except openai.NotFoundError:
             forgotten += call.start < redis_back
             lost += [] if call.start < redis_back else [call.response_id]
-    print(
+    report(
         f"store: {sum(bool(c.response_id) for c in calls)} responses answered, {forgotten} of them stored before"
         " the Redis crash read 404 (no persistence), the rest are retrievable"
         if not lost

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
@@ -45,19 +45,19 @@ def python_logs(resp: Response) -> str:
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
+def cluster(report: Callable[[str], None]) -> Iterator[Cluster]:
     build_images("all")
     build_node_image()
     with swarm_nodes(3) as nodes:
         t0 = time.monotonic()
         nodes.load({nodes.manager: CORE_IMAGES} | {node: TOOL_IMAGES for node in nodes.workers})
-        print(f"\n[swarm-nodes] images loaded into 3 nodes in {time.monotonic() - t0:.0f} s")
+        report(f"\n[swarm-nodes] images loaded into 3 nodes in {time.monotonic() - t0:.0f} s")
         yield nodes
     assert nodes.volumes and nodes.leftovers() == {"containers": [], "networks": [], "volumes": []}
 
 
 @pytest.fixture(scope="module")
-def stack(cluster: Cluster) -> Iterator[Stack]:
+def stack(cluster: Cluster, report: Callable[[str], None]) -> Iterator[Stack]:
     manager = cluster.manager
     env = {
         **manager.env,
@@ -72,7 +72,7 @@ def stack(cluster: Cluster) -> Iterator[Stack]:
         healthz = f"{deployed.url}/healthz"
         wait_for("the orchestrator", lambda: httpx.get(healthz, timeout=2).status_code == 200, 240, every_s=2)
         _wait_every_tool(deployed, python=2)
-        print(f"\n[swarm-nodes] stack deployed and answering in {time.monotonic() - t0:.0f} s")
+        report(f"\n[swarm-nodes] stack deployed and answering in {time.monotonic() - t0:.0f} s")
         yield deployed
     finally:
         with contextlib.suppress(Exception):
@@ -133,7 +133,9 @@ def _session_per_worker(cluster: Cluster, stack: Stack) -> dict[str, Response]:
     raise AssertionError(f"sessions only on {sorted(held)}")
 
 
-def test_a_lost_worker_node_loses_only_its_sessions_and_its_tasks_come_back_on_the_other(cluster, stack) -> None:
+def test_a_lost_worker_node_loses_only_its_sessions_and_its_tasks_come_back_on_the_other(
+    cluster, stack, report
+) -> None:
     client = stack.client()
     held = _session_per_worker(cluster, stack)
     lost_node, kept_node = cluster.workers[1], cluster.workers[0]
@@ -152,20 +154,23 @@ def test_a_lost_worker_node_loses_only_its_sessions_and_its_tasks_come_back_on_t
         "the lost node's tasks on the other worker", lambda: len(stack.tasks("python", kept_node.docker)) == 2, 180
     )
     _wait_every_tool(stack, python=2)
-    print(f"\n[swarm-nodes] node loss: every tool answering again {time.monotonic() - t0:.0f} s after the kill")
+    report(f"\n[swarm-nodes] node loss: every tool answering again {time.monotonic() - t0:.0f} s after the kill")
     assert python_logs(client.responses.create(previous_response_id=held[kept_node.name].id, **recall)) == "recalled 42"
     # The surviving nodes hold sandboxes of live replicas only (the lost node's went with it).
     for node in (cluster.manager, kept_node):
         wait_for(f"no orphaned sandbox on {node.name}", lambda n=node: owners(n) <= live_instances(stack, n), 60)
 
 
-def test_a_rolling_update_of_the_python_tool_across_the_overlay_loses_no_call(stack) -> None:
+def test_a_rolling_update_of_the_python_tool_across_the_overlay_loses_no_call(stack, report) -> None:
     t0 = time.monotonic()
     outcomes = calls_during(stack, lambda: update(stack, "python"))
-    print(f"\n[swarm-nodes] python updated in {time.monotonic() - t0:.0f} s; {len(outcomes)} demo calls meanwhile")
+    failed = [o for o in outcomes if o != "ok"]
+    report(
+        f"\n[swarm-nodes] python updated in {time.monotonic() - t0:.0f} s; {len(outcomes)} demo calls meanwhile,"
+        f" {len(failed)} lost"
+    )
     # A replaced task drains (toolkit.drain): the gateway places no new session on it, it serves those it holds
     # through the grace period, and their next call after it stops gets the reset notice on another replica.
-    failed = [o for o in outcomes if o != "ok"]
     why = stack.log_lines("python", "kernel.died", "janitor.removed", "lease.", "server.drain") if failed else []
     assert len(outcomes) >= 2 and failed == [], (failed, why)
 
