@@ -14,4 +14,5 @@ echo "[test] ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check . >/dev/null || { .venv/bin/ruff format --diff . | head -50; exit 1; }
 echo "[test] pytest"
-exec .venv/bin/pytest -q -p no:cacheprovider "$@"
+# --durations: the slowest tests close the log, so the time each suite costs CI stays visible
+exec .venv/bin/pytest -q -p no:cacheprovider --durations=30 "$@"
