@@ -6,17 +6,19 @@ Rows per tool: the 2025-era warm call (`initialize`, `Mcp-Session-Id`, state by 
 orchestrator did before), the 2026-07-28 warm call by session handle (`mode="auto"`, the handle also sent
 as `Mcp-Param-Session-Handle`), the 2026-07-28 warm call by `x-session-id` (what the orchestrator does now),
 and a 2026-07-28 call that names no session (its sandbox comes from the warm pool and is removed at once).
-`handle_vs_2025_p50_ms` is the handle path's p50 minus the 2025 era's, measured in the same run.
+`handle_vs_2025_p50_ms` is the handle path's p50 minus the 2025 era's, measured in the same run; the three
+warm paths take turns call by call, so load that drifts during the run weighs on each alike.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,38 +44,53 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-async def _timed(client: Any, tool: str, args: dict[str, Any], n: int, warmup: int) -> list[float]:
-    samples = []
+async def _interleaved(calls: dict[str, Callable[[], Awaitable[Any]]], n: int, warmup: int) -> dict[str, list[float]]:
+    """Time each path's call in turn, round after round, so a machine whose load drifts during the run weighs
+    on every path alike (one path after another put the last one under whatever load came later)."""
+    samples: dict[str, list[float]] = {name: [] for name in calls}
     for i in range(warmup + n):
-        start = time.perf_counter()
-        result = await client.call_tool(tool, args)
-        elapsed = (time.perf_counter() - start) * 1000
-        assert not result.is_error, result.content
-        if i >= warmup:
-            samples.append(elapsed)
+        for name, call in calls.items():
+            start = time.perf_counter()
+            result = await call()
+            elapsed = (time.perf_counter() - start) * 1000
+            assert not result.is_error, result.content
+            if i >= warmup:
+                samples[name].append(elapsed)
     return samples
 
 
 async def _rows(ns: str, url: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     tool, arguments = CALLS[ns]
-    sid = {"x-session-id": f"bench-eras-{uuid.uuid4().hex[:8]}"}
-    async with connect(url, "streamable-http", mode="legacy", headers=sid) as client:
-        old = await _timed(client, tool, arguments, args.n, 20)
-        await client.call_tool("cleanup_session", {})
-    async with connect(url, "streamable-http", headers=sid) as client:
-        by_id = await _timed(client, tool, arguments, args.n, 20)
-        await client.call_tool("cleanup_session", {})
-    async with connect(url, "streamable-http") as client:
-        await client.list_tools()  # learn the x-mcp-header arguments
-        first = await client.call_tool(tool, {**arguments, "session_handle": "new"})
+    run = uuid.uuid4().hex[:8]
+    async with contextlib.AsyncExitStack() as stack:
+        old = await stack.enter_async_context(
+            connect(url, "streamable-http", mode="legacy", headers={"x-session-id": f"bench-eras-old-{run}"})
+        )
+        by_id = await stack.enter_async_context(
+            connect(url, "streamable-http", headers={"x-session-id": f"bench-eras-new-{run}"})
+        )
+        new = await stack.enter_async_context(connect(url, "streamable-http"))
+        await new.list_tools()  # learn the x-mcp-header arguments
+        first = await new.call_tool(tool, {**arguments, "session_handle": "new"})
         handle = first.structured_content["session_handle"]  # type: ignore[index]
-        by_handle = await _timed(client, tool, {**arguments, "session_handle": handle}, args.n, 20)
-        await client.call_tool("cleanup_session", {"session_handle": handle})
-        stateless = await _timed(client, tool, arguments, args.stateless_n, 3)
+        with_handle = {**arguments, "session_handle": handle}
+        timed = await _interleaved(
+            {
+                "2025": lambda: old.call_tool(tool, arguments),
+                "id": lambda: by_id.call_tool(tool, arguments),
+                "handle": lambda: new.call_tool(tool, with_handle),
+            },
+            args.n,
+            20,
+        )
+        for client in (old, by_id):
+            await client.call_tool("cleanup_session", {})
+        await new.call_tool("cleanup_session", {"session_handle": handle})
+        stateless = (await _interleaved({"none": lambda: new.call_tool(tool, arguments)}, args.stateless_n, 3))["none"]
     rows = [
-        sessions.row(f"{ns} warm call, 2025 era (x-session-id)", old),
-        sessions.row(f"{ns} warm call, 2026-07-28 by x-session-id", by_id),
-        sessions.row(f"{ns} warm call, 2026-07-28 by handle", by_handle),
+        sessions.row(f"{ns} warm call, 2025 era (x-session-id)", timed["2025"]),
+        sessions.row(f"{ns} warm call, 2026-07-28 by x-session-id", timed["id"]),
+        sessions.row(f"{ns} warm call, 2026-07-28 by handle", timed["handle"]),
         sessions.row(f"{ns} call, 2026-07-28 no session", stateless),
     ]
     rows[2]["handle_vs_2025_p50_ms"] = round(rows[2]["p50_ms"] - rows[0]["p50_ms"], 2)
