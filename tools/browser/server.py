@@ -92,9 +92,15 @@ def build_server(settings: BrowserSettings, browser: Browser) -> ToolServer[Sess
 
     @mcp.tool(name="open", structured_output=False)
     async def open_(
-        ctx: Context, id: float | str = -1, cursor: float = -1, loc: float = -1, num_lines: float = -1,
-        view_source: bool = False, source: str | None = None, session_handle: str | None = None,
-    ) -> CallToolResult:  # fmt: skip
+        ctx: Context,
+        id: float | str = -1,
+        cursor: float = -1,
+        loc: float = -1,
+        num_lines: float = -1,
+        view_source: bool = False,
+        source: str | None = None,
+        session_handle: str | None = None,
+    ) -> CallToolResult:
         target = id if isinstance(id, str) else _int(id, "id")
         c, start, n = _int(cursor, "cursor"), _int(loc, "loc"), _int(num_lines, "num_lines")
 
