@@ -12,8 +12,8 @@ import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any, Generic, Protocol
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
 
 import anyio
 import structlog
@@ -23,6 +23,7 @@ from mcp.server.sse import SseServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
+from mcp_types import CallToolResult, ContentBlock, TextContent
 from opentelemetry.trace import SpanKind
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -43,6 +44,7 @@ from toolkit.settings import ToolServerSettings
 from toolkit.tracing import REQUEST_ID_HEADER, annotate, extract, request_context, span
 
 log = structlog.get_logger(__name__)
+T = TypeVar("T")
 
 HIDDEN = {"include_in_prompt": False}
 """Tool `_meta` that tells vLLM to leave a tool out of the model's prompt."""
@@ -132,6 +134,53 @@ class Identity:
     """The handle was minted by this call: its text says so."""
     once: bool = False
     """A call with no session: its state ends with the call."""
+
+
+Errors = tuple[type[Exception], ...]
+Work = Callable[[str, S], Awaitable[T]]
+"""A tool's operation: given the session's key and state, what the call answers."""
+
+
+@dataclass(frozen=True, slots=True)
+class Faults:
+    """How a tool's backend failures become error results, so each tool names its exceptions, not the handling.
+
+    `usage`: the caller's misuse, answered in the exception's own words. `unavailable`: our side broke (the
+    sandbox could not start or answer): "<what> unavailable: ..."; counted as the call's `error`, not a
+    `tool_error`. `gone`: the session's sandbox stopped; the session is closed, and the error says what it lost
+    and that the next call starts afresh. `lost`: what carries the state died but the sandbox can be replaced;
+    the session gets a fresh state from the factory and the call is answered with the reset notice."""
+
+    what: str
+    """The backend in the caller's words: "sandbox", "container"."""
+    usage: Errors = ()
+    unavailable: Errors = ()
+    gone: Errors = ()
+    lost: Errors = ()
+    loses: str = "files"
+    """What a session loses with its state ("variables and files")."""
+    dies: str = "the process"
+    """What a `lost` fault killed, as the reset notice names it ("the Python process")."""
+    redo: str = "Re-run earlier calls if needed"
+    died_event: str = "session.lost"
+    """The WARNING event logged when a `lost` fault replaces a session's state."""
+
+    def gone_words(self, exc: Exception) -> str:
+        return f"{exc}; its {self.loses} are lost and the next call starts a fresh {self.what}"
+
+    def reset_words(self, exc: Exception) -> str:
+        return f"[{self.dies} died ({exc}); the session was reset: all {self.loses} are lost. {self.redo}]"
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """What one operation answers; `ToolServer.answer` puts the session's notice before `text` and its handle
+    into `data` (the `structuredContent`)."""
+
+    text: str
+    data: dict[str, Any] | None = None
+    more: list[ContentBlock] = field(default_factory=list)
+    """Content after the text (a run's images)."""
 
 
 def _headers(ctx: Context) -> Any:
@@ -262,6 +311,68 @@ class ToolServer(Generic[S]):
                 self._minted.discard(who.key)
                 if who.once:
                     await self.sessions.close(who.key)
+
+    async def call(
+        self,
+        ctx: Context,
+        tool: str,
+        handle: str | None,
+        work: Work[S, T],
+        faults: Faults,
+        *,
+        step: str | None = None,
+        reset: Callable[[str, str], T] | None = None,
+    ) -> T:
+        """Run `work(key, state)` in the caller's session (inside a span `step`, where named), turning the
+        backend's failures into error results as `faults` says. A `lost` state is replaced and the call answered
+        by `reset(key, notice)` (without `reset`: the notice is the call's error)."""
+        try:
+            async with self.session(ctx, tool, handle) as (key, state):
+                try:
+                    with contextlib.nullcontext() if step is None else self._step(step, tool, key):
+                        return await work(key, state)
+                except faults.usage as exc:
+                    raise ToolError(str(exc)) from exc
+                except faults.gone as exc:
+                    await self.sessions.close(key)
+                    raise ToolError(faults.gone_words(exc)) from exc
+                except faults.lost as exc:
+                    await self._replace(ctx, key, exc, faults)
+                    if reset is None:
+                        raise ToolError(faults.reset_words(exc)) from exc
+                    return reset(key, faults.reset_words(exc))
+        except faults.unavailable as exc:
+            raise ToolError(f"{faults.what} unavailable: {exc}") from exc
+
+    async def answer(
+        self, ctx: Context, tool: str, handle: str | None, work: Work[S, Reply], faults: Faults, step: str | None = None
+    ) -> CallToolResult:
+        """`call` for a tool that answers text: the session's notice comes first, its handle goes into
+        `structuredContent`."""
+
+        async def replied(key: str, state: S) -> CallToolResult:
+            return self._result(key, await work(key, state))
+
+        return await self.call(
+            ctx, tool, handle, replied, faults, step=step, reset=lambda key, words: self._result(key, Reply(words))
+        )
+
+    def _result(self, key: str, reply: Reply) -> CallToolResult:
+        text = TextContent(type="text", text=self.notice(key) + reply.text)
+        return CallToolResult(content=[text, *reply.more], structured_content=self.structured(key, reply.data))
+
+    def _step(self, name: str, tool: str, key: str) -> contextlib.AbstractContextManager[Any]:
+        return span(name, namespace=self.namespace, tool=tool, session_id=key)
+
+    async def _replace(self, ctx: Context, key: str, exc: Exception, faults: Faults) -> None:
+        """Give the session a fresh state (of the size the call asks for) after a `lost` fault; if none can
+        start, the session ends and the call says why."""
+        log.warning(faults.died_event, reason=str(exc))
+        try:
+            await self.sessions.replace(key, await self.factory(ctx)(key))
+        except faults.unavailable as start_exc:
+            await self.sessions.close(key)
+            raise ToolError(f"{faults.dies} died ({exc}) and a new one could not start: {start_exc}") from exc
 
     def factory(self, ctx: Context) -> Callable[[str], Awaitable[S]]:
         """What starts this call's session: of the size it asks for, where the server sizes sandboxes (an

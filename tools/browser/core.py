@@ -82,9 +82,14 @@ class Session:
 
 class Browser:
     def __init__(
-        self, settings: BrowserSettings, search: SearchBackend, fetcher: Fetcher, *,
-        corpus: Corpus | None = None, corpus_search: SearchBackend | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        settings: BrowserSettings,
+        search: SearchBackend,
+        fetcher: Fetcher,
+        *,
+        corpus: Corpus | None = None,
+        corpus_search: SearchBackend | None = None,
+    ) -> None:
         self.settings = settings
         self.search_backend = search
         self.corpus_search = corpus_search  # answers searches when external access is off
@@ -133,8 +138,16 @@ class Browser:
 
     # --- open ------------------------------------------------------------------------------------
 
-    async def open(self, s: Session, target: int | str | None, cursor: int | None, loc: int | None,
-                   num_lines: int | None, view_source: bool, opt: Options) -> int:  # fmt: skip
+    async def open(
+        self,
+        s: Session,
+        target: int | str | None,
+        cursor: int | None,
+        loc: int | None,
+        num_lines: int | None,
+        view_source: bool,
+        opt: Options,
+    ) -> int:
         if num_lines is not None and num_lines < 1:
             raise BrowserError("num_lines must be at least 1")
         if isinstance(target, str):

@@ -16,8 +16,15 @@ from tools.browser.extract import html_document, text_document
 from tools.browser.fetch import decode_text
 from tools.browser.page import Document
 
-SUFFIXES = {".html": "html", ".htm": "html", ".xhtml": "html", ".md": "markdown", ".markdown": "markdown",
-            ".txt": "text", ".rst": "text"}  # fmt: skip
+SUFFIXES = {
+    ".html": "html",
+    ".htm": "html",
+    ".xhtml": "html",
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".txt": "text",
+    ".rst": "text",
+}
 _MARKER = re.compile(r"【\d+†([^†】]*)(?:†[^】]*)?】")
 
 

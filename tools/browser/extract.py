@@ -14,11 +14,14 @@ from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from tools.browser.page import Document, Link, escape_text, link_marker, wrap
 
-SKIP = frozenset({"script", "style", "noscript", "template", "svg", "head", "iframe", "object", "canvas",
-                  "button", "select", "form", "input", "textarea"})  # fmt: skip
-BLOCK = frozenset({"p", "div", "section", "article", "main", "header", "footer", "aside", "nav", "ul", "ol",
-                   "dl", "dt", "dd", "table", "tr", "blockquote", "figure", "figcaption", "br", "hr",
-                   "h1", "h2", "h3", "h4", "h5", "h6", "li", "pre", "address", "details", "summary"})  # fmt: skip
+SKIP = frozenset(
+    "script style noscript template svg head iframe object canvas button select form input textarea".split()
+)
+"""Elements whose text is not the page's: scripts, styles, embedded objects and form controls."""
+BLOCK = frozenset(
+    "p div section article main header footer aside nav ul ol dl dt dd table tr blockquote "
+    "figure figcaption br hr h1 h2 h3 h4 h5 h6 li pre address details summary".split()
+)
 TIGHT = frozenset({"li", "tr", "br", "dt", "dd", "summary"})
 _PARA = "\x00"
 _SPACES = re.compile(r"[ \t\r\f\v]+")
@@ -124,8 +127,9 @@ def html_document(html: str, url: str | None) -> Document:
         writer.walk(root)
     if not title and (h1 := tree.css_first("h1")) is not None:
         title = escape_text(" ".join(h1.text().split()))
-    return Document(url=url, title=title or (url or "untitled"), lines=_lines(writer.out), links=writer.links,
-                    source=html)  # fmt: skip
+    return Document(
+        url=url, title=title or (url or "untitled"), lines=_lines(writer.out), links=writer.links, source=html
+    )
 
 
 def text_document(text: str, url: str | None, *, markdown: bool = False) -> Document:

@@ -22,8 +22,17 @@ from opentelemetry.trace import SpanKind
 from toolkit.netguard import AddressRefused, resolve_checked
 from toolkit.tracing import span
 
-TEXT_TYPES = ("text/html", "application/xhtml+xml", "text/plain", "text/markdown", "text/x-markdown",
-              "application/json", "text/xml", "application/xml", "text/csv")  # fmt: skip
+TEXT_TYPES = (
+    "text/html",
+    "application/xhtml+xml",
+    "text/plain",
+    "text/markdown",
+    "text/x-markdown",
+    "application/json",
+    "text/xml",
+    "application/xml",
+    "text/csv",
+)
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset=["']?([A-Za-z0-9_.:-]+)""", re.I)
 _REDIRECTS = (301, 302, 303, 307, 308)
 
@@ -177,8 +186,9 @@ class Fetcher:
         netloc = f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
         pinned = urlunsplit((scheme, netloc, parts.path or "/", parts.query, ""))
         host_header = host if parts.port is None else f"{host}:{port}"
-        return self._client.build_request("GET", pinned, headers={"host": host_header},
-                                          extensions={"sni_hostname": host})  # fmt: skip
+        return self._client.build_request(
+            "GET", pinned, headers={"host": host_header}, extensions={"sni_hostname": host}
+        )
 
     async def _read(self, url: str, response: httpx.Response) -> Fetched:
         if response.status_code >= 400:

@@ -92,8 +92,13 @@ class View:
         """The `structuredContent` of this view (DESIGN: browser results carry structure)."""
         doc = self.doc
         url, title = (doc.origin.url, doc.origin.title) if doc.origin else (doc.url, doc.title)
-        out: dict = {"cursor": cursor, "url": url, "title": title, "lines": [self.start, self.end],
-                     "total_lines": len(doc.lines)}  # fmt: skip
+        out: dict = {
+            "cursor": cursor,
+            "url": url,
+            "title": title,
+            "lines": [self.start, self.end],
+            "total_lines": len(doc.lines),
+        }
         if doc.hits is not None:
             out["hits"] = doc.hits
         if doc.pattern is not None:

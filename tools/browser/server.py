@@ -13,13 +13,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import CallToolResult, TextContent
+from mcp.types import CallToolResult
 from openai_harmony import ToolNamespaceConfig
 
-from toolkit.server import ToolServer
+from toolkit.server import Faults, Reply, ToolServer
 from tools.browser.core import CONTEXT_SCALE, Browser, BrowserError, Options, Session
 from tools.browser.settings import BrowserSettings
 
+FAULTS = Faults("browser", usage=(BrowserError,))
 SWITCH = {"on": True, "true": True, "1": True, "off": False, "false": False, "0": False}
 
 
@@ -74,15 +75,13 @@ def build_server(settings: BrowserSettings, browser: Browser) -> ToolServer[Sess
     ) -> CallToolResult:
         """Run one browser operation in the caller's session (its page stack); its new page is the answer."""
         opt = _options(ctx)
-        async with kit.session(ctx, tool, handle) as (key, session):
-            try:
-                cursor = await op(session, opt)
-            except BrowserError as exc:
-                raise ToolError(str(exc)) from exc
+
+        async def shown(_key: str, session: Session) -> Reply:
+            cursor = await op(session, opt)
             view = session.views[cursor]
-            text = kit.notice(key) + view.render(cursor)
-            structured = kit.structured(key, view.structured(cursor))
-            return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
+            return Reply(view.render(cursor), view.structured(cursor))
+
+        return await kit.answer(ctx, tool, handle, shown, FAULTS)
 
     @mcp.tool(name="search", structured_output=False)
     async def search(
@@ -93,9 +92,15 @@ def build_server(settings: BrowserSettings, browser: Browser) -> ToolServer[Sess
 
     @mcp.tool(name="open", structured_output=False)
     async def open_(
-        ctx: Context, id: float | str = -1, cursor: float = -1, loc: float = -1, num_lines: float = -1,
-        view_source: bool = False, source: str | None = None, session_handle: str | None = None,
-    ) -> CallToolResult:  # fmt: skip
+        ctx: Context,
+        id: float | str = -1,
+        cursor: float = -1,
+        loc: float = -1,
+        num_lines: float = -1,
+        view_source: bool = False,
+        source: str | None = None,
+        session_handle: str | None = None,
+    ) -> CallToolResult:
         target = id if isinstance(id, str) else _int(id, "id")
         c, start, n = _int(cursor, "cursor"), _int(loc, "loc"), _int(num_lines, "num_lines")
 

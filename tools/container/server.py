@@ -2,29 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
-import structlog
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import CallToolResult, TextContent
+from mcp_types import CallToolResult
 
-from toolkit.server import HIDDEN, Sizing, ToolServer, backend_lifespan
-from toolkit.tracing import span
-from tools.container.core import (
-    DATA_DIR,
-    Backend,
-    ContainerSession,
-    ExecResult,
-    SandboxError,
-    SandboxGone,
-    UsageError,
-)
+from toolkit.server import HIDDEN, Faults, Reply, Sizing, ToolServer, backend_lifespan
+from tools.container.core import DATA_DIR, Backend, ContainerSession, SandboxError, SandboxGone, UsageError
 from tools.container.settings import ContainerSettings
 
-log = structlog.get_logger(__name__)
-T = TypeVar("T")
+FAULTS = Faults("container", usage=(UsageError,), unavailable=(SandboxError,), gone=(SandboxGone,))
+STEP = "sandbox.exec"
 
 INSTRUCTIONS = """\
 Use `exec` to run shell commands in a Linux container that belongs to this conversation. \
@@ -75,24 +64,6 @@ def build_server(settings: ContainerSettings, backend: Backend) -> ToolServer[Co
     )
     users = {settings.user, *settings.allowed_users}
 
-    async def in_session(
-        ctx: Context, tool: str, handle: str | None, work: Callable[[ContainerSession, str], Awaitable[T]]
-    ) -> T:
-        """Run `work` on the caller's session (with its key); our failures and the caller's misuse become error
-        results."""
-        try:
-            async with kit.session(ctx, tool, handle) as (key, session):
-                try:
-                    with span("sandbox.exec", namespace="container", tool=tool, session_id=key):
-                        return await work(session, key)
-                except SandboxGone as exc:
-                    await kit.sessions.close(key)
-                    raise ToolError(f"{exc}; its files are lost and the next call starts a fresh container") from exc
-        except UsageError as exc:
-            raise ToolError(str(exc)) from exc
-        except SandboxError as exc:
-            raise ToolError(f"container unavailable: {exc}") from exc
-
     @mcp.tool(name="exec", description="Run a command in this conversation's container.", structured_output=False)
     async def exec_(
         cmd: list[str],
@@ -107,18 +78,14 @@ def build_server(settings: ContainerSettings, backend: Backend) -> ToolServer[Co
         timeout_s, notes = _time_limit(timeout, settings)
         _check_exec(cmd, env, user, users)
 
-        async def run(s: ContainerSession, key: str) -> tuple[ExecResult, str, str]:
+        async def run(_key: str, s: ContainerSession) -> Reply:
             done = await s.exec(
                 cmd, timeout_s=timeout_s, workdir=workdir, env=env, session_name=session_name, user=user
             )
-            return done, kit.notice(key), key
+            done.notes += notes
+            return Reply(done.render(), done.structured())
 
-        result, notice, key = await in_session(ctx, "exec", session_handle, run)
-        result.notes += notes
-        return CallToolResult(
-            content=[TextContent(type="text", text=notice + result.render())],
-            structured_content=kit.structured(key, result.structured()),
-        )
+        return await kit.answer(ctx, "exec", session_handle, run, FAULTS, step=STEP)
 
     @mcp.tool(name="write_file", meta=HIDDEN, description="Write a file (or a chunk at offset) in the container.")
     async def write_file(
@@ -129,19 +96,26 @@ def build_server(settings: ContainerSettings, backend: Backend) -> ToolServer[Co
         offset: int = 0,
         session_handle: str | None = None,
     ) -> dict[str, Any]:
-        return await in_session(
-            ctx, "write_file", session_handle, lambda s, _: s.write_file(path, content, encoding, offset)
+        return await kit.call(
+            ctx,
+            "write_file",
+            session_handle,
+            lambda _, s: s.write_file(path, content, encoding, offset),
+            FAULTS,
+            step=STEP,
         )
 
     @mcp.tool(name="read_file", meta=HIDDEN, description="Read a file (from offset) in the container, text or base64.")
     async def read_file(
         path: str, ctx: Context, max_bytes: int | None = None, offset: int = 0, session_handle: str | None = None
     ) -> dict[str, Any]:
-        return await in_session(ctx, "read_file", session_handle, lambda s, _: s.read_file(path, max_bytes, offset))
+        return await kit.call(
+            ctx, "read_file", session_handle, lambda _, s: s.read_file(path, max_bytes, offset), FAULTS, step=STEP
+        )
 
     @mcp.tool(name="list_files", meta=HIDDEN, description="The regular files under a directory: path, size, mtime_ns.")
     async def list_files(ctx: Context, path: str = DATA_DIR, session_handle: str | None = None) -> dict[str, Any]:
-        return await in_session(ctx, "list_files", session_handle, lambda s, _: s.list_files(path))
+        return await kit.call(ctx, "list_files", session_handle, lambda _, s: s.list_files(path), FAULTS, step=STEP)
 
     return kit
 

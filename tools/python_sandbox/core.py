@@ -12,12 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-import structlog
-
 from toolkit.containers import ContainerRuntime
 from toolkit.containers import SandboxError as SandboxError  # the kit's "our side broke", raised by both backends
-
-log = structlog.get_logger(__name__)
+from toolkit.sandboxes import wait_ready
 
 KERNEL_SOURCE = (Path(__file__).with_name("kernel.py")).read_text()
 READER_LIMIT = 64 * 1024 * 1024
@@ -137,12 +134,7 @@ class KernelChannel:
         self._next_id = 0
 
     async def wait_ready(self, timeout_s: float) -> None:
-        try:
-            line = await asyncio.wait_for(self._reader.readline(), timeout_s)
-        except TimeoutError as exc:
-            raise KernelDied(f"interpreter did not start within {timeout_s:g} s") from exc
-        if not line.startswith(b'{"ready"'):
-            raise KernelDied(f"interpreter failed to start: {line[:500].decode(errors='replace')!r}")
+        await wait_ready(self._reader, timeout_s, who="interpreter", error=KernelDied)
 
     async def request(self, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         """Send code (or a file op); wait for the reply up to the timeout plus a grace period, else the kernel

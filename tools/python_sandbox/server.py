@@ -3,21 +3,29 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-import structlog
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import CallToolResult, ImageContent, TextContent
+from mcp_types import CallToolResult, ImageContent
 from openai_harmony import ToolNamespaceConfig
 
-from toolkit.server import HIDDEN, Sizing, ToolServer, backend_lifespan
-from toolkit.tracing import span
-from tools.python_sandbox.core import MAX_CHUNK, Backend, Kernel, KernelDied, RunResult, SandboxError
+from toolkit.server import HIDDEN, Faults, Reply, Sizing, ToolServer, backend_lifespan
+from tools.python_sandbox.core import MAX_CHUNK, Backend, Kernel, KernelDied, SandboxError
 from tools.python_sandbox.settings import PythonSandboxSettings
 
-log = structlog.get_logger(__name__)
+RUN = Faults(
+    "sandbox",
+    unavailable=(SandboxError,),
+    lost=(KernelDied,),
+    loses="variables and files",
+    dies="the Python process",
+    redo="Re-run earlier cells if needed",
+    died_event="kernel.died",
+)
+"""A run whose interpreter died gets a fresh one (of the size the call asks for) and says so plainly."""
+FILES = Faults("sandbox", unavailable=(SandboxError, KernelDied))
+"""A file op on a dead interpreter leaves it be: the next run replaces it."""
 
 _TIMEOUT = re.compile(r"time out after [0-9.]+ seconds")
 _INTERNET = re.compile(r"Internet access for this session is [^.]*\.(?: Depends on the cluster\.)?")
@@ -54,24 +62,17 @@ def build_server(settings: PythonSandboxSettings, backend: Backend) -> ToolServe
     async def python(code: str, ctx: Context, session_handle: str | None = None) -> CallToolResult:
         if len(code) > settings.max_code_chars:
             raise ToolError(f"code is {len(code)} characters; the limit is {settings.max_code_chars}")
-        try:
-            async with kit.session(ctx, "python", session_handle) as (key, kernel):
-                result = await _run(kit, key, kernel, code, settings.timeout_s, kit.factory(ctx))
-                notice = kit.notice(key)
-        except SandboxError as exc:
-            raise ToolError(f"sandbox unavailable: {exc}") from exc
-        text = notice + result.render(settings.timeout_s)
-        content: list[TextContent | ImageContent] = [TextContent(type="text", text=text)]
-        content += [ImageContent(type="image", data=png, mime_type="image/png") for png in result.images]
-        return CallToolResult(content=content, structured_content=kit.structured(key))
+
+        async def run(_key: str, kernel: Kernel) -> Reply:
+            result = await kernel.run(code, settings.timeout_s)
+            images = [ImageContent(type="image", data=png, mime_type="image/png") for png in result.images]
+            return Reply(result.render(settings.timeout_s), more=images)
+
+        return await kit.answer(ctx, "python", session_handle, run, RUN, step="sandbox.run")
 
     async def files(ctx: Context, tool: str, op: dict[str, Any], session_handle: str | None) -> dict[str, Any]:
         """A file op on the caller's session (by handle too); a refused path or a failed op is an error result."""
-        try:
-            async with kit.session(ctx, tool, session_handle) as (_key, kernel):
-                reply = await kernel.files(op)
-        except (SandboxError, KernelDied) as exc:
-            raise ToolError(f"sandbox unavailable: {exc}") from exc
+        reply = await kit.call(ctx, tool, session_handle, lambda _key, kernel: kernel.files(op), FILES)
         if reply.get("error"):
             raise ToolError(reply["error"])
         return {k: v for k, v in reply.items() if k not in ("id", "error")}
@@ -99,29 +100,3 @@ def build_server(settings: PythonSandboxSettings, backend: Backend) -> ToolServe
         return await files(ctx, "list_files", {"op": "list"}, session_handle)
 
     return kit
-
-
-async def _run(
-    kit: ToolServer[Kernel],
-    key: str,
-    kernel: Kernel,
-    code: str,
-    timeout_s: float,
-    factory: Callable[[str], Awaitable[Kernel]],
-) -> RunResult:
-    """Run the code; if the interpreter died, give the session a fresh one (of the size the call asks for) and
-    say so plainly."""
-    try:
-        with span("sandbox.run", namespace="python", session_id=key):
-            return await kernel.run(code, timeout_s)
-    except KernelDied as exc:
-        log.warning("kernel.died", reason=str(exc))
-        try:
-            await kit.sessions.replace(key, await factory(key))
-        except SandboxError as start_exc:
-            await kit.sessions.close(key)
-            raise ToolError(f"the Python process died ({exc}) and a new one could not start: {start_exc}") from exc
-        return RunResult(
-            notice=f"[the Python process died ({exc}); the session was reset: "
-            "all variables and files are lost. Re-run earlier cells if needed]"
-        )

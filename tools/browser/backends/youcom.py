@@ -22,5 +22,7 @@ class YouSearch(WebSearch):
 
     def parse(self, body: Any) -> list[Hit]:
         web = body["results"]["web"] if "results" in body else body["hits"]
-        return [Hit(r["url"], text(r.get("title")), text(" ".join(r.get("snippets") or []) or r.get("description")))
-                for r in web]  # fmt: skip
+        return [
+            Hit(r["url"], text(r.get("title")), text(" ".join(r.get("snippets") or []) or r.get("description")))
+            for r in web
+        ]

@@ -4,8 +4,8 @@ Each container: the image of `--image`, `--network none` unless a named network 
 the default user `--user` (non-root), read-only root with size-capped tmpfs at the workdir and
 /tmp as the only writable paths, memory / CPU / pids limits, all capabilities dropped,
 `no-new-privileges`, the engine's init as pid 1 (reaps what commands leave behind), the OCI
-runtime of `--oci-runtime`, labelled and leased by `toolfleet.containers` (role
-`container-sandbox`), with a warm pool.
+runtime of `--oci-runtime`, labelled and leased by `toolkit.containers` (role
+`container-sandbox`), with a warm pool (`toolkit.sandboxes`, as python's docker backend).
 
 Why a resident agent rather than `docker exec` per command: an exec is three engine calls
 (create, start with attach, inspect), measured here at tens of milliseconds per command
@@ -29,20 +29,16 @@ unassigned Pods. The server, the core and the agent stay as they are.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import dataclasses
 import itertools
 import json
 from typing import Any
 
 import anyio
-import structlog
 
-from toolkit.containers import AttachedStream, ContainerRuntime, SandboxSpec, WarmPool
+from toolkit.containers import AttachedStream, ContainerRuntime, SandboxSpec
+from toolkit.sandboxes import AttachedSandbox, DockerSandboxes, wait_ready
 from tools.container.core import AGENT_SOURCE, DATA_DIR, READER_LIMIT, SandboxError, SandboxGone
 from tools.container.settings import ContainerSettings
-
-log = structlog.get_logger(__name__)
 
 ROLE = "container-sandbox"
 GRACE_S = 5.0
@@ -60,12 +56,7 @@ class AgentChannel:
         self._gone: str | None = None
 
     async def wait_ready(self, timeout_s: float) -> None:
-        try:
-            line = await asyncio.wait_for(self._stream.reader.readline(), timeout_s)
-        except TimeoutError as exc:
-            raise SandboxError(f"the container's agent did not start within {timeout_s:g} s") from exc
-        if not line.startswith(b'{"ready"'):
-            raise SandboxError(f"the container's agent failed to start: {line[:500].decode(errors='replace')!r}")
+        await wait_ready(self._stream.reader, timeout_s, who="the container's agent", error=SandboxError)
         self._reader = asyncio.create_task(self._read())
 
     async def _read(self) -> None:
@@ -106,12 +97,14 @@ class AgentChannel:
         self._stream.close()
 
 
-class DockerSandbox:
+class DockerSandbox(AttachedSandbox):
     def __init__(self, runtime: ContainerRuntime, stream: AttachedStream, default_user: str) -> None:
-        self._runtime = runtime
-        self.container_id = stream.container_id
+        super().__init__(runtime, stream)
         self.channel = AgentChannel(stream)
         self._default_user = default_user
+
+    async def ready(self, timeout_s: float) -> None:
+        await self.channel.wait_ready(timeout_s)
 
     async def request(self, payload: dict[str, Any], *, user: str | None, timeout_s: float) -> dict[str, Any]:
         if user is None or user == self._default_user:
@@ -119,7 +112,7 @@ class DockerSandbox:
         argv = ["python3", "-c", AGENT_SOURCE, "--once", json.dumps({**payload, "id": 0})]
         try:
             with anyio.fail_after(timeout_s + GRACE_S):
-                code, out = await self._runtime.exec(self.container_id, argv, user=user)
+                code, out = await self.runtime.exec(self.container_id, argv, user=user)
         except TimeoutError as exc:
             raise SandboxGone(f"the command as {user} did not end within {GRACE_S:g} s of its deadline") from exc
         try:
@@ -128,18 +121,16 @@ class DockerSandbox:
             text = out[:300].decode(errors="replace")
             raise SandboxError(f"running as {user} failed (exit {code}): {text or 'no output'}") from exc
 
-    async def aclose(self) -> None:
+    def close(self) -> None:
         self.channel.close()
-        await self._runtime.remove(self.container_id)
 
 
-class DockerBackend:
-    name = "docker"
+class DockerBackend(DockerSandboxes[DockerSandbox]):
+    noun = "container"
 
     def __init__(self, settings: ContainerSettings) -> None:
-        self.image = settings.image
-        self._settings = settings
-        self._spec = SandboxSpec(
+        self._user = settings.user
+        spec = SandboxSpec(
             image=settings.image,
             command=["python3", "-u", "-c", AGENT_SOURCE],
             user=settings.user,
@@ -155,40 +146,7 @@ class DockerBackend:
             tmpfs_exec=True,  # scripts, pip-installed tools and builds run from the workdir
             init=True,
         )
-        self.runtime = ContainerRuntime(settings, role=ROLE, image=settings.image)
-        self._pool: WarmPool[DockerSandbox] = WarmPool(
-            lambda: self._spawn(self._spec), settings.pool_size, self.runtime, burst=settings.pool_burst
-        )
+        super().__init__(settings, role=ROLE, spec=spec, reader_limit=READER_LIMIT)
 
-    async def start(self) -> None:
-        await self.runtime.start()
-        self._pool.start()
-
-    async def _spawn(self, spec: SandboxSpec) -> DockerSandbox:
-        stream = await self.runtime.start_attached(spec, limit=READER_LIMIT)
-        sandbox = DockerSandbox(self.runtime, stream, self._settings.user)
-        try:
-            await sandbox.channel.wait_ready(timeout_s=30)
-        except BaseException:
-            await sandbox.aclose()
-            raise
-        return sandbox
-
-    async def new_sandbox(self, session_id: str, memory_mb: int | None = None) -> DockerSandbox:
-        """A warm sandbox from the pool; a fresh one of `memory_mb` for another size than the pool's (as the
-        python tool does, so both tools size a platform container's sandbox the same way)."""
-        if memory_mb is not None:
-            spec = dataclasses.replace(self._spec, memory_bytes=memory_mb * 2**20)
-            sandbox = await self._pool.fresh(lambda: self._spawn(spec))
-            log.info("container.sized", session_id=session_id, container=sandbox.container_id[:12], memory_mb=memory_mb)
-            return sandbox
-        sandbox = await self._pool.take()
-        log.info(
-            "container.assigned", session_id=session_id, container=sandbox.container_id[:12], pooled=len(self._pool)
-        )
-        return sandbox
-
-    async def aclose(self) -> None:
-        await self._pool.aclose()
-        with contextlib.suppress(SandboxError):
-            await self.runtime.aclose()
+    def attach(self, stream: AttachedStream) -> DockerSandbox:
+        return DockerSandbox(self.runtime, stream, self._user)
