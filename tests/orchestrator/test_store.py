@@ -94,23 +94,18 @@ async def test_the_redis_store_stores_again_at_once_after_redis_restarted() -> N
         await store.aclose()
 
 
+def redis_orchestrator(worker_url: str, redis_url: str, *more: str) -> list[str]:
+    """Arguments of an orchestrator on the Redis store under a prefix of its own (replicas given the same list
+    share it)."""
+    prefix = f"t{uuid.uuid4().hex[:8]}:"
+    flags = ["--store", "redis", "--redis-url", redis_url, "--worker-urls", f'["{worker_url}"]']
+    return ["-m", "orchestrator", *flags, "--redis-prefix", prefix, *more]
+
+
 def test_orchestrator_processes_started_with_store_redis_flags_share_one_redis(scripted, redis_url):
     worker_url, model = scripted
     model.scenario = Scenario()
-    flags = [
-        "-m",
-        "orchestrator",
-        "--store",
-        "redis",
-        "--redis-url",
-        redis_url,
-        "--worker-urls",
-        f'["{worker_url}"]',
-        "--redis-prefix",
-        f"p{uuid.uuid4().hex[:8]}:",
-        "--date",
-        "2026-12-02",
-    ]
+    flags = redis_orchestrator(worker_url, redis_url, "--date", "2026-12-02")
     with running_service(flags) as a, running_service(flags) as b:
         first = httpx.post(f"{a.url}/v1/responses", json={"input": "hi"}, timeout=30).json()
         assert first["status"] == "completed"
@@ -226,20 +221,7 @@ def test_a_background_response_whose_replica_was_killed_reads_as_failed_not_runn
     model.scenario = scenario(
         [{"match": "", "reply": "<|channel|>final<|message|>" + "slow " * 3000 + "<|return|>", "delay_s": 0.01}]
     )
-    flags = [
-        "-m",
-        "orchestrator",
-        "--store",
-        "redis",
-        "--redis-url",
-        redis_url,
-        "--worker-urls",
-        f'["{worker_url}"]',
-        "--redis-prefix",
-        f"k{uuid.uuid4().hex[:8]}:",
-        "--background-hold-s",
-        "1.5",
-    ]
+    flags = redis_orchestrator(worker_url, redis_url, "--background-hold-s", "1.5")
     with running_service(flags) as doomed, running_service(flags) as survivor:
         bg = httpx.post(f"{doomed.url}/v1/responses", json={"input": "long job", "background": True}, timeout=30).json()
         client = openai.OpenAI(base_url=f"{survivor.url}/v1", api_key="unused", max_retries=0)
