@@ -84,6 +84,12 @@ def stack(swarm):
             deployed.remember_owners()
         with contextlib.suppress(Exception):
             deployed.swarm_sh("down")
+        # swarm.sh down keeps a stack's named volumes (the orchestrator's files), as compose's down does without
+        # -v; the test's own go with it (each run left one behind)
+        label = f"label=com.docker.stack.namespace={deployed.name}"
+        for volume in docker("volume", "ls", "-q", "--filter", label).split():
+            with contextlib.suppress(Exception):
+                docker("volume", "rm", volume)
 
 
 EVERY_TOOL = {"web_search_call", "code_interpreter_call", "mcp_call"}
