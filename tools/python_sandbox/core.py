@@ -64,7 +64,6 @@ class RunResult:
     images: list[str] = field(default_factory=list)
     timed_out: bool = False
     truncated: int = 0
-    notice: str | None = None
 
     @classmethod
     def from_reply(cls, reply: dict[str, Any]) -> RunResult:
@@ -78,14 +77,12 @@ class RunResult:
         )
 
     def render(self, timeout_s: float) -> str:
-        """The text the model reads: output, trailing value, traceback, and any notice about limits."""
+        """The text the model reads: output, trailing value, traceback, and what a limit cut short."""
         parts = [p for p in (self.output, self.result, self.error) if p]
         if self.truncated:
             parts.append(f"[output truncated: {self.truncated} more characters were cut]")
         if self.timed_out:
             parts.append(f"[execution interrupted: timed out after {timeout_s:g} s; variables defined so far are kept]")
-        if self.notice:
-            parts.append(self.notice)
         text = "\n".join(p.rstrip("\n") for p in parts)
         return text if text else "[no output]"
 
