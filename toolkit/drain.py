@@ -19,7 +19,7 @@ from collections.abc import Callable
 import anyio
 import structlog
 from starlette.datastructures import Headers, MutableHeaders
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope, Send
 
 from toolkit import handles
 
@@ -34,7 +34,7 @@ DRAINED_CODE = -32001
 
 
 class Drain:
-    """A replica's drain state, shared by its middleware, its `/readyz` and `toolkit.serve`."""
+    """A replica's drain state, shared by its front (`toolkit.front`), its `/readyz` and `toolkit.serve`."""
 
     def __init__(self, holds: Callable[[str], bool], sessions: Callable[[], int], room: Callable[[], int]) -> None:
         self._holds, self._sessions, self._room = holds, sessions, room
@@ -72,45 +72,17 @@ class Drain:
         handle = headers.get(f"mcp-param-{handles.HEADER_TOKEN.lower()}")
         return handle is None or handle == handles.NEW or not self._holds(handle)
 
-    def middleware(self, app: ASGIApp, *, moved: Callable[[str], None]) -> ASGIApp:
-        """The ASGI wrapper: refuses new sessions while draining, counts calls in flight, tells the gateway
-        (headers on every answer) whether this replica drains and how much room it has, and takes note of a
-        session the gateway moved here from a drained replica (`moved`)."""
-
-        async def gate(scope: Scope, receive: Receive, send: Send) -> None:
-            if scope["type"] != "http":
-                return await app(scope, receive, send)
-            if self.draining and self.opens_session(scope):
-                return await self._refuse(send)
-            headers = Headers(scope=scope)
-            if headers.get(RESET_HEADER) and (sid := headers.get("x-session-id")) is not None:
-                moved(sid)
-
-            async def tell(message: Message) -> None:
-                if message["type"] == "http.response.start":
-                    self._stamp(MutableHeaders(scope=message))
-                await send(message)
-
-            self.in_flight += 1
-            try:
-                await app(scope, receive, tell)
-            finally:
-                self.in_flight -= 1
-                self.changed()
-
-        return gate
-
-    def _stamp(self, headers: MutableHeaders) -> None:
+    def stamp(self, headers: MutableHeaders) -> None:
         headers[ROOM_HEADER] = str(max(self._room(), 0))
         if self.draining:
             headers[DRAINING_HEADER] = "1"
 
-    async def _refuse(self, send: Send) -> None:
+    async def refuse(self, send: Send) -> None:
         body = (
             b'{"jsonrpc": "2.0", "id": null, "error": {"code": %d, "message": "this replica is draining (shutting'
             b' down): it takes no new session; another replica will"}}' % DRAINED_CODE
         )
         headers = MutableHeaders(raw=[(b"content-type", b"application/json")])
-        self._stamp(headers)
+        self.stamp(headers)
         await send({"type": "http.response.start", "status": 503, "headers": headers.raw})
         await send({"type": "http.response.body", "body": body})

@@ -26,7 +26,6 @@ from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from mcp_types import CallToolResult, ContentBlock, TextContent
 from opentelemetry.trace import SpanKind
 from starlette.applications import Starlette
-from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
@@ -35,10 +34,10 @@ from toolkit import handles
 from toolkit.answers import SingleAnswerSessionManager
 from toolkit.containers import MEMORY_HEADER, ContainerRuntime
 from toolkit.drain import Drain
+from toolkit.front import MCP_METHODS, Front
 from toolkit.handles import BadHandle, Handles
 from toolkit.loops import Loops
 from toolkit.metrics import ToolMetrics
-from toolkit.rpc_errors import JsonRpcErrors
 from toolkit.sessions import S, SessionGone, SessionRegistry, TooManySessions, idle_words
 from toolkit.settings import ToolServerSettings
 from toolkit.tracing import REQUEST_ID_HEADER, annotate, extract, request_context, span
@@ -51,6 +50,8 @@ HIDDEN = {"include_in_prompt": False}
 
 _SESSION_ID = re.compile(r"^[\x21-\x7e]{1,256}$")
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
+RPC_PATHS = ("/mcp", "/messages/")
+"""The paths whose refusals are JSON-RPC error bodies (`toolkit.front`)."""
 
 
 class Backend(Protocol):
@@ -490,8 +491,9 @@ class ToolServer(Generic[S]):
         origins = [f"http://{h}" for h in hosts] + [f"https://{h}" for h in hosts]
         return TransportSecuritySettings(allowed_hosts=hosts, allowed_origins=origins)
 
-    def build_app(self) -> Starlette:
-        """`/sse` + `/messages/`, `/mcp`, `/healthz`, `/metrics`; the lifespan runs the backend and reaper."""
+    def build_app(self) -> Front:
+        """`/sse` + `/messages/`, `/mcp`, `/healthz`, `/metrics` behind `Front` (whose `drain` `toolkit.serve`
+        runs on SIGTERM); the lifespan runs the backend and reaper."""
         self._declare_handles()
         security = self._security()
         limit = self.settings.max_body_bytes
@@ -535,20 +537,17 @@ class ToolServer(Generic[S]):
                 status, body = 503, {"status": "draining"}
             return JSONResponse(body | {"namespace": self.namespace}, status)
 
-        app = Starlette(
+        mcp = StreamableHTTPASGIApp(manager)
+        rest = Starlette(
             routes=[
                 Route("/sse", handle_sse, methods=["GET"]),
                 Mount("/messages/", app=sse.handle_post_message),
-                Route("/mcp", StreamableHTTPASGIApp(manager), methods=["GET", "POST", "DELETE"]),
+                Route("/mcp", mcp, methods=sorted(MCP_METHODS)),  # what Front passes on here is a 405
                 Route("/healthz", healthz),
                 Route("/readyz", readyz),
                 Route("/metrics", self.metrics.endpoint),
             ],
             lifespan=lifespan,
-            middleware=[
-                Middleware(self.drain.middleware, moved=self.sessions.moved_here),
-                Middleware(JsonRpcErrors, paths=("/mcp", "/messages/")),
-            ],
         )
-        app.state.drain = self.drain  # toolkit.serve drains it on SIGTERM before stopping
+        app = Front(mcp=mcp, rest=rest, drain=self.drain, moved=self.sessions.moved_here, rpc_paths=RPC_PATHS)
         return app
