@@ -3,26 +3,29 @@
 Usage: python -m bench.browser [--sizes 10000,100000] [--n 200] [--out results.json]
 
 Engines (tantivy, kept; bm25s, measured for the comparison) index the same generated corpus in
-process; the server rows are MCP `tools/call` round trips (streamable HTTP, mcp 2.x client) to a
-real browser server over the 100k-document index and the fixture web on 127.0.0.1. The baseline is
-the gpt-oss reference approach for `open`: html2text over the whole page on every call.
+process; the server rows are MCP `tools/call` round trips (streamable HTTP) to a real browser server over
+the largest index and the fixture web on 127.0.0.1, each timed twice: through the `mcp` 2.x SDK's client and
+through the lean client of `bench.wire` (how the gateway's calls arrive; the SDK client's own CPU is about 1 ms
+a call here). The baseline is the gpt-oss reference approach for `open`: html2text over the whole page on every call.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import random
 import statistics
 import tempfile
 import textwrap
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from bench.report import print_rows, save
+from bench.wire import wire_session
 from tests.browser.web import TEA, browser_args, web_app, write_corpus
 from tests.support.asgi import serve_asgi
 from tests.support.mcp2 import mcp_session
@@ -145,33 +148,43 @@ async def mcp_ms(session: Any, name: str, args: dict[str, Any]) -> float:
     result = await session.call_tool(name, args)
     elapsed = (time.perf_counter() - start) * 1000
     if result.is_error:
-        raise RuntimeError(f"{name} {args}: {result.content[0].text}")
+        raise RuntimeError(f"{name} {args}: {result}")
     return elapsed
 
 
-async def server_rows(url: str, web: str, queries: list[str], n: int) -> list[dict[str, Any]]:
+@contextlib.asynccontextmanager
+async def client(kind: str, url: str) -> AsyncIterator[Any]:
+    """`sdk`: the `mcp` 2.x client session; `wire`: the lean client (`bench.wire`), as the gateway's calls come."""
+    headers = {"x-session-id": uuid.uuid4().hex}
+    opened = mcp_session(url, "streamable-http", headers) if kind == "sdk" else wire_session(url, headers)
+    async with opened as session:
+        yield session
+
+
+async def server_rows(url: str, web: str, queries: list[str], n: int, kind: str) -> list[dict[str, Any]]:
     rows = []
-    async with mcp_session(url, "streamable-http", {"x-session-id": uuid.uuid4().hex}) as s:
+    via = f"MCP, {kind} client"
+    async with client(kind, url) as s:
         ms = []
-        for _ in range(n):  # what any call costs on this machine: the SDK, JSON-RPC and HTTP, no browser work
+        for _ in range(n):  # what any call costs on this machine: the client, JSON-RPC and HTTP, no browser work
             start = time.perf_counter()
             await s.call_tool("find", {"pattern": " "})
             ms.append((time.perf_counter() - start) * 1000)
-        rows.append(row("server: MCP round trip of a refused call (transport floor)", ms))
+        rows.append(row(f"server: round trip of a refused call ({via})", ms))
         for q in queries[:10]:
             await mcp_ms(s, "search", {"query": q})
         ms = [await mcp_ms(s, "search", {"query": q}) for q in (queries * 2)[:n]]
-        rows.append(row("server: search round trip (100k-doc index, MCP)", ms))
+        rows.append(row(f"server: search round trip (100k-doc index, {via})", ms))
         await mcp_ms(s, "open", {"id": f"{web}/tea"})
         ms = [await mcp_ms(s, "open", {"id": f"{web}/tea"}) for _ in range(n)]
-        rows.append(row("server: cached open round trip (MCP)", ms))
+        rows.append(row(f"server: cached open round trip ({via})", ms))
         await mcp_ms(s, "open", {"id": f"{web}/lines/10000"})
         ms = []
         for i in range(n):
             if i % FIND_BATCH == 0:  # each find is a page of its own: reopen before the page leaves the stack
                 cursor = (await s.call_tool("open", {"id": f"{web}/lines/10000"})).structured_content["cursor"]
             ms.append(await mcp_ms(s, "find", {"pattern": f"lazy dog {i % 97}\n", "cursor": cursor}))
-        rows.append(row("server: find on a 10,000-line page (MCP)", ms))
+        rows.append(row(f"server: find on a 10,000-line page ({via})", ms))
     return rows
 
 
@@ -295,7 +308,8 @@ async def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
             flags = browser_args(web, corpus, big_index)
             flags = flags[: flags.index("--corpus-dir")] + flags[flags.index("--index-dir") :]  # the big index as is
             with running_service(flags) as svc:
-                rows += await server_rows(svc.url, web, queries, args.n)
+                for kind in ("sdk", "wire"):
+                    rows += await server_rows(svc.url, web, queries, args.n, kind)
                 rows.append(row("server RSS after the runs", rss_mb=rss_mb(svc.proc.pid)))
         rows += await in_process_rows(big_index, queries, args.n)
         rows += extraction_rows(max(5, args.n // 10))
