@@ -4,10 +4,12 @@ Usage: python -m bench.kit [--n 500] [--out results.json]
 
 Two servers in this process, each served by uvicorn (uvloop, httptools) on loopback in a thread of its own: a
 kit `ToolServer` whose no-op tool runs in the caller's session (span, `tool.call` log line, metrics), and the
-baseline, a plain `mcp` 2.x `MCPServer` with the same tool. The client is the `mcp` 2.x SDK over 2025-era
-streamable HTTP with `x-session-id`, as the gateway's calls arrive. Rows: wall p50/p99, and the Python function
-calls and coroutine resumptions in the server's thread per call (cProfile there; it does not depend on the
-machine's load, which wall figures on a shared machine do), with the kit/baseline ratio of each.
+baseline, a plain `mcp` 2.x `MCPServer` with the same tool. Each is timed with two clients over 2025-era
+streamable HTTP with `x-session-id`: the `mcp` 2.x SDK's, and `bench.wire`'s lean one (as the gateway's calls
+arrive; the SDK client's own work is part of the first rows' wall time, not of their Python call counts).
+Rows: wall p50/p99, and the Python function calls and coroutine resumptions in the server's thread per call
+(cProfile there; it does not depend on the machine's load, which wall figures on a shared machine do), with the
+kit/baseline ratio of each.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from starlette.types import ASGIApp
 
 from bench.report import print_rows, save
 from bench.sessions import row
+from bench.wire import wire_session
 from tests.support.mcp2 import mcp_session
 from toolkit.logging import configure_logging
 from toolkit.server import ToolServer
@@ -95,9 +98,11 @@ def served(app: ASGIApp) -> Iterator[tuple[str, asyncio.AbstractEventLoop]]:
         sock.close()
 
 
-async def measure_one(name: str, app: ASGIApp, n: int) -> dict[str, Any]:
+async def measure_one(name: str, app: ASGIApp, n: int, client: str) -> dict[str, Any]:
     with served(app) as (url, loop):
-        async with mcp_session(url, "streamable-http", {"x-session-id": uuid.uuid4().hex}) as session:
+        headers = {"x-session-id": uuid.uuid4().hex}
+        opened = mcp_session(url, "streamable-http", headers) if client == "sdk" else wire_session(url, headers)
+        async with opened as session:
             for _ in range(50):
                 await session.call_tool("noop", {})
             ms = []
@@ -118,11 +123,14 @@ async def measure_one(name: str, app: ASGIApp, n: int) -> dict[str, Any]:
 
 
 async def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
-    kit = await measure_one("kit ToolServer: no-op tools/call", kit_app(), args.n)
-    sdk = await measure_one("baseline, plain SDK MCPServer: no-op tools/call", sdk_app(), args.n)
-    kit["p50_vs_sdk_x"] = round(kit["p50_ms"] / sdk["p50_ms"], 2)
-    kit["calls_vs_sdk_x"] = round(kit["python_calls_per_call"] / sdk["python_calls_per_call"], 2)
-    return [kit, sdk]
+    rows = []
+    for client in ("sdk", "wire"):
+        kit = await measure_one(f"kit ToolServer: no-op tools/call, {client} client", kit_app(), args.n, client)
+        sdk = await measure_one(f"baseline, plain SDK MCPServer: same, {client} client", sdk_app(), args.n, client)
+        kit["p50_vs_sdk_x"] = round(kit["p50_ms"] / sdk["p50_ms"], 2)
+        kit["calls_vs_sdk_x"] = round(kit["python_calls_per_call"] / sdk["python_calls_per_call"], 2)
+        rows += [kit, sdk]
+    return rows
 
 
 def main(argv: Sequence[str] | None = None) -> int:
