@@ -2,6 +2,8 @@
 
 Our own events and every stdlib logger (uvicorn, the MCP SDK, httpx) leave as one JSON object per
 line on stderr, with the bound context (service, namespace, session and request ids) and the current trace id.
+Our events are rendered by structlog and written straight to stderr: routed through the stdlib (a LogRecord,
+the handler's lock, the formatter's copy of the event) one line cost 42 us, several per cent of a tool call.
 """
 
 from __future__ import annotations
@@ -31,6 +33,14 @@ def _skip_unshown_record_fields() -> None:
     logging.logMultiprocessing = False
 
 
+class _NamedWriter(structlog.WriteLogger):
+    """structlog's stderr writer with the name `get_logger(__name__)` gave it, for the `logger` field."""
+
+    def __init__(self, name: str | None = None) -> None:
+        super().__init__(sys.stderr)
+        self.name = name or "root"
+
+
 def configure_logging(level: str = "INFO", *, service: str) -> None:
     _skip_unshown_record_fields()
     handler = logging.StreamHandler(sys.stderr)
@@ -51,10 +61,10 @@ def configure_logging(level: str = "INFO", *, service: str) -> None:
         logging.getLogger(name).handlers.clear()
         logging.getLogger(name).propagate = True
     structlog.configure(
-        # An event below the level is dropped first, before its timestamp and trace ids are formatted.
-        processors=[structlog.stdlib.filter_by_level, *_SHARED, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
-        wrapper_class=structlog.stdlib.BoundLogger,
-        logger_factory=structlog.stdlib.LoggerFactory(),
+        # An event below the level is dropped by the bound logger's method, before anything is formatted.
+        processors=[*_SHARED, structlog.processors.format_exc_info, structlog.processors.JSONRenderer()],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
+        logger_factory=_NamedWriter,
         cache_logger_on_first_use=True,
     )
     structlog.contextvars.bind_contextvars(service=service)
