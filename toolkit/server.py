@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import logging
 import re
 import time
 import uuid
@@ -193,6 +194,17 @@ def _without_handle(tool: Any) -> Any:
     return tool if schema is tool.input_schema else tool.model_copy(update={"input_schema": schema})
 
 
+class _ToldByToolCall(logging.Filter):
+    """Drops the SDK's INFO line for a tool's `ToolError` ("Tool %r failed"): the call's `tool.call` line already
+    says it, outcome and words, and a second line through the stdlib was a tenth of a refused call's work."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg != "Tool %r failed: %r"
+
+
+_TOLD = _ToldByToolCall()
+
+
 class ToolServer(Generic[S]):
     """Sessions, metrics, `cleanup_session` and the ASGI app around one namespace's `MCPServer`."""
 
@@ -208,6 +220,7 @@ class ToolServer(Generic[S]):
         runtime: ContainerRuntime | None = None,
     ) -> None:
         self.mcp = mcp
+        logging.getLogger(MCPServer.__module__).addFilter(_TOLD)  # once per process: a filter is added once
         self.runtime = runtime
         """The sandboxes' runtime, where the tool runs docker sandboxes: counted in /metrics."""
         self.sizing = sizing
@@ -270,6 +283,7 @@ class ToolServer(Generic[S]):
         trace the caller (the gateway) sent in the MCP request's headers."""
         start = time.perf_counter()
         outcome = "error"
+        told: dict[str, str] = {}  # a refusal's words, on the call's line (the SDK's own line for it is dropped)
         who: Identity | ToolError
         try:
             who = self.identify(ctx, handle)
@@ -289,14 +303,15 @@ class ToolServer(Generic[S]):
                     raise who
                 yield who
                 outcome = "ok"
-            except ToolError:
+            except ToolError as exc:
                 outcome = "tool_error"  # the caller's misuse or a sandbox refusal, answered as an error result
+                told["error"] = str(exc)
                 raise
             finally:
                 elapsed = time.perf_counter() - start
                 self.metrics.observe(tool, outcome, elapsed)
                 annotate(current, outcome=outcome)
-                log.info("tool.call", ms=round(elapsed * 1000, 2), outcome=outcome)
+                log.info("tool.call", ms=round(elapsed * 1000, 2), outcome=outcome, **told)
 
     @contextlib.asynccontextmanager
     async def session(self, ctx: Context, tool: str, handle: str | None = None) -> AsyncIterator[tuple[str, S]]:

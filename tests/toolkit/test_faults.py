@@ -7,12 +7,14 @@ with one tool, `count`, whose operation raises the fault the caller names; a rea
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
+import structlog
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult
 from prometheus_client.parser import text_string_to_metric_families
@@ -236,3 +238,14 @@ async def test_a_handle_session_gets_its_handle_in_the_answer_and_the_reset_noti
     assert minted.structured_content == {"count": 1, "session_handle": handle}
     assert lost.structured_content == {"session_handle": handle}
     assert _text(lost).startswith("[the counting process died")
+
+
+async def test_a_refusal_is_told_once_on_the_calls_own_log_line(
+    url: str, sid: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with structlog.testing.capture_logs() as events, caplog.at_level(logging.INFO, logger=MCPServer.__module__):
+        [refused] = await _calls(url, sid, ("count", {"fault": "usage"}))
+    assert refused.is_error
+    [line] = [e for e in events if e["event"] == "tool.call"]  # (capture_logs leaves out the bound session id)
+    assert line["outcome"] == "tool_error" and line["error"] == "there is no count below zero"
+    assert not [r for r in caplog.records if "failed" in r.getMessage()]  # the SDK's own line for it is dropped
