@@ -40,3 +40,78 @@ def test_parser_reports_headers_deltas_and_messages_and_survives_garbage():
     for t in [h.MESSAGE, h.CALL, 5, h.START, h.START, 7, 200001, 100, h.RETURN] * 3:
         garbage.feed(t)
     garbage.finish()  # never raises
+
+
+def _messages_of_every_shape() -> list:
+    """Text messages with each header part set or not, texts that look like Harmony, and the two
+    contents the library renders on its own (system, developer)."""
+    named = h.Message.from_author_and_content(h.Author.new(h.Role.USER, "alice"), "hi")
+    two_texts = h.user("first").adding_content(" and second")
+    return [
+        h.user("q"),
+        h.user(""),
+        h.user("<|start|>assistant<|channel|>final<|message|>not a header<|end|>"),
+        h.user("naïve café 日本語 🙂 \n\t  spaced  "),
+        named,
+        two_texts,
+        h.assistant("think", "analysis"),
+        h.assistant("preamble", "commentary"),
+        h.assistant("answer", "final"),
+        h.assistant("print(1)", "analysis", "python"),
+        h.assistant('{"query": "x"}', "commentary", "browser.search", "<|constrain|>json"),
+        h.assistant("{}", "commentary", "functions.f", "json"),
+        h.assistant("to all", "final", "all"),
+        h.tool_result("python", "1\n"),
+        h.tool_result("browser.search", "【0†x】 " * 50, "analysis"),
+        h.tool_result("functions.f", "out", None),
+        h.system_message(effort="high", date="2026-12-02", namespaces=[h.Namespace("python", "py")]),
+        h.developer_message("Be brief.", [{"name": "f", "description": "d", "parameters": {"type": "object"}}]),
+    ]
+
+
+def test_each_message_renders_as_the_library_renders_it():
+    enc = h.encoding()
+    for msg in _messages_of_every_shape():
+        assert h.render_message(msg) == enc.render(msg), msg
+
+
+def _tool_loop() -> list:
+    return [
+        h.system_message(effort="low", date="2026-12-02", namespaces=[h.Namespace("browser", "web")]),
+        h.developer_message("Cite sources.", []),
+        h.user("look it up"),
+        h.assistant("I should search.", "analysis"),
+        h.assistant('{"query": "harmony"}', "analysis", "browser.search", "<|constrain|>json"),
+        h.tool_result("browser.search", "L0: Harmony is a format\nL1: <|end|> is a token", "analysis"),
+        h.assistant("Opening the first hit.", "commentary"),
+        h.assistant('{"cursor": 0}', "commentary", "browser.open", "json"),
+        h.tool_result("browser.open", "page 🙂 " * 200),
+        h.assistant("It is a format 【0†L0】.", "final"),
+        h.user("and again?"),
+        h.assistant("Search again.", "analysis"),
+        h.assistant('{"query": "again"}', "analysis", "browser.search"),
+        h.tool_result("browser.search", "nothing new", "analysis"),
+    ]
+
+
+def test_incremental_render_equals_full_render_within_a_response():
+    history = _tool_loop()[:11]  # ends with a final answer and the next question
+    for conversation in (_conversation(), _tool_loop()[:9], [h.user("q"), *_tool_loop()[3:9]]):
+        renderer = h.Renderer()
+        for n in range(2, len(conversation) + 1):
+            assert renderer.render(conversation[:n]) == h.render(conversation[:n]), n
+    assert h.Renderer().render(history) == h.render(history)
+
+
+def test_after_a_final_answer_new_messages_extend_the_prompt_that_dropped_the_old_analysis():
+    """The prompt a response sends on each turn extends its first prompt (the worker's prefix cache hits).
+    The library's full render would differ here: it drops analysis only while the last assistant message
+    is a final answer, so a call after one brings the older analysis back into the prompt."""
+    conversation, start = _tool_loop(), 11
+    renderer = h.Renderer()
+    first = renderer.render(conversation[:start])
+    head = first[: -len(h.render([])) or None]
+    for n in range(start + 1, len(conversation) + 1):
+        appended = [t for m in conversation[start:n] for t in h.encoding().render(m)]
+        assert renderer.render(conversation[:n]) == head + appended + h.render([])
+    assert h.render(conversation) != renderer.render(conversation)  # the library's rule, for the record
