@@ -187,25 +187,30 @@ def _frame(
 
 
 class Renderer:
-    """`render` for a conversation that only grows: re-renders just the new messages.
+    """`render` for a conversation that only grows: renders just the new messages.
 
     Within one response nothing before the newest final answer changes, so the prompt is the last
     prompt (without its trailing `<|start|>assistant`) plus the new messages; a new final-channel
-    message (which moves the analysis-dropping point) falls back to a full render.
+    message (which moves the analysis-dropping point) falls back to a full render. (The library's full
+    render drops analysis only while the last assistant message is a final answer, so after a final answer
+    earlier in the conversation it would bring the dropped analysis back once the model reasons or calls a
+    tool; the prompt here keeps extending the last one instead, as it always has, and the worker's prefix
+    cache keeps hitting.)
     """
 
     def __init__(self) -> None:
         self._count = 0
-        self._tokens: list[int] | None = None
+        self._tokens: list[int] | None = None  # the last prompt without `<|start|>assistant`, extended in place
 
     def render(self, messages: list[Message]) -> list[int]:
         new = messages[self._count :]
         if self._tokens is not None and len(messages) >= self._count and all(m.channel != "final" for m in new):
-            tokens = self._tokens + [t for m in new for t in render_message(m)]
+            for m in new:
+                self._tokens += render_message(m)
         else:
-            tokens = render(messages)[: -len(_assistant_start())]
-        self._count, self._tokens = len(messages), tokens
-        return tokens + _assistant_start()
+            self._tokens = render(messages)[: -len(_assistant_start())]
+        self._count = len(messages)
+        return self._tokens + _assistant_start()
 
 
 @functools.cache
