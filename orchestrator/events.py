@@ -18,6 +18,25 @@ from typing import Any
 TERMINAL = {"response.completed", "response.failed", "response.incomplete"}
 
 
+_ATOMS = frozenset((str, int, float, bool, type(None)))
+
+
+def json_copy(value: Any) -> Any:
+    """A deep copy of JSON-shaped data, for the events that must not change when the item does later.
+
+    `copy.deepcopy` keeps a memo for shared and cyclic objects, which a response body never has, and costs
+    several times as much; a value of any other type is still copied by it.
+    """
+    kind = type(value)
+    if kind is dict:
+        return {k: json_copy(v) for k, v in value.items()}
+    if kind is list:
+        return [json_copy(v) for v in value]
+    if kind in _ATOMS:
+        return value
+    return copy.deepcopy(value)
+
+
 def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
 
@@ -50,7 +69,7 @@ class ResponseBuilder:
         return event
 
     def snapshot(self) -> dict[str, Any]:
-        return copy.deepcopy(self.body)
+        return json_copy(self.body)
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -94,12 +113,12 @@ class ResponseBuilder:
         index = len(self.output)
         self.output.append(item)
         self._open[index] = item["id"]
-        self.emit("response.output_item.added", output_index=index, item=copy.deepcopy(item))
+        self.emit("response.output_item.added", output_index=index, item=json_copy(item))
         return Item(self, index)
 
     def _done_item(self, index: int) -> None:
         self._open.pop(index, None)
-        self.emit("response.output_item.done", output_index=index, item=copy.deepcopy(self.output[index]))
+        self.emit("response.output_item.done", output_index=index, item=json_copy(self.output[index]))
 
     # --- readers ---------------------------------------------------------------------------------
 
