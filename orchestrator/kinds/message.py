@@ -56,7 +56,9 @@ class MessageStream(Stream):
         """The text that can be sent now, citations rewritten; a possible citation's start is held back."""
         text, self.held = self.held + text, ""
         start = text.rfind("【")
-        if start >= 0 and "】" not in text[start:] and len(text) - start < HOLD_LIMIT and not self.closing:
+        if start < 0:
+            return text  # no citation in it (`cite` would give it back as it is), the common delta
+        if "】" not in text[start:] and len(text) - start < HOLD_LIMIT and not self.closing:
             text, self.held = text[:start], text[start:]
         return cite(self.r, text)[0]
 
