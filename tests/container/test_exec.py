@@ -239,6 +239,23 @@ async def test_the_root_file_system_is_read_only_outside_the_work_dirs(server: S
     assert await text(server, session_id, ["touch", "/tmp/x", "/workspace/x"]) == "[exit code 0]"
 
 
+async def test_a_long_command_holds_up_no_other_and_a_burst_leaves_few_agent_threads(
+    server: Service, session_id: str
+) -> None:
+    """The agent answers each request on a thread of its own, kept for the next one while idle (at most a few,
+    as threads count against the container's pids limit)."""
+    await text(server, session_id, ["true"])
+    slow = [
+        asyncio.create_task(run(server, session_id, cmd=["sleep", "5"], session_name=f"s{i}", timeout=8))
+        for i in range(8)
+    ]
+    assert await text(server, session_id, ["echo", "quick"]) == "quick\n[exit code 0]"
+    assert not any(task.done() for task in slow)
+    assert [result.content[0].text for result in await asyncio.gather(*slow)] == ["[exit code 0]"] * 8
+    threads = (await text(server, session_id, ["ps", "-eLo", "comm="])).splitlines()
+    assert 1 < threads.count("python3") <= 5  # the agent's main thread and at most 4 idle ones, one of them answering
+
+
 async def test_concurrent_sessions_are_isolated(server: Service, session_id: str) -> None:
     async def one(i: int) -> str:
         sid = f"{session_id}-{i}"

@@ -2,8 +2,9 @@
 
 Run as the container's main process (`python3 -u -c SOURCE`), it reads one JSON request per line
 on stdin and answers one JSON line per request on stdout, in any order (requests carry an `id`;
-each runs in its own thread, so a long command in one shell does not hold up another). Run as
-`python3 -c SOURCE --once JSON` (through `docker exec --user ...`) it answers one request and exits.
+each runs in a thread of its own, started or reused, so a long command in one shell does not hold
+up another). Run as `python3 -c SOURCE --once JSON` (through `docker exec --user ...`) it answers one
+request and exits.
 
 Requests: `{"id", "op": "exec", "argv", "cwd", "env", "timeout_s", "max_bytes", "in_shell", "functions"}`,
 `{"id", "op": "write", "path", "data", "offset", "parents"}` (base64; offset 0 truncates first; parents:
@@ -27,6 +28,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import queue
 import selectors
 import shlex
 import shutil
@@ -344,15 +346,50 @@ def _answer(req: dict) -> None:
         sys.stdout.flush()
 
 
+class Workers:
+    """Threads that answer requests, kept for the next one when done (at most `keep` idle at a time).
+
+    Why not a thread per request: starting one costs about 0.07 ms under runc and a millisecond under gVisor,
+    on every warm call. Why not a fixed pool: a request must never wait for another (a long command in one
+    shell does not hold up the next), so a request that finds no idle thread starts one. Why a cap on idle
+    ones: threads count against the container's pids limit, which is the user's process budget."""
+
+    def __init__(self, keep: int = 4) -> None:
+        self._keep = keep
+        self._idle = 0
+        self._lock = threading.Lock()
+        self._queue: queue.SimpleQueue[dict] = queue.SimpleQueue()
+
+    def submit(self, req: dict) -> None:
+        with self._lock:
+            reuse = self._idle > 0
+            if reuse:
+                self._idle -= 1  # that idle thread is now promised this request
+        if reuse:
+            self._queue.put(req)
+        else:
+            threading.Thread(target=self._work, args=(req,), daemon=True).start()
+
+    def _work(self, req: dict) -> None:
+        while True:
+            _answer(req)
+            with self._lock:
+                if self._idle >= self._keep:
+                    return
+                self._idle += 1
+            req = self._queue.get()
+
+
 def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "--once":
         sys.stdout.write(json.dumps(handle(json.loads(sys.argv[2]))) + "\n")
         return
     sys.stdout.write('{"ready": true}\n')
     sys.stdout.flush()
+    workers = Workers()
     for line in sys.stdin:
         if line.strip():
-            threading.Thread(target=_answer, args=(json.loads(line),), daemon=True).start()
+            workers.submit(json.loads(line))
 
 
 if __name__ == "__main__":

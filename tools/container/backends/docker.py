@@ -52,23 +52,38 @@ class AgentChannel:
         self._stream = stream
         self._ids = itertools.count(1)
         self._waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
-        self._reader: asyncio.Task[None] | None = None
+        self._watch: asyncio.Task[None] | None = None
         self._gone: str | None = None
 
     async def wait_ready(self, timeout_s: float) -> None:
         await wait_ready(self._stream.reader, timeout_s, who="the container's agent", error=SandboxError)
-        self._reader = asyncio.create_task(self._read())
+        self._stream.divert(self._on_line)
+        self._watch = asyncio.create_task(self._until_end())
 
-    async def _read(self) -> None:
+    def _on_line(self, line: bytes) -> None:
+        """A reply, handed to its caller as it arrives (no reader task in between: one loop turn less a call)."""
         try:
-            while line := await self._stream.reader.readline():
-                reply = json.loads(line)
-                future = self._waiting.pop(reply.get("id"), None)
-                if future is not None and not future.done():
-                    future.set_result(reply)
-            self._gone = "the container stopped (out of memory, or removed)"
+            reply = json.loads(line)
+            request_id = reply.get("id")
+        except (ValueError, AttributeError) as exc:
+            self._lose(f"lost the container's agent: {exc}")
+            self._stream.close()
+            return
+        future = self._waiting.pop(request_id, None)
+        if future is not None and not future.done():
+            future.set_result(reply)
+
+    async def _until_end(self) -> None:
+        """Wait for the stream to end (the diverted reader sees nothing else); then fail every caller."""
+        try:
+            await self._stream.reader.read()
+            why = "the container stopped (out of memory, or removed)"
         except (ValueError, ConnectionError) as exc:
-            self._gone = f"lost the container's agent: {exc}"
+            why = f"lost the container's agent: {exc}"
+        self._lose(why)
+
+    def _lose(self, why: str) -> None:
+        self._gone = self._gone or why
         for future in self._waiting.values():
             if not future.done():
                 future.set_exception(SandboxGone(self._gone))
@@ -83,7 +98,9 @@ class AgentChannel:
         try:
             self._stream.writer.write(json.dumps({**payload, "id": request_id}).encode() + b"\n")
             await self._stream.writer.drain()
-            return await asyncio.wait_for(future, timeout_s + GRACE_S)
+            # a timeout scope, not `wait_for`: that wraps the future and resumes a loop turn after the reply
+            async with asyncio.timeout(timeout_s + GRACE_S):
+                return await future
         except TimeoutError as exc:
             raise SandboxGone(f"the container's agent did not answer within {GRACE_S:g} s of the deadline") from exc
         except ConnectionError as exc:
@@ -92,8 +109,8 @@ class AgentChannel:
             self._waiting.pop(request_id, None)
 
     def close(self) -> None:
-        if self._reader is not None:
-            self._reader.cancel()
+        if self._watch is not None:
+            self._watch.cancel()
         self._stream.close()
 
 
