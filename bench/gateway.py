@@ -12,9 +12,9 @@ the orchestrator's do; `toolfleet` runs with tracing on (the default: spans, no 
 `toolfleet-untraced` is a second gateway started with `TOOLFLEET_GATEWAY_TRACING=false`, so the
 two rows show what tracing costs.
 Calls to the paths being compared are interleaved (direct, gateway, direct, ...), so drift in the
-machine's load hits every path alike; calls/s is concurrency / mean latency. `cpu ms` is the CPU each
-call cost the process that path adds (the replica for `direct`, the gateway for the others, its probes
-included), read from /proc: the machine's load moves it far less than it moves the latencies.
+machine's load hits every path alike; calls/s is concurrency / mean latency. `cpu ms` is the CPU a call
+cost the process that path adds (the gateway, its probes included), or for `direct` the replica (which
+serves every path's calls), read from /proc: load moves it less than it moves the latencies.
 """
 
 from __future__ import annotations
@@ -158,7 +158,9 @@ async def measure(
         }
         before, after = cpu_before.get(name), cpu_after.get(name)
         if before is not None and after is not None:
-            out[name]["cpu_ms_per_call"] = (after - before) * 1000 / len(values)
+            # the replica serves the calls of every path, the gateways only their own
+            calls = sum(map(len, samples.values())) if name == "direct" else len(values)
+            out[name]["cpu_ms_per_call"] = (after - before) * 1000 / calls
     return out
 
 
