@@ -12,7 +12,9 @@ the orchestrator's do; `toolfleet` runs with tracing on (the default: spans, no 
 `toolfleet-untraced` is a second gateway started with `TOOLFLEET_GATEWAY_TRACING=false`, so the
 two rows show what tracing costs.
 Calls to the paths being compared are interleaved (direct, gateway, direct, ...), so drift in the
-machine's load hits every path alike; calls/s is concurrency / mean latency.
+machine's load hits every path alike; calls/s is concurrency / mean latency. `cpu ms` is the CPU a call
+cost the process that path adds (the gateway, its probes included), or for `direct` the replica (which
+serves every path's calls), read from /proc: load moves it less than it moves the latencies.
 """
 
 from __future__ import annotations
@@ -111,8 +113,20 @@ class McpSession:
 Path_ = tuple[str, str, dict[str, str] | None]  # url, tool name, extra headers
 
 
-async def measure(paths: dict[str, Path_], n: int, warmup: int, concurrency: int) -> dict[str, dict[str, Any]]:
-    """Time `tools/call` on every path, interleaved call by call so load drift hits all paths alike."""
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds a process has used so far (Linux `/proc`; None elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def measure(
+    paths: dict[str, Path_], n: int, warmup: int, concurrency: int, pids: dict[str, int] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Time `tools/call` on every path, interleaved call by call so load drift hits all paths alike. `pids`: the
+    process each path adds (direct: the replica), whose CPU per call is a figure the machine's load moves little."""
     limits = httpx.Limits(max_connections=4 * concurrency + 8, max_keepalive_connections=4 * concurrency + 8)
     async with httpx.AsyncClient(trust_env=False, limits=limits, timeout=120) as http:
         sessions = [
@@ -128,7 +142,10 @@ async def measure(paths: dict[str, Path_], n: int, warmup: int, concurrency: int
                     out[name].append(await session.call(paths[name][1], {"text": f"ping {i}"}))
 
         await asyncio.gather(*(worker(m, max(1, warmup // concurrency), {k: [] for k in paths}) for m in sessions))
+        pids = {name: pid for name, pid in (pids or {}).items() if name in paths}
+        cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
         await asyncio.gather(*(worker(m, per, samples) for m in sessions))
+        cpu_after = {name: cpu_seconds(pid) for name, pid in pids.items()}
     out: dict[str, dict[str, Any]] = {}
     for name, values in samples.items():
         q = statistics.quantiles(sorted(values), n=100)
@@ -139,6 +156,11 @@ async def measure(paths: dict[str, Path_], n: int, warmup: int, concurrency: int
             "calls_per_s": concurrency / mean,
             "n": len(values),
         }
+        before, after = cpu_before.get(name), cpu_after.get(name)
+        if before is not None and after is not None:
+            # the replica serves the calls of every path, the gateways only their own
+            calls = sum(map(len, samples.values())) if name == "direct" else len(values)
+            out[name]["cpu_ms_per_call"] = (after - before) * 1000 / calls
     return out
 
 
@@ -254,12 +276,12 @@ def started_contextforge(upstream: str) -> Iterator[Peer]:
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    print(f"{'path':<20}{'conc':>5}{'p50 ms':>9}{'p99 ms':>9}{'calls/s':>10}{'+p50 ms':>9}{'+p99 ms':>9}")
+    print(f"{'path':<20}{'conc':>5}{'p50 ms':>9}{'p99 ms':>9}{'calls/s':>10}{'+p50 ms':>9}{'+p99 ms':>9}{'cpu ms':>8}")
     for r in rows:
         added = f"{r['added_p50_ms']:>9.3f}{r['added_p99_ms']:>9.3f}" if "added_p50_ms" in r else f"{'':>18}"
-        print(
-            f"{r['path']:<20}{r['concurrency']:>5}{r['p50_ms']:>9.3f}{r['p99_ms']:>9.3f}{r['calls_per_s']:>10.0f}{added}"
-        )
+        cpu = f"{r['cpu_ms_per_call']:>8.3f}" if "cpu_ms_per_call" in r else ""
+        figures = f"{r['p50_ms']:>9.3f}{r['p99_ms']:>9.3f}{r['calls_per_s']:>10.0f}"
+        print(f"{r['path']:<20}{r['concurrency']:>5}{figures}{added}{cpu}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -273,10 +295,14 @@ def main(argv: list[str] | None = None) -> int:
             "direct": (up.url, "echo", None),
             "toolfleet": (gw.url("bench"), "echo", None),
         }
+        assert gw.proc is not None
+        pids = {"direct": up.proc.pid, "toolfleet": gw.proc.pid}
         if args.untraced:
             off = {"TOOLFLEET_GATEWAY_TRACING": "false"}
             untraced = stack.enter_context(running_gateway(gateway_config({"bench": [up.url]}), env=off))
             paths["toolfleet-untraced"] = (untraced.url("bench"), "echo", None)
+            assert untraced.proc is not None
+            pids["toolfleet-untraced"] = untraced.proc.pid
         if args.peer == "contextforge":
             try:
                 peer = stack.enter_context(started_contextforge(up.url))
@@ -288,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
             groups.append({"direct": paths["direct"], "contextforge": paths["contextforge"]})
         for concurrency in args.concurrency:
             for index, group in enumerate(groups):
-                result = asyncio.run(measure(group, args.n, args.warmup, concurrency))
+                result = asyncio.run(measure(group, args.n, args.warmup, concurrency, pids))
                 base = result["direct"]
                 for name, stats in result.items():
                     if name == "direct" and index > 0:
@@ -298,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
                         row["added_p50_ms"] = stats["p50_ms"] - base["p50_ms"]
                         row["added_p99_ms"] = stats["p99_ms"] - base["p99_ms"]
                     rows.append(row)
+    notes.append("load average (1, 5, 15 min) at the end: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
     Path(args.out).write_text(json.dumps(environment() | {"rows": rows, "notes": notes}, indent=2))
     print_table(rows)
     for note in notes:

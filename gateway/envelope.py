@@ -27,6 +27,8 @@ from gateway.errors import GatewayError
 from toolkit.handles import ARGUMENT as HANDLE_ARGUMENT
 from toolkit.handles import NEW as NEW_HANDLE
 
+_VERSION_HEADER = MCP_PROTOCOL_VERSION_HEADER.lower().encode("latin-1")
+
 __all__ = ["HANDLE_ARGUMENT", "NEW_HANDLE", "Refused", "check", "request_state", "session_handle"]
 
 
@@ -42,11 +44,19 @@ class Refused(GatewayError):
 def check(msg: dict[str, Any], raw: Iterable[tuple[bytes, bytes]], tools: list[Any] | None) -> None:
     """Refuse a 2026-07-28 request whose routing headers disagree with its body (or repeat); `tools`: the
     namespace's last known tool list, for the `Mcp-Param-*` headers of a `tools/call`."""
+    if "id" not in msg or "method" not in msg:
+        return
+    raw = list(raw)
+    # the common case, a 2025-era request, is told by one header (its last copy, as a dict of them keeps):
+    # decode the rest only for a 2026-07-28 one
+    version: bytes | None = None
+    for name, value in raw:
+        if name.lower() == _VERSION_HEADER:
+            version = value
+    if version is None or version.decode("latin-1").strip(" \t") in HANDSHAKE_PROTOCOL_VERSIONS:
+        return
     pairs = [(k.decode("latin-1").lower(), v.decode("latin-1").strip(" \t")) for k, v in raw]
     headers = dict(pairs)
-    version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
-    if version is None or version in HANDSHAKE_PROTOCOL_VERSIONS or "id" not in msg or "method" not in msg:
-        return
     if (duplicated := find_duplicated_routing_header(pairs)) is not None:
         raise Refused(-32020, f"{duplicated} header appears more than once")
     verdict = classify_inbound_request(msg, headers=headers)

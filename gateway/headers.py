@@ -28,6 +28,12 @@ TRACE_CONTEXT = frozenset({"traceparent", "tracestate"})
 """W3C trace context goes to every upstream by default (the gateway's own span replaces the parent id)."""
 
 
+_Fate = tuple[str, bool] | None
+"""What becomes of a client header: (its upstream name, whether its value loses its OWS), or None: dropped."""
+_PLAN_LIMIT = 4096
+"""Header names a plan remembers; clients choose names, so past this the rest are decided afresh each time."""
+
+
 class HeaderRules:
     """A compiled `HeaderPolicy`: `apply` maps client headers to the headers sent upstream."""
 
@@ -35,21 +41,35 @@ class HeaderRules:
         self._names: dict[str, str] = {h: h for h in policy.forward}
         self._names.update({src.lower(): dst.lower() for src, dst in policy.rename.items()})
         self._static = {k.lower(): v for k, v in policy.static.items()}
+        self._plan: dict[bytes, _Fate] = {}
+        """The fate of each raw header name seen: every request sends the same few, so each is decided once."""
+
+    def _fate(self, raw_name: bytes) -> _Fate:
+        name = raw_name.decode("latin-1").lower()
+        if name in HOP_BY_HOP or name == "mcp-session-id":
+            return None
+        if name in PROTOCOL or name in TRACE_CONTEXT or name.startswith("mcp-"):
+            return name, True  # the value without its OWS (RFC 9110 5.5)
+        target = self._names.get(name)
+        return None if target is None else (target, False)
 
     def apply(self, headers: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
         out: dict[str, str] = {}
         drop: set[str] = set()
+        plan = self._plan
         for raw_name, raw_value in headers:
-            name = raw_name.decode("latin-1").lower()
-            if name == "connection":
+            if raw_name in plan:
+                fate = plan[raw_name]
+            elif raw_name.lower() == b"connection":  # never planned: its value names more headers to drop
                 drop.update(t.strip().lower() for t in raw_value.decode("latin-1").split(","))
                 continue
-            if name in HOP_BY_HOP or name == "mcp-session-id":
-                continue
-            if name in PROTOCOL or name in TRACE_CONTEXT or name.startswith("mcp-"):
-                out[name] = raw_value.decode("latin-1").strip(" \t")  # the value without its OWS (RFC 9110 5.5)
-            elif (target := self._names.get(name)) is not None:
-                out[target] = raw_value.decode("latin-1")
+            else:
+                fate = self._fate(raw_name)
+                if len(plan) < _PLAN_LIMIT:
+                    plan[raw_name] = fate
+            if fate is not None:
+                value = raw_value.decode("latin-1")
+                out[fate[0]] = value.strip(" \t") if fate[1] else value
         for name in drop:
             if name not in PROTOCOL:
                 out.pop(name, None)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
 import anyio
 import structlog
 
 from gateway.envelope import HANDLE_ARGUMENT
-from gateway.errors import Draining, GatewayError
+from gateway.errors import Draining, GatewayError, Unreached
+from gateway.http import ProtocolError
 from gateway.keys import SessionKey
 from gateway.probe import ProbeSession
 from gateway.routing import Namespace
@@ -18,18 +21,26 @@ log = structlog.get_logger(__name__)
 
 
 async def probe(gw: Gateway, ns: Namespace, replica: Replica) -> None:
-    """initialize + tools/list on one replica; success brings it back, failure counts toward its circuit."""
+    """initialize + tools/list on one replica; success brings it back, failure counts toward its circuit once
+    (an unreachable replica opens it at once). A probe that failed while the replica answered calls counts
+    nothing: on a starved machine a probe's timeout says the CPU was busy, not that the replica died, and
+    declaring it down would lose every session it holds while their calls succeed."""
     timeout = gw.cfg.health.timeout_s
-    session = ProbeSession(gw.client, replica, dict(ns.cfg.headers.static), timeout)
+    session = ProbeSession(gw.client, replica, dict(ns.cfg.headers.static), timeout, passive=False)
+    began = time.monotonic()
     try:
         with anyio.fail_after(timeout * 2):
             init = await session.open()
             tools = await session.list_tools()
     except Draining:
         return  # alive, serving the sessions it holds until it stops: neither up for new ones nor down
-    except (GatewayError, TimeoutError) as exc:
-        replica.record_failure()
-        log.info("replica.probe_failed", namespace=ns.name, replica=replica.url, error=str(exc) or type(exc).__name__)
+    except (GatewayError, TimeoutError, ProtocolError, OSError) as exc:
+        error = str(exc) or type(exc).__name__
+        if replica.answered_since(began):
+            log.info("replica.probe_slow", namespace=ns.name, replica=replica.url, error=error)
+            return
+        replica.record_failure(decisive=isinstance(exc, Unreached))
+        log.info("replica.probe_failed", namespace=ns.name, replica=replica.url, error=error)
         return
     finally:
         with anyio.CancelScope(shield=True), anyio.move_on_after(timeout):

@@ -10,6 +10,8 @@ streaming reads, and timeouts from `asyncio.timeout`. Failures surface as `OSErr
 from __future__ import annotations
 
 import asyncio
+import functools
+import re
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -48,13 +50,15 @@ class Headers:
 
     def __init__(self, raw: list[tuple[bytes, bytes]]) -> None:
         self.raw = raw
-        self._map = {k.decode("latin-1"): v.decode("latin-1") for k, v in raw}
+        self._map = dict(raw)
+        """Kept as bytes: a response is asked for a handful of its headers, decoded as they are asked for."""
 
     def get(self, name: str, default: str | None = None) -> str | None:
-        return self._map.get(name, default)
+        value = self._map.get(name.encode("latin-1"))
+        return default if value is None else value.decode("latin-1")
 
     def __getitem__(self, name: str) -> str:
-        return self._map[name]
+        return self._map[name.encode("latin-1")].decode("latin-1")
 
 
 class _Conn:
@@ -107,21 +111,32 @@ class Response:
         async with asyncio.timeout(self._read_s):
             return await coro
 
+    async def _line(self, reader: asyncio.StreamReader) -> bytes:
+        """One line; a line already received needs no timer (most chunk heads arrive with their data)."""
+        if b"\n" in reader._buffer:  # type: ignore[attr-defined]
+            return await reader.readline()
+        return await self._read(reader.readline())
+
+    async def _exactly(self, reader: asyncio.StreamReader, n: int) -> bytes:
+        if len(reader._buffer) >= n:  # type: ignore[attr-defined]
+            return await reader.readexactly(n)
+        return await self._read(reader.readexactly(n))
+
     async def aiter_bytes(self) -> AsyncIterator[bytes]:
         reader = self._conn.reader
         try:
             while not self._done:
                 if self._chunked:
-                    line = await self._read(reader.readline())
+                    line = await self._line(reader)
                     if not line.endswith(b"\n"):
                         raise ProtocolError("connection closed inside a chunked body")
                     size = int(line.split(b";", 1)[0].strip() or b"0", 16)
                     if size == 0:
-                        while (await self._read(reader.readline())) not in (b"\r\n", b"\n", b""):
+                        while (await self._line(reader)) not in (b"\r\n", b"\n", b""):
                             pass  # trailers
                         self._done = True
                         return
-                    data = await self._read(reader.readexactly(size + 2))
+                    data = await self._exactly(reader, size + 2)
                     yield data[:-2]
                 elif self._left == -1:
                     data = await self._read(reader.read(READ_SIZE))
@@ -150,6 +165,16 @@ class Response:
                 raise ProtocolError(f"response body exceeds {limit} bytes")
             parts.append(part)
         return b"".join(parts)
+
+    async def finish(self, *, within_s: float) -> None:
+        """Read the rest of a body nobody needs (the end of a stream whose answer was relayed), so the
+        connection goes back to the pool; one that does not end in time, or breaks, is closed by `aclose`."""
+        try:
+            async with asyncio.timeout(within_s):
+                async for _ in self.aiter_bytes():
+                    pass
+        except (TimeoutError, OSError, ProtocolError):
+            self._reusable = False
 
     async def aclose(self) -> None:
         conn, self._conn = self._conn, None  # type: ignore[assignment]
@@ -190,12 +215,8 @@ class Pool:
     async def request(
         self, method: str, url: str, headers: dict[str, str], body: bytes | None, timeouts: Timeouts
     ) -> Response:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ProtocolError(f"upstreams are http:// or https:// URLs, not {url!r}")
-        key = (parts.scheme, parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        lines = [f"{method} {target} HTTP/1.1\r\nhost: {parts.netloc.rpartition('@')[2]}\r\n"]
+        key, target, host = _origin(url)
+        lines = [f"{method} {target} HTTP/1.1\r\nhost: {host}\r\n"]
         lines += [f"{k}: {v}\r\n" for k, v in headers.items()]
         if body is not None or method in ("POST", "PUT"):
             lines.append(f"content-length: {len(body or b'')}\r\n")
@@ -247,21 +268,33 @@ class Pool:
         self._idle.clear()
 
 
+@functools.lru_cache(maxsize=1024)
+def _origin(url: str) -> tuple[_Key, str, str]:
+    """(pool key, request target, Host header) of an upstream URL; parsed once per URL, not per request."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ProtocolError(f"upstreams are http:// or https:// URLs, not {url!r}")
+    key = (parts.scheme, parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return key, target, parts.netloc.rpartition("@")[2]
+
+
 class _StaleConnection(Exception):
     """A pooled connection the upstream had closed; the request is retried on a new one."""
 
 
+_HEADER_LINE = re.compile(rb"[ \t]*([^:\r\n]*?)[ \t]*:[ \t]*([^\r\n]*?)[ \t]*\r\n")
+"""One `name: value` line, both without surrounding whitespace; matched all at once, not line by line."""
+
+
 def _parse_head(raw: bytes) -> tuple[int, Headers]:
-    lines = raw.split(b"\r\n")
-    status_line = lines[0].split(b" ", 2)
+    """Status and headers of a response head (`raw` ends with its blank line)."""
+    end = raw.find(b"\r\n")
+    status_line = raw[:end].split(b" ", 2)
     if len(status_line) < 2 or not status_line[0].startswith(b"HTTP/1.") or not status_line[1].isdigit():
-        raise ProtocolError(f"not an HTTP/1.1 response: {lines[0][:80]!r}")
-    headers: list[tuple[bytes, bytes]] = []
-    for line in lines[1:]:
-        if not line:
-            continue
-        name, sep, value = line.partition(b":")
-        if not sep:
-            raise ProtocolError("malformed response header")
-        headers.append((name.strip().lower(), value.strip()))
+        raise ProtocolError(f"not an HTTP/1.1 response: {raw[:end][:80]!r}")
+    pairs = _HEADER_LINE.findall(raw, end + 2)
+    if len(pairs) != raw.count(b"\r\n") - 2:  # every line but the status line and the blank one is a header
+        raise ProtocolError("malformed response header")
+    headers = [(name.lower(), value) for name, value in pairs]
     return int(status_line[1]), Headers(headers)

@@ -86,11 +86,17 @@ class GatewayMetrics:
             ["namespace", "tool"],
             registry=self.registry,
         )
+        self._children: dict[tuple[str, str, str], tuple[Counter, Histogram]] = {}
 
     def observe(self, namespace: str, method: str | None, outcome: str, seconds: float) -> None:
+        """One client message. `labels` is most of a sample's cost, so each label set's children are kept."""
         label = method_label(method)
-        self.requests.labels(namespace, label, outcome).inc()
-        self.latency.labels(namespace, label).observe(seconds)
+        children = self._children.get((namespace, label, outcome))
+        if children is None:
+            children = self.requests.labels(namespace, label, outcome), self.latency.labels(namespace, label)
+            self._children[namespace, label, outcome] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

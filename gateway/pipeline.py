@@ -8,7 +8,7 @@ A transport supplies only a `Reply`: how it writes answers and errors back.
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import time
 from collections.abc import Iterable
 from typing import Any, Literal, Protocol
@@ -164,6 +164,36 @@ async def _degraded(gw: Gateway, target: Degraded, msg: dict[str, Any], reply: R
     await reply.answer(msg, result)
 
 
+WATCH_AFTER_S = 0.05
+"""How long a forwarded call runs before its client is watched for going away. Most calls are answered
+sooner, and watching costs each one a task; a client that leaves is still noticed, this much later at most."""
+
+
+class _Watch:
+    """Cancels `scope` when the client of a call goes away (`Reply.watch`), once the call has run
+    `WATCH_AFTER_S`: a timer, which a call answered before it fires only cancels."""
+
+    def __init__(self, reply: Reply, scope: anyio.CancelScope) -> None:
+        self._reply, self._scope = reply, scope
+        self._task: asyncio.Task[None] | None = None
+        self._timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, self._start)
+
+    def _start(self) -> None:
+        self._task = asyncio.ensure_future(self._reply.watch(self._scope))
+        self._task.add_done_callback(_retrieved)
+
+    def stop(self) -> None:
+        self._timer.cancel()
+        if self._task is not None:
+            self._task.cancel()
+
+
+def _retrieved(task: asyncio.Task[None]) -> None:
+    """A watcher's own failure (its client's receive broke) ends the watch, and is no one else's concern."""
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.debug("gateway.watch_failed", error=repr(exc))
+
+
 async def _exchange(
     gw: Gateway,
     target: Target,
@@ -177,25 +207,26 @@ async def _exchange(
     outcome: Outcome = "cancelled"
     failure: Exception | None = None
     response: Response | None = None
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(reply.watch, tg.cancel_scope)
+    with anyio.CancelScope() as scope:
+        watch = _Watch(reply, scope)
         try:
-            target, response = await gw.forward(target, msg, body, headers)
-            if response.status_code == 404 and target.upstream_sid and target.key:
-                failure = await gw.forgotten(target)  # the replica restarted or dropped the session we hold
-        except Exception as exc:
-            failure = exc
-        if response is not None and failure is None:
             try:
-                outcome = await reply.relay(target, msg, response)
-            except Exception:
-                log.exception("gateway.relay_failed")
-                outcome = "error"
-        tg.cancel_scope.cancel()
+                target, response = await gw.forward(target, msg, body, headers)
+                if response.status_code == 404 and target.upstream_sid and target.key:
+                    failure = await gw.forgotten(target)  # the replica restarted or dropped the session we hold
+            except Exception as exc:
+                failure = exc
+            if response is not None and failure is None:
+                try:
+                    outcome = await reply.relay(target, msg, response)
+                except Exception:
+                    log.exception("gateway.relay_failed")
+                    outcome = "error"
+        finally:
+            watch.stop()
     if response is not None:
         if outcome == "ok" and not response.complete:  # read the upstream's end, so the connection is reused
-            with anyio.move_on_after(1), contextlib.suppress(Exception):
-                await response.aread()
+            await response.finish(within_s=1)
         await response.aclose()
     if failure is not None:
         raise failure

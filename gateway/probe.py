@@ -16,8 +16,12 @@ CLIENT_INFO = {"name": "toolfleet-gateway", "version": "0.1.0"}
 class ProbeSession:
     """One upstream MCP session opened by the gateway (initialize handshake, then requests)."""
 
-    def __init__(self, client: Pool, replica: Replica, headers: dict[str, str], timeout_s: float) -> None:
+    def __init__(
+        self, client: Pool, replica: Replica, headers: dict[str, str], timeout_s: float, *, passive: bool = True
+    ) -> None:
         self._client = client
+        self._passive = passive
+        """Its requests count toward the replica's health one by one; a health probe (False) judges once."""
         self.replica = replica
         self._headers = {
             "accept": "application/json, text/event-stream",
@@ -33,8 +37,9 @@ class ProbeSession:
         headers = dict(self._headers)
         if self.sid:
             headers["mcp-session-id"] = self.sid
+        body = json.dumps(payload).encode()
         return await open_stream(
-            self._client, self.replica, "POST", headers, json.dumps(payload).encode(), http_timeout=self._timeout
+            self._client, self.replica, "POST", headers, body, http_timeout=self._timeout, passive=self._passive
         )
 
     async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -79,7 +84,9 @@ class ProbeSession:
     async def close(self) -> None:
         if self.sid:
             headers = {k: v for k, v in self._headers.items() if k != "content-type"} | {"mcp-session-id": self.sid}
-            response = await open_stream(self._client, self.replica, "DELETE", headers, http_timeout=self._timeout)
+            response = await open_stream(
+                self._client, self.replica, "DELETE", headers, http_timeout=self._timeout, passive=self._passive
+            )
             await response.aclose()
             self.sid = None
 

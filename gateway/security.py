@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.asgi import header, send_error
+from gateway.asgi import send_error
 from gateway.config import SecurityConfig
 from gateway.errors import Forbidden, RateLimited, Unauthorized
 from gateway.service import Gateway
@@ -48,8 +48,21 @@ def origin_allowed(sec: SecurityConfig, origin: str | None) -> bool:
     return bool(sec.accepted_host_headers) and host_allowed(sec.accepted_host_headers, netloc)
 
 
-def _bearer(scope: Scope) -> str | None:
-    value = header(scope, b"authorization")
+_REQUEST_ID = REQUEST_ID_HEADER.encode()
+_CHECKED = frozenset({b"host", b"origin", b"authorization", b"traceparent", _REQUEST_ID})
+"""The headers the middleware reads, found in one pass over the request's headers."""
+
+
+def _checked_headers(scope: Scope) -> dict[bytes, str]:
+    """The first value of each `_CHECKED` header the request carries (as `asgi.header` finds them)."""
+    found: dict[bytes, str] = {}
+    for key, value in scope["headers"]:
+        if key in _CHECKED and key not in found:
+            found[key] = value.decode("latin-1")
+    return found
+
+
+def _bearer(value: str | None) -> str | None:
     if value is None or not value[:7].lower() == "bearer ":
         return None
     return value[7:].strip()
@@ -91,11 +104,12 @@ class SecurityMiddleware:
             await self.app(scope, receive, send)
             return
         sec = self.gw.cfg.security
-        token = _bearer(scope)
+        found = _checked_headers(scope)
+        token = _bearer(found.get(b"authorization"))
         try:
-            if not host_allowed(sec.accepted_host_headers, header(scope, b"host")):
+            if not host_allowed(sec.accepted_host_headers, found.get(b"host")):
                 raise Forbidden("Host header not allowed (DNS-rebinding guard)")
-            if not origin_allowed(sec, header(scope, b"origin")):
+            if not origin_allowed(sec, found.get(b"origin")):
                 raise Forbidden("Origin not allowed")
             if scope["path"].startswith("/admin"):
                 client = (scope.get("client") or ("", 0))[0]
@@ -119,7 +133,7 @@ class SecurityMiddleware:
                 extra.append((b"retry-after", b"1"))
             await send_error(send, None, exc, extra)
             return
-        trace = header(scope, b"traceparent")
+        trace = found.get(b"traceparent")
         trace_id = trace.split("-")[1] if trace and trace.count("-") == 3 else None
-        with request_context(header(scope, REQUEST_ID_HEADER.encode()), trace_id=trace_id):
+        with request_context(found.get(_REQUEST_ID), trace_id=trace_id):
             await self.app(scope, receive, send)

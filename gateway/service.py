@@ -16,6 +16,7 @@ from opentelemetry.trace import SpanKind
 from gateway.config import GatewayConfig
 from gateway.envelope import NEW_HANDLE, session_handle
 from gateway.errors import SessionLost, ToolNotApproved, Unavailable, Unreached
+from gateway.headers import TRACE_CONTEXT
 from gateway.http import Response, Timeouts
 from gateway.keys import SessionKey
 from gateway.messages import SAFE_METHODS, Rewriter, protocol_version, tool_name
@@ -262,7 +263,7 @@ class Gateway:
 def traced_forward(target: Target, msg: dict[str, Any], headers: dict[str, str]) -> Iterator[None]:
     """The span of one forwarded message: continues the client's `traceparent` (in `headers`) and replaces
     it there with its own, so the tool server's span is this span's child."""
-    parent = extract(headers)
+    parent = extract({k: headers[k] for k in TRACE_CONTEXT if k in headers})  # the rest say nothing of it
     with span(
         f"gateway {target.ns.name} {msg.get('method') or 'response'}",
         kind=SpanKind.CLIENT,

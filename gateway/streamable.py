@@ -100,7 +100,7 @@ class _Reply:
         """Send the upstream's answer to the client."""
         gw, send = self.gw, self.send
         rid, method = msg.get("id"), msg.get("method")
-        headers = [(k, v) for k, v in response.headers.raw if k.lower() in PASS_HEADERS]
+        headers = [(k, v) for k, v in response.headers.raw if k in PASS_HEADERS]  # names come lowercased
         if method == "initialize" and self.sid is None and response.status_code == 200:
             await self.open(target, response.headers.get("mcp-session-id"))
         headers += self._sid_header()

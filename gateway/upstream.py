@@ -41,6 +41,8 @@ class Replica:
         """Its address left the discovered name while it was up (see `Namespace.adopt`)."""
         self.room: int | None = None
         """How many more sessions it said it can open (its last answer's `Toolfleet-Room`); None: not told."""
+        self.answered_at = -float("inf")
+        """When it last answered (monotonic clock): a probe that fails while calls are answered judges no one."""
         self.on_down: Callable[[Replica], None] = lambda r: None
         self.on_state: Callable[[Replica], None] = lambda r: None
 
@@ -67,7 +69,12 @@ class Replica:
         room = response.headers.get(ROOM_HEADER)
         self.room = int(room) if room is not None and room.isdigit() else None
 
+    def answered_since(self, when: float) -> bool:
+        """It answered a call after `when` (monotonic): it is alive, however slow a probe found it."""
+        return self.answered_at >= when
+
     def record_success(self) -> None:
+        self.answered_at = time.monotonic()
         self.failures = 0
         if not self.healthy:
             self.healthy = True
@@ -86,25 +93,30 @@ class Replica:
             self.on_down(self)
 
 
+def _unjudged(*, decisive: bool = False) -> None:
+    """Where a probe is the caller: it gives its own verdict once the whole probe is over (`health.probe`)."""
+
+
 @contextlib.contextmanager
-def upstream_errors(replica: Replica) -> Iterator[None]:
-    """Map transport failures to gateway errors and feed the replica's passive health."""
+def upstream_errors(replica: Replica, *, passive: bool = True) -> Iterator[None]:
+    """Map transport failures to gateway errors and, for calls (`passive`), feed the replica's passive health."""
+    record_failure = replica.record_failure if passive else _unjudged
     try:
         yield
     except ConnectFailed as exc:
-        replica.record_failure(decisive=True)
+        record_failure(decisive=True)
         raise Unreached(f"replica {replica.url} of {replica.namespace!r} is unreachable") from exc
     except ClosedUnanswered as exc:  # counts toward the circuit, not at once: one such close may be load
-        replica.record_failure()
+        record_failure()
         raise Unavailable(f"replica {replica.url} of {replica.namespace!r} closed the connection unanswered") from exc
     except TimeoutError as exc:
-        replica.record_failure()
+        record_failure()
         raise UpstreamTimeout(f"replica {replica.url} of {replica.namespace!r} timed out") from exc
     except (ConnectionError, ProtocolError, asyncio.IncompleteReadError) as exc:
-        replica.record_failure(decisive=True)
+        record_failure(decisive=True)
         raise Unavailable(f"replica {replica.url} of {replica.namespace!r} dropped the connection") from exc
     except OSError as exc:
-        replica.record_failure()
+        record_failure()
         raise BadUpstream(f"replica {replica.url} of {replica.namespace!r} failed: {type(exc).__name__}") from exc
 
 
@@ -121,18 +133,21 @@ async def open_stream(
     body: bytes | None = None,
     *,
     http_timeout: Timeouts = DEFAULT_TIMEOUTS,
+    passive: bool = True,
 ) -> Response:
-    """Send one request upstream and return the response with its body not yet read."""
-    with upstream_errors(replica):
+    """Send one request upstream and return the response with its body not yet read; its outcome counts
+    toward the replica's health unless the caller judges it itself (a probe: not `passive`)."""
+    with upstream_errors(replica, passive=passive):
         response = await client.request(method, replica.url, headers, body, http_timeout)
     replica.heard(response)
     if replica.draining and response.status_code == 503:
         await response.aclose()  # it refused to open a session, and is alive: no failure
         raise Draining(f"replica {replica.url} of {replica.namespace!r} is draining: it takes no new session")
-    if response.status_code >= 500:
-        replica.record_failure()
-    else:
-        replica.record_success()
+    if passive:
+        if response.status_code >= 500:
+            replica.record_failure()
+        else:
+            replica.record_success()
     return response
 
 
