@@ -136,12 +136,17 @@ async def test_fork_bomb_is_contained_and_the_next_call_works(
         await session.call_tool("cleanup_session", {})
 
 
-async def test_memory_bomb_is_contained(patient_server: Service, session_id: str) -> None:
+async def test_memory_bomb_is_contained(patient_server: Service, session_id: str, oci_runtime: str) -> None:
     """The limit stops it (MemoryError, or the cgroup's kill), not the clock: the server gives it a minute."""
     async with mcp_session(patient_server.url, "streamable-http", {"x-session-id": session_id}) as session:
         text = await run(session, "hog = []\nwhile True:\n    hog.append(bytearray(50 * 1024 * 1024))")
         assert "MemoryError" in text or "session was reset" in text
-        assert await run(session, "hog = None\nprint('alive')") == "alive"
+        text = await run(session, "hog = None\nprint('alive')")
+        if oci_runtime == "runsc" and text.startswith("[the Python process died"):
+            # under gVisor the kill for memory can land after the MemoryError was answered (seen once at load
+            # ~10): the next call then says so, and the fresh interpreter answers the one after
+            text = await run(session, "print('alive')")
+        assert text == "alive"
         await session.call_tool("cleanup_session", {})
 
 
