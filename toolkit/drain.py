@@ -19,7 +19,7 @@ from collections.abc import Callable
 import anyio
 import structlog
 from starlette.datastructures import Headers, MutableHeaders
-from starlette.types import Scope, Send
+from starlette.types import Scope
 
 from toolkit import handles
 
@@ -31,6 +31,7 @@ RESET_HEADER = "toolfleet-session-reset"
 """Sent by the gateway with the first message of a session it moved off a drained replica."""
 DRAINED_CODE = -32001
 """The JSON-RPC error code of a refusal by a draining replica."""
+DRAINED_WORDS = "this replica is draining (shutting down): it takes no new session; another replica will"
 
 
 class Drain:
@@ -76,13 +77,3 @@ class Drain:
         headers[ROOM_HEADER] = str(max(self._room(), 0))
         if self.draining:
             headers[DRAINING_HEADER] = "1"
-
-    async def refuse(self, send: Send) -> None:
-        body = (
-            b'{"jsonrpc": "2.0", "id": null, "error": {"code": %d, "message": "this replica is draining (shutting'
-            b' down): it takes no new session; another replica will"}}' % DRAINED_CODE
-        )
-        headers = MutableHeaders(raw=[(b"content-type", b"application/json")])
-        self.stamp(headers)
-        await send({"type": "http.response.start", "status": 503, "headers": headers.raw})
-        await send({"type": "http.response.body", "body": body})

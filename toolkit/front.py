@@ -24,11 +24,12 @@ from mcp.types import INTERNAL_ERROR, INVALID_REQUEST
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from toolkit.drain import RESET_HEADER, Drain
+from toolkit.drain import DRAINED_CODE, DRAINED_WORDS, RESET_HEADER, Drain
 
 log = structlog.get_logger(__name__)
 
 MCP_METHODS = frozenset({"GET", "POST", "DELETE"})
+_RESET = RESET_HEADER.encode()
 
 
 def _is_json(raw: list[tuple[bytes, bytes]]) -> bool:
@@ -69,9 +70,12 @@ class Front:
             return await self.rest(scope, receive, send)
         drain = self.drain
         if drain.draining and drain.opens_session(scope):
-            return await drain.refuse(send)
+            refusal = _Answer(send, drain, rewrites=False)  # stamped: the gateway reads that it drains
+            for message in rpc_error(503, DRAINED_WORDS, DRAINED_CODE):
+                await refusal.send(message)
+            return
         for name, value in scope["headers"]:
-            if name == RESET_HEADER.encode() and value:
+            if name == _RESET and value:
                 if (sid := Headers(scope=scope).get("x-session-id")) is not None:
                     self.moved(sid)
                 break
