@@ -25,10 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.report import print_rows, save
-from bench.wire import wire_session
+from bench.wire import CLIENTS, client_session
 from tests.browser.web import TEA, browser_args, web_app, write_corpus
 from tests.support.asgi import serve_asgi
-from tests.support.mcp2 import mcp_session
 from tests.support.service import running_service
 from tools.browser.backends.local import SearchIndex, update_index
 from tools.browser.core import Browser, Options
@@ -156,8 +155,7 @@ async def mcp_ms(session: Any, name: str, args: dict[str, Any]) -> float:
 async def client(kind: str, url: str) -> AsyncIterator[Any]:
     """`sdk`: the `mcp` 2.x client session; `wire`: the lean client (`bench.wire`), as the gateway's calls come."""
     headers = {"x-session-id": uuid.uuid4().hex}
-    opened = mcp_session(url, "streamable-http", headers) if kind == "sdk" else wire_session(url, headers)
-    async with opened as session:
+    async with client_session(kind, url, headers) as session:
         yield session
 
 
@@ -308,7 +306,7 @@ async def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
             flags = browser_args(web, corpus, big_index)
             flags = flags[: flags.index("--corpus-dir")] + flags[flags.index("--index-dir") :]  # the big index as is
             with running_service(flags) as svc:
-                for kind in ("sdk", "wire"):
+                for kind in CLIENTS:
                     rows += await server_rows(svc.url, web, queries, args.n, kind)
                 rows.append(row("server RSS after the runs", rss_mb=rss_mb(svc.proc.pid)))
         rows += await in_process_rows(big_index, queries, args.n)

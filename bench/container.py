@@ -32,7 +32,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     ).parse_args(argv)
 
 
-timed_exec = sessions.timed_tool("exec", {"cmd": ["true"]}, lambda result: result.structured_content["exit_code"] == 0)
+timed_exec = sessions.timed_tool("exec", {"cmd": ["true"]}, lambda answer: answer.structured_content["exit_code"] == 0)
 
 
 def docker_exec_baseline(n: int) -> list[float]:

@@ -10,7 +10,8 @@ venv under .cache/, SQLite) when it can run here. Prints p50/p99 per path and th
 (path minus direct) at each concurrency, plus calls/s. Every call carries a W3C `traceparent`, as
 the orchestrator's do; `toolfleet` runs with tracing on (the default: spans, no exporter), and
 `toolfleet-untraced` is a second gateway started with `TOOLFLEET_GATEWAY_TRACING=false`, so the
-two rows show what tracing costs.
+two rows show what tracing costs. `byte-pipe` is `bench.pipe`, a process that only copies bytes between the
+client and the replica: the floor any proxy hop adds here, so the gateway's figure above it is its own work.
 Calls to the paths being compared are interleaved (direct, gateway, direct, ...), so drift in the
 machine's load hits every path alike; calls/s is concurrency / mean latency. `cpu ms` is the CPU a call
 cost the process that path adds (the gateway, its probes included), or for `direct` the replica (which
@@ -45,7 +46,7 @@ if str(REPO) not in sys.path:
 
 from bench.report import environment  # noqa: E402
 from tests.support.asgi import free_port  # noqa: E402
-from tests.support.gateway import fixtures, gateway_config, running_gateway  # noqa: E402
+from tests.support.gateway import Upstream, fixtures, gateway_config, running_gateway, wait_http  # noqa: E402
 
 HEADERS = {
     "accept": "application/json, text/event-stream",
@@ -162,6 +163,30 @@ async def measure(
             calls = sum(map(len, samples.values())) if name == "direct" else len(values)
             out[name]["cpu_ms_per_call"] = (after - before) * 1000 / calls
     return out
+
+
+@dataclass
+class Pipe:
+    port: int
+    pid: int
+
+
+@contextlib.contextmanager
+def byte_pipe(up: Upstream) -> Iterator[Pipe]:
+    """`bench.pipe` in front of the replica: the floor any proxy process adds on this machine."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "bench.pipe", "--port", str(port), "--to", f"{up.host}:{up.port}"]
+    proc = subprocess.Popen(cmd, cwd=REPO)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz", proc=proc)
+        yield Pipe(port, proc.pid)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
 
 
 # ---- the peer: IBM ContextForge (mcp-contextforge-gateway), in its own venv, on loopback with SQLite ----
@@ -296,7 +321,9 @@ def main(argv: list[str] | None = None) -> int:
             "toolfleet": (gw.url("bench"), "echo", None),
         }
         assert gw.proc is not None
-        pids = {"direct": up.proc.pid, "toolfleet": gw.proc.pid}
+        pipe = stack.enter_context(byte_pipe(up))
+        paths["byte-pipe"] = (f"http://127.0.0.1:{pipe.port}/mcp", "echo", None)
+        pids = {"direct": up.proc.pid, "toolfleet": gw.proc.pid, "byte-pipe": pipe.pid}
         if args.untraced:
             off = {"TOOLFLEET_GATEWAY_TRACING": "false"}
             untraced = stack.enter_context(running_gateway(gateway_config({"bench": [up.url]}), env=off))

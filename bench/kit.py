@@ -34,8 +34,7 @@ from starlette.types import ASGIApp
 
 from bench.report import print_rows, save
 from bench.sessions import row
-from bench.wire import wire_session
-from tests.support.mcp2 import mcp_session
+from bench.wire import CLIENTS, client_session
 from toolkit.logging import configure_logging
 from toolkit.server import ToolServer
 from toolkit.settings import ToolServerSettings
@@ -101,8 +100,7 @@ def served(app: ASGIApp) -> Iterator[tuple[str, asyncio.AbstractEventLoop]]:
 async def measure_one(name: str, app: ASGIApp, n: int, client: str) -> dict[str, Any]:
     with served(app) as (url, loop):
         headers = {"x-session-id": uuid.uuid4().hex}
-        opened = mcp_session(url, "streamable-http", headers) if client == "sdk" else wire_session(url, headers)
-        async with opened as session:
+        async with client_session(client, url, headers) as session:
             for _ in range(50):
                 await session.call_tool("noop", {})
             ms = []
@@ -124,7 +122,7 @@ async def measure_one(name: str, app: ASGIApp, n: int, client: str) -> dict[str,
 
 async def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
-    for client in ("sdk", "wire"):
+    for client in CLIENTS:
         kit = await measure_one(f"kit ToolServer: no-op tools/call, {client} client", kit_app(), args.n, client)
         sdk = await measure_one(f"baseline, plain SDK MCPServer: same, {client} client", sdk_app(), args.n, client)
         kit["p50_vs_sdk_x"] = round(kit["p50_ms"] / sdk["p50_ms"], 2)

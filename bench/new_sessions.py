@@ -34,7 +34,7 @@ USED = "toolfleet_tool_sandbox_memory_used_bytes"
 SAMPLE_S = 0.5
 """The servers' --memory-sample-s: short, so a round's held sandboxes are sampled soon."""
 
-timed_call = sessions.timed_tool("python", {"code": "print(1)"}, lambda result: result.content[0].text.strip() == "1")
+timed_call = sessions.timed_tool("python", {"code": "print(1)"}, lambda answer: answer.text.strip() == "1")
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:

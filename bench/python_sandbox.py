@@ -34,7 +34,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-timed_call = sessions.timed_tool("python", {"code": "print(1)"}, lambda result: result.content[0].text.strip() == "1")
+timed_call = sessions.timed_tool("python", {"code": "print(1)"}, lambda answer: answer.text.strip() == "1")
 
 
 def memory(server: Service, instance: str) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import Any
 
 import docker
 
+from bench.wire import Answer, answer_of, client_session
 from tests.support.mcp2 import mcp_session
 from tests.support.service import Service, running_service
 
@@ -96,14 +97,16 @@ def tool_server(module: str, instance: str, pool: int, *flags: str) -> AbstractC
     return running_service(args)
 
 
-def timed_tool(tool: str, arguments: dict[str, Any], ok: Callable[[Any], bool]) -> Timed:
-    """A `Timed` that calls `tool` and checks the answer with `ok` (a wrong answer makes the figure meaningless)."""
+def timed_tool(tool: str, arguments: dict[str, Any], ok: Callable[[Answer], bool]) -> Timed:
+    """A `Timed` that calls `tool` on either client's session and checks the answer with `ok` (a wrong answer
+    makes the figure meaningless)."""
 
     async def timed(session: Any) -> float:
         start = time.perf_counter()
         result = await session.call_tool(tool, arguments)
         elapsed = (time.perf_counter() - start) * 1000
-        assert not result.is_error and ok(result), result.content
+        answer = answer_of(result)
+        assert not answer.is_error and ok(answer), answer
         return elapsed
 
     return timed
@@ -121,8 +124,9 @@ def fresh_container_runs(image: str, cmd: list[str], n: int, expect: bytes | Non
     return samples
 
 
-async def warm_calls(url: str, n: int, timed: Timed, warmup: int = 20) -> list[float]:
-    async with mcp_session(url, "streamable-http", {"x-session-id": f"bench-warm-{uuid.uuid4().hex[:8]}"}) as session:
+async def warm_calls(url: str, n: int, timed: Timed, client: str = "sdk", warmup: int = 20) -> list[float]:
+    """`n` calls on one session through `client` (see `bench.wire.CLIENTS`), after `warmup` unmeasured ones."""
+    async with client_session(client, url, {"x-session-id": f"bench-warm-{uuid.uuid4().hex[:8]}"}) as session:
         for _ in range(warmup):
             await timed(session)
         samples = [await timed(session) for _ in range(n)]
@@ -161,13 +165,15 @@ async def concurrent_throughput(
 async def pooled_rows(
     url: str, args: argparse.Namespace, timed: Timed, *, call: str, pool: int
 ) -> list[dict[str, Any]]:
-    """A server with a warm pool of `pool`: warm `call`s, a new session's first one, 8 concurrent sessions."""
+    """A server with a warm pool of `pool`: warm `call`s (through the SDK client, then the lean one), a new
+    session's first one, 8 concurrent sessions."""
     warm = row(f"warm {call}", await warm_calls(url, args.n, timed))
+    lean = row(f"warm {call}, lean client", await warm_calls(url, args.n, timed, "wire"))
     firsts = await first_calls(url, args.sessions, args.arrival_s, timed)
     first = row(
         f"first {call.split()[0]} of a new session, warm pool", firsts, pool_size=pool, arrival_s=args.arrival_s
     )
-    return [warm, first, await concurrent_throughput(url, f"warm {call}", timed)]
+    return [warm, lean, first, await concurrent_throughput(url, f"warm {call}", timed)]
 
 
 async def unpooled_row(url: str, args: argparse.Namespace, timed: Timed, *, call: str) -> dict[str, Any]:

@@ -14,11 +14,14 @@ import contextlib
 import itertools
 import json
 from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 import h11
+
+from tests.support.mcp2 import mcp_session
 
 VERSION = "2025-11-25"
 
@@ -105,3 +108,20 @@ async def wire_session(base_url: str, headers: dict[str, str] | None = None) -> 
         writer.close()
         with contextlib.suppress(OSError):
             await writer.wait_closed()
+
+
+CLIENTS = ("sdk", "wire")
+"""The clients a bench times a server through: the `mcp` 2.x SDK's session, and this module's."""
+
+
+def client_session(kind: str, base_url: str, headers: dict[str, str]) -> AbstractAsyncContextManager[Any]:
+    """An initialized session of `kind` (one of `CLIENTS`) at `{base_url}/mcp`; both have `call_tool`."""
+    return mcp_session(base_url, "streamable-http", headers) if kind == "sdk" else wire_session(base_url, headers)
+
+
+def answer_of(result: Any) -> Answer:
+    """What a bench reads of either client's `tools/call` result (an SDK `CallToolResult`, or an `Answer`)."""
+    if isinstance(result, Answer):
+        return result
+    text = "".join(getattr(block, "text", "") for block in result.content)
+    return Answer(result.is_error, result.structured_content, text)

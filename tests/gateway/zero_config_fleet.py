@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.gateway import PY, REPO, _stop, _wait_http, call_text, connect, start_fixture
+from tests.support.gateway import PY, REPO, _stop, call_text, connect, start_fixture, wait_http
 
 DEMO = REPO / "orchestrator" / "worker" / "scenarios" / "demo.yaml"
 
@@ -32,7 +32,7 @@ def service(logs: Path, name: str, args: list[str], health: str) -> Iterator[Non
     with open(logs / f"{name}.log", "wb") as log:
         proc = subprocess.Popen([PY, "-m", *args], cwd=REPO, stdout=log, stderr=log)
     try:
-        _wait_http(health, timeout=90, proc=proc)
+        wait_http(health, timeout=90, proc=proc)
         yield
     finally:
         _stop(proc)

@@ -88,7 +88,7 @@ def start_fixture(
         raise RuntimeError(f"fixture server {replica} did not start: {line!r}")
     up = Upstream(replica, int(line.split()[1]), proc, host)
     if garbage is None:
-        _wait_http(up.url.removesuffix("/mcp") + "/healthz")
+        wait_http(up.url.removesuffix("/mcp") + "/healthz")
     return up
 
 
@@ -104,7 +104,7 @@ def fixtures(*replicas: str, **kw: Any) -> Iterator[list[Upstream]]:
             _stop(up.proc)
 
 
-def _wait_http(url: str, *, timeout: float = 30, status: int = 200, proc: subprocess.Popen[Any] | None = None) -> None:
+def wait_http(url: str, *, timeout: float = 30, status: int = 200, proc: subprocess.Popen[Any] | None = None) -> None:
     deadline = time.monotonic() + timeout
     last: object = None
     while time.monotonic() < deadline:
@@ -184,9 +184,9 @@ class GatewayProc:
         env = {**os.environ, "PYTHONPATH": str(REPO), **self.env}
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=log, env=env)
-        _wait_http(f"{self.base}/healthz", proc=self.proc)
+        wait_http(f"{self.base}/healthz", proc=self.proc)
         if ready:
-            _wait_http(f"{self.base}/readyz", proc=self.proc)
+            wait_http(f"{self.base}/readyz", proc=self.proc)
         return self
 
     def reload(self, cfg: dict[str, Any]) -> None:
