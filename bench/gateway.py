@@ -46,7 +46,14 @@ if str(REPO) not in sys.path:
 
 from bench.report import environment  # noqa: E402
 from tests.support.asgi import free_port  # noqa: E402
-from tests.support.gateway import Upstream, fixtures, gateway_config, running_gateway, wait_http  # noqa: E402
+from tests.support.gateway import (  # noqa: E402
+    Upstream,
+    fixtures,
+    gateway_config,
+    running_gateway,
+    stop_process,
+    wait_http,
+)
 
 HEADERS = {
     "accept": "application/json, text/event-stream",
@@ -181,12 +188,7 @@ def byte_pipe(up: Upstream) -> Iterator[Pipe]:
         wait_http(f"http://127.0.0.1:{port}/healthz", proc=proc)
         yield Pipe(port, proc.pid)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop_process(proc)
 
 
 # ---- the peer: IBM ContextForge (mcp-contextforge-gateway), in its own venv, on loopback with SQLite ----
@@ -290,12 +292,7 @@ def started_contextforge(upstream: str) -> Iterator[Peer]:
             server.raise_for_status()
         yield Peer(f"{base}/servers/{server.json()['id']}/mcp", echo["name"], auth)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop_process(proc)
         log.close()
         shutil.rmtree(workdir, ignore_errors=True)
 

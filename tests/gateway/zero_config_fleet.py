@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.gateway import PY, REPO, _stop, call_text, connect, start_fixture, wait_http
+from tests.support.gateway import PY, REPO, call_text, connect, start_fixture, stop_process, wait_http
 
 DEMO = REPO / "orchestrator" / "worker" / "scenarios" / "demo.yaml"
 
@@ -35,7 +35,7 @@ def service(logs: Path, name: str, args: list[str], health: str) -> Iterator[Non
         wait_http(health, timeout=90, proc=proc)
         yield
     finally:
-        _stop(proc)
+        stop_process(proc)
 
 
 async def ask() -> dict[str, object]:
@@ -59,7 +59,7 @@ def main() -> int:
     with contextlib.ExitStack() as stack:
         for ns, port in (("browser", 8801), ("container", 8803)):
             up = start_fixture(f"{ns}-fixture", name=ns, port=port)
-            stack.callback(_stop, up.proc)
+            stack.callback(stop_process, up.proc)
         stack.enter_context(
             service(
                 logs,

@@ -40,7 +40,8 @@ INIT = {
 """An `initialize` request, for tests that speak raw HTTP."""
 
 
-def _stop(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM) -> None:
+def stop_process(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM) -> None:
+    """`sig`, then SIGKILL if it has not ended within 10 s; waits for it either way (no zombie left)."""
     if proc.poll() is None:
         proc.send_signal(sig)
         try:
@@ -63,7 +64,7 @@ class Upstream:
         return f"http://{host}:{self.port}/mcp"
 
     def kill(self) -> None:
-        _stop(self.proc, signal.SIGKILL)
+        stop_process(self.proc, signal.SIGKILL)
 
 
 def start_fixture(
@@ -84,7 +85,7 @@ def start_fixture(
     ready, _, _ = select.select([proc.stdout], [], [], 30)
     line = proc.stdout.readline() if ready else ""
     if not line.startswith("READY "):
-        _stop(proc, signal.SIGKILL)
+        stop_process(proc, signal.SIGKILL)
         raise RuntimeError(f"fixture server {replica} did not start: {line!r}")
     up = Upstream(replica, int(line.split()[1]), proc, host)
     if garbage is None:
@@ -101,7 +102,7 @@ def fixtures(*replicas: str, **kw: Any) -> Iterator[list[Upstream]]:
         yield started
     finally:
         for up in started:
-            _stop(up.proc)
+            stop_process(up.proc)
 
 
 def wait_http(url: str, *, timeout: float = 30, status: int = 200, proc: subprocess.Popen[Any] | None = None) -> None:
@@ -196,7 +197,7 @@ class GatewayProc:
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc is not None:
-            _stop(self.proc, sig)
+            stop_process(self.proc, sig)
 
     def logs(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
