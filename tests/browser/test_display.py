@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+
+from toolkit.vocab import o200k
 from tools.browser.backends import Hit
 from tools.browser.core import find_page, search_page
 from tools.browser.extract import html_document, text_document
@@ -53,6 +56,18 @@ def test_a_view_is_about_1024_tokens_and_num_lines_is_capped() -> None:
     assert 900 < shown <= 1024
     assert doc.view_end(0, num_lines=100_000, max_tokens=1024, max_lines=200) == 199
     assert doc.view_end(10, num_lines=5, max_tokens=1024, max_lines=200) == 14
+
+
+def test_a_line_counted_word_by_word_has_the_tokens_the_tokenizer_counts_in_it_whole() -> None:
+    # every class o200k's pre-tokenizer tells apart: cases, titlecase, modifiers, marks, CJK, digits of
+    # several scripts, contractions, punctuation, slashes, brackets of links, emoji
+    chars = "aZǅʰ\u0301日テ0٣²'\u2019s.,;:/\\-_()【】†‡🍵é"
+    rng = random.Random(21)
+    words = ["".join(rng.choices(chars, k=rng.randint(1, 12))) for _ in range(3000)]
+    lines = [" ".join(rng.choices(words, k=rng.randint(1, 14))) for _ in range(3000)]
+    lines += ["it 's don't WE'LL", "12345 6789 3.14", "a / b // c", "", "x", "  lead", "trail ", "a  b", "a\tb", "a\nb"]
+    enc = o200k()
+    assert [count_tokens(line) for line in lines] == [len(enc.encode_ordinary(line)) for line in lines]
 
 
 def test_find_matches_a_phrase_the_wrap_split_and_is_case_insensitive() -> None:
