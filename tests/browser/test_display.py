@@ -8,7 +8,7 @@ from toolkit.vocab import o200k
 from tools.browser.backends import Hit
 from tools.browser.core import find_page, search_page
 from tools.browser.extract import html_document, text_document
-from tools.browser.page import View, count_tokens, find_lines
+from tools.browser.page import View, count_tokens, find_lines, wrap
 
 HTML = """<html><head><title>Tea 【facts】</title><script>var x = "hidden";</script></head><body>
 <h2>Kinds</h2><p>Green tea is from <a href="/china">China † Asia</a>; see <a href="https://www.other.org/x">other</a>.
@@ -47,6 +47,13 @@ def test_lines_are_wrapped_at_80_columns_and_structure_names_the_range() -> None
         "lines": [1, 2],
         "total_lines": 5,
     }
+
+
+def test_a_word_longer_than_a_line_is_cut_and_its_rest_starts_the_next_line() -> None:
+    x80 = "x" * 80
+    assert wrap(f"a {x80}{x80} b  c") == ["a", x80, x80, "b c"]
+    assert wrap(f"{x80}{x80}yy zz\tand  " + "w " * 40) == [x80, x80, "yy zz and " + "w " * 34 + "w", "w " * 4 + "w"]
+    assert wrap("  short  line  ") == ["short  line"]  # a line that fits keeps its inner spaces
 
 
 def test_a_view_is_about_1024_tokens_and_num_lines_is_capped() -> None:
