@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import random
+
+from toolkit.vocab import o200k
 from tools.browser.backends import Hit
 from tools.browser.core import find_page, search_page
 from tools.browser.extract import html_document, text_document
-from tools.browser.page import View, count_tokens, find_lines
+from tools.browser.page import View, count_tokens, find_lines, wrap
 
 HTML = """<html><head><title>Tea 【facts】</title><script>var x = "hidden";</script></head><body>
 <h2>Kinds</h2><p>Green tea is from <a href="/china">China † Asia</a>; see <a href="https://www.other.org/x">other</a>.
@@ -46,6 +49,13 @@ def test_lines_are_wrapped_at_80_columns_and_structure_names_the_range() -> None
     }
 
 
+def test_a_word_longer_than_a_line_is_cut_and_its_rest_starts_the_next_line() -> None:
+    x80 = "x" * 80
+    assert wrap(f"a {x80}{x80} b  c") == ["a", x80, x80, "b c"]
+    assert wrap(f"{x80}{x80}yy zz\tand  " + "w " * 40) == [x80, x80, "yy zz and " + "w " * 34 + "w", "w " * 4 + "w"]
+    assert wrap("  short  line  ") == ["short  line"]  # a line that fits keeps its inner spaces
+
+
 def test_a_view_is_about_1024_tokens_and_num_lines_is_capped() -> None:
     doc = text_document("\n\n".join(f"paragraph {i} " + "lorem ipsum dolor sit amet " * 8 for i in range(500)), None)
     end = doc.view_end(0, num_lines=None, max_tokens=1024, max_lines=10_000)
@@ -53,6 +63,18 @@ def test_a_view_is_about_1024_tokens_and_num_lines_is_capped() -> None:
     assert 900 < shown <= 1024
     assert doc.view_end(0, num_lines=100_000, max_tokens=1024, max_lines=200) == 199
     assert doc.view_end(10, num_lines=5, max_tokens=1024, max_lines=200) == 14
+
+
+def test_a_line_counted_word_by_word_has_the_tokens_the_tokenizer_counts_in_it_whole() -> None:
+    # every class o200k's pre-tokenizer tells apart: cases, titlecase, modifiers, marks, CJK, digits of
+    # several scripts, contractions, punctuation, slashes, brackets of links, emoji
+    chars = "aZǅʰ\u0301日テ0٣²'\u2019s.,;:/\\-_()【】†‡🍵é"
+    rng = random.Random(21)
+    words = ["".join(rng.choices(chars, k=rng.randint(1, 12))) for _ in range(3000)]
+    lines = [" ".join(rng.choices(words, k=rng.randint(1, 14))) for _ in range(3000)]
+    lines += ["it 's don't WE'LL", "12345 6789 3.14", "a / b // c", "", "x", "  lead", "trail ", "a  b", "a\tb", "a\nb"]
+    enc = o200k()
+    assert [count_tokens(line) for line in lines] == [len(enc.encode_ordinary(line)) for line in lines]
 
 
 def test_find_matches_a_phrase_the_wrap_split_and_is_case_insensitive() -> None:

@@ -8,6 +8,7 @@ and the line range shown. Rendering follows the display format gpt-oss was train
 from __future__ import annotations
 
 import bisect
+import functools
 import re
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -16,11 +17,36 @@ from toolkit.vocab import o200k
 
 WIDTH = 80
 LINK_OPEN, LINK_CLOSE, LINK_SEP = "【", "】", "†"
+WORDS_CACHED = 1 << 15
+"""Words whose token counts are kept: a few MiB at most, as a page line is at most 80 characters."""
 
 
 def count_tokens(text: str) -> int:
-    """o200k tokens of `text`: the vocabulary gpt-oss reads (toolkit.vocab provides it offline)."""
-    return len(o200k().encode_ordinary(text))
+    """o200k tokens of `text`: the vocabulary gpt-oss reads (toolkit.vocab provides it offline).
+
+    Every view counts its lines, and the tokenizer's cost is its pre-tokenizing regex, about 0.1 us a
+    character whatever the words: a search page's ~40 lines took a third of an in-process search. Most
+    lines are words joined by single spaces (a wrap made them), and o200k's regex never joins a space to
+    the character before it nor looks past a word, so such a line's tokens are its first word's plus
+    each other word's with its leading space. Words repeat, so those counts are cached; any other text
+    (tabs, runs of spaces, newlines) is counted whole."""
+    words = text.split()
+    if " ".join(words) != text:
+        return len(o200k().encode_ordinary(text))
+    if not words:
+        return 0
+    return _word_tokens(words[0]) + sum(map(_spaced_word_tokens, words[1:]))
+
+
+@functools.lru_cache(maxsize=WORDS_CACHED)
+def _word_tokens(word: str) -> int:
+    return len(o200k().encode_ordinary(word))
+
+
+@functools.lru_cache(maxsize=WORDS_CACHED)
+def _spaced_word_tokens(word: str) -> int:
+    """The tokens of `word` where a space comes before it, counted with that space."""
+    return len(o200k().encode_ordinary(" " + word))
 
 
 @dataclass(frozen=True)
@@ -123,27 +149,26 @@ def link_marker(link_id: int, text: str, url: str, page_host: str | None) -> str
 def _fill(para: str) -> list[str]:
     """One paragraph cut greedily at spaces into lines of at most 80 columns (a longer word is cut).
 
-    Plain greedy filling, several times faster than textwrap, which every page and search pays for."""
+    Plain greedy filling, several times faster than textwrap, which every page and search pays for. With
+    the words joined by single spaces, a line ends at the last space within 81 columns: one search of the
+    text per line, not a step per word."""
     if len(para) <= WIDTH:
         return [para.strip()]
+    text = " ".join(para.split())
     out: list[str] = []
-    line = ""
-    for word in para.split():
-        while len(word) > WIDTH:
-            if line:
-                out.append(line)
-                line = ""
-            out.append(word[:WIDTH])
-            word = word[WIDTH:]
-        if not line:
-            line = word
-        elif len(line) + 1 + len(word) <= WIDTH:
-            line += " " + word
+    start = 0
+    while len(text) - start > WIDTH:
+        cut = text.rfind(" ", start, start + WIDTH + 1)
+        if cut < 0:  # a word longer than a line: its first 80 characters, and its rest starts the next line
+            out.append(text[start : start + WIDTH])
+            start += WIDTH
+            if text[start] == " ":  # the word was a whole number of lines long
+                start += 1
         else:
-            out.append(line)
-            line = word
-    if line:
-        out.append(line)
+            out.append(text[start:cut])
+            start = cut + 1
+    if start < len(text):
+        out.append(text[start:])
     return out
 
 

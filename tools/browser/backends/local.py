@@ -103,7 +103,7 @@ class SearchIndex:
         snippets = tantivy.SnippetGenerator.create(searcher, parsed, self.index.schema, "body")
         snippets.set_max_num_chars(SNIPPET_CHARS)
         hits = []
-        for _, address in searcher.search(parsed, limit=limit).hits:
+        for _, address in searcher.search(parsed, limit=limit, count=False).hits:
             doc = searcher.doc(address)
             fragment = snippets.snippet_from_doc(doc).fragment() or doc["body"][0][:SNIPPET_CHARS]
             hits.append(Hit(doc["url"][0], doc["title"][0], " ".join(fragment.split())))

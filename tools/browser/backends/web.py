@@ -22,9 +22,13 @@ _TAG = re.compile(r"<[^>]+>")
 
 
 def in_domains(url: str, domains: tuple[str, ...]) -> bool:
-    """True when `url`'s host is one of `domains` or below one (empty = every domain)."""
+    """True when `url`'s host is one of `domains` or below one (empty = every domain).
+
+    Every hit of every search passes here, most with no domains asked for: those parse no URL."""
+    if not domains:
+        return True
     host = (urlsplit(url).hostname or "").lower()
-    return not domains or any(host == d or host.endswith("." + d) for d in domains)
+    return any(host == d or host.endswith("." + d) for d in domains)
 
 
 class WebSearch(abc.ABC):
