@@ -57,6 +57,9 @@ def client_side(loop: asyncio.AbstractEventLoop, host: str, port: int) -> Half:
             return
         far.peer, near.peer = near, far
         assert far.transport is not None
+        if near.transport is None or near.transport.is_closing():  # the client left while we connected
+            far.transport.close()
+            return
         if near.pending:
             far.transport.write(bytes(near.pending))
             near.pending.clear()
