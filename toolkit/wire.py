@@ -1,0 +1,85 @@
+"""The fleet's own header names, and the signed owner header every service agrees on.
+
+Fleet headers (`toolfleet-*`, `x-sandbox-*`) are written only by the fleet's services. A client's words never
+become one: the orchestrator drops them from a client's `mcp` tool headers, and the owner header, which decides
+whose quota and whose eviction a call counts against, is signed with the fleet secret so that a caller who can
+reach the gateway directly cannot claim to be another key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import re
+import secrets
+import tempfile
+from functools import cache
+from pathlib import Path
+
+OWNER_HEADER = "toolfleet-owner"
+"""Who owns a tool call: `<owner>.<mac>`, set by the orchestrator, forwarded by the gateway, read by the tool."""
+RESERVED_PREFIXES = ("toolfleet-", "x-sandbox-")
+"""Header name prefixes only fleet services may set."""
+ANONYMOUS = "anonymous"
+"""The owner of a call that names none (or names one with a bad signature): stock vLLM, a direct MCP client."""
+
+SECRET_ENV = "TOOLFLEET_FLEET_SECRET"
+SECRET_FILE_ENV = "TOOLFLEET_FLEET_SECRET_FILE"
+_OWNER = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def is_reserved(name: str) -> bool:
+    """Whether a header name belongs to the fleet (case-insensitive)."""
+    return name.lower().startswith(RESERVED_PREFIXES)
+
+
+@cache
+def fleet_secret() -> bytes:
+    """The secret every service of one fleet shares: `TOOLFLEET_FLEET_SECRET`, else the file named by
+    `TOOLFLEET_FLEET_SECRET_FILE`, else a machine-local file made once (0600) in the temp directory, which is what
+    services started by hand on one machine share. Containers each have their own temp directory: compose passes
+    the variable."""
+    value = os.environ.get(SECRET_ENV)
+    if value:
+        return value.encode()
+    path = Path(
+        os.environ.get(SECRET_FILE_ENV) or Path(tempfile.gettempdir()) / f"toolfleet-fleet-secret-{os.getuid()}"
+    )
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        return path.read_bytes().strip()
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32))
+    return path.read_bytes().strip()
+
+
+def _mac(owner: str, secret: bytes) -> str:
+    return hmac.new(secret, b"owner:" + owner.encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def owner_id(api_key: str | None) -> str:
+    """The owner name of an API key: a digest, so the key itself never travels past the orchestrator."""
+    if not api_key:
+        return ANONYMOUS
+    return hashlib.sha256(b"toolfleet-owner:" + api_key.encode()).hexdigest()[:24]
+
+
+def sign_owner(owner: str, secret: bytes | None = None) -> str:
+    """The owner header's value for `owner` (which must match `[A-Za-z0-9_-]{1,64}`)."""
+    if not _OWNER.fullmatch(owner):
+        raise ValueError(f"owner {owner!r} is not a valid owner name")
+    return f"{owner}.{_mac(owner, secret or fleet_secret())}"
+
+
+def read_owner(value: str | None, secret: bytes | None = None) -> str:
+    """The owner a header value names when its signature holds, else `ANONYMOUS`."""
+    if not value:
+        return ANONYMOUS
+    owner, _, mac = value.partition(".")
+    if not _OWNER.fullmatch(owner) or not hmac.compare_digest(
+        mac.encode(), _mac(owner, secret or fleet_secret()).encode()
+    ):
+        return ANONYMOUS
+    return owner
