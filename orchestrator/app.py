@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException
 
 from orchestrator import context_routes, conversation_routes, websocket_routes
 from orchestrator.auth import ApiKeys, AuthMiddleware, load_keys, warn_if_open
+from orchestrator.bodies import BodyLimitMiddleware, BodyLimits
 from orchestrator.chat_completions import ChatRelay
 from orchestrator.containers import Containers
 from orchestrator.containers_api import containers_router
@@ -163,6 +164,7 @@ def create_app(
     app = FastAPI(title="toolfleet orchestrator", lifespan=lifespan, responses=ERRORS)
     rate = RequestRate(settings.rate_limit_rps, settings.rate_limit_burst)
     app.add_middleware(AuthMiddleware, keys=keys, rate=rate, metrics_token=settings.metrics_token)
+    app.add_middleware(BodyLimitMiddleware, limits=BodyLimits(settings.max_body_bytes, settings.max_file_bytes))
     app.add_middleware(LatencyMiddleware, metrics=metrics)
     app.add_middleware(TracingMiddleware)  # outermost: every request is a span, auth refusals too
     app.state.service = service

@@ -175,9 +175,6 @@ async def receive_upload(request: Request, target: Path, limit: int, fields: fro
     ctype, params = parse_options_header(request.headers.get("content-type", ""))
     if ctype != b"multipart/form-data" or not params.get(b"boundary"):
         raise RequestError("the request body must be multipart/form-data with a 'file' part", "file")
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit + 64 * FIELD_LIMIT:
-        raise RequestError(f"the file is larger than this server's limit of {limit} bytes", "file", 413)
     part = target.with_name(f".part-{target.name}")
     form = _Form(limit, fields)
     try:

@@ -46,6 +46,11 @@ class OrchestratorSettings(ServiceSettings):
         str(Path(tempfile.gettempdir()) / "toolfleet-files"), description="where uploaded files' bytes are kept"
     )
     max_file_bytes: int = Field(512 * 1024 * 1024, description="largest file one upload may carry (larger: 413)")
+    max_body_bytes: int = Field(
+        16 * 1024 * 1024,
+        description="largest JSON request body and WebSocket message (larger: 413, before it is read); uploads:"
+        " --max-file-bytes",
+    )
     file_retention_s: float = Field(30 * 86400, description="delete uploaded files older than this")
     prune_interval_s: float = Field(60.0, description="how often expired files and containers are deleted")
     max_container_memory: Literal["1g", "4g", "16g", "64g"] = Field(
