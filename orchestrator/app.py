@@ -25,7 +25,15 @@ from orchestrator.files_api import files_router
 from orchestrator.limits import RequestRate
 from orchestrator.mcp_policy import McpPolicy
 from orchestrator.metrics import LatencyMiddleware, OrchestratorMetrics
-from orchestrator.schema import ErrorBody, RequestError, ResponsesRequest, error_body, parse_body, read_json
+from orchestrator.schema import (
+    ErrorBody,
+    RequestError,
+    ResponsesRequest,
+    error_body,
+    json_doc,
+    parse_body,
+    read_json,
+)
 from orchestrator.service import ResponsesService
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.store import Store, StoreUnavailable, open_store
@@ -42,21 +50,6 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 PARAM_SOURCES = frozenset({"body", "query", "path", "header", "cookie"})
 
 
-def _inline_defs(schema: dict[str, Any]) -> dict[str, Any]:
-    """A pydantic JSON schema with its `$defs` inlined, so it can stand inside an OpenAPI operation."""
-    defs = schema.pop("$defs", {})
-
-    def resolve(node: Any) -> Any:
-        if isinstance(node, dict):
-            ref = node.get("$ref", "")
-            if ref.startswith("#/$defs/"):
-                return resolve(defs[ref.removeprefix("#/$defs/")])
-            return {k: resolve(v) for k, v in node.items()}
-        return [resolve(v) for v in node] if isinstance(node, list) else node
-
-    return resolve(schema)
-
-
 SSE_EVENT = {
     "type": "object",
     "required": ["event", "data"],
@@ -64,13 +57,7 @@ SSE_EVENT = {
 }
 SSE_OR_JSON = {"200": {"content": {"text/event-stream": {"schema": SSE_EVENT}}}}
 """`stream=true` answers Server-Sent Events (each named, with a JSON `data` line) instead of JSON."""
-CREATE_DOC = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": _inline_defs(ResponsesRequest.model_json_schema())}},
-    },
-    "responses": SSE_OR_JSON,
-}
+CREATE_DOC = {**json_doc(ResponsesRequest), "responses": SSE_OR_JSON}
 """`create` reads its body itself (size limit, JSON errors), so the OpenAPI document names it here."""
 
 

@@ -26,8 +26,9 @@ import anyio
 import structlog
 from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse
+from starlette.types import Message
 
-from orchestrator.schema import RequestError, ResponsesRequest, check_params
+from orchestrator.schema import RequestError, ResponsesRequest, check_params, read_json
 from orchestrator.service import ResponsesService
 from orchestrator.store import Record
 
@@ -52,11 +53,24 @@ class Connection:
             event["stream_id"] = stream_id
         await self.ws.send_text(json.dumps(event))
 
+    async def receive(self, frame: Message) -> None:
+        """One frame: a text message is handled; a binary one, or one over `--max-body-bytes`, is answered
+        with an `error` event and the socket stays open (the client may send the next one)."""
+        if frame["type"] == "websocket.disconnect":
+            raise WebSocketDisconnect(frame.get("code", 1000), frame.get("reason"))
+        text = frame.get("text")
+        if text is None:
+            return await self.send_error(RequestError("binary messages are not supported: send JSON text"))
+        if len(text) > self.service.settings.max_body_bytes:  # characters: at most as many as the bytes
+            limit = self.service.settings.max_body_bytes
+            return await self.send_error(RequestError(f"the message is larger than {limit} bytes", None, 413))
+        await self.handle(text)
+
     async def handle(self, raw: str) -> None:
         try:
-            message = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            return await self.send_error(RequestError(f"the message is not valid JSON: {exc}"))
+            message = read_json(raw)
+        except RequestError as exc:
+            return await self.send_error(exc)
         if isinstance(message, dict) and message.get("type") == "response.steer":
             return await self.refuse_steer(message)
         if not isinstance(message, dict) or message.get("type") != "response.create":
@@ -138,7 +152,7 @@ def add_routes(app: FastAPI, service: ResponsesService, errors: Callable[[BaseEx
         try:
             with anyio.move_on_after(LIFETIME_S):
                 while True:
-                    await conn.handle(await ws.receive_text())
+                    await conn.receive(await ws.receive())
             await conn.send_error(
                 RequestError(
                     "the connection reached its 60-minute limit; open a new one",
