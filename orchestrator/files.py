@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import structlog
 from python_multipart.exceptions import ParseError
-from python_multipart.multipart import MultipartParser, parse_options_header
+from python_multipart.multipart import MultipartParser, MultipartState, parse_options_header
 from starlette.requests import Request
 from starlette.responses import FileResponse
 
@@ -198,14 +198,17 @@ async def receive_upload(request: Request, target: Path, limit: int, fields: fro
 
 
 def _parse(parser: MultipartParser, chunk: bytes | None) -> None:
-    """Feed the parser (None: the end); a body that is not valid multipart, or names a field in bytes that are
-    not text, is the caller's error (400), not ours."""
+    """Feed the parser (None: the end); a body that is not valid multipart, names a field in bytes that are
+    not text, or stops before its closing boundary (a cut-off upload, whose file part may be any prefix of
+    the file) is the caller's error (400), not ours."""
     try:
         parser.finalize() if chunk is None else parser.write(chunk)
     except RequestError:
         raise
     except (ParseError, UnicodeDecodeError) as exc:
         raise RequestError(f"the multipart body is malformed: {exc}", "file") from exc
+    if chunk is None and parser.state != MultipartState.END:
+        raise RequestError("the multipart body ends before its closing boundary: the upload is incomplete", "file")
 
 
 class Files:
