@@ -19,7 +19,7 @@ from orchestrator import harmony as h
 from orchestrator.chat import ChatTurns, chat_tools
 from orchestrator.containers import Containers
 from orchestrator.conversation_store import Conversation, conversations_for
-from orchestrator.conversations import Conversations
+from orchestrator.conversations import Bounds, Conversations
 from orchestrator.events import ResponseBuilder, new_id
 from orchestrator.items import normalize
 from orchestrator.kinds import EchoContext, custom
@@ -58,13 +58,15 @@ log = structlog.get_logger(__name__)
 
 @dataclass
 class Prepared:
-    """A response ready to run: its Run, the MCP listings to show first, where its history starts, its input."""
+    """A response ready to run: its Run, the MCP listings to show first, where its history starts, its input,
+    and its conversation with the items stored there."""
 
     run: Run
     listings: dict[str, Any]
     n_head: int
     items: list[dict[str, Any]]
     conversation: Conversation | None
+    stored: list[dict[str, Any]]  # the conversation's items so far (its bounds count them with `items`)
 
 
 class ResponsesService(LiveResponses):
@@ -86,7 +88,8 @@ class ResponsesService(LiveResponses):
         self.count_chat = count_chat
         self.api_for = api_for or (lambda model: None)  # model name -> "harmony" | "chat" | None (not known)
         self.store = store
-        self.conversations = Conversations(conversations_for(store))
+        bounds = Bounds(settings.max_conversation_items, settings.max_conversation_bytes)
+        self.conversations = Conversations(conversations_for(store), bounds)
         self.discovery = Discovery()
         self.endpoints = Endpoints(settings.tools_url, settings.endpoint_overrides())
         self.live: dict[str, Live] = {}
@@ -116,6 +119,8 @@ class ResponsesService(LiveResponses):
         lease = await self.conversations.hold(conv) if conv else None  # before its items are read
         try:
             p = await self._prepare(req, owner, kept)
+            if p.conversation is not None:  # its input is added to the conversation: within the bounds
+                await self.conversations.room(p.stored, p.items, "input")
             await self._workspace(p.run, owner, self.settings.public_url or base_url)
             p.run.warm_only = warm_only
             builder, rid = p.run.builder, p.run.builder.id
@@ -187,7 +192,8 @@ class ResponsesService(LiveResponses):
             body["conversation"] = {"id": conv.id}
         builder = ResponseBuilder(body)
         state = (prev.tools if prev else conv.tools if conv else {}) or {}
-        earlier = compaction.window(await self.conversations.history(conv)) if conv else []
+        stored = await self.conversations.history(conv) if conv else []
+        earlier = compaction.window(stored)
         items = await references.resolve(self.store, owner, normalize(req.input), earlier)
         echo = EchoContext(dict(state.get("calls", {})), await self._results(owner, kinds.kept_ids(earlier + items)))
         history = kinds.to_messages(earlier, echo) if conv else h.load(prev.messages) if prev else []
@@ -214,7 +220,7 @@ class ResponsesService(LiveResponses):
             context_tokens=self.settings.context_tokens if req.truncation == "auto" else None,
             compact_only=is_triggered(items),
         )
-        return Prepared(r, listings, len(head), items, conv)
+        return Prepared(r, listings, len(head), items, conv, stored)
 
     async def _conversation(self, req: ResponsesRequest, owner: str) -> Conversation | None:
         """The conversation the request names (owner-checked: another key's is a 404), or None."""

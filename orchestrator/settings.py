@@ -51,6 +51,10 @@ class OrchestratorSettings(ServiceSettings):
         description="largest JSON request body and WebSocket message (larger: 413, before it is read); uploads:"
         " --max-file-bytes",
     )
+    max_conversation_items: int = Field(10_000, description="items one conversation may hold (more: 400)")
+    max_conversation_bytes: int = Field(
+        64 * 1024 * 1024, description="bytes of JSON one conversation's items may hold together (more: 400)"
+    )
     file_retention_s: float = Field(30 * 86400, description="delete uploaded files older than this")
     prune_interval_s: float = Field(60.0, description="how often expired files and containers are deleted")
     max_container_memory: Literal["1g", "4g", "16g", "64g"] = Field(

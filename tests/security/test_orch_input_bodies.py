@@ -1,13 +1,15 @@
-"""Issue 32, finding 6: every request body is bounded per route as it arrives.
+"""Issue 32, finding 6: every request body is bounded per route as it arrives, and conversations are bounded.
 
 A declared size over the route's limit is a 413 before a byte of the body is read; a chunked body is a 413
-as soon as its count passes the limit; nothing over the limit is ever accepted, on any route.
+as soon as its count passes the limit; nothing over the limit is ever accepted, on any route. A conversation
+holds at most `--max-conversation-items` items and `--max-conversation-bytes` of JSON (400 naming the bound).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+import openai
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,6 +18,7 @@ from tests.security.input_stack import Stack, chunks, json_of_size, orchestrator
 
 LIMIT = 64 * 1024
 FILE_LIMIT = 32 * 1024
+ITEMS, CONVERSATION_BYTES = 6, 32 * 1024
 JSON_ROUTES = [
     "/v1/responses",
     "/v1/responses/input_tokens",
@@ -31,7 +34,12 @@ TWO_GIB = str(2 << 30)
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[Stack]:
-    with orchestrator(max_body_bytes=LIMIT, max_file_bytes=FILE_LIMIT) as started:
+    with orchestrator(
+        max_body_bytes=LIMIT,
+        max_file_bytes=FILE_LIMIT,
+        max_conversation_items=ITEMS,
+        max_conversation_bytes=CONVERSATION_BYTES,
+    ) as started:
         yield started
 
 
@@ -87,3 +95,38 @@ def test_an_upload_is_refused_exactly_when_its_file_passes_the_file_limit(stack:
     headers = {"content-type": "multipart/form-data; boundary=b"}
     answer = send(stack.port, "POST", "/v1/files", chunks(body) if chunked else body, headers=headers)
     assert answer.status == (413 if size > FILE_LIMIT else 400) and answer.error["param"] in ("file", "purpose")
+
+
+def _items(n: int, text: str = "hi") -> list[dict]:
+    return [{"type": "message", "role": "user", "content": text} for _ in range(n)]
+
+
+def test_a_conversation_holds_at_most_its_item_bound(stack: Stack):
+    client = stack.client
+    made = client.conversations.create(items=_items(4))
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.conversations.items.create(made.id, items=_items(3))
+    assert refused.value.body["param"] == "items" and refused.value.body["code"] == "conversation_too_large"
+    assert f"at most {ITEMS} items" in refused.value.message
+    assert len(client.conversations.items.list(made.id).data) == 4  # nothing of the refused call was kept
+    client.conversations.items.create(made.id, items=_items(2))  # up to the bound is fine
+
+
+def test_a_conversation_holds_at_most_its_byte_bound(stack: Stack):
+    client = stack.client
+    made = client.conversations.create(items=_items(1, "a" * (CONVERSATION_BYTES // 2)))
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.conversations.items.create(made.id, items=_items(1, "b" * (CONVERSATION_BYTES // 2)))
+    assert refused.value.body["code"] == "conversation_too_large" and f"at most {CONVERSATION_BYTES} bytes" in (
+        refused.value.message
+    )
+
+
+def test_a_response_may_not_grow_a_conversation_past_its_bound(stack: Stack):
+    stack.script([("", "<|channel|>final<|message|>Done.<|return|>")])
+    client = stack.client
+    made = client.conversations.create(items=_items(5))
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model="m", conversation=made.id, input=_items(2))
+    assert refused.value.body["param"] == "input" and refused.value.body["code"] == "conversation_too_large"
+    assert len(client.conversations.items.list(made.id).data) == 5
