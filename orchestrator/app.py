@@ -245,10 +245,14 @@ def _service_routes(
         return JSONResponse(_model(model_id))
 
     @app.get("/healthz")
-    async def healthz() -> Response:
+    async def healthz(request: Request) -> Response:
+        """Ok or not for anyone (a load balancer's probe); the load and the workers' addresses for an operator
+        only (`AuthMiddleware.operator`: the metrics token, or loopback when none is set)."""
         healthy = pool is None or any(w.healthy for w in pool.workers)
-        body = {"status": "ok" if healthy else "degraded", "running": len(service.live)}
-        if pool is not None:
+        body: dict[str, Any] = {"status": "ok" if healthy else "degraded"}
+        if request.state.operator:
+            body["running"] = len(service.live)
+        if request.state.operator and pool is not None:
             body["workers"] = [{"url": w.url, "healthy": w.healthy, "outstanding": w.outstanding} for w in pool.workers]
         return JSONResponse(body, 200 if healthy else 503)
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import structlog
 
+from orchestrator.addresses import hide, worker_roles
 from orchestrator.limits import check_running
 from orchestrator.schema import RequestError
 from orchestrator.worker.client import WorkerError, WorkerPool, WorkerRefused, WorkerUnavailable
@@ -36,6 +37,7 @@ class ChatRelay:
         self.pool = pool
         self.max_concurrent = max_concurrent_per_key
         self.running: Counter[str] = Counter()
+        self.roles = worker_roles([w.url for w in pool.workers] if pool is not None else [])
 
     def admit(self, body: Any, owner: str, responses_running: int) -> dict[str, Any]:
         """The checked body; a 400 for what is not a chat completion request, a 429 past the key's limit."""
@@ -78,10 +80,11 @@ class ChatRelay:
         except WorkerRefused as exc:
             raise RequestError(_worker_message(exc.text), None, exc.status) from None
         except WorkerUnavailable as exc:
-            raise UpstreamError(str(exc), None, 503, "worker_unavailable") from None
+            log.warning("chat.relay_unavailable", error=str(exc))
+            raise UpstreamError(hide(str(exc), self.roles), None, 503, "worker_unavailable") from None
         except WorkerError as exc:
             log.warning("chat.relay_failed", error=str(exc))
-            raise UpstreamError(str(exc), None, 502, "worker_error") from None
+            raise UpstreamError(hide(str(exc), self.roles), None, 502, "worker_error") from None
         finally:
             self.running[owner] -= 1
             if not self.running[owner]:

@@ -45,12 +45,14 @@ def _checked(body: Any, allowed: frozenset[str], route: str) -> ResponsesRequest
     return ResponsesRequest.model_validate({k: v for k, v in body.items() if k != "prompt_cache_key"})
 
 
-async def _on_worker(call: Awaitable[T]) -> T:
-    """Worker failures as OpenAI-shaped server errors (503: none could serve; 502: one failed)."""
+async def _on_worker(call: Awaitable[T], service: ResponsesService) -> T:
+    """Worker failures as OpenAI-shaped server errors (503: none could serve; 502: one failed), the worker
+    named by its role."""
     try:
         return await call
     except (WorkerUnavailable, WorkerError) as exc:
-        error = RequestError(str(exc), None, 503 if isinstance(exc, WorkerUnavailable) else 502)
+        message = service.worker_failure(exc)
+        error = RequestError(message, None, 503 if isinstance(exc, WorkerUnavailable) else 502)
         error.etype = "server_error"
         raise error from exc
 
@@ -61,10 +63,10 @@ def add_routes(app: FastAPI, service: ResponsesService) -> None:
     @app.post("/v1/responses/input_tokens", openapi_extra=OBJECT_DOC)
     async def input_tokens(request: Request) -> JSONResponse:
         req = _checked(read_json(await request.body()), COUNTED, "input_tokens")
-        count = await _on_worker(service.count_input_tokens(req, request.state.owner))
+        count = await _on_worker(service.count_input_tokens(req, request.state.owner), service)
         return JSONResponse({"object": "response.input_tokens", "input_tokens": count})
 
     @app.post("/v1/responses/compact", openapi_extra=OBJECT_DOC)
     async def compact(request: Request) -> JSONResponse:
         req = _checked(read_json(await request.body()), COMPACTED, "compact")
-        return JSONResponse(await _on_worker(service.compact(req, request.state.owner)))
+        return JSONResponse(await _on_worker(service.compact(req, request.state.owner), service))

@@ -16,6 +16,7 @@ from openai_harmony import Message
 
 from orchestrator import compaction, kinds, references, truncation, workspace
 from orchestrator import harmony as h
+from orchestrator.addresses import hide, worker_roles
 from orchestrator.chat import ChatTurns, chat_tools
 from orchestrator.containers import Containers
 from orchestrator.conversation_store import Conversation, conversations_for
@@ -92,6 +93,7 @@ class ResponsesService(LiveResponses):
         self.conversations = Conversations(conversations_for(store), bounds)
         self.discovery = Discovery()
         self.endpoints = Endpoints(settings.tools_url, settings.endpoint_overrides())
+        self.worker_roles = worker_roles(settings.worker_urls)
         self.live: dict[str, Live] = {}
         self.closing = False
         """Set at shutdown: responses cancelled then fail (the caller did not cancel them)."""
@@ -404,6 +406,11 @@ class ResponsesService(LiveResponses):
             prompt_cache_retention=req.prompt_cache_retention,
         )
 
+    def worker_failure(self, exc: WorkerUnavailable | WorkerError) -> str:
+        """A worker failure as the client reads it: the worker named by its role; its address to the log."""
+        log.warning("worker.failed", error=str(exc))
+        return hide(str(exc), self.worker_roles)
+
     # --- running ----------------------------------------------------------------------------------
 
     async def _execute(self, live: Live, r: Run, listings: dict[str, Any], n_head: int, items: list[dict]) -> None:
@@ -421,10 +428,12 @@ class ResponsesService(LiveResponses):
                 b.finish("cancelled", usage=r.usage.as_dict())
         except WorkerUnavailable as exc:
             live.http_status, live.error_code = 503, "worker_unavailable"
-            b.finish("failed", usage=r.usage.as_dict(), error={"code": "server_error", "message": str(exc)})
+            error = {"code": "server_error", "message": self.worker_failure(exc)}
+            b.finish("failed", usage=r.usage.as_dict(), error=error)
         except WorkerError as exc:
             live.http_status, live.error_code = 502, "worker_error"
-            b.finish("failed", usage=r.usage.as_dict(), error={"code": "server_error", "message": str(exc)})
+            error = {"code": "server_error", "message": self.worker_failure(exc)}
+            b.finish("failed", usage=r.usage.as_dict(), error=error)
         except Exception as exc:
             log.exception("response.crashed", response_id=b.id)
             live.http_status = 500
