@@ -88,7 +88,9 @@ class OrchestratorSettings(ServiceSettings):
         default_factory=list, description="client API keys (comma-separated); none: no authentication"
     )
     api_keys_file: str | None = Field(None, description="file of client API keys, one per line (# comments)")
-    metrics_token: str | None = Field(None, description="bearer token /metrics asks for (default: open)")
+    metrics_token: str | None = Field(
+        None, description="bearer token /metrics and /healthz details ask for (none: loopback callers only)"
+    )
     rate_limit_rps: float = Field(0.0, description="requests per second per API key (0: no limit)")
     rate_limit_burst: int = Field(0, description="requests a key may send at once (default: 2 x rps, at least 1)")
     max_concurrent_per_key: int = Field(64, description="responses one API key may have running (0: no limit)")

@@ -7,7 +7,8 @@ another. The connection keeps its newest response in memory (as OpenAI's does), 
 continuable for the life of the connection (its tool sessions until idle); older unstored ones are gone.
 `generate: false` only prefills the worker's cache (one token generated and discarded).
 The key and the per-key rate are checked on the upgrade by the same middleware as HTTP; a refused
-request, or a `response.create` sent while one is running, is answered with an `error` event and the
+request, a `response.create` sent while one is running, or a frame that is binary, over
+`--max-body-bytes` or bad JSON (`schema.read_json`), is answered with an `error` event and the
 connection stays open. A connection lives at most `LIFETIME_S` (OpenAI's documented 60 minutes).
 `response.steer` (input queued into the running response, committed by an automatic successor response)
 is not built: it is answered with OpenAI's own refusal, `response.steer.failed` with the code
