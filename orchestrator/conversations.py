@@ -143,7 +143,10 @@ class Conversations:
     async def add(self, conv_id: str, owner: str, body: ItemsCreate, include: list[str]) -> dict[str, Any]:
         check_include(include)
         conv = await self.find(conv_id, owner)
+        calls = conv.tools.get("calls", {})
         items = await self._checked(conv, await self.store.items(conv_id), body.items, "items")
+        if conv.tools["calls"] != calls:  # the next add renders its items after these calls
+            await self.store.put(conv)
         await self.store.add_items(conv_id, items)
         return _page(items, has_more=False)
 
@@ -223,7 +226,9 @@ class Conversations:
         self, conv: Conversation, existing: list[dict[str, Any]], new: list[dict[str, Any]], param: str
     ) -> list[dict[str, Any]]:
         """New items with ids and statuses, refused (400 naming the item or the bound) unless they render after
-        `existing` and fit the conversation's bounds."""
+        `existing` and fit the conversation's bounds. Only the new items are rendered, after the calls the
+        conversation keeps (`conv.tools["calls"]`, which this extends); one they refuse is rendered again after
+        all of `existing`, which is what decides (a call kept before the record held calls, or lost to a race)."""
         items = [as_item(i) for i in normalize(new)] if new else []
         self.bounds.check(existing, items, param)
         seen = {i["id"] for i in existing}
@@ -231,15 +236,26 @@ class Conversations:
             if item["id"] in seen:
                 raise RequestError(f"item id {item['id']!r} is already in this conversation", f"{param}[{n}].id")
             seen.add(item["id"])
+        echo = EchoContext(dict(conv.tools.get("calls", {})))
         try:
-            to_messages(existing + items, EchoContext(dict(conv.tools.get("calls", {}))))
-        except RequestError as exc:
-            where = exc.param or ""
-            if where.startswith("input["):
-                index, _, rest = where.removeprefix("input[").partition("]")
-                exc.param = f"{param}[{int(index) - len(existing)}]{rest}"
-            raise
+            to_messages(items, echo)
+        except RequestError:
+            echo = EchoContext(dict(conv.tools.get("calls", {})))
+            _rendered_after(existing, items, echo, param)
+        conv.tools = {**conv.tools, "calls": echo.calls}
         return items
+
+
+def _rendered_after(existing: list[dict[str, Any]], items: list[dict[str, Any]], echo: EchoContext, param: str) -> None:
+    """Render `items` after all of `existing`; a refusal names the new item (`param[i]`), not its place in both."""
+    try:
+        to_messages(existing + items, echo)
+    except RequestError as exc:
+        where = exc.param or ""
+        if where.startswith("input["):
+            index, _, rest = where.removeprefix("input[").partition("]")
+            exc.param = f"{param}[{int(index) - len(existing)}]{rest}"
+        raise
 
 
 def _page(items: list[dict[str, Any]], *, has_more: bool) -> dict[str, Any]:
