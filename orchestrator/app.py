@@ -183,7 +183,7 @@ def _responses_routes(app: FastAPI, service: ResponsesService) -> None:
 
     @app.post("/v1/responses", openapi_extra=CREATE_DOC)
     async def create(request: Request) -> Response:
-        req = parse_body(await request.body())
+        req = await parse_body(await request.body())
         live = await service.create(req, request.state.owner, base_url=str(request.base_url))
         if req.stream:
             return _sse(service.stream(live))
@@ -220,7 +220,7 @@ def _chat_routes(app: FastAPI, service: ResponsesService, relay: ChatRelay) -> N
     async def chat_completions(request: Request) -> Response:
         owner = request.state.owner
         running = sum(lv.owner == owner for lv in service.live.values())
-        body = relay.admit(read_json(await request.body()), owner, running)
+        body = relay.admit(await read_json(await request.body()), owner, running)
         if body.get("stream"):
             return StreamingResponse(relay.stream(body, owner), media_type="text/event-stream")
         return JSONResponse(await relay.complete(body, owner))

@@ -112,7 +112,7 @@ class ContainerFile:
 
 
 async def json_body(request: Request) -> Any:
-    return read_json(await request.body())
+    return await read_json(await request.body())
 
 
 class Containers:

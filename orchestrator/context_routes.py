@@ -62,11 +62,11 @@ def add_routes(app: FastAPI, service: ResponsesService) -> None:
 
     @app.post("/v1/responses/input_tokens", openapi_extra=OBJECT_DOC)
     async def input_tokens(request: Request) -> JSONResponse:
-        req = _checked(read_json(await request.body()), COUNTED, "input_tokens")
+        req = _checked(await read_json(await request.body()), COUNTED, "input_tokens")
         count = await _on_worker(service.count_input_tokens(req, request.state.owner), service)
         return JSONResponse({"object": "response.input_tokens", "input_tokens": count})
 
     @app.post("/v1/responses/compact", openapi_extra=OBJECT_DOC)
     async def compact(request: Request) -> JSONResponse:
-        req = _checked(read_json(await request.body()), COMPACTED, "compact")
+        req = _checked(await read_json(await request.body()), COMPACTED, "compact")
         return JSONResponse(await _on_worker(service.compact(req, request.state.owner), service))

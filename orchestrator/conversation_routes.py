@@ -23,7 +23,7 @@ async def _body(request: Request, model: type[M], *, required: bool = True) -> M
     """The body as `model`, read by `read_json` (depth, surrogates: a 400 naming the field); an empty optional
     body is the model's defaults."""
     raw = await request.body()
-    return model.model_validate(read_json(raw) if raw or required else {})
+    return model.model_validate(await read_json(raw) if raw or required else {})
 
 
 def add_routes(app: FastAPI, conversations: Conversations) -> None:

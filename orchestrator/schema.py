@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import anyio
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.params import PARAMS, REFUSED
@@ -165,16 +166,27 @@ def json_doc(model: type[BaseModel], *, required: bool = True) -> dict[str, Any]
     return {"requestBody": {"required": required, "content": {"application/json": {"schema": inline(schema)}}}}
 
 
-def parse_body(raw: bytes) -> ResponsesRequest:
+async def parse_body(raw: bytes) -> ResponsesRequest:
     """The create body: JSON, an object, then validated strictly (a 400 naming what is wrong)."""
-    data = read_json(raw)
+    data = await read_json(raw)
     if not isinstance(data, dict):
         raise RequestError("the request body must be a JSON object")
     check_params(data)
     return ResponsesRequest.model_validate(data)
 
 
-def read_json(raw: bytes | str) -> Any:
+async def read_json(raw: bytes | str) -> Any:
+    """`parse_json`, in a worker thread for a body over `OFF_LOOP_BYTES`: checking a large one walks every
+    object and array in it (seconds for 16 MiB of `[]`), and the walk lets the event loop run meanwhile."""
+    if len(raw) < OFF_LOOP_BYTES:
+        return parse_json(raw)
+    return await anyio.to_thread.run_sync(parse_json, raw)
+
+
+OFF_LOOP_BYTES = 256 * 1024
+
+
+def parse_json(raw: bytes | str) -> Any:
     """A request body (or WebSocket message) as JSON: strict UTF-8, then JSON, nested at most `MAX_DEPTH`
     deep and holding no lone surrogate (`\\ud800`, which nothing downstream can encode): each a 400, naming
     the field where there is one. Its size was bounded before it was read (`bodies`)."""
@@ -196,22 +208,22 @@ def read_json(raw: bytes | str) -> Any:
 
 def _check_tree(data: Any) -> None:
     """Walk the parsed body (iteratively: no recursion to exhaust) for depth and lone surrogates."""
-    stack: list[tuple[Any, int, _Trail]] = [(data, 0, None)]
+    if isinstance(data, str) and _SURROGATE.search(data):
+        raise RequestError("the request body is a string holding a lone UTF-16 surrogate, which is not text")
+    stack: list[tuple[Any, int, _Trail]] = [(data, 1, None)] if isinstance(data, dict | list) else []
     while stack:
         value, depth, trail = stack.pop()
-        if isinstance(value, str):
-            if _SURROGATE.search(value):
-                where = _path(trail)
-                raise RequestError(f"{where or 'the body'}: a lone UTF-16 surrogate is not text", where)
-            continue
-        if not isinstance(value, dict | list):
-            continue
-        if depth == MAX_DEPTH:
+        if depth > MAX_DEPTH:
             raise _too_deep(_path(trail))
         for key, child in value.items() if isinstance(value, dict) else enumerate(value):
+            if isinstance(child, str):
+                if _SURROGATE.search(child):
+                    where = _path((trail, key))
+                    raise RequestError(f"{where or 'the body'}: a lone UTF-16 surrogate is not text", where)
+            elif isinstance(child, dict | list):
+                stack.append((child, depth + 1, (trail, key)))
             if isinstance(key, str) and _SURROGATE.search(key):
                 raise RequestError("a lone UTF-16 surrogate is not text, nor a field name", _path(trail))
-            stack.append((child, depth + 1, (trail, key)))
 
 
 def _too_deep(where: str | None) -> RequestError:

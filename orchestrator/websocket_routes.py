@@ -69,7 +69,7 @@ class Connection:
 
     async def handle(self, raw: str) -> None:
         try:
-            message = read_json(raw)
+            message = await read_json(raw)
         except RequestError as exc:
             return await self.send_error(exc)
         if isinstance(message, dict) and message.get("type") == "response.steer":
