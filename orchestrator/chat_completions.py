@@ -2,21 +2,23 @@
 
 The body goes to a worker as it is (vLLM validates and honours its fields) with `model` replaced by the
 worker's own name, through the same pool as the Responses path: balancing, retry on another worker before
-the first delta, health. The caller's key, rate and concurrency limits apply as on `/v1/responses`. The
-built-in tools (web search, code interpreter, MCP) live on `/v1/responses` only: a chat completion is one
-generation of the model, tools included, and its tool calls are the client's to run.
+the first delta, health. The caller's key, rate and running limit apply as on `/v1/responses`: a relayed
+completion holds one of the key's running slots until its last chunk. The built-in tools (web search, code
+interpreter, MCP) live on `/v1/responses` only: a chat completion is one generation of the model, tools
+included, and its tool calls are the client's to run.
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 
 import structlog
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
-from orchestrator.limits import check_running
+from orchestrator.limits import Slot, Slots
 from orchestrator.schema import RequestError
 from orchestrator.worker.client import WorkerError, WorkerPool, WorkerRefused, WorkerUnavailable
 
@@ -29,16 +31,40 @@ class UpstreamError(RequestError):
     etype = "server_error"
 
 
+class _HeldStream(StreamingResponse):
+    """A streamed answer that gives its slot back once the response is over, however it ends (even when
+    the client leaves before the first chunk, and the body is never iterated)."""
+
+    def __init__(self, content: AsyncIterator[str], slot: Slot) -> None:
+        super().__init__(content, media_type="text/event-stream")
+        self.slot = slot
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.slot.release()
+
+
 class ChatRelay:
-    """Relays chat completions for one app; counts each key's relays in flight for its concurrency limit."""
+    """Relays chat completions for one app, each holding one of its key's `running` slots."""
 
-    def __init__(self, pool: WorkerPool | None, max_concurrent_per_key: int) -> None:
+    def __init__(self, pool: WorkerPool | None, running: Slots) -> None:
         self.pool = pool
-        self.max_concurrent = max_concurrent_per_key
-        self.running: Counter[str] = Counter()
+        self.running = running
 
-    def admit(self, body: Any, owner: str, responses_running: int) -> dict[str, Any]:
-        """The checked body; a 400 for what is not a chat completion request, a 429 past the key's limit."""
+    async def answer(self, body: Any, owner: str) -> Response:
+        """The completion (JSON, or a stream); 400 for a body this relay does not take, 429 past the key's
+        running limit (the slot is taken before the first await)."""
+        sent = self.checked(body)
+        slot = self.running.take(owner)
+        if sent.get("stream"):
+            return _HeldStream(self.stream(sent), slot)
+        with slot:
+            return JSONResponse(await self.complete(sent))
+
+    def checked(self, body: Any) -> dict[str, Any]:
+        """The checked body; a 400 for what is not a chat completion request."""
         if self.pool is None:
             raise UpstreamError("this orchestrator has no worker pool to relay chat completions to", None, 503)
         if not isinstance(body, dict):
@@ -47,29 +73,27 @@ class ChatRelay:
             raise RequestError("messages must be a non-empty list", "messages")
         if not isinstance(body.get("stream", False), bool):
             raise RequestError("stream must be a boolean", "stream")
-        check_running(self.running[owner] + responses_running, self.max_concurrent)
         return body
 
-    async def complete(self, body: dict[str, Any], owner: str) -> dict[str, Any]:
+    async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         """A non-streaming completion: the worker's answer, with the caller's model name."""
-        async for answer in self._relay(body, owner, stream=False):
+        async for answer in self._relay(body, stream=False):
             return answer
         raise UpstreamError("the worker sent no answer", None, 502)
 
-    async def stream(self, body: dict[str, Any], owner: str) -> AsyncIterator[str]:
+    async def stream(self, body: dict[str, Any]) -> AsyncIterator[str]:
         """The worker's chunks as Server-Sent Events; a failure after the first chunk is an error chunk."""
         try:
-            async for chunk in self._relay(body, owner, stream=True):
+            async for chunk in self._relay(body, stream=True):
                 yield f"data: {json.dumps(chunk, separators=(',', ':'))}\n\n"
         except RequestError as exc:
             error = {"message": str(exc), "type": exc.etype, "param": exc.param, "code": exc.code}
             yield f"data: {json.dumps({'error': error})}\n\n"
         yield "data: [DONE]\n\n"
 
-    async def _relay(self, body: dict[str, Any], owner: str, *, stream: bool) -> AsyncIterator[dict[str, Any]]:
+    async def _relay(self, body: dict[str, Any], *, stream: bool) -> AsyncIterator[dict[str, Any]]:
         assert self.pool is not None
         asked = body.get("model")
-        self.running[owner] += 1
         try:
             async for obj in self.pool.relay_chat(body, stream=stream):
                 if asked is not None:
@@ -82,10 +106,6 @@ class ChatRelay:
         except WorkerError as exc:
             log.warning("chat.relay_failed", error=str(exc))
             raise UpstreamError(str(exc), None, 502, "worker_error") from None
-        finally:
-            self.running[owner] -= 1
-            if not self.running[owner]:
-                del self.running[owner]
 
 
 def _worker_message(text: str) -> str:

@@ -82,7 +82,14 @@ class OrchestratorSettings(ServiceSettings):
     metrics_token: str | None = Field(None, description="bearer token /metrics asks for (default: open)")
     rate_limit_rps: float = Field(0.0, description="requests per second per API key (0: no limit)")
     rate_limit_burst: int = Field(0, description="requests a key may send at once (default: 2 x rps, at least 1)")
-    max_concurrent_per_key: int = Field(64, description="responses one API key may have running (0: no limit)")
+    max_concurrent_per_key: int = Field(
+        64,
+        description="model turns one API key may have running: responses (stream, background or not), compactions"
+        " and relayed chat completions together (0: no limit); above: 429",
+    )
+    max_sockets_per_key: int = Field(
+        16, description="WebSocket connections one API key may have open (0: no limit); above: the upgrade is a 429"
+    )
     mcp_policy: str = Field(
         "public", description="client-named MCP servers: public (public addresses), allowlist or gateway-only"
     )
