@@ -179,7 +179,13 @@ def create_app(
     for kind in (RequestError, StoreUnavailable, ValidationError, RequestValidationError, HTTPException, Exception):
         app.add_exception_handler(kind, _error)
     _responses_routes(app, service)
-    _chat_routes(app, ChatRelay(pool, service.limits.running))
+    relay = ChatRelay(
+        pool,
+        service.limits.running,
+        max_output_tokens=settings.max_output_tokens,
+        context_tokens=settings.context_tokens,
+    )
+    _chat_routes(app, relay)
     conversation_routes.add_routes(app, service.conversations)
     context_routes.add_routes(app, service)
     websocket_routes.add_routes(app, service, error_response)
