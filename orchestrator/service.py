@@ -115,6 +115,8 @@ class ResponsesService(LiveResponses):
         slot = self.limits.running.take(owner)  # before the first await, so a burst cannot all pass the check
         lease = None
         try:
+            if req.store:  # refused now rather than after it ran, when the fleet-wide store is full
+                await self.store.room(owner)
             conv = await self._conversation(req, owner)
             lease = await self.conversations.hold(conv) if conv else None  # before its items are read
             p = await self._prepare(req, owner, kept)

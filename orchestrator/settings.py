@@ -40,7 +40,16 @@ class OrchestratorSettings(ServiceSettings):
     )
     redis_url: str | None = Field(None, description="Redis URL when --store redis (default redis://127.0.0.1:6379/0)")
     redis_prefix: str = Field("toolfleet:", description="key prefix in Redis (replicas sharing responses use the same)")
-    max_responses: int = Field(10_000, description="keep at most this many stored responses")
+    max_responses_per_key: int = Field(
+        1_000,
+        description="each API key keeps at most this many stored responses, and as many conversations;"
+        " a new one drops that key's own oldest, never another key's",
+    )
+    max_responses: int = Field(
+        10_000,
+        description="fleet-wide last resort: with this many stored responses (or conversations) in the store,"
+        " a new one of a key below its own bound is refused (507 store_full), never made room for",
+    )
     retention_s: float = Field(30 * 86400, description="drop stored responses older than this")
     files_dir: str = Field(
         str(Path(tempfile.gettempdir()) / "toolfleet-files"), description="where uploaded files' bytes are kept"

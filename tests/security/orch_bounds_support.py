@@ -73,8 +73,9 @@ def gated_worker() -> Iterator[tuple[str, Gate, ScriptedChatModel]]:
 
 
 @contextlib.contextmanager
-def orchestrator(worker_url: str, store: Store | None = None, **overrides: Any) -> Iterator[str]:
-    """An orchestrator on the chat path in front of `worker_url`, with `KEYS`, no tool servers."""
+def orchestrator(worker_url: str, backend: Store | None = None, **overrides: Any) -> Iterator[str]:
+    """An orchestrator on the chat path in front of `worker_url`, with `KEYS`, no tool servers; its response
+    store is `backend`, else the one the settings name."""
     with tempfile.TemporaryDirectory(prefix="toolfleet-bounds-") as scratch:
         values: dict[str, Any] = {
             "worker_urls": [worker_url],
@@ -86,7 +87,7 @@ def orchestrator(worker_url: str, store: Store | None = None, **overrides: Any) 
             "files_dir": f"{scratch}/files",
             **overrides,
         }
-        with serve_asgi(create_app(OrchestratorSettings(**values), store=store)) as url:
+        with serve_asgi(create_app(OrchestratorSettings(**values), store=backend)) as url:
             yield url
 
 
