@@ -68,7 +68,7 @@ class SQLiteConversations:
         db = self._s._db
         db.execute("DELETE FROM convs WHERE updated < ?", (time.time() - self._s.ttl_s,))
         if db.execute("SELECT 1 FROM convs WHERE id = ?", (conv.id,)).fetchone() is None:
-            make_room(db, "convs", "updated", conv.owner, self._s.per_key, self._s.max_responses)
+            make_room(db, "convs", "updated", conv.owner, self._s.bounds, "conversations")
         row = (conv.id, time.time(), conv.owner, json.dumps(asdict(conv)))
         db.execute("INSERT OR REPLACE INTO convs VALUES (?,?,?,?)", row)
         db.execute("DELETE FROM conv_items WHERE conv NOT IN (SELECT id FROM convs)")  # expired or dropped
@@ -161,7 +161,8 @@ class RedisConversations:
         return f"{self._p}cnv:{conv_id}", f"{self._p}cnv-order:{conv_id}", f"{self._p}cnv-items:{conv_id}"
 
     async def put(self, conv: Conversation) -> None:
-        await self._s.admit("cnv-index", conv.owner, conv.id, list(self._keys("")))  # the keys an id goes under
+        prefixes = list(self._keys(""))  # the keys a conversation's id goes under
+        await self._s.admit("cnv-index", "conversations", conv.owner, conv.id, prefixes)
         async with self._s._errors(), self._r.pipeline(transaction=True) as pipe:
             pipe.set(self._keys(conv.id)[0], json.dumps(asdict(conv)))
             self._refresh(pipe, conv.id)

@@ -87,9 +87,6 @@ class Slots:
         self._held[key] += 1
         return Slot(self, key)
 
-    def held(self, key: str) -> int:
-        return self._held[key]
-
     def _give_back(self, key: str) -> None:
         self._held[key] -= 1
         if self._held[key] <= 0:

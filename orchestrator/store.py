@@ -89,23 +89,22 @@ def owner_count(db: sqlite3.Connection, table: str, owner: str) -> int:
     return int(row[0])
 
 
-def refuse_when_full(db: sqlite3.Connection, table: str, most: int) -> None:
+def refuse_when_full(db: sqlite3.Connection, table: str, most: int, what: str) -> None:
     if db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0] >= most:  # table: ours, never the caller's
-        raise StoreFull(table, most)
+        raise StoreFull(what, most)
 
 
-def make_room(db: sqlite3.Connection, table: str, stamp: str, owner: str, per_key: int, most: int) -> list[str]:
-    """Room in `table` for one more row of `owner`: at its bound, its own oldest go (their ids returned);
-    below it, a table at `most` rows refuses (StoreFull) rather than dropping another owner's rows."""
+def make_room(db: sqlite3.Connection, table: str, stamp: str, owner: str, bounds: tuple[int, int], what: str) -> None:
+    """Room in `table` for one more row of `owner`, `bounds` being (per owner, in all): at its own bound its
+    oldest go; below it, a table at the fleet-wide bound refuses (StoreFull) rather than drop another's."""
+    per_key, most = bounds
     if owner_count(db, table, owner) < per_key:
-        refuse_when_full(db, table, most)
-        return []
-    oldest = db.execute(  # table and stamp are ours, never the caller's
-        f"SELECT id FROM {table} WHERE owner = ? ORDER BY {stamp} DESC LIMIT -1 OFFSET ?", (owner, per_key - 1)
-    ).fetchall()
-    victims = [r[0] for r in oldest]
-    db.executemany(f"DELETE FROM {table} WHERE id = ?", [(v,) for v in victims])
-    return victims
+        return refuse_when_full(db, table, most, what)
+    db.execute(  # table and stamp are ours, never the caller's
+        f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE owner = ? ORDER BY {stamp} DESC"
+        " LIMIT -1 OFFSET ?)",
+        (owner, per_key - 1),
+    )
 
 
 class SQLiteStore:
@@ -158,7 +157,8 @@ class SQLiteStore:
 
     def _put(self, record: Record) -> None:
         if self._db.execute("SELECT 1 FROM responses WHERE id = ?", (record.id,)).fetchone() is None:
-            make_room(self._db, "responses", "created", record.owner, self.per_key, self.max_responses)
+            self._db.execute("DELETE FROM responses WHERE created < ?", (time.time() - self.ttl_s,))
+            make_room(self._db, "responses", "created", record.owner, self.bounds, "responses")
         row = (
             record.id,
             time.time(),
@@ -186,7 +186,13 @@ class SQLiteStore:
     def _room(self, owner: str) -> None:
         """Refuse (StoreFull) when a new response of `owner` could only be kept past the fleet-wide bound."""
         if owner_count(self._db, "responses", owner) < self.per_key:
-            refuse_when_full(self._db, "responses", self.max_responses)
+            self._db.execute("DELETE FROM responses WHERE created < ?", (time.time() - self.ttl_s,))
+            refuse_when_full(self._db, "responses", self.max_responses, "responses")
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        """(per owner, in all), for each kind this file keeps: responses, conversations."""
+        return self.per_key, self.max_responses
 
     def _get(self, response_id: str) -> Record | None:
         row = self._db.execute(
@@ -397,27 +403,25 @@ class RedisStore:
             prefix=settings.redis_prefix,
         )
 
-    async def admit(self, kind: str, owner: str, obj_id: str, keys: list[str]) -> None:
-        """Room for object `obj_id` of `owner` in the `kind` indexes (`ADMIT`); `keys`: the key prefixes
-        an evicted object's data lives under. StoreFull when only the fleet-wide bound stands in the way."""
+    async def admit(self, index: str, what: str, owner: str, obj_id: str, keys: list[str]) -> None:
+        """Room for object `obj_id` of `owner` in the `index` sorted sets (`ADMIT`); `keys`: the key prefixes
+        an evicted object's data lives under. StoreFull (naming `what`) when only the fleet-wide bound
+        stands in the way."""
         now = time.time()
-        indexes = (f"{self._p}{kind}", f"{self._p}{kind}:{owner}")
+        indexes = (f"{self._p}{index}", f"{self._p}{index}:{owner}")
         args = (obj_id, now, now - self.ttl_s, self.per_key, self.max_responses, *keys)
         async with self._errors():
             admitted = await self._r.eval(ADMIT, 2, *indexes, *args)
         if not admitted:
-            raise StoreFull(kind, self.max_responses)
+            raise StoreFull(what, self.max_responses)
 
-    async def has_room(self, kind: str, owner: str) -> None:
-        """StoreFull when a new object of `owner` would be refused by `admit` now."""
-        indexes = (f"{self._p}{kind}", f"{self._p}{kind}:{owner}")
+    async def room(self, owner: str) -> None:
+        """StoreFull when a new response of `owner` would be refused by `admit` now."""
+        indexes = (f"{self._p}index", f"{self._p}index:{owner}")
         async with self._errors():
             room = await self._r.eval(ROOM, 2, *indexes, time.time() - self.ttl_s, self.per_key, self.max_responses)
         if not room:
-            raise StoreFull(kind, self.max_responses)
-
-    async def room(self, owner: str) -> None:
-        await self.has_room("index", owner)
+            raise StoreFull("responses", self.max_responses)
 
     @contextlib.asynccontextmanager
     async def _errors(self) -> AsyncIterator[None]:
@@ -475,7 +479,7 @@ class RedisStore:
             k: getattr(record, k)
             for k in ("id", "conversation", "body", "input_items", "messages", "events", "tools", "owner")
         }
-        await self.admit("index", record.owner, record.id, [f"{self._p}resp:"])
+        await self.admit("index", "responses", record.owner, record.id, [f"{self._p}resp:"])
         async with self._errors():
             await self._r.set(f"{self._p}resp:{record.id}", json.dumps(data), ex=self.ttl_s)
 

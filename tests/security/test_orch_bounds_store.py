@@ -112,7 +112,8 @@ def test_the_fleet_wide_bound_refuses_a_new_object_and_drops_nobodys(fleets, sto
     assert refusal.status_code == 507, refusal.text
     error = refusal.json()["error"]
     assert error["code"] == "store_full" and error["type"] == "server_error"
-    assert "fleet-wide store is full" in error["message"] and "another API key" in error["message"]
+    assert f"fleet-wide store is full: it holds {FLEET} {kind}" in error["message"]
+    assert "nothing of another API key is dropped" in error["message"]
     path = f"/v1/{kind}"
     for caller, made_ids in ids.items():  # everything stored before the refusal is still there
         assert all(caller.kept(path, made_ids))
