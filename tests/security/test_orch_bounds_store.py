@@ -142,3 +142,23 @@ async def test_kept_results_and_reference_entries_are_bounded_per_owner(bare_sto
     assert await bare_store.get_results(list(mine)) == mine
     theirs = await bare_store.get_results([f"key_b/ref:item_{n}" for n in range(40)])
     assert sorted(theirs) == sorted(f"key_b/ref:item_{n}" for n in range(32, 40))  # its newest 8 only
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_another_keys_files_and_containers_never_drop_mine(fleets, store):
+    """Files and containers have no count bound to make room in (they expire, and a key deletes its own):
+    whatever another key creates, none of mine goes."""
+    a, b = Caller(fleets[store]), Caller(fleets[store])
+
+    def upload(caller: Caller) -> str:
+        return made(caller.http.post("/v1/files", files={"file": ("a.txt", b"mine")}, data={"purpose": "user_data"}))
+
+    def container(caller: Caller) -> str:
+        return made(caller.http.post("/v1/containers", json={"name": "mine"}))
+
+    files, containers = [upload(a)], [container(a)]
+    for _ in range(FLEET + 2):
+        upload(b)
+        container(b)
+    assert a.kept("/v1/files", files) == [True] and a.kept("/v1/containers", containers) == [True]
+    assert a.http.get(f"/v1/files/{files[0]}/content").content == b"mine"
