@@ -42,11 +42,13 @@ class OrchestratorSettings(ServiceSettings):
     redis_prefix: str = Field("toolfleet:", description="key prefix in Redis (replicas sharing responses use the same)")
     max_responses_per_key: int = Field(
         1_000,
+        ge=1,
         description="each API key keeps at most this many stored responses, and as many conversations;"
         " a new one drops that key's own oldest, never another key's",
     )
     max_responses: int = Field(
         10_000,
+        ge=1,
         description="fleet-wide last resort: with this many stored responses (or conversations) in the store,"
         " a new one of a key below its own bound is refused (507 store_full), never made room for",
     )
