@@ -6,9 +6,11 @@ another. The connection keeps its newest response in memory (as OpenAI's does), 
 `previous_response_id` continues from it without a store read, and an unstored (`store: false`) one is
 continuable for the life of the connection (its tool sessions until idle); older unstored ones are gone.
 `generate: false` only prefills the worker's cache (one token generated and discarded).
-The key and the per-key rate are checked on the upgrade by the same middleware as HTTP; a refused
-request, or a `response.create` sent while one is running, is answered with an `error` event and the
-connection stays open. A connection lives at most `LIFETIME_S` (OpenAI's documented 60 minutes).
+The key and the per-key rate are checked on the upgrade by the same middleware as HTTP, and a key holds
+at most `--max-sockets-per-key` connections (beyond: the upgrade is refused with a 429). Each
+`response.create` is one request of the key's rate and one of its running responses, as over HTTP; a
+refused request, or a `response.create` sent while one is running, is answered with an `error` event
+and the connection stays open. A connection lives at most `LIFETIME_S` (OpenAI's documented 60 minutes).
 `response.steer` (input queued into the running response, committed by an automatic successor response)
 is not built: it is answered with OpenAI's own refusal, `response.steer.failed` with the code
 `steering_not_supported`, carrying the input back so the client can send it in its next `response.create`.
@@ -27,6 +29,7 @@ import structlog
 from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse
 
+from orchestrator.limits import LimitExceeded
 from orchestrator.schema import RequestError, ResponsesRequest, check_params
 from orchestrator.service import ResponsesService
 from orchestrator.store import Record
@@ -62,6 +65,10 @@ class Connection:
         if not isinstance(message, dict) or message.get("type") != "response.create":
             kind = message.get("type") if isinstance(message, dict) else None
             return await self.send_error(RequestError(f"unsupported client event type {kind!r}", "type"))
+        try:
+            self.service.limits.rate.admit(self.ws.state.owner)  # each response.create is a request
+        except LimitExceeded as exc:
+            return await self.send_error(exc, message.get("stream_id"))
         if self.running is not None and self.finished:
             await self.running  # settling is quick; the next response may continue from this one
         elif self.running is not None and not self.running.done():
@@ -133,9 +140,13 @@ def add_routes(app: FastAPI, service: ResponsesService, errors: Callable[[BaseEx
 
     @app.websocket("/v1/responses")
     async def responses_socket(ws: WebSocket) -> None:
-        await ws.accept()
+        try:
+            held = service.limits.sockets.take(ws.state.owner)
+        except LimitExceeded as exc:
+            return await _refuse_upgrade(ws, errors(exc))
         conn = Connection(ws, service, errors)
         try:
+            await ws.accept()
             with anyio.move_on_after(LIFETIME_S):
                 while True:
                     await conn.handle(await ws.receive_text())
@@ -151,7 +162,16 @@ def add_routes(app: FastAPI, service: ResponsesService, errors: Callable[[BaseEx
         except WebSocketDisconnect:
             log.info("websocket.closed")
         finally:
+            held.release()
             await conn.close()
+
+
+async def _refuse_upgrade(ws: WebSocket, answer: JSONResponse) -> None:
+    """The upgrade answered with an HTTP error (OpenAI's body), or, where the server cannot send one, closed
+    with a policy-violation code and the error's message as the reason."""
+    if "websocket.http.response" in ws.scope.get("extensions", {}):
+        return await ws.send_denial_response(answer)
+    await ws.close(1008, json.loads(answer.body)["error"]["message"])
 
 
 def _http_base(ws: WebSocket) -> str:
