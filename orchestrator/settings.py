@@ -47,7 +47,7 @@ class OrchestratorSettings(ServiceSettings):
         " a new one drops that key's own oldest, never another key's",
     )
     max_responses: int = Field(
-        10_000,
+        100_000,
         ge=1,
         description="fleet-wide last resort: with this many stored responses (or conversations) in the store,"
         " a new one of a key below its own bound is refused (507 store_full), never made room for",
