@@ -22,7 +22,6 @@ from orchestrator.containers import Containers
 from orchestrator.containers_api import containers_router
 from orchestrator.files import Files
 from orchestrator.files_api import files_router
-from orchestrator.limits import RequestRate
 from orchestrator.mcp_policy import McpPolicy
 from orchestrator.metrics import LatencyMiddleware, OrchestratorMetrics
 from orchestrator.schema import (
@@ -149,8 +148,7 @@ def create_app(
             await store.aclose()
 
     app = FastAPI(title="toolfleet orchestrator", lifespan=lifespan, responses=ERRORS)
-    rate = RequestRate(settings.rate_limit_rps, settings.rate_limit_burst)
-    app.add_middleware(AuthMiddleware, keys=keys, rate=rate, metrics_token=settings.metrics_token)
+    app.add_middleware(AuthMiddleware, keys=keys, rate=service.limits.rate, metrics_token=settings.metrics_token)
     app.add_middleware(BodyLimitMiddleware, limits=BodyLimits(settings.max_body_bytes, settings.max_file_bytes))
     app.add_middleware(LatencyMiddleware, metrics=metrics)
     app.add_middleware(TracingMiddleware)  # outermost: every request is a span, auth refusals too
@@ -170,7 +168,13 @@ def create_app(
     for kind in (RequestError, StoreUnavailable, ValidationError, RequestValidationError, HTTPException, Exception):
         app.add_exception_handler(kind, _error)
     _responses_routes(app, service)
-    _chat_routes(app, service, ChatRelay(pool, settings.max_concurrent_per_key))
+    relay = ChatRelay(
+        pool,
+        service.limits.running,
+        max_output_tokens=settings.max_output_tokens,
+        context_tokens=settings.context_tokens,
+    )
+    _chat_routes(app, relay)
     conversation_routes.add_routes(app, service.conversations)
     context_routes.add_routes(app, service)
     websocket_routes.add_routes(app, service, error_response)
@@ -213,17 +217,12 @@ def _responses_routes(app: FastAPI, service: ResponsesService) -> None:
         return JSONResponse(await service.input_items(rid, request.state.owner, limit, order, after))
 
 
-def _chat_routes(app: FastAPI, service: ResponsesService, relay: ChatRelay) -> None:
+def _chat_routes(app: FastAPI, relay: ChatRelay) -> None:
     """`/v1/chat/completions`, relayed to the workers (`chat_completions.py`)."""
 
     @app.post("/v1/chat/completions", openapi_extra={"responses": SSE_OR_JSON})
     async def chat_completions(request: Request) -> Response:
-        owner = request.state.owner
-        running = sum(lv.owner == owner for lv in service.live.values())
-        body = relay.admit(await read_json(await request.body()), owner, running)
-        if body.get("stream"):
-            return StreamingResponse(relay.stream(body, owner), media_type="text/event-stream")
-        return JSONResponse(await relay.complete(body, owner))
+        return await relay.answer(await read_json(await request.body()), request.state.owner)
 
 
 def _service_routes(

@@ -2,8 +2,10 @@
 
 A conversation is one record (its body as the API shows it, its owner, the tool-session id and tool
 state its responses carry on) plus its items in order. Each backend shares its response store's
-connection, retention (`ttl_s`, counted from the last write) and count bound (`max_responses`), so a
-conversation is kept exactly as long as a response would be. Pagination and ownership are decided
+connection, retention (`ttl_s`, counted from the last write) and bounds, so a conversation is kept
+exactly as long as a response would be: each key keeps at most `per_key` conversations, a new one drops
+that key's own least recently written (with its items), never another key's, and at the fleet-wide
+`max_responses` a new one of a key below its bound is refused (`StoreFull`, 507). Pagination and ownership are decided
 above the backends (`conversations.Conversations`), so both behave the same.
 
 Each backend also holds the conversation's lease (`hold`/`release`): a token with an expiry, taken
@@ -18,7 +20,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from orchestrator.store import RedisStore, SQLiteStore, Store
+from orchestrator.store import RedisStore, SQLiteStore, Store, make_room
 
 
 @dataclass
@@ -54,6 +56,7 @@ class SQLiteConversations:
         with store._lock:
             db.execute("CREATE TABLE IF NOT EXISTS convs (id TEXT PRIMARY KEY, updated REAL, owner TEXT, body TEXT)")
             db.execute("CREATE INDEX IF NOT EXISTS convs_updated ON convs(updated)")
+            db.execute("CREATE INDEX IF NOT EXISTS convs_owner ON convs(owner, updated)")
             db.execute(
                 "CREATE TABLE IF NOT EXISTS conv_items (seq INTEGER PRIMARY KEY AUTOINCREMENT, conv TEXT,"
                 " id TEXT, item TEXT)"
@@ -63,15 +66,12 @@ class SQLiteConversations:
 
     def _put(self, conv: Conversation) -> None:
         db = self._s._db
+        db.execute("DELETE FROM convs WHERE updated < ?", (time.time() - self._s.ttl_s,))
+        if db.execute("SELECT 1 FROM convs WHERE id = ?", (conv.id,)).fetchone() is None:
+            make_room(db, "convs", "updated", conv.owner, self._s.bounds, "conversations")
         row = (conv.id, time.time(), conv.owner, json.dumps(asdict(conv)))
         db.execute("INSERT OR REPLACE INTO convs VALUES (?,?,?,?)", row)
-        cutoff = time.time() - self._s.ttl_s
-        db.execute("DELETE FROM convs WHERE updated < ?", (cutoff,))
-        db.execute(
-            "DELETE FROM convs WHERE id IN (SELECT id FROM convs ORDER BY updated DESC LIMIT -1 OFFSET ?)",
-            (self._s.max_responses,),
-        )
-        db.execute("DELETE FROM conv_items WHERE conv NOT IN (SELECT id FROM convs)")
+        db.execute("DELETE FROM conv_items WHERE conv NOT IN (SELECT id FROM convs)")  # expired or dropped
 
     def _get(self, conv_id: str) -> Conversation | None:
         row = self._s._db.execute("SELECT body, updated FROM convs WHERE id = ?", (conv_id,)).fetchone()
@@ -139,12 +139,19 @@ if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
 return 0
 """
 _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+_TOUCH = """
+local raw = redis.call('get', KEYS[1])
+if raw then redis.call('zadd', ARGV[3] .. cjson.decode(raw).owner, 'XX', ARGV[1], ARGV[2]) end
+redis.call('zadd', KEYS[2], 'XX', ARGV[1], ARGV[2])
+"""
+"""A write to conversation ARGV[2] (record KEYS[1]) makes it the newest in its owner's index and the fleet's."""
 
 
 class RedisConversations:
     """Per conversation: its record (`cnv:ID`), its item ids in order (`cnv-order:ID`, a list) and its items
-    by id (`cnv-items:ID`, a hash); all three expire together `ttl_s` after the last write. A sorted set
-    (`cnv-index`) bounds their number to `max_responses`, oldest dropped first."""
+    by id (`cnv-items:ID`, a hash); all three expire together `ttl_s` after the last write. A sorted set per
+    owner (`cnv-index:OWNER`) bounds each key's to `per_key`, its least recently written dropped first, and
+    the fleet-wide one (`cnv-index`) refuses new ones at `max_responses` (`store.ADMIT`)."""
 
     def __init__(self, store: RedisStore) -> None:
         self._s = store
@@ -153,31 +160,19 @@ class RedisConversations:
     def _keys(self, conv_id: str) -> tuple[str, str, str]:
         return f"{self._p}cnv:{conv_id}", f"{self._p}cnv-order:{conv_id}", f"{self._p}cnv-items:{conv_id}"
 
-    async def _trim(self) -> None:
-        index, now = f"{self._p}cnv-index", time.time()
-        async with self._r.pipeline(transaction=True) as pipe:
-            pipe.zremrangebyscore(index, 0, now - self._s.ttl_s)
-            pipe.zcard(index)
-            *_, count = await pipe.execute()
-        if count > self._s.max_responses:
-            oldest = await self._r.zrange(index, 0, count - self._s.max_responses - 1)
-            for raw in oldest:
-                await self._r.delete(*self._keys(raw.decode()))
-            if oldest:
-                await self._r.zrem(index, *oldest)
-
     async def put(self, conv: Conversation) -> None:
-        async with self._s._errors():
-            async with self._r.pipeline(transaction=True) as pipe:
-                pipe.set(self._keys(conv.id)[0], json.dumps(asdict(conv)))
-                self._refresh(pipe, conv.id)
-                await pipe.execute()
-            await self._trim()
+        prefixes = list(self._keys(""))  # the keys a conversation's id goes under
+        await self._s.admit("cnv-index", "conversations", conv.owner, conv.id, prefixes)
+        async with self._s._errors(), self._r.pipeline(transaction=True) as pipe:
+            pipe.set(self._keys(conv.id)[0], json.dumps(asdict(conv)))
+            self._refresh(pipe, conv.id)
+            await pipe.execute()
 
     def _refresh(self, pipe: Any, conv_id: str) -> None:
         for key in self._keys(conv_id):
             pipe.expire(key, self._s.ttl_s)
-        pipe.zadd(f"{self._p}cnv-index", {conv_id: time.time()})
+        record = self._keys(conv_id)[0]
+        pipe.eval(_TOUCH, 2, record, f"{self._p}cnv-index", time.time(), conv_id, f"{self._p}cnv-index:")
 
     async def get(self, conv_id: str) -> Conversation | None:
         async with self._s._errors():
@@ -185,12 +180,13 @@ class RedisConversations:
         return Conversation(**json.loads(raw)) if raw else None
 
     async def delete(self, conv_id: str) -> bool:
+        conv = await self.get(conv_id)
         async with self._s._errors():
             await self._r.zrem(f"{self._p}cnv-index", conv_id)
-            record, *_ = self._keys(conv_id)
-            found = bool(await self._r.exists(record))
+            if conv is not None:
+                await self._r.zrem(f"{self._p}cnv-index:{conv.owner}", conv_id)
             await self._r.delete(*self._keys(conv_id))
-            return found
+            return conv is not None
 
     async def add_items(self, conv_id: str, items: list[dict[str, Any]]) -> None:
         _, order, by_id = self._keys(conv_id)

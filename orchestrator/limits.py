@@ -1,16 +1,26 @@
-"""Per-key limits: requests per second (a token bucket per key) and responses running at once per key.
+"""Per-key limits: requests per second (a token bucket per key), model turns running at once per key and
+WebSocket connections open at once per key.
 
-Both are counted per replica: N replicas behind a balancer admit up to N times the figure. That keeps
+All are counted per replica: N replicas behind a balancer admit up to N times the figure. That keeps
 the check off the shared store's path; an operator who needs one fleet-wide figure divides it by N.
+
+A slot (`Slots.take`) is checked and counted in one step with no await between, so a burst of requests
+cannot all pass the check before any of them is counted; whoever takes one releases it in a `finally`.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING
 
 from orchestrator.schema import RequestError
+
+if TYPE_CHECKING:
+    from orchestrator.settings import OrchestratorSettings
 
 _IDLE_BUCKETS = 4096  # forget full buckets beyond this many keys (a full bucket is the default state)
 
@@ -61,7 +71,68 @@ class RequestRate:
             del self._buckets[key]
 
 
-def check_running(running: int, limit: int) -> None:
-    """Refuse a new response when the key already has `limit` running (limit 0: no limit)."""
-    if limit and running >= limit:
-        raise LimitExceeded(f"Too many responses running at once: at most {limit} per API key.", 1.0)
+class Slots:
+    """At most `limit` held at once per key (0: no limit), each taken by `take` and given back by its `Slot`."""
+
+    def __init__(self, limit: int, refusal: str) -> None:
+        self.limit = limit
+        self.refusal = refusal  # the 429's message; `{limit}` is filled in
+        self._held: Counter[str] = Counter()
+
+    def take(self, key: str) -> Slot:
+        """One of `key`'s slots, or LimitExceeded when all are held. Synchronous on purpose: the check and
+        the count happen with no await between them, so concurrent requests cannot all pass the check."""
+        if self.limit and self._held[key] >= self.limit:
+            raise LimitExceeded(self.refusal.format(limit=self.limit), 1.0)
+        self._held[key] += 1
+        return Slot(self, key)
+
+    def _give_back(self, key: str) -> None:
+        self._held[key] -= 1
+        if self._held[key] <= 0:
+            del self._held[key]
+
+
+class Slot:
+    """One taken slot; `release` gives it back once, however often it is called (a `with` block calls it)."""
+
+    def __init__(self, slots: Slots, key: str) -> None:
+        self._slots: Slots | None = slots
+        self._key = key
+
+    def release(self) -> None:
+        if self._slots is not None:
+            self._slots._give_back(self._key)
+            self._slots = None
+
+    def __enter__(self) -> Slot:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.release()
+
+
+@dataclass
+class KeyLimits:
+    """Every per-key limit of one replica: the request rate (checked by the auth middleware on each request
+    and on each WebSocket `response.create`), the model turns running (responses, compactions, relayed
+    chat completions, together) and the WebSocket connections open."""
+
+    rate: RequestRate
+    running: Slots
+    sockets: Slots
+
+    @classmethod
+    def from_settings(cls, settings: OrchestratorSettings) -> KeyLimits:
+        return cls(
+            RequestRate(settings.rate_limit_rps, settings.rate_limit_burst),
+            Slots(
+                settings.max_concurrent_per_key,
+                "Too many responses running at once: at most {limit} per API key"
+                " (responses, compactions and chat completions together).",
+            ),
+            Slots(
+                settings.max_sockets_per_key,
+                "Too many WebSocket connections open at once: at most {limit} per API key.",
+            ),
+        )

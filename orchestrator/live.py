@@ -17,6 +17,7 @@ import structlog
 from orchestrator.conversation_store import Conversation
 from orchestrator.conversations import Lease
 from orchestrator.events import ResponseBuilder
+from orchestrator.limits import Slot
 from orchestrator.schema import RequestError, ResponsesRequest
 from orchestrator.store import Record, Store
 
@@ -37,6 +38,7 @@ class Live:
     task: asyncio.Task[None] | None = None
     conversation: Conversation | None = None  # the Conversations API's, when the request named one
     lease: Lease | None = None  # its hold on that conversation, released once settled
+    slot: Slot | None = None  # its place in the key's running limit, given back once settled
     kept: dict[str, Record] | None = None  # a WebSocket connection's newest response, to continue from
     record: Record | None = None  # what it left, once settled
     http_status: int = 200

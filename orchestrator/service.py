@@ -26,7 +26,7 @@ from orchestrator.items import normalize
 from orchestrator.kinds import EchoContext, custom
 from orchestrator.kinds.compaction import compaction_item, is_triggered
 from orchestrator.kinds.mcp import list_tools_item
-from orchestrator.limits import check_running
+from orchestrator.limits import KeyLimits
 from orchestrator.live import RUNNING, Live, LiveResponses
 from orchestrator.mcp_policy import McpPolicy, ServerRefused, refusal
 from orchestrator.run import Limits, Run, ToolState, TurnModel, TurnState
@@ -95,6 +95,7 @@ class ResponsesService(LiveResponses):
         self.endpoints = Endpoints(settings.tools_url, settings.endpoint_overrides())
         self.worker_roles = worker_roles(settings.worker_urls)
         self.live: dict[str, Live] = {}
+        self.limits = KeyLimits.from_settings(settings)
         self.closing = False
         """Set at shutdown: responses cancelled then fail (the caller did not cancel them)."""
         self.on_settled: Any = None  # (status, usage, [(namespace, outcome)]) -> None: the metrics
@@ -116,23 +117,27 @@ class ResponsesService(LiveResponses):
         `base_url`: the orchestrator as the caller reached it (links to container files, unless configured)."""
         if req.background and not req.store:
             raise RequestError("background responses need store=true", "background")
-        check_running(sum(lv.owner == owner for lv in self.live.values()), self.settings.max_concurrent_per_key)
-        conv = await self._conversation(req, owner)
-        lease = await self.conversations.hold(conv) if conv else None  # before its items are read
+        slot = self.limits.running.take(owner)  # before the first await, so a burst cannot all pass the check
+        lease = None
         try:
+            if req.store:  # refused now rather than after it ran, when the fleet-wide store is full
+                await self.store.room(owner)
+            conv = await self._conversation(req, owner)
+            lease = await self.conversations.hold(conv) if conv else None  # before its items are read
             p = await self._prepare(req, owner, kept)
             if p.conversation is not None:  # its input is added to the conversation: within the bounds
                 await self.conversations.room(p.stored, p.items, "input")
             await self._workspace(p.run, owner, self.settings.public_url or base_url)
             p.run.warm_only = warm_only
             builder, rid = p.run.builder, p.run.builder.id
-            live = Live(builder, req, owner, conversation=p.conversation, lease=lease, kept=kept)
+            live = Live(builder, req, owner, conversation=p.conversation, lease=lease, kept=kept, slot=slot)
             builder.start(queued=req.background)
             if req.background:  # other replicas sharing the store can see it running (and ask to cancel it)
                 snapshot, events = builder.snapshot(), list(builder.events)
                 await self.store.hold_running([rid], self.settings.background_hold_s)  # before anyone can read it
                 await self.store.put(Record(rid, p.run.conversation, snapshot, p.items, [], events, owner=owner))
         except BaseException:
+            slot.release()
             if lease is not None:  # refused before it ran: the conversation is free again at once
                 await lease.release()
             raise
@@ -164,11 +169,13 @@ class ResponsesService(LiveResponses):
         return await model.count(r)
 
     async def compact(self, req: ResponsesRequest, owner: str) -> dict[str, Any]:
-        """OpenAI's compacted window: the user's messages, then one compaction item the model wrote."""
-        p = await self._prepare(req, owner)
-        r = p.run
-        messages = r.messages + r.new_input
-        summary = await compaction.summarise(r, r.model or HARMONY, messages)
+        """OpenAI's compacted window: the user's messages, then one compaction item the model wrote. Its model
+        turn counts against the key's running limit, as a response's does."""
+        with self.limits.running.take(owner):  # before the first await
+            p = await self._prepare(req, owner)
+            r = p.run
+            messages = r.messages + r.new_input
+            summary = await compaction.summarise(r, r.model or HARMONY, messages)
         output = [compaction.user_item(m) for m in compaction.kept(messages[p.n_head :])]
         return {
             "id": new_id("cmp"),
@@ -482,6 +489,8 @@ class ResponsesService(LiveResponses):
         finally:
             log.info("response.done", response_id=b.id, status=status, output_items=len(b.output))
             self.live.pop(b.id, None)
+            if live.slot is not None:
+                live.slot.release()
             await self._release(live)
             live.done.set()
 

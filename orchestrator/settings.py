@@ -40,7 +40,18 @@ class OrchestratorSettings(ServiceSettings):
     )
     redis_url: str | None = Field(None, description="Redis URL when --store redis (default redis://127.0.0.1:6379/0)")
     redis_prefix: str = Field("toolfleet:", description="key prefix in Redis (replicas sharing responses use the same)")
-    max_responses: int = Field(10_000, description="keep at most this many stored responses")
+    max_responses_per_key: int = Field(
+        1_000,
+        ge=1,
+        description="each API key keeps at most this many stored responses, and as many conversations;"
+        " a new one drops that key's own oldest, never another key's",
+    )
+    max_responses: int = Field(
+        100_000,
+        ge=1,
+        description="fleet-wide last resort: with this many stored responses (or conversations) in the store,"
+        " a new one of a key below its own bound is refused (507 store_full), never made room for",
+    )
     retention_s: float = Field(30 * 86400, description="drop stored responses older than this")
     files_dir: str = Field(
         str(Path(tempfile.gettempdir()) / "toolfleet-files"), description="where uploaded files' bytes are kept"
@@ -93,7 +104,14 @@ class OrchestratorSettings(ServiceSettings):
     )
     rate_limit_rps: float = Field(0.0, description="requests per second per API key (0: no limit)")
     rate_limit_burst: int = Field(0, description="requests a key may send at once (default: 2 x rps, at least 1)")
-    max_concurrent_per_key: int = Field(64, description="responses one API key may have running (0: no limit)")
+    max_concurrent_per_key: int = Field(
+        64,
+        description="model turns one API key may have running: responses (stream, background or not), compactions"
+        " and relayed chat completions together (0: no limit); above: 429",
+    )
+    max_sockets_per_key: int = Field(
+        16, description="WebSocket connections one API key may have open (0: no limit); above: the upgrade is a 429"
+    )
     mcp_policy: str = Field(
         "public", description="client-named MCP servers: public (public addresses), allowlist or gateway-only"
     )

@@ -6,8 +6,10 @@ another. The connection keeps its newest response in memory (as OpenAI's does), 
 `previous_response_id` continues from it without a store read, and an unstored (`store: false`) one is
 continuable for the life of the connection (its tool sessions until idle); older unstored ones are gone.
 `generate: false` only prefills the worker's cache (one token generated and discarded).
-The key and the per-key rate are checked on the upgrade by the same middleware as HTTP; a refused
-request, a `response.create` sent while one is running, or a frame that is binary, over
+The key and the per-key rate are checked on the upgrade by the same middleware as HTTP, and a key holds
+at most `--max-sockets-per-key` connections (beyond: the upgrade is refused with a 429). Each
+`response.create` is one request of the key's rate and one of its running responses, as over HTTP; a
+refused request, a `response.create` sent while one is running, or a frame that is binary, over
 `--max-body-bytes` or bad JSON (`schema.read_json`), is answered with an `error` event and the
 connection stays open. A connection lives at most `LIFETIME_S` (OpenAI's documented 60 minutes).
 `response.steer` (input queued into the running response, committed by an automatic successor response)
@@ -29,6 +31,7 @@ from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse
 from starlette.types import Message
 
+from orchestrator.limits import LimitExceeded
 from orchestrator.schema import RequestError, ResponsesRequest, check_params, read_json
 from orchestrator.service import ResponsesService
 from orchestrator.store import Record
@@ -77,6 +80,10 @@ class Connection:
         if not isinstance(message, dict) or message.get("type") != "response.create":
             kind = message.get("type") if isinstance(message, dict) else None
             return await self.send_error(RequestError(f"unsupported client event type {kind!r}", "type"))
+        try:
+            self.service.limits.rate.admit(self.ws.state.owner)  # each response.create is a request
+        except LimitExceeded as exc:
+            return await self.send_error(exc, message.get("stream_id"))
         if self.running is not None and self.finished:
             await self.running  # settling is quick; the next response may continue from this one
         elif self.running is not None and not self.running.done():
@@ -148,9 +155,13 @@ def add_routes(app: FastAPI, service: ResponsesService, errors: Callable[[BaseEx
 
     @app.websocket("/v1/responses")
     async def responses_socket(ws: WebSocket) -> None:
-        await ws.accept()
+        try:
+            held = service.limits.sockets.take(ws.state.owner)
+        except LimitExceeded as exc:
+            return await _refuse_upgrade(ws, errors(exc))
         conn = Connection(ws, service, errors)
         try:
+            await ws.accept()
             with anyio.move_on_after(LIFETIME_S):
                 while True:
                     await conn.receive(await ws.receive())
@@ -166,7 +177,16 @@ def add_routes(app: FastAPI, service: ResponsesService, errors: Callable[[BaseEx
         except WebSocketDisconnect:
             log.info("websocket.closed")
         finally:
+            held.release()
             await conn.close()
+
+
+async def _refuse_upgrade(ws: WebSocket, answer: JSONResponse) -> None:
+    """The upgrade answered with an HTTP error (OpenAI's body), or, where the server cannot send one, closed
+    with a policy-violation code and the error's message as the reason."""
+    if "websocket.http.response" in ws.scope.get("extensions", {}):
+        return await ws.send_denial_response(answer)
+    await ws.close(1008, json.loads(answer.body)["error"]["message"])
 
 
 def _http_base(ws: WebSocket) -> str:

@@ -53,16 +53,16 @@ def test_two_replicas_share_responses_and_continue_each_others_chains(make_stack
         a.client.responses.retrieve(first.id)
 
 
-def test_redis_store_keeps_at_most_max_responses_and_expires_them(make_stack, redis_url):
+def test_redis_store_keeps_at_most_max_responses_per_key_and_expires_them(make_stack, redis_url):
     prefix = f"t{uuid.uuid4().hex[:8]}:"
-    stack = _redis(make_stack, redis_url, prefix, max_responses=3, retention_s=600)
+    stack = _redis(make_stack, redis_url, prefix, max_responses_per_key=3, retention_s=600)
     ids = [stack.client.responses.create(model="gpt-oss", input=f"hi {i}").id for i in range(5)]
     for rid in ids[:2]:
         with pytest.raises(openai.NotFoundError):
             stack.client.responses.retrieve(rid)
     assert [stack.client.responses.retrieve(rid).id for rid in ids[2:]] == ids[2:]
     with redis.from_url(redis_url) as client:
-        assert client.zcard(f"{prefix}index") == 3
+        assert client.zcard(f"{prefix}index") == 3 and client.zcard(f"{prefix}index:anonymous") == 3
         assert 0 < client.ttl(f"{prefix}resp:{ids[-1]}") <= 600
 
 
