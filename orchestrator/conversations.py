@@ -106,13 +106,10 @@ class Bounds:
             raise RequestError(message, param, 400, "conversation_too_large")
 
 
-UNBOUNDED = Bounds(items=1 << 62, bytes=1 << 62)
-
-
 class Conversations:
     """The conversations of every key; another key's conversation answers what a missing one does (404)."""
 
-    def __init__(self, store: ConversationStore, bounds: Bounds = UNBOUNDED) -> None:
+    def __init__(self, store: ConversationStore, bounds: Bounds) -> None:
         self.store, self.bounds = store, bounds
 
     async def create(self, owner: str, body: ConversationCreate) -> dict[str, Any]:
@@ -219,7 +216,8 @@ class Conversations:
     async def _checked(
         self, conv: Conversation, existing: list[dict[str, Any]], new: list[dict[str, Any]], param: str
     ) -> list[dict[str, Any]]:
-        """`_check` in a worker thread: its cost grows with the whole conversation, not with what is added."""
+        """`_check` in a worker thread: reading the ids and sizes of the items already there still grows with
+        the whole conversation."""
         return await anyio.to_thread.run_sync(self._check, conv, existing, new, param)
 
     def _check(
