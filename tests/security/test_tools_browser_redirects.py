@@ -30,7 +30,7 @@ def web() -> Iterator[str]:
 @pytest.fixture(scope="module")
 def browser(web: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     corpus = write_corpus(tmp_path_factory.mktemp("corpus"))
-    args = browser_args(web, corpus, Path(tmp_path_factory.mktemp("index")))
+    args = browser_args(web, corpus, Path(tmp_path_factory.mktemp("index")), "--drain-s", "0")
     exempt = args.index("--ssrf-exempt-hosts") + 1
     args[exempt] += f",localhost:{web.rsplit(':', 1)[1]}"
     with running_service(args) as svc:

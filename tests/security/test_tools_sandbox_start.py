@@ -51,7 +51,7 @@ async def test_a_local_sandbox_whose_caller_left_while_it_started_gives_back_its
         pytest.skip("per-session uids are given only when the server runs as root")
     base = random.randrange(300_000, 400_000, 10)  # a uid range no other server of this machine uses
     uid = base + 1  # the pool holds one uid: --max-sessions 1
-    args = server_args("local", f"pytest-leave-{uuid.uuid4().hex[:8]}", "--max-sessions", "1")
+    args = server_args("local", f"pytest-leave-{uuid.uuid4().hex[:8]}", "--max-sessions", "1", "--drain-s", "0")
     with running_service([*args, "--local-uid-base", str(base)]) as server:
         stopped: list[int] = []
 
@@ -74,7 +74,7 @@ async def test_a_local_sandbox_whose_caller_left_while_it_started_gives_back_its
 async def test_a_docker_sandbox_whose_caller_left_while_it_started_is_removed() -> None:
     require_backend("docker")
     instance = f"pytest-leave-{uuid.uuid4().hex[:8]}"
-    with running_service(server_args("docker", instance, "--pool-size", "0")) as server:
+    with running_service(server_args("docker", instance, "--pool-size", "0", "--drain-s", "0")) as server:
         await leave_while_starting(server.url, "left", lambda: bool(containers_of(instance)))
         assert wait_until(lambda: containers_of(instance) == [], 30), "the abandoned sandbox's container stayed"
         async with mcp_session(server.url, "streamable-http", {"x-session-id": "next"}) as session:

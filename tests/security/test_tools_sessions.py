@@ -31,7 +31,7 @@ PER_OWNER, MAX = 2, 4
 @pytest.fixture(scope="module")
 def python() -> Iterator[Service]:
     require_backend("local")
-    limits = ["--max-sessions", str(MAX), "--max-sessions-per-owner", str(PER_OWNER)]
+    limits = ["--max-sessions", str(MAX), "--max-sessions-per-owner", str(PER_OWNER), "--drain-s", "0"]
     with running_service(server_args("local", f"pytest-per-owner-{uuid.uuid4().hex[:8]}", *limits)) as server:
         yield server
 
