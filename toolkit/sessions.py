@@ -95,27 +95,34 @@ class SessionRegistry(Generic[S]):
         """Return the session's state, creating it for `owner` on first use (by `factory`, else the registry's;
         or raising SessionGone where `create` is False), and mark it busy until `release`."""
         lock = self._locks.setdefault(key, anyio.Lock())
-        async with lock:
-            entry = self._entries.get(key)
-            if entry is None:
-                if not create:
-                    self._locks.pop(key, None)
-                    raise SessionGone(key)
-                await self._make_room(owner)
-                self._creating[owner] += 1  # no await since the room was made: nobody took it meanwhile
-                try:
-                    state = await (factory or self.factory)(key)
-                finally:
-                    self._creating[owner] -= 1
-                    if not self._creating[owner]:
-                        del self._creating[owner]
-                entry = _Entry(state, owner, reset=self._gone.pop(key, None))
-                self._entries[key] = entry
-                self.on_change(len(self._entries))
-                log.info("session.created", session_id=key, owner=owner)
-            entry.busy += 1
-            entry.last_used = time.monotonic()
-            return entry.state
+        try:
+            async with lock:
+                entry = self._entries.get(key) or await self._create(key, owner, create, factory)
+                entry.busy += 1
+                entry.last_used = time.monotonic()
+                return entry.state
+        finally:  # a key refused (or whose start failed) keeps no lock: refusals must not grow the registry
+            if key not in self._entries and self._locks.get(key) is lock and not lock.statistics().tasks_waiting:
+                del self._locks[key]
+
+    async def _create(
+        self, key: str, owner: str, create: bool, factory: Callable[[str], Awaitable[S]] | None
+    ) -> _Entry[S]:
+        if not create:
+            raise SessionGone(key)
+        await self._make_room(owner)
+        self._creating[owner] += 1  # no await since the room was made: nobody took it meanwhile
+        try:
+            state = await (factory or self.factory)(key)
+        finally:
+            self._creating[owner] -= 1
+            if not self._creating[owner]:
+                del self._creating[owner]
+        entry = _Entry(state, owner, reset=self._gone.pop(key, None))
+        self._entries[key] = entry
+        self.on_change(len(self._entries))
+        log.info("session.created", session_id=key, owner=owner)
+        return entry
 
     async def _make_room(self, owner: str) -> None:
         """Room for one more session of `owner`: at its own limit its least recently used idle session goes; at

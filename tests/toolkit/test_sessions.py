@@ -47,6 +47,16 @@ async def test_the_session_limit_refuses_new_keys_only_while_every_session_is_bu
     assert (await registry.acquire("a")).key == "a" and "b" not in registry
 
 
+async def test_keys_refused_at_a_full_server_leave_nothing_behind() -> None:
+    """A caller naming ever new keys at a full server must not grow the registry (a lock per key was kept)."""
+    registry: SessionRegistry[State] = SessionRegistry(make, ttl_s=60, max_sessions=1)
+    await registry.acquire("held", owner="a")
+    for n in range(50):
+        with pytest.raises(TooManySessions, match="this tool server is full"):
+            await registry.acquire(f"refused-{n}", owner="b")
+    assert list(registry._locks) == ["held"]
+
+
 async def test_sessions_still_being_created_count_against_the_limit() -> None:
     registry: SessionRegistry[State] = SessionRegistry(make, ttl_s=60, max_sessions=2)
     outcomes: list[str] = []
