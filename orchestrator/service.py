@@ -52,6 +52,7 @@ from orchestrator.tools import (
 from orchestrator.turns import HARMONY, run
 from orchestrator.worker.client import Chat, CountChat, Generate, WorkerError, WorkerUnavailable
 from toolkit.tracing import annotate, span
+from toolkit.wire import fleet_secret
 
 log = structlog.get_logger(__name__)
 
@@ -88,6 +89,7 @@ class ResponsesService(LiveResponses):
         self.store = store
         self.conversations = Conversations(conversations_for(store))
         self.discovery = Discovery()
+        fleet_secret()  # the owner header's key: read (or made) now, not on the event loop by a response
         self.endpoints = Endpoints(settings.tools_url, settings.endpoint_overrides())
         self.live: dict[str, Live] = {}
         self.limits = KeyLimits.from_settings(settings)
@@ -205,7 +207,7 @@ class ResponsesService(LiveResponses):
             head + history,
             tools,
             self.endpoints,
-            ToolSessions(session_id=conversation, timeout_s=self.settings.tool_timeout_s),
+            ToolSessions(session_id=conversation, timeout_s=self.settings.tool_timeout_s, owner=owner),
             self.generate,
             self._limits(req),
             conversation,
