@@ -5,7 +5,7 @@
 #   sandbox  toolfleet/python-sandbox and toolfleet/container-sandbox (what each session runs in; what the
 #            tests' docker backends need; the default)
 #   all      sandbox + toolfleet/toolfleet (every service), toolfleet/browser (with a baked-in corpus
-#            and index) and toolfleet/redis
+#            and index) and toolfleet/redis; and, once, the fleet's secret (deploy/scripts/fleet_secret.sh)
 #   vllm     toolfleet/vllm-cpu (a real vLLM CPU worker with the tiny gpt-oss model; ~2.6 GB)
 # BASE=image overrides the base (default python:3.11-slim-bookworm). Idempotent: docker's layer cache
 # skips unchanged steps.
@@ -74,7 +74,7 @@ vllm() {
 for what in "${@:-sandbox}"; do
   case $what in
     sandbox) sandbox ;;
-    all) sandbox; services ;;
+    all) sandbox; services; bash "$here/scripts/fleet_secret.sh" ;;
     vllm) vllm ;;
     *) echo "usage: $0 [sandbox|all|vllm]..." >&2; exit 2 ;;
   esac

@@ -15,6 +15,7 @@ case $action in
   up|deploy)
     [ "$(docker info -f '{{.Swarm.LocalNodeState}}')" = active ] || { echo "not a swarm node: docker swarm init --advertise-addr 127.0.0.1" >&2; exit 1; }
     [ "$action" = deploy ] || bash deploy/build-images.sh all
+    bash deploy/scripts/fleet_secret.sh   # kept when it exists: every task of every deploy shares it
     DOCKER_GID=${DOCKER_GID:-$(stat -c %g /var/run/docker.sock)}
     export DOCKER_GID
     file=$(mktemp /tmp/toolfleet-stack.XXXXXX.yaml)

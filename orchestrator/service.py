@@ -53,6 +53,7 @@ from orchestrator.tools import (
 from orchestrator.turns import HARMONY, run
 from orchestrator.worker.client import Chat, CountChat, Generate, WorkerError, WorkerUnavailable
 from toolkit.tracing import annotate, span
+from toolkit.wire import fleet_secret
 
 log = structlog.get_logger(__name__)
 
@@ -92,6 +93,7 @@ class ResponsesService(LiveResponses):
         bounds = Bounds(settings.max_conversation_items, settings.max_conversation_bytes)
         self.conversations = Conversations(conversations_for(store), bounds)
         self.discovery = Discovery()
+        fleet_secret()  # the owner header's key: read (or made) now, not on the event loop by a response
         self.endpoints = Endpoints(settings.tools_url, settings.endpoint_overrides())
         self.worker_roles = worker_roles(settings.worker_urls)
         self.live: dict[str, Live] = {}
@@ -213,7 +215,7 @@ class ResponsesService(LiveResponses):
             head + history,
             tools,
             self.endpoints,
-            ToolSessions(session_id=conversation, timeout_s=self.settings.tool_timeout_s),
+            ToolSessions(session_id=conversation, timeout_s=self.settings.tool_timeout_s, owner=owner),
             self.generate,
             self._limits(req),
             conversation,

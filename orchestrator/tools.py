@@ -29,6 +29,7 @@ from orchestrator.mcp_policy import PinnedTransport
 from toolkit.containers import MEMORY_HEADER
 from toolkit.handles import ARGUMENT as HANDLE_ARGUMENT
 from toolkit.tracing import REQUEST_ID_HEADER, annotate, current_request_id, inject, span
+from toolkit.wire import ANONYMOUS, OWNER_HEADER, sign_owner
 
 log = structlog.get_logger(__name__)
 
@@ -129,9 +130,12 @@ def _closed(exc: BaseException) -> bool:
 class ToolSessions:
     """The MCP connections of one response, opened on first use and closed together at its end."""
 
-    def __init__(self, *, session_id: str, timeout_s: float = 120.0) -> None:
+    def __init__(self, *, session_id: str, timeout_s: float = 120.0, owner: str = ANONYMOUS) -> None:
         self.session_id = session_id
         self.timeout_s = timeout_s
+        self.owner = owner
+        """The key the calls are made for: named to the fleet's tool servers (signed), never to a client's."""
+        self._owner_header = sign_owner(owner)
         self.used: set[str] = set()  # URLs called: their sessions need `cleanup_session` eventually
         # URL -> the session id a container names there: its sandbox belongs to the container, not to this
         # conversation, so it is not in `used` (the container's expiry or the server's TTL frees it)
@@ -229,6 +233,8 @@ class ToolSessions:
         session_id = self.named.get(url, session_id)
         if url in self.sizes:
             headers = {**(headers or {}), MEMORY_HEADER: str(self.sizes[url])}
+        if not client_named:
+            headers = self._owned(headers)
         conn: _Connection | None = None
         try:
             conn = await self._get(url, headers, address, session_id)
@@ -264,10 +270,16 @@ class ToolSessions:
             ms = round((time.perf_counter() - start) * 1000, 2)
             log.info("tool.call", url=loggable(url), tool=name, ms=ms, outcome=outcome, session_id=session_id)
 
+    def _owned(self, headers: dict[str, str] | None) -> dict[str, str]:
+        """A fleet call's headers with the owner header, which only the orchestrator writes: any spelling of it
+        among the request's own headers is dropped (a second one could reach the tool first)."""
+        kept = {k: v for k, v in (headers or {}).items() if k.lower() != OWNER_HEADER}
+        return {**kept, OWNER_HEADER: self._owner_header}
+
     async def call_once(self, url: str, name: str, args: dict[str, Any]) -> ToolOutcome:
         """`call` over a connection of its own, closed before it returns: for a call made before the response's
         task runs (the shared connections must be entered and closed in that one task)."""
-        once = ToolSessions(session_id=self.session_id, timeout_s=self.timeout_s)
+        once = ToolSessions(session_id=self.session_id, timeout_s=self.timeout_s, owner=self.owner)
         once.named, once.sizes = self.named, self.sizes
         try:
             return await once.call(url, name, args)

@@ -4,7 +4,9 @@ What it owns, so no tool server repeats it:
 - labels: `toolfleet.role=<role>` and `toolfleet.instance=<instance>` on every sandbox, plus
   `toolfleet.owner=<instance>` naming the owner lease the sandbox depends on;
 - leftovers: at start an instance removes what an earlier process of the same name left, at stop
-  everything it made;
+  everything it made; but never what a live process of the same name holds: a namesake's lease still
+  running at start is waited on for `lease_s` (a dead owner's lease ends by then), and if it still runs
+  this server refuses to start rather than take a live server's sandboxes;
 - owner leases, for sandboxes of a replica that died without cleaning up (SIGKILL, OOM, node loss,
   or a successor under another name). Labels cannot change after create, so the heartbeat is a
   tiny *lease container* per owner (`toolfleet.lease=<instance>`) whose pid 1 is a watchdog:
@@ -27,6 +29,7 @@ import collections
 import contextlib
 import os
 import socket
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
@@ -34,6 +37,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import anyio
 import docker
 import docker.errors
+import requests.exceptions
 import structlog
 from pydantic import Field
 
@@ -50,6 +54,10 @@ LEASE_ROLE = "lease"
 
 _WATCHDOG = 'while [ -n "$(timeout {lease_s:g} head -c1)" ]; do :; done'
 """The lease container's pid 1: alive while heartbeat bytes keep coming on the attached stdin."""
+
+
+LEASE_SLACK_S = 5.0
+"""Beyond `lease_s`, what a namesake's lease is given to end (the engine's own delay in stopping it)."""
 
 
 RUNSC_TASKS_PER_PROCESS = 9
@@ -304,8 +312,15 @@ class ContainerRuntime:
         return self._client
 
     async def start(self) -> None:
-        """Connect, check image and OCI runtime, remove this instance's leftovers, take the lease."""
+        """Connect, check image and OCI runtime, make sure no live server holds this instance's name, remove
+        its leftovers, take the lease."""
         self._client = await anyio.to_thread.run_sync(self._connect)
+        try:
+            await self._claim_instance()
+        except BaseException:
+            self._client.close()
+            self._client = None
+            raise
         stale = await self.remove_all()
         await self._take_lease()
         self._tasks = [asyncio.create_task(self._heartbeat()), asyncio.create_task(self._janitor())]
@@ -328,6 +343,36 @@ class ContainerRuntime:
                 "for gVisor install runsc and add it under `runtimes` in /etc/docker/daemon.json"
             )
         return client
+
+    async def _claim_instance(self) -> None:
+        """Refuse to start while another server of this instance name lives (its lease runs): the sandboxes
+        labelled with the name are its own, not leftovers. A namesake that died (a crash, a restart) has its
+        lease end within `lease_s` of its last heartbeat, so that long (and a little more) is waited on."""
+        leases = await anyio.to_thread.run_sync(self._list, f"{LEASE_LABEL}={self.instance}")
+        running = [c["Id"] for c in leases if c["State"] == "running"]
+        if not running:
+            return
+        log.info("runtime.namesake_lease", instance=self.instance, leases=len(running))
+        if not await anyio.to_thread.run_sync(self._wait_stopped, running, self._settings.lease_s + LEASE_SLACK_S):
+            raise SandboxError(
+                f"another live server holds instance {self.instance!r}: its owner lease (container "
+                f"{running[0][:12]}) still runs after {self._settings.lease_s + LEASE_SLACK_S:g} s, so its "
+                "sandboxes are not leftovers; start this server with another --instance, or stop that one first"
+            )
+
+    def _wait_stopped(self, container_ids: list[str], timeout_s: float) -> bool:
+        """Blocking: whether every container stops (or is gone) within `timeout_s` (the engine tells, no polling)."""
+        deadline = time.monotonic() + timeout_s
+        for container_id in container_ids:
+            try:
+                self.client.api.wait(container_id, timeout=max(deadline - time.monotonic(), 0.1))
+            except docker.errors.NotFound:
+                continue  # removed meanwhile
+            except (requests.exceptions.ConnectionError, requests.exceptions.Timeout):
+                return False  # no answer in time (a unix socket's read timeout is a ConnectionError): it runs
+            except docker.errors.DockerException as exc:
+                raise SandboxError(f"cannot wait on a lease container: {exc}") from exc
+        return True
 
     def labels(self) -> dict[str, str]:
         return {ROLE_LABEL: self.role, INSTANCE_LABEL: self.instance, OWNER_LABEL: self.instance}

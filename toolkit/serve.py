@@ -81,7 +81,9 @@ def serve(app: ASGIApp, settings: ServiceSettings) -> None:
         timeout_graceful_shutdown=settings.drain_s if drain is None else AFTER_DRAIN_S,
         log_config=None,  # uvicorn logs through our JSON handler (toolkit.logging)
     )
-    _Server(config, drain, settings.drain_s).run()
+    # The port is taken before the app starts: a second server started by mistake on a live one's port (whose
+    # instance name, and so whose sandboxes, it would share by default) fails here, having touched nothing.
+    _Server(config, drain, settings.drain_s).run(sockets=[config.bind_socket()])
 
 
 def run_service(service: str, settings: S, build: Callable[[S], ASGIApp]) -> int:

@@ -42,6 +42,7 @@ from toolkit.metrics import ToolMetrics
 from toolkit.sessions import S, SessionGone, SessionRegistry, TooManySessions, idle_words
 from toolkit.settings import ToolServerSettings
 from toolkit.tracing import REQUEST_ID_HEADER, annotate, extract, request_context, span
+from toolkit.wire import OWNER_HEADER, fleet_secret, read_owner
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -130,6 +131,9 @@ class Identity:
     """Which session one call runs in."""
 
     key: str
+    owner: str
+    """Whom the call is for (the owner header, when its signature holds; else anonymous): the session's
+    owner when this call starts it, whose session limit it counts against."""
     handle: bool = False
     """Named by a session handle (answered back in `structuredContent`)."""
     minted: bool = False
@@ -230,8 +234,12 @@ class ToolServer(Generic[S]):
         if runtime is not None:
             self.metrics.count_sandboxes(runtime)
         self.sessions: SessionRegistry[S] = SessionRegistry(
-            session_factory, ttl_s=settings.session_ttl_s, max_sessions=settings.max_sessions
+            session_factory,
+            ttl_s=settings.session_ttl_s,
+            max_sessions=settings.max_sessions,
+            max_per_owner=settings.max_sessions_per_owner,
         )
+        fleet_secret()  # read (or made) now, not on the event loop by the first call
         self.loops = Loops()
         self.drain = Drain(
             holds=self.sessions.__contains__,
@@ -267,14 +275,15 @@ class ToolServer(Generic[S]):
         """The session a call runs in: `x-session-id`, else its handle, else its 2025-era MCP session; a call
         with none of them gets a session of its own that ends with it (see the README's "MCP protocol eras")."""
         key = session_key(ctx)
+        owner = read_owner(_headers(ctx).get(OWNER_HEADER))
         if handle is None:
-            return Identity(key) if key is not None else Identity(f"once-{uuid.uuid4().hex}", once=True)
+            return Identity(key, owner) if key is not None else Identity(f"once-{uuid.uuid4().hex}", owner, once=True)
         if _headers(ctx).get("x-session-id") is not None:
             raise BadHandle("this call names its session by x-session-id; session_handle is for clients without one")
         if handle == handles.NEW:
-            return Identity(self.handles.mint(), handle=True, minted=True)
+            return Identity(self.handles.mint(), owner, handle=True, minted=True)
         self.handles.check(handle)
-        return Identity(handle, handle=True)
+        return Identity(handle, owner, handle=True)
 
     @contextlib.asynccontextmanager
     async def observed(self, tool: str, ctx: Context, handle: str | None = None) -> AsyncIterator[Identity]:
@@ -289,8 +298,8 @@ class ToolServer(Generic[S]):
             who = self.identify(ctx, handle)
         except ToolError as exc:
             who = exc
-        key = who.key if isinstance(who, Identity) else None
-        ids = {"namespace": self.namespace, "session_id": key, "tool": tool}
+        key, owner = (who.key, who.owner) if isinstance(who, Identity) else (None, None)
+        ids = {"namespace": self.namespace, "session_id": key, "tool": tool, "owner": owner}
         parent = extract(_headers(ctx))
         with (
             request_context(_headers(ctx).get(REQUEST_ID_HEADER), **ids),
@@ -399,12 +408,14 @@ class ToolServer(Generic[S]):
     async def _acquire(self, who: Identity, factory: Callable[[str], Awaitable[S]]) -> S:
         """The state of `who`; only a new handle, never a known one, may create it."""
         try:
-            state = await self.sessions.acquire(who.key, create=who.minted or not who.handle, factory=factory)
+            state = await self.sessions.acquire(
+                who.key, owner=who.owner, create=who.minted or not who.handle, factory=factory
+            )
         except TooManySessions as exc:
             raise ToolError(str(exc)) from exc
         except SessionGone as exc:
-            idle_s = self.sessions.reaped_after(who.key)
-            why = f"expired after {idle_words(idle_s)} idle" if idle_s is not None else "was ended or expired"
+            gone = self.sessions.gone_reason(who.key)
+            why = f"was {gone}" if gone is not None else "was ended or expired"
             raise BadHandle(
                 f"session handle {who.key!r} {why} (an idle handle lives {self.idle_lifetime}); its state is gone: "
                 f"pass {handles.NEW!r} to start a new session"
@@ -418,11 +429,11 @@ class ToolServer(Generic[S]):
         return idle_words(self.settings.session_ttl_s)
 
     def notice(self, key: str) -> str:
-        """The lines the model reads first: that the reaper freed this session since its last call (so a fresh
-        state is never mistaken for the old one), or the handle this call minted."""
+        """The lines the model reads first: that this session's state went since its last call, and why (so a
+        fresh state is never mistaken for the old one), or the handle this call minted."""
         text = ""
         if (reason := self.sessions.take_reset(key)) is not None:
-            text = f"[this session's state was reset {reason}: everything earlier calls made in it is gone]\n"
+            text = f"[this session's state was {reason}: everything earlier calls made in it is gone]\n"
         if key in self._minted:
             text += (
                 f"[session handle: {key} - pass it as {handles.ARGUMENT} to keep this session's state; "

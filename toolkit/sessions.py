@@ -1,19 +1,23 @@
 """Per-session state in one place: create on first use, touch on each call, reap when idle or on shutdown.
 
-At the session limit a new session takes the place of the least recently used idle one (its next call gets
-the same reset notice as after the idle TTL), so a replica full of finished conversations still serves new
-ones; only a replica whose every session is busy in a call refuses."""
+Sessions are bounded per owner (the API key a call is made for, `toolkit.wire`): at its own limit an owner's
+new session takes the place of that owner's least recently used idle one, so one key's burst of sessions
+never costs another key its state. The server's limit stays as a last resort, and it refuses a new session
+rather than evicting anyone's. A session whose state went (evicted, reaped after idle, or lost with the replica
+that held it) is told once, on its next call, in words that say which."""
 
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
 import anyio
 import structlog
+
+from toolkit.wire import ANONYMOUS
 
 log = structlog.get_logger(__name__)
 
@@ -26,7 +30,7 @@ S = TypeVar("S", bound=SessionState)
 
 
 class TooManySessions(Exception):
-    """The server holds its maximum number of sessions, every one of them busy in a call."""
+    """A new session was refused: its owner holds its limit, every one busy in a call, or the server is full."""
 
 
 class SessionGone(Exception):
@@ -36,13 +40,15 @@ class SessionGone(Exception):
 @dataclass
 class _Entry(Generic[S]):
     state: S
+    owner: str
     last_used: float = field(default_factory=time.monotonic)
     busy: int = 0
-    reset: str | None = None  # why the state this one replaces went (the reaper, a drained replica): told once
+    reset: str | None = None  # why the state this one replaces went (evicted, reaped, a lost replica): told once
 
 
 REAPED_MEMORY = 4096
-"""How many reaped session keys are remembered, so their next call can say the state was reset."""
+"""How many gone session keys are remembered, so their next call can say why the state went."""
+LOST_WITH_REPLICA = "lost with its replica (the server that held it shut down)"
 
 
 def idle_words(idle_s: float) -> str:
@@ -54,15 +60,22 @@ def idle_words(idle_s: float) -> str:
 class SessionRegistry(Generic[S]):
     """Maps a session key to its state; creation is serialized per key so one key never gets two states."""
 
-    def __init__(self, factory: Callable[[str], Awaitable[S]], *, ttl_s: float, max_sessions: int) -> None:
+    def __init__(
+        self,
+        factory: Callable[[str], Awaitable[S]],
+        *,
+        ttl_s: float,
+        max_sessions: int,
+        max_per_owner: int | None = None,
+    ) -> None:
         self.factory = factory
         self._ttl_s = ttl_s
         self._max = max_sessions
+        self._per_owner = min(max_per_owner or max_sessions, max_sessions)
         self._entries: dict[str, _Entry[S]] = {}
         self._locks: dict[str, anyio.Lock] = {}
-        self._reaped: OrderedDict[str, float] = OrderedDict()  # key -> idle seconds when reaped, oldest first
-        self._moved: dict[str, None] = {}  # keys a drained replica held, oldest first
-        self._creating = 0  # sessions whose state is being made: they count against the limit already
+        self._gone: OrderedDict[str, str] = OrderedDict()  # key -> why its state went, oldest first
+        self._creating: Counter[str] = Counter()  # owner -> sessions being made: they count against the limits
         self.on_change: Callable[[int], None] = lambda n: None
 
     def __len__(self) -> int:
@@ -72,54 +85,76 @@ class SessionRegistry(Generic[S]):
         return key in self._entries
 
     async def acquire(
-        self, key: str, *, create: bool = True, factory: Callable[[str], Awaitable[S]] | None = None
+        self,
+        key: str,
+        *,
+        owner: str = ANONYMOUS,
+        create: bool = True,
+        factory: Callable[[str], Awaitable[S]] | None = None,
     ) -> S:
-        """Return the session's state, creating it on first use (by `factory`, else the registry's; or raising
-        SessionGone where `create` is False), and mark it busy until `release`."""
+        """Return the session's state, creating it for `owner` on first use (by `factory`, else the registry's;
+        or raising SessionGone where `create` is False), and mark it busy until `release`."""
         lock = self._locks.setdefault(key, anyio.Lock())
-        async with lock:
-            entry = self._entries.get(key)
-            if entry is None:
-                if not create:
-                    self._locks.pop(key, None)
-                    raise SessionGone(key)
-                if len(self._entries) + self._creating >= self._max and not await self._evict_least_recently_used():
-                    raise TooManySessions(f"server holds its limit of {self._max} sessions, all of them busy")
-                self._creating += 1
-                try:
-                    state = await (factory or self.factory)(key)
-                finally:
-                    self._creating -= 1
-                entry = _Entry(state, reset=self._reset_reason(key))
-                self._entries[key] = entry
-                self.on_change(len(self._entries))
-                log.info("session.created", session_id=key)
-            entry.busy += 1
-            entry.last_used = time.monotonic()
-            return entry.state
+        try:
+            async with lock:
+                entry = self._entries.get(key) or await self._create(key, owner, create, factory)
+                entry.busy += 1
+                entry.last_used = time.monotonic()
+                return entry.state
+        finally:  # a key refused (or whose start failed) keeps no lock: refusals must not grow the registry
+            if key not in self._entries and self._locks.get(key) is lock and not lock.statistics().tasks_waiting:
+                del self._locks[key]
 
-    def reaped_after(self, key: str) -> float | None:
-        """How long a session the reaper took had been idle; None when it was not reaped (or is forgotten)."""
-        return self._reaped.get(key)
+    async def _create(
+        self, key: str, owner: str, create: bool, factory: Callable[[str], Awaitable[S]] | None
+    ) -> _Entry[S]:
+        if not create:
+            raise SessionGone(key)
+        await self._make_room(owner)
+        self._creating[owner] += 1  # no await since the room was made: nobody took it meanwhile
+        try:
+            state = await (factory or self.factory)(key)
+        finally:
+            self._creating[owner] -= 1
+            if not self._creating[owner]:
+                del self._creating[owner]
+        entry = _Entry(state, owner, reset=self._gone.pop(key, None))
+        self._entries[key] = entry
+        self.on_change(len(self._entries))
+        log.info("session.created", session_id=key, owner=owner)
+        return entry
+
+    async def _make_room(self, owner: str) -> None:
+        """Room for one more session of `owner`: at its own limit its least recently used idle session goes; at
+        the server's limit the new session is refused, for another owner's session is never taken."""
+        while self._held_by(owner) >= self._per_owner:
+            if not await self._evict_oldest_idle(owner):
+                raise TooManySessions(
+                    f"this caller holds its limit of {self._per_owner} sessions on this server, all of them busy "
+                    "in a call; end one with cleanup_session or wait for one to finish"
+                )
+        if len(self._entries) + self._creating.total() >= self._max:
+            raise TooManySessions(
+                f"this tool server is full: it holds its limit of {self._max} sessions (of all callers) and takes "
+                "no new one until some end; try again later"
+            )
+
+    def _held_by(self, owner: str) -> int:
+        return self._creating[owner] + sum(e.owner == owner for e in self._entries.values())
+
+    def gone_reason(self, key: str) -> str | None:
+        """Why a session that is not held any more went (evicted, reaped after idle, lost with its replica);
+        None when it was ended on purpose, never existed, or is forgotten."""
+        return self._gone.get(key)
 
     def moved_here(self, key: str) -> None:
         """`key` was held by a replica that drained (the gateway says so): its first state here is a reset."""
         if key not in self._entries:
-            self._moved[key] = None
-            while len(self._moved) > REAPED_MEMORY:
-                self._moved.pop(next(iter(self._moved)))
-
-    def _reset_reason(self, key: str) -> str | None:
-        if (idle_s := self._reaped.pop(key, None)) is not None:
-            return f"after {idle_words(idle_s)} idle"
-        if key in self._moved:
-            del self._moved[key]
-            return "because the server that held it shut down"
-        return None
+            self._remember_gone(key, LOST_WITH_REPLICA)
 
     def take_reset(self, key: str) -> str | None:
-        """Why the session's previous state is gone (after how long idle, or its server shut down), when the
-        state it now has replaces one; told only once."""
+        """Why the session's previous state is gone (evicted, reaped after idle, lost with its replica), when
+        the state it now has replaces one; told only once."""
         entry = self._entries.get(key)
         if entry is None:
             return None
@@ -143,8 +178,7 @@ class SessionRegistry(Generic[S]):
 
     async def close(self, key: str) -> bool:
         """Free the session (a deliberate end: its next call gets no reset notice); True when there was one."""
-        self._reaped.pop(key, None)
-        self._moved.pop(key, None)
+        self._gone.pop(key, None)
         entry = self._entries.pop(key, None)
         self._locks.pop(key, None)
         if entry is None:
@@ -159,29 +193,32 @@ class SessionRegistry(Generic[S]):
         now = time.monotonic()
         idle = [k for k, e in self._entries.items() if e.busy <= 0 and now - e.last_used > self._ttl_s]
         for key in idle:
-            await self._reap(key, "session.reaped")
+            if (entry := self._entries.get(key)) is not None and entry.busy <= 0:  # not taken by a call meanwhile
+                await self._end(key, "session.reaped", f"reaped after {idle_words(now - entry.last_used)} idle")
         return len(idle)
 
-    async def _evict_least_recently_used(self) -> bool:
-        """Make room by reaping the idle session used longest ago; False when every session is busy."""
-        idle = [(e.last_used, k) for k, e in self._entries.items() if e.busy <= 0]
+    async def _evict_oldest_idle(self, owner: str) -> bool:
+        """Make room for `owner` by ending its own idle session used longest ago; False when all are busy."""
+        idle = [(e.last_used, k) for k, e in self._entries.items() if e.owner == owner and e.busy <= 0]
         if not idle:
             return False
-        await self._reap(min(idle)[1], "session.evicted")
+        words = f"evicted (this owner's session limit of {self._per_owner} on this server)"
+        await self._end(min(idle)[1], "session.evicted", words)
         return True
 
-    async def _reap(self, key: str, event: str) -> None:
-        """Close a session its caller did not end, remembering it so its next call hears of the reset."""
-        idle_s = time.monotonic() - self._entries[key].last_used
-        log.info(event, session_id=key, idle_s=round(idle_s, 1), sessions=len(self._entries), limit=self._max)
+    async def _end(self, key: str, event: str, why: str) -> None:
+        """Close a session its caller did not end, remembering why so its next call hears of it."""
+        entry = self._entries[key]
+        idle_s = round(time.monotonic() - entry.last_used, 1)
+        log.info(event, session_id=key, owner=entry.owner, idle_s=idle_s, sessions=len(self._entries))
         await self.close(key)
-        self._remember_reaped(key, idle_s)
+        self._remember_gone(key, why)
 
-    def _remember_reaped(self, key: str, idle_s: float) -> None:
-        self._reaped[key] = idle_s
-        self._reaped.move_to_end(key)
-        while len(self._reaped) > REAPED_MEMORY:
-            self._reaped.popitem(last=False)
+    def _remember_gone(self, key: str, why: str) -> None:
+        self._gone[key] = why
+        self._gone.move_to_end(key)
+        while len(self._gone) > REAPED_MEMORY:
+            self._gone.popitem(last=False)
 
     async def close_all(self) -> None:
         """Close every session at once: each may remove a sandbox, and a stopping server has a deadline."""

@@ -71,7 +71,16 @@ class ToolServerSettings(ServiceSettings):
     )
     reap_interval_s: float = Field(30.0, description="how often idle sessions are looked for")
     max_sessions: int = Field(
-        256, description="sessions held at most: a new one evicts the least recently used idle one"
+        256,
+        ge=1,
+        description="sessions held at most, of all callers: the last resort, a new session past it is refused"
+        " (no caller's session is evicted for another's)",
+    )
+    max_sessions_per_owner: int = Field(
+        64,
+        ge=1,
+        description="sessions one owner (API key; all unsigned callers are one) holds at most: its new one past"
+        " it evicts that owner's own least recently used idle session (capped at --max-sessions)",
     )
     max_body_bytes: int = Field(4 * 1024 * 1024, description="largest accepted request body")
     accepted_host_headers: list[str] = Field(

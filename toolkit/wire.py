@@ -59,13 +59,6 @@ def _mac(owner: str, secret: bytes) -> str:
     return hmac.new(secret, b"owner:" + owner.encode(), hashlib.sha256).hexdigest()[:32]
 
 
-def owner_id(api_key: str | None) -> str:
-    """The owner name of an API key: a digest, so the key itself never travels past the orchestrator."""
-    if not api_key:
-        return ANONYMOUS
-    return hashlib.sha256(b"toolfleet-owner:" + api_key.encode()).hexdigest()[:24]
-
-
 def sign_owner(owner: str, secret: bytes | None = None) -> str:
     """The owner header's value for `owner` (which must match `[A-Za-z0-9_-]{1,64}`)."""
     if not _OWNER.fullmatch(owner):

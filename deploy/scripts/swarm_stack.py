@@ -6,6 +6,8 @@ this drops them (tmpfs becomes per-task anonymous volumes) and merges deploy/swa
 --swarm file, e.g. deploy/swarm-nodes.yaml) over the rest: mappings merge key by key, anything else (lists,
 scalars) is replaced. Files the repository bind-mounts (`./deploy/gateway.yaml:...`) become swarm configs,
 which the manager hands to whichever node runs the task; a bind mount would need the file on every node.
+`env_file` entries (the fleet's secret) are made absolute: the stack file is written elsewhere, and
+`docker stack deploy` reads them, relative to the stack file, into each service's environment.
 `${VAR}` references are left for `docker stack deploy` to fill in.
 
     python3 deploy/scripts/swarm_stack.py [--compose compose.yaml] [--swarm deploy/swarm.yaml]... > stack.yaml
@@ -57,6 +59,9 @@ def service(spec: dict[str, Any], base: Path, configs: dict[str, dict[str, str]]
             configs[config[0]] = config[2]
     volumes += scratch_mounts(spec.get("tmpfs", []))
     out.pop("volumes", None)
+    if "env_file" in spec:
+        entries = [spec["env_file"]] if isinstance(spec["env_file"], str) else spec["env_file"]
+        out["env_file"] = [str((base / entry).resolve()) for entry in entries]
     return out | ({"volumes": volumes} if volumes else {}) | ({"configs": mounted} if mounted else {})
 
 

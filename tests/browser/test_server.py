@@ -225,10 +225,10 @@ async def test_an_idle_session_is_reaped_after_the_ttl(web: str, corpus_dir, tmp
         async with mcp_session(svc.url, "streamable-http", headers) as s:
             assert "no page is open yet" in await error(s, "open", cursor=0)
             text, _ = await call(s, "open", id=f"{web}/coffee")  # the error above did not use up the notice
-            assert text.startswith("[this session's state was reset after ") and " seconds idle" in text
+            assert text.startswith("[this session's state was reaped after ") and " seconds idle" in text
             again, _ = await call(s, "find", pattern="coffee")
-            assert "state was reset" not in again
+            assert "state was" not in again
             await call(s, "cleanup_session")
             text, _ = await call(s, "open", id=f"{web}/coffee")
-            assert "state was reset" not in text  # a deliberate end is not a reset to report
+            assert "state was" not in text  # a deliberate end is not a reset to report
         assert "session.reaped" in svc.log()

@@ -45,7 +45,7 @@ async def test_idle_sessions_are_reaped_after_the_ttl_and_nothing_is_left() -> N
         async with mcp_session(server.url, "streamable-http", {"x-session-id": "idle"}) as session:
             first = (await session.call_tool("exec", {"cmd": ["echo", "hi"]})).content[0].text
             second = (await session.call_tool("exec", {"cmd": ["echo", "hi"]})).content[0].text
-        assert first.startswith("[this session's state was reset after ") and "reset" not in second
+        assert first.startswith("[this session's state was reaped after ") and "reaped" not in second
     assert containers_of(instance) == []
 
 

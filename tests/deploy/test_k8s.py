@@ -71,3 +71,10 @@ def test_only_the_orchestrator_takes_traffic_from_outside_the_fleet() -> None:
     assert open_ingress == ["orchestrator"]
     gateway_from = policies["gateway"]["spec"]["ingress"][0]["from"]
     assert gateway_from == [{"podSelector": {"matchLabels": {"app": "orchestrator"}}}]
+
+
+def test_every_fleet_service_reads_the_one_fleet_secret() -> None:
+    """The orchestrator signs the owner header with it and the gateway and tools check it: one Secret for all."""
+    for name in ("orchestrator", "gateway", "browser", "python", "container"):
+        (container,) = by_kind("Deployment")[name]["spec"]["template"]["spec"]["containers"]
+        assert {"secretRef": {"name": "toolfleet-fleet-secret"}} in container.get("envFrom", []), name

@@ -31,6 +31,12 @@ def test_compose_only_keys_are_dropped_and_tmpfs_becomes_per_task_volumes() -> N
     assert {"type": "volume", "target": "/srv/index"} in mounts  # owned like the image's directory
 
 
+def test_every_service_reads_the_one_fleet_secret_file_by_its_absolute_path() -> None:
+    """The stack file is written outside the repository: a relative env_file would name another file."""
+    secret = str(REPO / "deploy" / "fleet-secret.env")
+    assert all(spec["env_file"] == [secret] for spec in stack()["services"].values())
+
+
 def test_the_swarm_overrides_win_and_the_rest_is_kept() -> None:
     s = stack()
     assert s["services"]["gateway"]["environment"]["TOOLFLEET_DNS_PREFIX"] == "tasks."
@@ -78,6 +84,7 @@ def test_merge_merges_mappings_and_replaces_lists() -> None:
 
 @pytest.mark.skipif(shutil.which("docker") is None, reason="needs the docker CLI")
 def test_the_docker_cli_accepts_the_stack_file(tmp_path) -> None:
+    subprocess.run(["bash", str(REPO / "deploy" / "scripts" / "fleet_secret.sh")], check=True)  # as swarm.sh does
     path = tmp_path / "stack.yaml"
     path.write_text(subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, check=True).stdout)
     out = subprocess.run(

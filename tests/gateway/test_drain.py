@@ -23,7 +23,7 @@ from tests.support.gateway import connect, gateway_config, running_gateway
 from tests.support.service import Service, running_service
 
 GRACE_S = 3.0
-RESET = "[this session's state was reset because the server that held it shut down"
+RESET = "[this session's state was lost with its replica (the server that held it shut down)"
 STEP = "try:\n    n += 1\nexcept NameError:\n    n = 1\nprint(n)"
 """Counts this session's turns."""
 

@@ -116,14 +116,14 @@ async def test_idle_sessions_are_reaped_after_the_ttl(backend_name: str) -> None
         async with mcp_session(server.url, "streamable-http", {"x-session-id": "idle"}) as session:
             first = (await session.call_tool("python", {"code": "x = 1; 'fresh'"})).content[0].text
             second = (await session.call_tool("python", {"code": "x"})).content[0].text
-        assert first.startswith("[this session's state was reset after ") and " seconds idle" in first
+        assert first.startswith("[this session's state was reaped after ") and " seconds idle" in first
         assert first.endswith("'fresh'") and second == "1"  # said once, then the new state serves
 
 
-async def test_a_replica_at_its_limit_serves_a_new_conversation_by_evicting_the_least_recently_used() -> None:
+async def test_a_caller_at_its_limit_starts_a_new_conversation_by_evicting_its_least_recently_used() -> None:
     require_backend("local")
     instance = f"pytest-evict-{uuid.uuid4().hex[:8]}"
-    with running_service(server_args("local", instance, "--max-sessions", "2")) as server:
+    with running_service(server_args("local", instance, "--max-sessions-per-owner", "2")) as server:
         for sid in ("oldest", "recent"):
             async with mcp_session(server.url, "streamable-http", {"x-session-id": sid}) as session:
                 await session.call_tool("python", {"code": f"mine = {sid!r}"})
@@ -134,7 +134,8 @@ async def test_a_replica_at_its_limit_serves_a_new_conversation_by_evicting_the_
             assert (await session.call_tool("python", {"code": "mine"})).content[0].text == "'recent'"
         async with mcp_session(server.url, "streamable-http", {"x-session-id": "oldest"}) as session:
             evicted = (await session.call_tool("python", {"code": "'fresh'"})).content[0].text
-        assert evicted.startswith("[this session's state was reset after ") and evicted.endswith("'fresh'")
+        assert evicted.startswith("[this session's state was evicted (this owner's session limit of 2")
+        assert evicted.endswith("'fresh'")
 
 
 @pytest.mark.parametrize("backend_name", ["docker", "local"])

@@ -42,9 +42,19 @@ async def test_concurrent_first_calls_of_one_key_share_one_state() -> None:
 async def test_the_session_limit_refuses_new_keys_only_while_every_session_is_busy() -> None:
     registry: SessionRegistry[State] = SessionRegistry(make, ttl_s=60, max_sessions=1)
     await registry.acquire("a")  # busy: in a call
-    with pytest.raises(TooManySessions, match="limit of 1 sessions, all of them busy"):
+    with pytest.raises(TooManySessions, match="limit of 1 sessions on this server, all of them busy"):
         await registry.acquire("b")
     assert (await registry.acquire("a")).key == "a" and "b" not in registry
+
+
+async def test_keys_refused_at_a_full_server_leave_nothing_behind() -> None:
+    """A caller naming ever new keys at a full server must not grow the registry (a lock per key was kept)."""
+    registry: SessionRegistry[State] = SessionRegistry(make, ttl_s=60, max_sessions=1)
+    await registry.acquire("held", owner="a")
+    for n in range(50):
+        with pytest.raises(TooManySessions, match="this tool server is full"):
+            await registry.acquire(f"refused-{n}", owner="b")
+    assert list(registry._locks) == ["held"]
 
 
 async def test_sessions_still_being_created_count_against_the_limit() -> None:
@@ -65,7 +75,7 @@ async def test_sessions_still_being_created_count_against_the_limit() -> None:
     assert sorted(outcomes) == ["held", "held", "refused"] and len(registry) == 2
 
 
-async def test_at_the_limit_a_new_session_evicts_the_least_recently_used_idle_one() -> None:
+async def test_at_its_limit_an_owners_new_session_evicts_its_least_recently_used_idle_one() -> None:
     registry: SessionRegistry[State] = SessionRegistry(make, ttl_s=60, max_sessions=2)
     states = {}
     for key in ("old", "recent"):
@@ -116,7 +126,7 @@ async def test_a_reaped_key_hears_once_how_long_it_was_idle_and_a_cleaned_up_key
     await registry.close("cleaned")  # a deliberate end forgets the reap
     await registry.acquire("reaped")
     await registry.acquire("cleaned")
-    assert registry.take_reset("reaped") == "after 0 seconds idle"
+    assert registry.take_reset("reaped") == "reaped after 0 seconds idle"
     assert registry.take_reset("reaped") is None  # said once
     assert registry.take_reset("cleaned") is None
 
@@ -134,11 +144,11 @@ async def test_the_memory_of_reaped_keys_is_bounded(monkeypatch: pytest.MonkeyPa
     assert [registry.take_reset(k) is not None for k in ("a", "b", "c")] == [False, True, True]
 
 
-async def test_a_key_a_drained_replica_held_hears_once_that_its_server_shut_down() -> None:
+async def test_a_key_a_drained_replica_held_hears_once_that_it_was_lost_with_its_replica() -> None:
     registry: SessionRegistry[State] = SessionRegistry(make, ttl_s=60, max_sessions=10)
     registry.moved_here("moved")
     await registry.acquire("moved")
-    assert registry.take_reset("moved") == "because the server that held it shut down"
+    assert registry.take_reset("moved") == "lost with its replica (the server that held it shut down)"
     assert registry.take_reset("moved") is None
     await registry.acquire("fresh")
     assert registry.take_reset("fresh") is None

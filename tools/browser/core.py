@@ -177,8 +177,8 @@ class Browser:
             raise BrowserError(f"{url!r} is not a full URL: give an http(s) URL, or a link number from a page")
         if not in_domains(url, opt.allowed_domains):
             raise BrowserError(f"{url} is outside the domains this request allows ({', '.join(opt.allowed_domains)})")
-        if (doc := s.docs.get(url)) is not None:
-            s.docs.move_to_end(url)
+        if (doc := s.docs.get(url)) is not None and in_domains(doc.url or url, opt.allowed_domains):
+            s.docs.move_to_end(url)  # a page another call reached by a redirect outside these domains is not shown
             return doc
         if self.corpus is not None and (path := self.corpus.path_of(url)) is not None:
             doc = await anyio.to_thread.run_sync(self.corpus.load, path)
@@ -186,7 +186,7 @@ class Browser:
             raise BrowserError(f"web access is off for this request: only corpus pages open, not {url}")
         else:
             try:
-                fetched = await self.fetcher.fetch(url)
+                fetched = await self.fetcher.fetch(url, opt.allowed_domains)
             except FetchError as exc:
                 raise BrowserError(str(exc)) from exc
             doc = await anyio.to_thread.run_sync(_parse, fetched.text, fetched.url, fetched.content_type)

@@ -3,7 +3,8 @@
 Each hop resolves the host once (toolkit.netguard), refuses non-public addresses unless the host is
 allowlisted, and connects to the checked address itself (the URL names the IP; Host and TLS SNI
 name the host), so a second DNS answer can never steer the connection. Redirects are followed by
-hand, each target checked again. The whole fetch, slow body drip included, ends at the time limit.
+hand, each target checked again: by the guard, and against the domains the request allows (a page inside
+them cannot send the browser outside). The whole fetch, slow body drip included, ends at the time limit.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from opentelemetry.trace import SpanKind
 
 from toolkit.netguard import AddressRefused, resolve_checked
 from toolkit.tracing import span
+from tools.browser.backends.web import in_domains
 
 TEXT_TYPES = (
     "text/html",
@@ -70,6 +72,17 @@ def _target(url: str) -> tuple[str, str, int]:
     except ValueError as exc:
         raise FetchError(f"cannot open {url!r}: bad port") from exc
     return parts.scheme, parts.hostname, port
+
+
+def _redirect(source: str, target: str, domains: tuple[str, ...]) -> str:
+    """`target`, where `source` redirects, when it is inside the request's domains (the guard checks it next)."""
+    if not in_domains(target, domains):
+        host = urlsplit(target).hostname or target
+        raise FetchError(
+            f"{source} redirected to {target}; refused: {host} is outside the domains this request allows "
+            f"({', '.join(domains)})"
+        )
+    return target
 
 
 class _Body:
@@ -148,14 +161,15 @@ class Fetcher:
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    async def fetch(self, url: str) -> Fetched:
+    async def fetch(self, url: str, domains: tuple[str, ...] = ()) -> Fetched:
+        """The page at `url`, following redirects only within `domains` (empty: any domain)."""
         try:
             with span("browser.fetch", kind=SpanKind.CLIENT, url=url), anyio.fail_after(self.limits.timeout_s):
-                return await self._follow(url)
+                return await self._follow(url, domains)
         except TimeoutError as exc:
             raise FetchError(f"{url} did not answer within {self.limits.timeout_s:g} s") from exc
 
-    async def _follow(self, url: str) -> Fetched:
+    async def _follow(self, url: str, domains: tuple[str, ...]) -> Fetched:
         for _ in range(self.limits.max_redirects + 1):
             request = await self._pinned(url)
             try:
@@ -164,7 +178,7 @@ class Fetcher:
                 raise FetchError(f"cannot reach {url}: {exc or type(exc).__name__}") from exc
             try:
                 if response.status_code in _REDIRECTS and (location := response.headers.get("location")):
-                    url = urljoin(url, location)
+                    url = _redirect(url, urljoin(url, location), domains)
                     continue
                 return await self._read(url, response)
             except httpx.HTTPError as exc:

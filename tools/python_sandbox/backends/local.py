@@ -16,6 +16,7 @@ import shutil
 import signal
 from collections.abc import Callable
 
+import anyio
 import structlog
 
 from tools.python_sandbox.core import (
@@ -126,8 +127,30 @@ class LocalBackend:
         return [*argv, self._settings.local_python, "-u", "-c", KERNEL_SOURCE, config]
 
     async def new_kernel(self, session_id: str, memory_mb: int | None = None) -> LocalKernel:
-        """A kernel under bubblewrap; `memory_mb` (another size than `--memory-mb`) sets its address-space rlimit."""
+        """A kernel under bubblewrap; `memory_mb` (another size than `--memory-mb`) sets its address-space rlimit.
+
+        Its uid and process are released on every way out but a ready kernel, a caller that left (cancelled)
+        while it started included: a leaked uid is gone for good, and with the last one every new session fails."""
         uid = self._take_uid()
+        try:
+            proc = await self._spawn(uid, memory_mb)
+        except BaseException:
+            self._give_uid(uid)  # asyncio kills a process whose start was cancelled; its uid is ours to return
+            raise
+        assert proc.stdin and proc.stdout and proc.stderr
+        kernel = LocalKernel(proc, KernelChannel(proc.stdout, proc.stdin), lambda: self._give_uid(uid))
+        try:
+            await kernel.channel.wait_ready(timeout_s=30)
+        except BaseException as exc:
+            with anyio.CancelScope(shield=True):
+                detail = await self._why_it_died(proc) if isinstance(exc, KernelDied) else ""
+                await kernel.aclose()
+            if isinstance(exc, KernelDied):
+                raise SandboxError(f"{exc}{': ' + detail if detail else ''}") from exc
+            raise
+        return kernel
+
+    async def _spawn(self, uid: int | None, memory_mb: int | None) -> asyncio.subprocess.Process:
         lim = self._limits if memory_mb is None else dataclasses.replace(self._limits, memory_bytes=memory_mb * 2**20)
         config = lim.kernel_config(
             workdir="/mnt/data", capture_path="/tmp/.toolfleet-output", processes=lim.pids if uid else None
@@ -135,7 +158,7 @@ class LocalBackend:
         # setpriv, not `user=`/`group=`: event loops such as uvloop refuse those arguments.
         drop = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"] if uid else []
         try:
-            proc = await asyncio.create_subprocess_exec(
+            return await asyncio.create_subprocess_exec(
                 *drop,
                 *self._argv(config),
                 stdin=asyncio.subprocess.PIPE,
@@ -145,17 +168,14 @@ class LocalBackend:
                 limit=READER_LIMIT,
             )
         except OSError as exc:
-            self._give_uid(uid)
             raise SandboxError(f"could not start bubblewrap: {exc}") from exc
-        assert proc.stdin and proc.stdout and proc.stderr
-        kernel = LocalKernel(proc, KernelChannel(proc.stdout, proc.stdin), lambda: self._give_uid(uid))
-        try:
-            await kernel.channel.wait_ready(timeout_s=30)
-        except KernelDied as exc:
-            detail = (await proc.stderr.read(4000)).decode(errors="replace").strip() if proc.returncode else ""
-            await kernel.aclose()
-            raise SandboxError(f"{exc}{': ' + detail if detail else ''}") from exc
-        return kernel
+
+    @staticmethod
+    async def _why_it_died(proc: asyncio.subprocess.Process) -> str:
+        """What an interpreter that exited before it was ready wrote to stderr (bubblewrap's own refusals)."""
+        if proc.returncode is None or proc.stderr is None:
+            return ""
+        return (await proc.stderr.read(4000)).decode(errors="replace").strip()
 
     def _take_uid(self) -> int | None:
         if not self._as_root:
