@@ -25,6 +25,7 @@ ROUTES = {  # route -> a field of its body that takes nested JSON
     "/v1/responses/input_tokens": "input",
     "/v1/responses/compact": "input",
     "/v1/conversations": "items",
+    "/v1/conversations/{conv}": "metadata",
     "/v1/conversations/{conv}/items": "items",
     "/v1/chat/completions": "messages",
     "/v1/containers": "file_ids",
