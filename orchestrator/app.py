@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException
 
 from orchestrator import context_routes, conversation_routes, websocket_routes
 from orchestrator.auth import ApiKeys, AuthMiddleware, load_keys, warn_if_open
+from orchestrator.bodies import BodyLimitMiddleware, BodyLimits
 from orchestrator.chat_completions import ChatRelay
 from orchestrator.containers import Containers
 from orchestrator.containers_api import containers_router
@@ -23,7 +24,15 @@ from orchestrator.files import Files
 from orchestrator.files_api import files_router
 from orchestrator.mcp_policy import McpPolicy
 from orchestrator.metrics import LatencyMiddleware, OrchestratorMetrics
-from orchestrator.schema import ErrorBody, RequestError, ResponsesRequest, error_body, parse_body, read_json
+from orchestrator.schema import (
+    ErrorBody,
+    RequestError,
+    ResponsesRequest,
+    error_body,
+    json_doc,
+    parse_body,
+    read_json,
+)
 from orchestrator.service import ResponsesService
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.store import Store, StoreUnavailable, open_store
@@ -40,21 +49,6 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 PARAM_SOURCES = frozenset({"body", "query", "path", "header", "cookie"})
 
 
-def _inline_defs(schema: dict[str, Any]) -> dict[str, Any]:
-    """A pydantic JSON schema with its `$defs` inlined, so it can stand inside an OpenAPI operation."""
-    defs = schema.pop("$defs", {})
-
-    def resolve(node: Any) -> Any:
-        if isinstance(node, dict):
-            ref = node.get("$ref", "")
-            if ref.startswith("#/$defs/"):
-                return resolve(defs[ref.removeprefix("#/$defs/")])
-            return {k: resolve(v) for k, v in node.items()}
-        return [resolve(v) for v in node] if isinstance(node, list) else node
-
-    return resolve(schema)
-
-
 SSE_EVENT = {
     "type": "object",
     "required": ["event", "data"],
@@ -62,13 +56,7 @@ SSE_EVENT = {
 }
 SSE_OR_JSON = {"200": {"content": {"text/event-stream": {"schema": SSE_EVENT}}}}
 """`stream=true` answers Server-Sent Events (each named, with a JSON `data` line) instead of JSON."""
-CREATE_DOC = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": _inline_defs(ResponsesRequest.model_json_schema())}},
-    },
-    "responses": SSE_OR_JSON,
-}
+CREATE_DOC = {**json_doc(ResponsesRequest), "responses": SSE_OR_JSON}
 """`create` reads its body itself (size limit, JSON errors), so the OpenAPI document names it here."""
 
 
@@ -161,6 +149,7 @@ def create_app(
 
     app = FastAPI(title="toolfleet orchestrator", lifespan=lifespan, responses=ERRORS)
     app.add_middleware(AuthMiddleware, keys=keys, rate=service.limits.rate, metrics_token=settings.metrics_token)
+    app.add_middleware(BodyLimitMiddleware, limits=BodyLimits(settings.max_body_bytes, settings.max_file_bytes))
     app.add_middleware(LatencyMiddleware, metrics=metrics)
     app.add_middleware(TracingMiddleware)  # outermost: every request is a span, auth refusals too
     app.state.service = service
@@ -198,7 +187,7 @@ def _responses_routes(app: FastAPI, service: ResponsesService) -> None:
 
     @app.post("/v1/responses", openapi_extra=CREATE_DOC)
     async def create(request: Request) -> Response:
-        req = parse_body(await request.body())
+        req = await parse_body(await request.body())
         live = await service.create(req, request.state.owner, base_url=str(request.base_url))
         if req.stream:
             return _sse(service.stream(live))
@@ -233,7 +222,7 @@ def _chat_routes(app: FastAPI, relay: ChatRelay) -> None:
 
     @app.post("/v1/chat/completions", openapi_extra={"responses": SSE_OR_JSON})
     async def chat_completions(request: Request) -> Response:
-        return await relay.answer(read_json(await request.body()), request.state.owner)
+        return await relay.answer(await read_json(await request.body()), request.state.owner)
 
 
 def _service_routes(
@@ -255,10 +244,14 @@ def _service_routes(
         return JSONResponse(_model(model_id))
 
     @app.get("/healthz")
-    async def healthz() -> Response:
+    async def healthz(request: Request) -> Response:
+        """Ok or not for anyone (a load balancer's probe); the load and the workers' addresses for an operator
+        only (`AuthMiddleware.operator`: the metrics token, or loopback when none is set)."""
         healthy = pool is None or any(w.healthy for w in pool.workers)
-        body = {"status": "ok" if healthy else "degraded", "running": len(service.live)}
-        if pool is not None:
+        body: dict[str, Any] = {"status": "ok" if healthy else "degraded"}
+        if request.state.operator:
+            body["running"] = len(service.live)
+        if request.state.operator and pool is not None:
             body["workers"] = [{"url": w.url, "healthy": w.healthy, "outstanding": w.outstanding} for w in pool.workers]
         return JSONResponse(body, 200 if healthy else 503)
 

@@ -77,20 +77,31 @@ class ApiKeys:
 
 
 class AuthMiddleware:
-    """Authenticates every request but `OPEN_PATHS` (and `/metrics` unless it has a token), applies the
-    per-key request rate, and leaves the owner in `request.state.owner`."""
+    """Authenticates every request but `OPEN_PATHS` and `/metrics` (an operator's: `operator`), applies the
+    per-key request rate, and leaves the owner in `request.state.owner` (and on the open paths whether the
+    caller is an operator in `request.state.operator`: `/healthz` shows them its details)."""
 
     def __init__(self, app: ASGIApp, *, keys: ApiKeys, rate: RequestRate, metrics_token: str | None) -> None:
         self.app, self.keys, self.rate, self.metrics_token = app, keys, rate, metrics_token
 
+    def operator(self, scope: Scope) -> bool:
+        """An operator presents `--metrics-token`; without one configured, a caller on loopback is one (the
+        fleet's own scrape, a sidecar), so the fleet's addresses and load are never shown to anyone else."""
+        if self.metrics_token:
+            return hmac.compare_digest((_bearer(scope) or "").encode(), self.metrics_token.encode())
+        client = scope.get("client")
+        return client is not None and _loopback(client[0])
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket") or scope["path"] in OPEN_PATHS:  # a WebSocket: on the upgrade
+        if scope["type"] not in ("http", "websocket"):
+            return await self.app(scope, receive, send)
+        if scope["path"] in OPEN_PATHS or scope["path"] == "/metrics":  # a WebSocket: on the upgrade
+            operator = self.operator(scope)
+            if scope["path"] == "/metrics" and not operator:
+                return await self._not_operator()(scope, receive, send)
+            scope.setdefault("state", {})["operator"] = operator
             return await self.app(scope, receive, send)
         token = _bearer(scope)
-        if scope["path"] == "/metrics":
-            if self.metrics_token and not hmac.compare_digest((token or "").encode(), self.metrics_token.encode()):
-                return await _unauthorized("/metrics needs its bearer token.", "invalid_api_key")(scope, receive, send)
-            return await self.app(scope, receive, send)
         owner = ANONYMOUS
         if self.keys.enabled:
             if token is None:
@@ -107,6 +118,12 @@ class AuthMiddleware:
         scope.setdefault("state", {})["owner"] = owner
         with structlog.contextvars.bound_contextvars(key_id=owner):
             await self.app(scope, receive, send)
+
+    def _not_operator(self) -> JSONResponse:
+        if self.metrics_token:
+            return _unauthorized("/metrics needs its bearer token.", "invalid_api_key")
+        message = "/metrics answers loopback callers only; set --metrics-token to scrape it from elsewhere."
+        return JSONResponse(error_body(message, "invalid_request_error", None, "metrics_forbidden"), 403)
 
 
 def _loopback(host: str) -> bool:

@@ -23,6 +23,7 @@ import structlog
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from orchestrator.addresses import hide, worker_roles
 from orchestrator.limits import Slot, Slots
 from orchestrator.schema import RequestError, check_metadata
 from orchestrator.worker.client import WorkerError, WorkerPool, WorkerRefused, WorkerUnavailable
@@ -128,6 +129,7 @@ class ChatRelay:
         self.running = running
         self.max_output_tokens = max_output_tokens
         self.context_tokens = context_tokens
+        self.roles = worker_roles([w.url for w in pool.workers] if pool is not None else [])
 
     async def answer(self, body: Any, owner: str) -> Response:
         """The completion (JSON, or a stream); 400 for a body this relay does not take, 429 past the key's
@@ -185,10 +187,11 @@ class ChatRelay:
         except WorkerRefused as exc:
             raise RequestError(_worker_message(exc.text), None, exc.status) from None
         except WorkerUnavailable as exc:
-            raise UpstreamError(str(exc), None, 503, "worker_unavailable") from None
+            log.warning("chat.relay_unavailable", error=str(exc))
+            raise UpstreamError(hide(str(exc), self.roles), None, 503, "worker_unavailable") from None
         except WorkerError as exc:
             log.warning("chat.relay_failed", error=str(exc))
-            raise UpstreamError(str(exc), None, 502, "worker_error") from None
+            raise UpstreamError(hide(str(exc), self.roles), None, 502, "worker_error") from None
 
 
 def _check_field(name: str, value: Any) -> None:

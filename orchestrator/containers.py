@@ -33,7 +33,6 @@ log = structlog.get_logger(__name__)
 
 MEMORY_LIMITS = ("1g", "4g", "16g", "64g")
 DATA_DIR = "/mnt/data"
-MAX_JSON = 1 << 20
 
 
 class ExpiresAfter(BaseModel):
@@ -113,7 +112,7 @@ class ContainerFile:
 
 
 async def json_body(request: Request) -> Any:
-    return read_json(await request.body(), MAX_JSON)
+    return await read_json(await request.body())
 
 
 class Containers:

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from orchestrator.schema import RequestError, ResponsesRequest
+from orchestrator.schema import RequestError, ResponsesRequest, read_json
 from orchestrator.service import ResponsesService
 from orchestrator.worker.client import WorkerError, WorkerUnavailable
 
@@ -33,20 +33,26 @@ others (`text`, `personality`) are a 400."""
 COMPACTED = frozenset({"model", "input", "instructions", "previous_response_id", "prompt_cache_key"})
 """The SDK's compact parameters; `prompt_cache_key` is a cache hint, a no-op here (the worker is chosen by
 conversation); the others are a 400."""
+OBJECT_DOC = {"requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}}}
+"""The bodies are read by the handlers (`read_json`: depth, surrogates), so the document names them."""
 
 
-def _checked(body: dict[str, Any], allowed: frozenset[str], route: str) -> ResponsesRequest:
+def _checked(body: Any, allowed: frozenset[str], route: str) -> ResponsesRequest:
+    if not isinstance(body, dict):
+        raise RequestError("the request body must be a JSON object")
     if unknown := sorted(set(body) - allowed):
         raise RequestError(f"parameter {unknown[0]!r} is not supported by {route} here", unknown[0])
     return ResponsesRequest.model_validate({k: v for k, v in body.items() if k != "prompt_cache_key"})
 
 
-async def _on_worker(call: Awaitable[T]) -> T:
-    """Worker failures as OpenAI-shaped server errors (503: none could serve; 502: one failed)."""
+async def _on_worker(call: Awaitable[T], service: ResponsesService) -> T:
+    """Worker failures as OpenAI-shaped server errors (503: none could serve; 502: one failed), the worker
+    named by its role."""
     try:
         return await call
     except (WorkerUnavailable, WorkerError) as exc:
-        error = RequestError(str(exc), None, 503 if isinstance(exc, WorkerUnavailable) else 502)
+        message = service.worker_failure(exc)
+        error = RequestError(message, None, 503 if isinstance(exc, WorkerUnavailable) else 502)
         error.etype = "server_error"
         raise error from exc
 
@@ -54,13 +60,13 @@ async def _on_worker(call: Awaitable[T]) -> T:
 def add_routes(app: FastAPI, service: ResponsesService) -> None:
     """Wire the context routes into `app`."""
 
-    @app.post("/v1/responses/input_tokens")
-    async def input_tokens(request: Request, body: dict[str, Any]) -> JSONResponse:
-        req = _checked(body, COUNTED, "input_tokens")
-        count = await _on_worker(service.count_input_tokens(req, request.state.owner))
+    @app.post("/v1/responses/input_tokens", openapi_extra=OBJECT_DOC)
+    async def input_tokens(request: Request) -> JSONResponse:
+        req = _checked(await read_json(await request.body()), COUNTED, "input_tokens")
+        count = await _on_worker(service.count_input_tokens(req, request.state.owner), service)
         return JSONResponse({"object": "response.input_tokens", "input_tokens": count})
 
-    @app.post("/v1/responses/compact")
-    async def compact(request: Request, body: dict[str, Any]) -> JSONResponse:
-        req = _checked(body, COMPACTED, "compact")
-        return JSONResponse(await _on_worker(service.compact(req, request.state.owner)))
+    @app.post("/v1/responses/compact", openapi_extra=OBJECT_DOC)
+    async def compact(request: Request) -> JSONResponse:
+        req = _checked(await read_json(await request.body()), COMPACTED, "compact")
+        return JSONResponse(await _on_worker(service.compact(req, request.state.owner), service))

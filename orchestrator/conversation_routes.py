@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 
 from orchestrator.conversations import ConversationCreate, Conversations, ConversationUpdate, ItemsCreate
+from orchestrator.schema import json_doc, read_json
+
+M = TypeVar("M", bound=BaseModel)
 
 
 def _include(request: Request) -> list[str]:
@@ -13,27 +19,37 @@ def _include(request: Request) -> list[str]:
     return request.query_params.getlist("include[]") + request.query_params.getlist("include")
 
 
+async def _body(request: Request, model: type[M], *, required: bool = True) -> M:
+    """The body as `model`, read by `read_json` (depth, surrogates: a 400 naming the field); an empty optional
+    body is the model's defaults."""
+    raw = await request.body()
+    return model.model_validate(await read_json(raw) if raw or required else {})
+
+
 def add_routes(app: FastAPI, conversations: Conversations) -> None:
     """Wire `/v1/conversations...` into `app`; bodies are validated strictly (unknown fields: 400)."""
 
-    @app.post("/v1/conversations")
-    async def create(request: Request, body: ConversationCreate | None = None) -> JSONResponse:
-        return JSONResponse(await conversations.create(request.state.owner, body or ConversationCreate()))
+    @app.post("/v1/conversations", openapi_extra=json_doc(ConversationCreate, required=False))
+    async def create(request: Request) -> JSONResponse:
+        body = await _body(request, ConversationCreate, required=False)
+        return JSONResponse(await conversations.create(request.state.owner, body))
 
     @app.get("/v1/conversations/{conv_id}")
     async def retrieve(request: Request, conv_id: str) -> JSONResponse:
         return JSONResponse((await conversations.find(conv_id, request.state.owner)).body())
 
-    @app.post("/v1/conversations/{conv_id}")
-    async def update(request: Request, conv_id: str, body: ConversationUpdate) -> JSONResponse:
+    @app.post("/v1/conversations/{conv_id}", openapi_extra=json_doc(ConversationUpdate))
+    async def update(request: Request, conv_id: str) -> JSONResponse:
+        body = await _body(request, ConversationUpdate)
         return JSONResponse(await conversations.update(conv_id, request.state.owner, body))
 
     @app.delete("/v1/conversations/{conv_id}")
     async def delete(request: Request, conv_id: str) -> JSONResponse:
         return JSONResponse(await conversations.delete(conv_id, request.state.owner))
 
-    @app.post("/v1/conversations/{conv_id}/items")
-    async def add_items(request: Request, conv_id: str, body: ItemsCreate) -> JSONResponse:
+    @app.post("/v1/conversations/{conv_id}/items", openapi_extra=json_doc(ItemsCreate))
+    async def add_items(request: Request, conv_id: str) -> JSONResponse:
+        body = await _body(request, ItemsCreate)
         return JSONResponse(await conversations.add(conv_id, request.state.owner, body, _include(request)))
 
     @app.get("/v1/conversations/{conv_id}/items")

@@ -12,9 +12,12 @@ not appended yet and appending in the order the two finish.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -82,15 +85,36 @@ class Lease:
         await self._store.release(self.conv_id, self._token)
 
 
+@dataclass(frozen=True)
+class Bounds:
+    """How much one conversation may hold (`--max-conversation-items`, `--max-conversation-bytes`: its items'
+    JSON), so a client cannot grow one without end; checked whenever items are added, by the client or by a
+    response's input."""
+
+    items: int
+    bytes: int
+
+    def check(self, existing: list[dict[str, Any]], new: list[dict[str, Any]], param: str) -> None:
+        """A 400 naming the bound that adding `new` to `existing` would pass."""
+        count = len(existing) + len(new)
+        if count > self.items:
+            message = f"a conversation holds at most {self.items} items; this one would hold {count}"
+            raise RequestError(message, param, 400, "conversation_too_large")
+        size = sum(len(json.dumps(i)) for i in existing) + sum(len(json.dumps(i)) for i in new)
+        if size > self.bytes:
+            message = f"a conversation's items hold at most {self.bytes} bytes of JSON; this one's would hold {size}"
+            raise RequestError(message, param, 400, "conversation_too_large")
+
+
 class Conversations:
     """The conversations of every key; another key's conversation answers what a missing one does (404)."""
 
-    def __init__(self, store: ConversationStore) -> None:
-        self.store = store
+    def __init__(self, store: ConversationStore, bounds: Bounds) -> None:
+        self.store, self.bounds = store, bounds
 
     async def create(self, owner: str, body: ConversationCreate) -> dict[str, Any]:
         conv = Conversation(new_id("conv"), owner, int(time.time()), body.metadata or {}, new_id("conv"))
-        items = self._checked(conv, [], body.items or [], "items")
+        items = await self._checked(conv, [], body.items or [], "items")
         await self.store.put(conv)
         if items:
             await self.store.add_items(conv.id, items)
@@ -116,7 +140,10 @@ class Conversations:
     async def add(self, conv_id: str, owner: str, body: ItemsCreate, include: list[str]) -> dict[str, Any]:
         check_include(include)
         conv = await self.find(conv_id, owner)
-        items = self._checked(conv, await self.store.items(conv_id), body.items, "items")
+        calls = conv.tools.get("calls", {})
+        items = await self._checked(conv, await self.store.items(conv_id), body.items, "items")
+        if conv.tools["calls"] != calls:  # the next add renders its items after these calls
+            await self.store.put(conv)
         await self.store.add_items(conv_id, items)
         return _page(items, has_more=False)
 
@@ -167,6 +194,10 @@ class Conversations:
             )
         return Lease(self.store, conv.id, token)
 
+    async def room(self, existing: list[dict[str, Any]], new: list[dict[str, Any]], param: str) -> None:
+        """A 400 unless `new` fits the conversation's bounds after `existing` (measured in a worker thread)."""
+        await anyio.to_thread.run_sync(self.bounds.check, existing, new, param)
+
     async def history(self, conv: Conversation) -> list[dict[str, Any]]:
         """The conversation's items, oldest first: rendered before a response's new input."""
         return await self.store.items(conv.id)
@@ -182,25 +213,47 @@ class Conversations:
         if fresh := [as_item(dict(i)) for i in items if i["id"] not in known]:  # a re-sent item is there already
             await self.store.add_items(conv.id, fresh)
 
-    def _checked(
+    async def _checked(
         self, conv: Conversation, existing: list[dict[str, Any]], new: list[dict[str, Any]], param: str
     ) -> list[dict[str, Any]]:
-        """New items with ids and statuses, refused (400 naming the item) unless they render after `existing`."""
+        """`_check` in a worker thread: reading the ids and sizes of the items already there still grows with
+        the whole conversation."""
+        return await anyio.to_thread.run_sync(self._check, conv, existing, new, param)
+
+    def _check(
+        self, conv: Conversation, existing: list[dict[str, Any]], new: list[dict[str, Any]], param: str
+    ) -> list[dict[str, Any]]:
+        """New items with ids and statuses, refused (400 naming the item or the bound) unless they render after
+        `existing` and fit the conversation's bounds. Only the new items are rendered, after the calls the
+        conversation keeps (`conv.tools["calls"]`, which this extends); one they refuse is rendered again after
+        all of `existing`, which is what decides (a call kept before the record held calls, or lost to a race)."""
         items = [as_item(i) for i in normalize(new)] if new else []
+        self.bounds.check(existing, items, param)
         seen = {i["id"] for i in existing}
         for n, item in enumerate(items):
             if item["id"] in seen:
                 raise RequestError(f"item id {item['id']!r} is already in this conversation", f"{param}[{n}].id")
             seen.add(item["id"])
+        echo = EchoContext(dict(conv.tools.get("calls", {})))
         try:
-            to_messages(existing + items, EchoContext(dict(conv.tools.get("calls", {}))))
-        except RequestError as exc:
-            where = exc.param or ""
-            if where.startswith("input["):
-                index, _, rest = where.removeprefix("input[").partition("]")
-                exc.param = f"{param}[{int(index) - len(existing)}]{rest}"
-            raise
+            to_messages(items, echo)
+        except RequestError:
+            echo = EchoContext(dict(conv.tools.get("calls", {})))
+            _rendered_after(existing, items, echo, param)
+        conv.tools = {**conv.tools, "calls": echo.calls}
         return items
+
+
+def _rendered_after(existing: list[dict[str, Any]], items: list[dict[str, Any]], echo: EchoContext, param: str) -> None:
+    """Render `items` after all of `existing`; a refusal names the new item (`param[i]`), not its place in both."""
+    try:
+        to_messages(existing + items, echo)
+    except RequestError as exc:
+        where = exc.param or ""
+        if where.startswith("input["):
+            index, _, rest = where.removeprefix("input[").partition("]")
+            exc.param = f"{param}[{int(index) - len(existing)}]{rest}"
+        raise
 
 
 def _page(items: list[dict[str, Any]], *, has_more: bool) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import structlog
 from python_multipart.exceptions import ParseError
-from python_multipart.multipart import MultipartParser, parse_options_header
+from python_multipart.multipart import MultipartParser, MultipartState, parse_options_header
 from starlette.requests import Request
 from starlette.responses import FileResponse
 
@@ -175,9 +175,6 @@ async def receive_upload(request: Request, target: Path, limit: int, fields: fro
     ctype, params = parse_options_header(request.headers.get("content-type", ""))
     if ctype != b"multipart/form-data" or not params.get(b"boundary"):
         raise RequestError("the request body must be multipart/form-data with a 'file' part", "file")
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit + 64 * FIELD_LIMIT:
-        raise RequestError(f"the file is larger than this server's limit of {limit} bytes", "file", 413)
     part = target.with_name(f".part-{target.name}")
     form = _Form(limit, fields)
     try:
@@ -201,14 +198,17 @@ async def receive_upload(request: Request, target: Path, limit: int, fields: fro
 
 
 def _parse(parser: MultipartParser, chunk: bytes | None) -> None:
-    """Feed the parser (None: the end); a body that is not valid multipart, or names a field in bytes that are
-    not text, is the caller's error (400), not ours."""
+    """Feed the parser (None: the end); a body that is not valid multipart, names a field in bytes that are
+    not text, or stops before its closing boundary (a cut-off upload, whose file part may be any prefix of
+    the file) is the caller's error (400), not ours."""
     try:
         parser.finalize() if chunk is None else parser.write(chunk)
     except RequestError:
         raise
     except (ParseError, UnicodeDecodeError) as exc:
         raise RequestError(f"the multipart body is malformed: {exc}", "file") from exc
+    if chunk is None and parser.state != MultipartState.END:
+        raise RequestError("the multipart body ends before its closing boundary: the upload is incomplete", "file")
 
 
 class Files:

@@ -7,9 +7,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 from openai_harmony import (
     Author,
-    Conversation,
     DeveloperContent,
     HarmonyEncoding,
     HarmonyEncodingName,
@@ -25,7 +25,7 @@ from openai_harmony import (
     load_harmony_encoding,
 )
 
-from toolkit.vocab import ensure_vocab
+from toolkit.vocab import ensure_vocab, o200k
 
 START, CHANNEL, MESSAGE, END, CALL, RETURN, CONSTRAIN = 200006, 200005, 200008, 200007, 200012, 200002, 200003
 STOP_TOKENS = (CALL, RETURN)
@@ -124,8 +124,32 @@ def load(data: list[dict[str, Any]]) -> list[Message]:
 
 
 def render(messages: list[Message]) -> list[int]:
-    """The prompt for the next assistant turn; analysis before the last final answer is dropped (as vLLM)."""
-    return encoding().render_conversation_for_completion(Conversation.from_messages(messages), Role.ASSISTANT)
+    """The prompt for the next assistant turn, as the library's `render_conversation_for_completion` renders it
+    (tested equal): while the last assistant message is a final answer, analysis before the first final answer
+    is dropped (as vLLM). Built message by message, so long texts are encoded by `encode_text`, off the GIL."""
+    last_is_final = next((m.channel == "final" for m in reversed(messages) if m.author.role == Role.ASSISTANT), False)
+    first_final = next((i for i, m in enumerate(messages) if m.channel == "final"), len(messages))
+    tokens: list[int] = []
+    for i, msg in enumerate(messages):
+        if not (last_is_final and i < first_final and msg.channel == "analysis"):
+            tokens += render_message(msg)
+    return tokens + _assistant_start()
+
+
+async def render_off_loop(messages: list[Message]) -> list[int]:
+    """`render` in a worker thread when the messages hold enough text to keep the event loop from its other
+    requests (`OFF_LOOP_CHARS`); a small prompt is rendered in place (a thread hop costs more than it)."""
+    if _text_size(messages) < OFF_LOOP_CHARS:
+        return render(messages)
+    return await anyio.to_thread.run_sync(render, messages)
+
+
+OFF_LOOP_CHARS = 64 * 1024
+"""Text (characters) from which a render goes to a worker thread: ~1 ms of encoding on the loop."""
+
+
+def _text_size(messages: list[Message]) -> int:
+    return sum(len(c.text) for m in messages for c in m.content if isinstance(c, TextContent))
 
 
 def final_text(tokens: list[int]) -> str:
@@ -159,8 +183,12 @@ def render_message(msg: Message) -> list[int]:
 
 
 def encode_text(text: str) -> list[int]:
-    """Text as the library encodes a message's text: ordinary tokens only, `<|end|>` in it is plain text."""
-    return encoding().encode(text, allowed_special=set(), disallowed_special=())
+    """Text as the library encodes a message's text: ordinary tokens only, `<|end|>` in it is plain text.
+
+    Encoded by tiktoken's o200k (the same ordinary tokens as Harmony's o200k_harmony; tested equal), which
+    releases the GIL while it encodes, where the library holds it: a long text rendered in a worker thread
+    leaves the event loop serving."""
+    return o200k().encode_ordinary(text)
 
 
 _PROBES = ("probe", " 42\n")
@@ -202,15 +230,28 @@ class Renderer:
         self._count = 0
         self._tokens: list[int] | None = None  # the last prompt without `<|start|>assistant`, extended in place
 
+    async def render_off_loop(self, messages: list[Message]) -> list[int]:
+        """`render` in a worker thread when what it will encode holds much text (as `harmony.render_off_loop`)."""
+        if _text_size(self._to_encode(messages)) < OFF_LOOP_CHARS:
+            return self.render(messages)
+        return await anyio.to_thread.run_sync(self.render, messages)
+
     def render(self, messages: list[Message]) -> list[int]:
-        new = messages[self._count :]
-        if self._tokens is not None and len(messages) >= self._count and all(m.channel != "final" for m in new):
+        new = self._to_encode(messages)
+        if new is messages or self._tokens is None:
+            self._tokens = render(messages)[: -len(_assistant_start())]
+        else:
             for m in new:
                 self._tokens += render_message(m)
-        else:
-            self._tokens = render(messages)[: -len(_assistant_start())]
         self._count = len(messages)
         return self._tokens + _assistant_start()
+
+    def _to_encode(self, messages: list[Message]) -> list[Message]:
+        """The new messages when the prompt extends the last one, else `messages` itself (a full render)."""
+        new = messages[self._count :]
+        if self._tokens is not None and len(messages) >= self._count and all(m.channel != "final" for m in new):
+            return new
+        return messages
 
 
 @functools.cache

@@ -4,9 +4,11 @@ enable (`Toolset`; each tool type is parsed by its kind, `kinds.toolset`)."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import anyio
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.params import PARAMS, REFUSED
@@ -140,26 +142,118 @@ class ResponsesRequest(BaseModel):
         return self.conversation
 
 
-MAX_BODY = 16 * 1024 * 1024
+MAX_DEPTH = 64
+"""How deep a request body may nest objects and arrays (a tool's `parameters` schema included): deeper is a 400
+naming where, before anything recursive (the parser, validation, rendering, storing) meets it."""
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_Trail = tuple[Any, ...] | None  # (parent trail, key): a field's path, built only when it is named
 
 
-def parse_body(raw: bytes) -> ResponsesRequest:
-    """The create body: size-limited, JSON, an object, then validated strictly (a 400 naming what is wrong)."""
-    data = read_json(raw)
+def json_doc(model: type[BaseModel], *, required: bool = True) -> dict[str, Any]:
+    """The OpenAPI `requestBody` of a route that reads its JSON body itself (`read_json`), as `model` says."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:  # `$defs` inlined, so the schema can stand inside an OpenAPI operation
+        if isinstance(node, dict):
+            ref = node.get("$ref", "")
+            if ref.startswith("#/$defs/"):
+                return inline(defs[ref.removeprefix("#/$defs/")])
+            return {k: inline(v) for k, v in node.items()}
+        return [inline(v) for v in node] if isinstance(node, list) else node
+
+    return {"requestBody": {"required": required, "content": {"application/json": {"schema": inline(schema)}}}}
+
+
+async def parse_body(raw: bytes) -> ResponsesRequest:
+    """The create body: JSON, an object, then validated strictly (a 400 naming what is wrong)."""
+    data = await read_json(raw)
     if not isinstance(data, dict):
         raise RequestError("the request body must be a JSON object")
     check_params(data)
     return ResponsesRequest.model_validate(data)
 
 
-def read_json(raw: bytes, limit: int = MAX_BODY) -> Any:
-    """A request body as JSON, size-limited (413) and parsed (400)."""
-    if len(raw) > limit:
-        raise RequestError(f"request body larger than {limit} bytes", None, 413)
+async def read_json(raw: bytes | str) -> Any:
+    """`parse_json`, in a worker thread for a body over `OFF_LOOP_BYTES`: checking a large one walks every
+    object and array in it (seconds for 16 MiB of `[]`), and the walk lets the event loop run meanwhile."""
+    if len(raw) < OFF_LOOP_BYTES:
+        return parse_json(raw)
+    return await anyio.to_thread.run_sync(parse_json, raw)
+
+
+OFF_LOOP_BYTES = 256 * 1024
+
+
+def parse_json(raw: bytes | str) -> Any:
+    """A request body (or WebSocket message) as JSON: strict UTF-8, then JSON, nested at most `MAX_DEPTH`
+    deep and holding no lone surrogate (`\\ud800`, which nothing downstream can encode): each a 400, naming
+    the field where there is one. Its size was bounded before it was read (`bodies`)."""
     try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        text = raw.decode() if isinstance(raw, bytes) else raw
+    except UnicodeDecodeError as exc:
+        raise RequestError(f"the request body is not valid UTF-8 (at byte {exc.start})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
         raise RequestError(f"the request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise _too_deep(_deep_member(text)) from None
+    deep = text.count("[") + text.count("{") > MAX_DEPTH
+    if deep or _SURROGATE_ESCAPE.search(text):  # else neither can be there: the walk is skipped
+        _check_tree(data)
+    return data
+
+
+def _check_tree(data: Any) -> None:
+    """Walk the parsed body (iteratively: no recursion to exhaust) for depth and lone surrogates."""
+    if isinstance(data, str) and _SURROGATE.search(data):
+        raise RequestError("the request body is a string holding a lone UTF-16 surrogate, which is not text")
+    stack: list[tuple[Any, int, _Trail]] = [(data, 1, None)] if isinstance(data, dict | list) else []
+    while stack:
+        value, depth, trail = stack.pop()
+        if depth > MAX_DEPTH:
+            raise _too_deep(_path(trail))
+        for key, child in value.items() if isinstance(value, dict) else enumerate(value):
+            if isinstance(child, str):
+                if _SURROGATE.search(child):
+                    where = _path((trail, key))
+                    raise RequestError(f"{where or 'the body'}: a lone UTF-16 surrogate is not text", where)
+            elif isinstance(child, dict | list):
+                stack.append((child, depth + 1, (trail, key)))
+            if isinstance(key, str) and _SURROGATE.search(key):
+                raise RequestError("a lone UTF-16 surrogate is not text, nor a field name", _path(trail))
+
+
+def _too_deep(where: str | None) -> RequestError:
+    return RequestError(f"{where or 'the request body'} nests deeper than {MAX_DEPTH} levels", where)
+
+
+def _path(trail: _Trail) -> str | None:
+    """`tools[0].parameters` from a walk's trail (None: the body itself)."""
+    parts: list[str] = []
+    while trail is not None:
+        trail, key = trail
+        parts.append(f"[{key}]" if isinstance(key, int) else f".{key}")
+    return "".join(reversed(parts)).lstrip(".") or None
+
+
+def _deep_member(text: str) -> str | None:
+    """The top-level member of an object too deep for the parser itself (None: the body is no object)."""
+    decoder, space = json.JSONDecoder(), json.decoder.WHITESPACE.match
+    try:
+        at = space(text, 0).end()
+        while text[at] in "{,":
+            key, at = json.decoder.scanstring(text, space(text, at + 1).end() + 1)
+            at = space(text, space(text, at).end() + 1).end()  # past the colon
+            try:
+                at = space(text, decoder.raw_decode(text, at)[1]).end()
+            except RecursionError:
+                return key
+    except (ValueError, IndexError):
+        pass
+    return None
 
 
 def check_params(data: dict[str, Any]) -> None:

@@ -16,10 +16,11 @@ from openai_harmony import Message
 
 from orchestrator import compaction, kinds, references, truncation, workspace
 from orchestrator import harmony as h
+from orchestrator.addresses import hide, worker_roles
 from orchestrator.chat import ChatTurns, chat_tools
 from orchestrator.containers import Containers
 from orchestrator.conversation_store import Conversation, conversations_for
-from orchestrator.conversations import Conversations
+from orchestrator.conversations import Bounds, Conversations
 from orchestrator.events import ResponseBuilder, new_id
 from orchestrator.items import normalize
 from orchestrator.kinds import EchoContext, custom
@@ -59,13 +60,15 @@ log = structlog.get_logger(__name__)
 
 @dataclass
 class Prepared:
-    """A response ready to run: its Run, the MCP listings to show first, where its history starts, its input."""
+    """A response ready to run: its Run, the MCP listings to show first, where its history starts, its input,
+    and its conversation with the items stored there."""
 
     run: Run
     listings: dict[str, Any]
     n_head: int
     items: list[dict[str, Any]]
     conversation: Conversation | None
+    stored: list[dict[str, Any]]  # the conversation's items so far (its bounds count them with `items`)
 
 
 class ResponsesService(LiveResponses):
@@ -87,10 +90,12 @@ class ResponsesService(LiveResponses):
         self.count_chat = count_chat
         self.api_for = api_for or (lambda model: None)  # model name -> "harmony" | "chat" | None (not known)
         self.store = store
-        self.conversations = Conversations(conversations_for(store))
+        bounds = Bounds(settings.max_conversation_items, settings.max_conversation_bytes)
+        self.conversations = Conversations(conversations_for(store), bounds)
         self.discovery = Discovery()
         fleet_secret()  # the owner header's key: read (or made) now, not on the event loop by a response
         self.endpoints = Endpoints(settings.tools_url, settings.endpoint_overrides())
+        self.worker_roles = worker_roles(settings.worker_urls)
         self.live: dict[str, Live] = {}
         self.limits = KeyLimits.from_settings(settings)
         self.closing = False
@@ -122,6 +127,8 @@ class ResponsesService(LiveResponses):
             conv = await self._conversation(req, owner)
             lease = await self.conversations.hold(conv) if conv else None  # before its items are read
             p = await self._prepare(req, owner, kept)
+            if p.conversation is not None:  # its input is added to the conversation: within the bounds
+                await self.conversations.room(p.stored, p.items, "input")
             await self._workspace(p.run, owner, self.settings.public_url or base_url)
             p.run.warm_only = warm_only
             builder, rid = p.run.builder, p.run.builder.id
@@ -196,7 +203,8 @@ class ResponsesService(LiveResponses):
             body["conversation"] = {"id": conv.id}
         builder = ResponseBuilder(body)
         state = (prev.tools if prev else conv.tools if conv else {}) or {}
-        earlier = compaction.window(await self.conversations.history(conv)) if conv else []
+        stored = await self.conversations.history(conv) if conv else []
+        earlier = compaction.window(stored)
         items = await references.resolve(self.store, owner, normalize(req.input), earlier)
         echo = EchoContext(dict(state.get("calls", {})), await self._results(owner, kinds.kept_ids(earlier + items)))
         history = kinds.to_messages(earlier, echo) if conv else h.load(prev.messages) if prev else []
@@ -223,7 +231,7 @@ class ResponsesService(LiveResponses):
             context_tokens=self.settings.context_tokens if req.truncation == "auto" else None,
             compact_only=is_triggered(items),
         )
-        return Prepared(r, listings, len(head), items, conv)
+        return Prepared(r, listings, len(head), items, conv, stored)
 
     async def _conversation(self, req: ResponsesRequest, owner: str) -> Conversation | None:
         """The conversation the request names (owner-checked: another key's is a 404), or None."""
@@ -407,6 +415,11 @@ class ResponsesService(LiveResponses):
             prompt_cache_retention=req.prompt_cache_retention,
         )
 
+    def worker_failure(self, exc: WorkerUnavailable | WorkerError) -> str:
+        """A worker failure as the client reads it: the worker named by its role; its address to the log."""
+        log.warning("worker.failed", error=str(exc))
+        return hide(str(exc), self.worker_roles)
+
     # --- running ----------------------------------------------------------------------------------
 
     async def _execute(self, live: Live, r: Run, listings: dict[str, Any], n_head: int, items: list[dict]) -> None:
@@ -424,10 +437,12 @@ class ResponsesService(LiveResponses):
                 b.finish("cancelled", usage=r.usage.as_dict())
         except WorkerUnavailable as exc:
             live.http_status, live.error_code = 503, "worker_unavailable"
-            b.finish("failed", usage=r.usage.as_dict(), error={"code": "server_error", "message": str(exc)})
+            error = {"code": "server_error", "message": self.worker_failure(exc)}
+            b.finish("failed", usage=r.usage.as_dict(), error=error)
         except WorkerError as exc:
             live.http_status, live.error_code = 502, "worker_error"
-            b.finish("failed", usage=r.usage.as_dict(), error={"code": "server_error", "message": str(exc)})
+            error = {"code": "server_error", "message": self.worker_failure(exc)}
+            b.finish("failed", usage=r.usage.as_dict(), error=error)
         except Exception as exc:
             log.exception("response.crashed", response_id=b.id)
             live.http_status = 500

@@ -57,6 +57,15 @@ class OrchestratorSettings(ServiceSettings):
         str(Path(tempfile.gettempdir()) / "toolfleet-files"), description="where uploaded files' bytes are kept"
     )
     max_file_bytes: int = Field(512 * 1024 * 1024, description="largest file one upload may carry (larger: 413)")
+    max_body_bytes: int = Field(
+        16 * 1024 * 1024,
+        description="largest JSON request body and WebSocket message (larger: 413, before it is read); uploads:"
+        " --max-file-bytes",
+    )
+    max_conversation_items: int = Field(10_000, description="items one conversation may hold (more: 400)")
+    max_conversation_bytes: int = Field(
+        64 * 1024 * 1024, description="bytes of JSON one conversation's items may hold together (more: 400)"
+    )
     file_retention_s: float = Field(30 * 86400, description="delete uploaded files older than this")
     prune_interval_s: float = Field(60.0, description="how often expired files and containers are deleted")
     max_container_memory: Literal["1g", "4g", "16g", "64g"] = Field(
@@ -90,7 +99,9 @@ class OrchestratorSettings(ServiceSettings):
         default_factory=list, description="client API keys (comma-separated); none: no authentication"
     )
     api_keys_file: str | None = Field(None, description="file of client API keys, one per line (# comments)")
-    metrics_token: str | None = Field(None, description="bearer token /metrics asks for (default: open)")
+    metrics_token: str | None = Field(
+        None, description="bearer token /metrics and /healthz details ask for (none: loopback callers only)"
+    )
     rate_limit_rps: float = Field(0.0, description="requests per second per API key (0: no limit)")
     rate_limit_burst: int = Field(0, description="requests a key may send at once (default: 2 x rps, at least 1)")
     max_concurrent_per_key: int = Field(

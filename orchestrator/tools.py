@@ -23,6 +23,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import CONNECTION_CLOSED
 from opentelemetry.trace import SpanKind
 
+from orchestrator.addresses import hide
 from orchestrator.harmony import Namespace
 from orchestrator.mcp_policy import PinnedTransport
 from toolkit.containers import MEMORY_HEADER
@@ -155,7 +156,8 @@ class ToolSessions:
             except BaseException as exc:
                 if isinstance(exc, anyio.get_cancelled_exc_class()):
                     raise
-                raise ToolUnavailable(f"cannot connect to the tool server at {url}: {_error_text(exc)}") from None
+                log.warning("tool.connect_failed", url=loggable(url), error=_error_text(exc))
+                raise ToolUnavailable(f"cannot connect to the tool server: {hide(_error_text(exc))}") from None
         return self._clients[key]
 
     async def _keepers(self) -> anyio.abc.TaskGroup:
@@ -260,9 +262,10 @@ class ToolSessions:
         except Exception as exc:
             if conn is not None and _closed(exc) and (reason := await conn.lost_reason()):
                 outcome = "unavailable"
-                text = f"Error: the connection to the tool server at {loggable(url)} broke during the call: {reason}"
+                text = f"Error: the connection to the tool server broke during the call: {hide(reason)}"
                 return ToolOutcome(text, True, outcome=outcome)
-            return ToolOutcome(f"Error: the tool `{name}` failed: {_error_text(exc)}", True, outcome="error")
+            log.warning("tool.failed", url=loggable(url), tool=name, error=_error_text(exc))
+            return ToolOutcome(f"Error: the tool `{name}` failed: {hide(_error_text(exc))}", True, outcome="error")
         finally:
             ms = round((time.perf_counter() - start) * 1000, 2)
             log.info("tool.call", url=loggable(url), tool=name, ms=ms, outcome=outcome, session_id=session_id)
@@ -360,7 +363,8 @@ class Discovery:
         except BaseException as exc:
             if isinstance(exc, anyio.get_cancelled_exc_class()):
                 raise
-            raise ToolUnavailable(f"cannot list the tools at {url}: {_error_text(exc)}") from None
+            log.warning("tool.list_failed", url=loggable(url), error=_error_text(exc))
+            raise ToolUnavailable(f"cannot list the tools: {hide(_error_text(exc))}") from None
         self._cache[key] = (time.monotonic(), listing)
         return listing
 

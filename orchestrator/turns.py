@@ -31,10 +31,10 @@ class HarmonyTurns:
         return Turn("return" if outcome == "call" else outcome)
 
     async def count(self, r: Run) -> int:
-        return len(r.turn.renderer.render(r.messages))
+        return len(await r.turn.renderer.render_off_loop(r.messages))
 
     async def aside(self, r: Run, messages: list[Message], budget: int) -> str:
-        prompt = h.render(messages)
+        prompt = await h.render_off_loop(messages)
         tokens: list[int] = []
         prompt_tokens = 0
         req = GenerateRequest(prompt, budget, r.sampling, r.conversation)
@@ -130,7 +130,7 @@ async def _turn(r: Run, budget: int) -> tuple[str, Stream | None]:
         header, _, _ = parser.feed(token)
         if header is not None:
             stream = open_item(r, header.channel, header.recipient)
-    prompt = t.renderer.render(r.messages) + prefill
+    prompt = await t.renderer.render_off_loop(r.messages) + prefill
     call_stream: Stream | None = None  # the item of the call this generation ended with
     prompt_tokens = generated = 0
     finish = None

@@ -9,8 +9,9 @@ continuable for the life of the connection (its tool sessions until idle); older
 The key and the per-key rate are checked on the upgrade by the same middleware as HTTP, and a key holds
 at most `--max-sockets-per-key` connections (beyond: the upgrade is refused with a 429). Each
 `response.create` is one request of the key's rate and one of its running responses, as over HTTP; a
-refused request, or a `response.create` sent while one is running, is answered with an `error` event
-and the connection stays open. A connection lives at most `LIFETIME_S` (OpenAI's documented 60 minutes).
+refused request, a `response.create` sent while one is running, or a frame that is binary, over
+`--max-body-bytes` or bad JSON (`schema.read_json`), is answered with an `error` event and the
+connection stays open. A connection lives at most `LIFETIME_S` (OpenAI's documented 60 minutes).
 `response.steer` (input queued into the running response, committed by an automatic successor response)
 is not built: it is answered with OpenAI's own refusal, `response.steer.failed` with the code
 `steering_not_supported`, carrying the input back so the client can send it in its next `response.create`.
@@ -28,9 +29,10 @@ import anyio
 import structlog
 from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse
+from starlette.types import Message
 
 from orchestrator.limits import LimitExceeded
-from orchestrator.schema import RequestError, ResponsesRequest, check_params
+from orchestrator.schema import RequestError, ResponsesRequest, check_params, read_json
 from orchestrator.service import ResponsesService
 from orchestrator.store import Record
 
@@ -55,11 +57,24 @@ class Connection:
             event["stream_id"] = stream_id
         await self.ws.send_text(json.dumps(event))
 
+    async def receive(self, frame: Message) -> None:
+        """One frame: a text message is handled; a binary one, or one over `--max-body-bytes`, is answered
+        with an `error` event and the socket stays open (the client may send the next one)."""
+        if frame["type"] == "websocket.disconnect":
+            raise WebSocketDisconnect(frame.get("code", 1000), frame.get("reason"))
+        text = frame.get("text")
+        if text is None:
+            return await self.send_error(RequestError("binary messages are not supported: send JSON text"))
+        if len(text) > self.service.settings.max_body_bytes:  # characters: at most as many as the bytes
+            limit = self.service.settings.max_body_bytes
+            return await self.send_error(RequestError(f"the message is larger than {limit} bytes", None, 413))
+        await self.handle(text)
+
     async def handle(self, raw: str) -> None:
         try:
-            message = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            return await self.send_error(RequestError(f"the message is not valid JSON: {exc}"))
+            message = await read_json(raw)
+        except RequestError as exc:
+            return await self.send_error(exc)
         if isinstance(message, dict) and message.get("type") == "response.steer":
             return await self.refuse_steer(message)
         if not isinstance(message, dict) or message.get("type") != "response.create":
@@ -149,7 +164,7 @@ def add_routes(app: FastAPI, service: ResponsesService, errors: Callable[[BaseEx
             await ws.accept()
             with anyio.move_on_after(LIFETIME_S):
                 while True:
-                    await conn.handle(await ws.receive_text())
+                    await conn.receive(await ws.receive())
             await conn.send_error(
                 RequestError(
                     "the connection reached its 60-minute limit; open a new one",

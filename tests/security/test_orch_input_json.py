@@ -1,0 +1,179 @@
+"""Issue 32, finding 15 (orchestrator): bad JSON is a 400 naming the field, never a 500, on every JSON route;
+a bad WebSocket frame is an `error` event and the socket stays open.
+
+Bodies nest at most `schema.MAX_DEPTH` levels (a tool's `parameters` schema included); a lone UTF-16
+surrogate (`\\ud800`) or bytes that are not UTF-8 are refused where they are, before anything downstream
+(validation, rendering, the store) meets them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from websockets.sync.client import connect
+
+from orchestrator.schema import MAX_DEPTH
+from tests.security.input_stack import Stack, chunks, orchestrator, send
+
+ROUTES = {  # route -> a field of its body that takes nested JSON
+    "/v1/responses": "input",
+    "/v1/responses/input_tokens": "input",
+    "/v1/responses/compact": "input",
+    "/v1/conversations": "items",
+    "/v1/conversations/{conv}": "metadata",
+    "/v1/conversations/{conv}/items": "items",
+    "/v1/chat/completions": "messages",
+    "/v1/containers": "file_ids",
+}
+LONE = "\\ud800"  # as JSON writes it: the escape of a high surrogate with no low one after it
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[Stack]:
+    with orchestrator() as started:
+        started.script([("", "<|channel|>final<|message|>Done.<|return|>")])
+        yield started
+
+
+@pytest.fixture(scope="module")
+def conv(stack: Stack) -> str:
+    return stack.client.conversations.create().id
+
+
+def _post(stack: Stack, route: str, conv: str, body: bytes, chunked: bool = False):
+    return send(stack.port, "POST", route.format(conv=conv), chunks(body, 4096) if chunked else body)
+
+
+def _nested(depth: int, leaf: str = "1") -> str:
+    return "[" * depth + leaf + "]" * depth
+
+
+@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 5_000, 100_000])
+def test_deep_json_is_a_400_naming_its_field(stack: Stack, conv: str, route: str, depth: int):
+    field = ROUTES[route]
+    answer = _post(stack, route, conv, f'{{"{field}": {_nested(depth)}}}'.encode())
+    assert answer.status == 400, answer.body[:300]
+    assert answer.error["param"].startswith(field) and f"deeper than {MAX_DEPTH}" in answer.error["message"]
+
+
+def test_a_deeply_nested_tool_schema_is_a_400_naming_the_tool(stack: Stack, conv: str):
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(40):
+        schema = {"type": "object", "properties": {"a": schema}}
+    tool = {"type": "function", "name": "f", "parameters": schema}
+    answer = _post(stack, "/v1/responses", conv, json.dumps({"model": "m", "input": "hi", "tools": [tool]}).encode())
+    assert answer.status == 400 and answer.error["param"].startswith("tools[0].parameters.properties.a")
+
+
+def test_a_tool_schema_within_the_bound_still_runs(stack: Stack):
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(10):
+        schema = {"type": "object", "properties": {"a": schema}}
+    tool = {"type": "function", "name": "f", "parameters": schema}
+    assert stack.client.responses.create(model="m", input="hi", tools=[tool]).status == "completed"
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_a_lone_surrogate_is_a_400_naming_its_field(stack: Stack, conv: str, route: str):
+    field = ROUTES[route]
+    answer = _post(stack, route, conv, f'{{"{field}": [{{"content": "a{LONE}b"}}]}}'.encode())
+    assert answer.status == 400 and answer.error["param"] == f"{field}[0].content", answer.body[:300]
+    assert "surrogate" in answer.error["message"]
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_bytes_that_are_not_utf8_are_a_400(stack: Stack, conv: str, route: str):
+    answer = _post(stack, route, conv, b'{"' + ROUTES[route].encode() + b'": "\xed\xa0\x80"}')
+    assert answer.status == 400 and "UTF-8" in answer.error["message"]
+
+
+def test_a_surrogate_pair_is_text(stack: Stack):
+    """The escape of an astral character is two surrogates that make one: it is kept, not refused."""
+    resp = stack.client.responses.create(model="m", input="smile \U0001f600")
+    assert resp.status == "completed"
+    answer = send(stack.port, "POST", "/v1/responses", b'{"model": "m", "input": "\\ud83d\\ude00"}')
+    assert answer.status == 200 and answer.json()["status"] == "completed"
+
+
+JSON_LEAVES = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=5))
+
+
+def _json_with(leaf: str, trail: list[Any]) -> str:
+    """A JSON text with `leaf` (raw JSON) at `trail` (keys and indices) inside a body."""
+    text = leaf
+    for step in reversed(trail):
+        text = f"[{text}]" if isinstance(step, int) else f'{{"{step}": {text}}}'
+    return text
+
+
+TRAILS = st.lists(st.one_of(st.just(0), st.sampled_from(["a", "content", "b_c"])), max_size=8)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    route=st.sampled_from(list(ROUTES)), trail=TRAILS, chunked=st.booleans(), where=st.sampled_from(["value", "key"])
+)
+def test_a_lone_surrogate_anywhere_is_a_400_never_a_500(
+    stack: Stack, conv: str, route: str, trail: list[Any], chunked: bool, where: str
+):
+    leaf = f'"x{LONE}"' if where == "value" else f'{{"k{LONE}": 1}}'
+    body = f'{{"{ROUTES[route]}": {_json_with(leaf, trail)}}}'.encode()
+    answer = _post(stack, route, conv, body, chunked)
+    assert answer.status == 400 and "surrogate" in answer.error["message"], answer.body[:300]
+
+
+@settings(max_examples=60, deadline=None)
+@given(route=st.sampled_from(list(ROUTES)), depth=st.integers(1, 3 * MAX_DEPTH))
+def test_nesting_past_the_bound_is_a_400_and_within_it_never_a_500(stack: Stack, conv: str, route: str, depth: int):
+    body = f'{{"{ROUTES[route]}": {_nested(depth)}}}'.encode()
+    answer = _post(stack, route, conv, body)
+    if depth + 1 > MAX_DEPTH:
+        assert answer.status == 400 and "deeper than" in answer.error["message"]
+    else:
+        assert answer.status < 500, answer.body[:300]
+
+
+@settings(max_examples=40, deadline=None)
+@given(route=st.sampled_from(list(ROUTES)), bad=st.binary(min_size=1, max_size=4), at=st.integers(0, 40))
+def test_invalid_utf8_anywhere_is_a_400(stack: Stack, conv: str, route: str, bad: bytes, at: int):
+    text = json.dumps({ROUTES[route]: [{"content": "y" * 40}]}).encode()
+    where = text.index(b"y") + min(at, 39)
+    body = text[:where] + b"\xff" + bad + text[where:]  # 0xff is never UTF-8
+    answer = _post(stack, route, conv, body)
+    assert answer.status == 400 and "UTF-8" in answer.error["message"], answer.body[:300]
+
+
+def _socket(stack: Stack):
+    return connect(f"ws://127.0.0.1:{stack.port}/v1/responses", open_timeout=10, close_timeout=2)
+
+
+def _next(ws) -> dict[str, Any]:
+    return json.loads(ws.recv(timeout=10))
+
+
+def test_a_binary_frame_is_an_error_event_and_the_socket_stays_open(stack: Stack):
+    with _socket(stack) as ws:
+        ws.send(b'{"type": "response.create"}')
+        event = _next(ws)
+        assert event["type"] == "error" and event["status"] == 400 and "binary" in event["error"]["message"]
+        ws.send(json.dumps({"type": "response.create", "model": "m", "input": "hi"}))
+        events = [_next(ws)]
+        while events[-1]["type"] not in ("response.completed", "response.failed", "error"):
+            events.append(_next(ws))
+        assert events[-1]["type"] == "response.completed"
+
+
+@pytest.mark.parametrize("frame", [_nested(100_000), '{"type": "response.create", "input": "' + LONE + '"}'])
+def test_a_deep_or_surrogate_frame_is_an_error_event_and_the_socket_stays_open(stack: Stack, frame: str):
+    with _socket(stack) as ws:
+        ws.send(frame)
+        event = _next(ws)
+        assert event["type"] == "error" and event["status"] == 400
+        ws.send(json.dumps({"type": "nonsense"}))  # still open: the next frame is answered
+        assert _next(ws)["error"]["param"] == "type"
