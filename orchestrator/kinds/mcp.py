@@ -27,15 +27,19 @@ from orchestrator.params import HONOURED, REFUSED
 from orchestrator.run import Run
 from orchestrator.schema import McpServer, RequestError, Requirement, Toolset
 from orchestrator.tools import ToolOutcome
+from toolkit.wire import is_reserved
 
 _MCP_HTTP_CODES = {"unavailable": 503, "timeout": 504}
 _MCP_PROTOCOL_CODES = {"rejected": -32602}  # JSON-RPC invalid params: bad arguments or a tool not allowed
 REDACTED = "<redacted>"
-# Headers a client may not set on an MCP tool: the orchestrator's session id, and what HTTP itself owns.
+# Headers a client may not set on an MCP tool (besides the fleet's, `toolkit.wire.is_reserved`): what the
+# orchestrator and the MCP transport set themselves, and what HTTP owns (framing, the connection, proxies).
 RESERVED_HEADERS = frozenset(
-    "x-session-id mcp-session-id host content-length transfer-encoding connection upgrade te trailer keep-alive"
-    " proxy-authorization".split()
+    "x-session-id mcp-session-id mcp-protocol-version x-request-id host content-length transfer-encoding connection"
+    " upgrade te trailer trailers keep-alive expect proxy-authorization proxy-authenticate proxy-connection".split()
 )
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # an HTTP field name (RFC 9110 5.1)
+_FIELD_VALUE = re.compile(r"[\t\x20-\x7e]*")  # visible ASCII, space and tab: no CR, LF, NUL or other control
 
 
 def namespace_of(label: str) -> str:
@@ -197,20 +201,44 @@ def _tool_names(value: Any) -> set[str] | None:
 
 
 def _client_headers(tool: dict[str, Any], where: str) -> dict[str, str]:
-    """An MCP tool's `headers`, plus `authorization` as a bearer token; reserved names are a 400."""
+    """An MCP tool's `headers`, plus `authorization` as a bearer token. Every header is checked here, where the
+    client's words enter: the same rule holds for a built-in label (the headers go to the fleet's own tool
+    server) and a client-named server, and nothing is dropped quietly."""
     raw = tool.get("headers") or {}
     if not isinstance(raw, dict):
         raise RequestError("mcp headers must be an object of strings", f"{where}.headers")
-    headers = {str(k): str(v) for k, v in raw.items()}
-    if reserved := sorted(k for k in headers if k.lower() in RESERVED_HEADERS):
-        raise RequestError(f"mcp headers may not set {', '.join(reserved)}", f"{where}.headers")
+    seen: set[str] = set()
+    for name, value in raw.items():
+        if problem := _header_problem(name, value, seen):
+            raise RequestError(f"mcp header {name!r} {problem}", f"{where}.headers")
+    headers: dict[str, str] = dict(raw)
     token = tool.get("authorization")
     if token is not None:
-        if not isinstance(token, str) or not token:
-            raise RequestError("mcp authorization must be a non-empty string", f"{where}.authorization")
+        if not isinstance(token, str) or not token or not _FIELD_VALUE.fullmatch(token):
+            message = "mcp authorization must be a non-empty string of visible ASCII (no CR, LF, NUL or control)"
+            raise RequestError(message, f"{where}.authorization")
         headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
         headers["Authorization"] = f"Bearer {token}"
     return headers
+
+
+def _header_problem(name: Any, value: Any, seen: set[str]) -> str | None:
+    """Why a client may not send this header (None: it may): a name or value HTTP would refuse or that could
+    smuggle another header (CR, LF, NUL), a name twice in two spellings, or a name the fleet, the
+    orchestrator or HTTP itself owns."""
+    if not isinstance(name, str) or not _TOKEN.fullmatch(name):
+        return "is not a valid header name"
+    if not isinstance(value, str) or not _FIELD_VALUE.fullmatch(value):
+        return "needs a string value of visible ASCII, spaces and tabs (no CR, LF, NUL or other control)"
+    lower = name.lower()
+    if lower in seen:
+        return "is named twice"
+    seen.add(lower)
+    if is_reserved(lower):
+        return "is reserved for the fleet's own services"
+    if lower in RESERVED_HEADERS:
+        return "is set by the orchestrator or HTTP itself"
+    return None
 
 
 def _echo_request(item: dict[str, Any], where: str, ctx: EchoContext) -> list[Message]:
