@@ -9,6 +9,7 @@ from typing import Any
 
 from openai_harmony import Message
 
+from orchestrator import approvals
 from orchestrator import harmony as h
 from orchestrator.events import Item, ResponseBuilder, new_id
 from orchestrator.kinds.base import (
@@ -156,7 +157,7 @@ class McpKind(Kind):
     def arguments(self, r: Run, msg: Message, ns: str, fn: str) -> tuple[dict[str, Any], str | None]:
         args, err = super().arguments(r, msg, ns, fn)
         server = r.toolset.mcp.get(ns)
-        if err is None and server is not None and server.allowed is not None and fn not in server.allowed:
+        if err is None and server is not None and not server.shows(fn):
             err = f"Error: the tool `{fn}` is not allowed on the `{ns}` server."
         return args, err
 
@@ -243,31 +244,56 @@ def _header_problem(name: Any, value: Any, seen: set[str]) -> str | None:
 
 def _echo_request(item: dict[str, Any], where: str, ctx: EchoContext) -> list[Message]:
     """An `mcp_approval_request` sent back as input: the call message it stands for; its answer, later in the
-    same input, resumes the call (`turns.run`) whether or not `previous_response_id` is used."""
+    same input, resumes the call (`turns.run`) whether or not `previous_response_id` is used, if the request is
+    one this fleet issued (`check_issued`)."""
     label, name, approval_id = item.get("server_label"), item.get("name"), item.get("id")
     if not all(isinstance(v, str) and v for v in (label, name, approval_id)):
         raise RequestError("mcp_approval_request items need id, server_label and name", where)
+    arguments = item.get("arguments")
     recipient = f"{namespace_of(label)}.{name}"
     ctx.requests[approval_id] = {"recipient": recipient, "server_label": label, "name": name}
-    return [h.assistant(str(item.get("arguments") or "{}"), "commentary", recipient, "json")]
+    if not (isinstance(arguments, str) and approvals.issued(approval_id, label, name, arguments)):
+        ctx.unsigned[approval_id] = where
+    return [h.assistant(str(arguments or "{}"), "commentary", recipient, "json")]
+
+
+def check_issued(ctx: EchoContext, messages: list[Message]) -> None:
+    """Before a response starts: an answer in its input that resumes a call (its request's call is the last
+    message, as `resume_approvals` reads it) must answer a request this fleet issued, unchanged; else a 400
+    naming the request. A request answered and settled earlier in a kept history resumes nothing."""
+    last = messages[-1] if messages else None
+    for approval_id, call in ctx.answered.items():
+        where = ctx.unsigned.get(approval_id)
+        if where is not None and _resumes(call, last):
+            message = (
+                f"mcp_approval_request {approval_id!r} was not issued by this service, or was changed since:"
+                " an mcp_approval_response cannot answer it"
+            )
+            raise RequestError(message, where)
+
+
+def _resumes(call: dict[str, Any], last: Message | None) -> bool:
+    """Whether an answered approval resumes its call: the conversation stopped at that call."""
+    return last is not None and last.recipient == call["recipient"]
 
 
 def _needs_approval(toolset: Toolset, ns: str, fn: str) -> bool:
     server = toolset.mcp.get(ns)
-    return server is not None and (server.allowed is None or fn in server.allowed) and server.needs_approval(fn)
+    return server is not None and server.shows(fn) and server.needs_approval(fn)
 
 
 def _request_approval(r: Run, msg: Message, ns: str, fn: str) -> None:
-    approval_id = new_id("mcpr")
+    label, arguments = label_of(r, ns), h.text_of(msg)
+    approval_id = approvals.issue(label, fn, arguments)
     item = {
         "id": approval_id,
         "type": "mcp_approval_request",
-        "server_label": label_of(r, ns),
+        "server_label": label,
         "name": fn,
-        "arguments": h.text_of(msg),
+        "arguments": arguments,
     }
     r.builder.add_item(item).finish(None)
-    r.tools.pending[approval_id] = {"recipient": msg.recipient, "server_label": label_of(r, ns), "name": fn}
+    r.tools.pending[approval_id] = {"recipient": msg.recipient, "server_label": label, "name": fn}
 
 
 def list_tools_item(builder: ResponseBuilder, label: str, tools: list[dict[str, Any]]) -> None:
@@ -282,22 +308,30 @@ def list_tools_item(builder: ResponseBuilder, label: str, tools: list[dict[str, 
 
 
 async def resume_approvals(r: Run) -> None:
-    """Answer the call an earlier response stopped at, as the client's `mcp_approval_response` decides."""
+    """Answer the call an earlier response stopped at, as the client's `mcp_approval_response` decides. An
+    approved call runs only on a server of this request's tools under the label it was asked for, and only a
+    tool the model is shown there (`McpKind.arguments`): an approval never reaches a built-in namespace or a
+    hidden tool."""
     for approval_id, call in list(r.tools.pending.items()):
         r.tools.pending.pop(approval_id)
-        decision = r.tools.approvals.get(approval_id)
         last = r.messages[-1] if r.messages else None
-        if last is None or last.recipient != call["recipient"]:
+        if last is None or not _resumes(call, last):
             continue
-        if decision:
+        ns, fn = call["recipient"].partition(".")[0], call["name"]  # the label's namespace
+        server = r.toolset.mcp.get(ns)
+        if not r.tools.approvals.get(approval_id):
+            answer(r, call["recipient"], "Error: the user did not approve this tool call.", last.channel)
+        elif server is None or server.label != call["server_label"]:
+            refusal = (
+                f"Error: the MCP server `{call['server_label']}` is not in this request's tools; the call did not run."
+            )
+            answer(r, call["recipient"], refusal, last.channel)
+        else:
             r.tools.count += 1
-            ns, fn = call["recipient"].partition(".")[0], call["name"]  # the label's namespace
             outcome = await MCP.call(r, last, ns, fn, McpStream.complete(r, last, ns, fn, approval_id))
             assert outcome is not None  # a streamed call is run, never sent for approval again
             r.tools.log.append((ns, outcome.kind))
             answer(r, call["recipient"], outcome.text, last.channel)
-        else:
-            answer(r, call["recipient"], "Error: the user did not approve this tool call.", last.channel)
 
 
 MCP = McpKind()
