@@ -206,7 +206,11 @@ class ResponsesService(LiveResponses):
             head + history,
             tools,
             self.endpoints,
-            ToolSessions(session_id=conversation, timeout_s=self.settings.tool_timeout_s),
+            ToolSessions(
+                session_id=conversation,
+                timeout_s=self.settings.tool_timeout_s,
+                keepalive_s=self.settings.keepalive_expiry_s,
+            ),
             self.generate,
             self._limits(req),
             conversation,
