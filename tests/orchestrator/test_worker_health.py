@@ -19,18 +19,22 @@ import httpx
 import openai
 import pytest
 from conftest import scenario
+from fixture_tools import weather_server
 from structlog.testing import capture_logs
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from orchestrator import harmony as h
 from orchestrator.worker.client import GenerateRequest, WorkerPool, WorkerUnavailable
 from orchestrator.worker.scripted import Scenario, ScriptedModel
 from orchestrator.worker.scripted import build_app as build_worker
 from tests.support.asgi import serve_asgi
+from toolkit.settings import ToolServerSettings
 
 INTERVAL_S = 0.5  # the health-check interval and the worker's keep-alive
 BUSY_S = 0.2  # how long the worker's loop is busy as an idle connection's keep-alive runs out
 ROUNDS = 20  # keep-alive closes met with a request (about ROUNDS x INTERVAL_S seconds, checks running alongside)
 FAST = "<|channel|>final<|message|>Quick.<|return|>"
+FORECAST_CALL = '<|channel|>commentary to=weather.get_forecast <|constrain|>json<|message|>{"city":"Oslo"}<|call|>'
 
 
 class BusyAtKeepAlive(H11Protocol):
@@ -38,10 +42,11 @@ class BusyAtKeepAlive(H11Protocol):
     `closing` is set then, so a test can send a request that lands on the connection as it is closed."""
 
     closing = threading.Event()
+    busy_s = BUSY_S
 
     def timeout_keep_alive_handler(self) -> None:
         type(self).closing.set()
-        time.sleep(BUSY_S)  # blocks the worker's loop: what arrives now is unread when the connection closes
+        time.sleep(self.busy_s)  # blocks the server's loop: what arrives now is unread when the connection closes
         super().timeout_keep_alive_handler()
 
 
@@ -170,3 +175,32 @@ async def test_a_worker_that_never_answered_is_down_at_its_first_failed_check() 
         assert pool.workers[0].downs == {"ConnectError": 1}
     finally:
         await pool.aclose()
+
+
+class SlowToClose(BusyAtKeepAlive):
+    """A tool server busy for long as it closes an idle connection: the window spans the model's next call."""
+
+    closing = threading.Event()
+    busy_s = 1.0
+
+
+def test_an_mcp_call_after_the_tool_servers_keep_alive_ran_out_goes_out_on_a_new_connection(make_stack):
+    """The same rule towards tool servers (the gateway, a client-named server): a response's MCP session sits
+    idle while the model writes its next call (about 0.8 s here), longer than the server's keep-alive
+    (0.5 s); the server closes that connection then, slowly. The second call must not be sent on it."""
+    second = FORECAST_CALL.replace("Oslo", "Bergen")
+    stack = make_stack(keepalive_expiry_s=INTERVAL_S * 0.8)
+    stack.script(
+        [
+            ("Sunny in Bergen", FAST),
+            {"match": "Sunny in Oslo", "reply": second, "delay_s": 0.8 / len(h.encode_text(second))},
+            ("forecast", FORECAST_CALL),
+        ]
+    )
+    app = weather_server(ToolServerSettings()).build_app()
+    with serve_asgi(app, timeout_keep_alive=INTERVAL_S, http=SlowToClose) as url:
+        tool = {"type": "mcp", "server_label": "weather", "server_url": f"{url}/mcp", "require_approval": "never"}
+        resp = stack.client.responses.create(model="gpt-oss", input="forecast?", tools=[tool])
+    calls = [o for o in resp.output if o.type == "mcp_call"]
+    assert [c.status for c in calls] == ["completed", "completed"] and resp.output_text == "Quick."
+    assert SlowToClose.closing.is_set()  # the server did close the idle connection under the model's turn
