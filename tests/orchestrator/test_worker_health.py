@@ -10,6 +10,7 @@ design, not by luck, while the health checks run at that same interval.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
 import time
@@ -92,6 +93,30 @@ def test_a_worker_closing_idle_connections_is_never_reported_down_nor_a_request_
     if keepalive_expiry_s > INTERVAL_S:  # the race was met: a reused connection failed, and was retried
         assert any(e["event"] == "worker.reconnect" for e in logs)
         assert metric(stack.url, "toolfleet_orchestrator_worker_reconnects") > 0
+
+
+async def test_a_request_on_a_connection_the_worker_is_closing_is_sent_again_on_a_new_one(closing_worker):
+    """Requests meet the race too (above, the checks, at the keep-alive's own interval, mostly get there first):
+    here each request goes out as the worker closes the pooled connection a check left idle (the pool's default
+    expiry, 4 s, is above this worker's 0.5 s keep-alive), and no check runs meanwhile."""
+    url, model = closing_worker
+    pool = WorkerPool([url], health_interval_s=3600, api="harmony")
+    try:
+        with capture_logs() as logs:
+            for _ in range(3):
+                await pool.check_health()  # leaves a pooled connection idle
+                BusyAtKeepAlive.closing.clear()
+                assert await asyncio.to_thread(BusyAtKeepAlive.closing.wait, 10 * INTERVAL_S)
+                await generated(pool)  # sent on that connection as the worker closes it
+        assert [e["during"] for e in logs if e["event"] == "worker.reconnect"] == ["request"] * 3
+        assert pool.workers[0].healthy and model.stats.completed == 3
+    finally:
+        await pool.aclose()
+
+
+async def generated(pool: WorkerPool) -> None:
+    async for _ in pool.generate(GenerateRequest([1, 2, 3], 8)):
+        pass
 
 
 async def test_a_dead_worker_is_down_after_the_failed_checks_and_requests_fail_over_to_the_other(two_workers):
