@@ -117,6 +117,8 @@ def create_app(
             api=settings.worker_api,
             apis=settings.worker_apis,
             health_interval_s=settings.health_interval_s,
+            down_after=settings.worker_down_after,
+            keepalive_expiry_s=settings.keepalive_expiry_s,
         )
         generate = pool.generate
     store = store if store is not None else open_store(settings)

@@ -65,6 +65,14 @@ class OrchestratorMetrics:
         return generate_latest(self.registry)
 
 
+_BY_ERROR = {
+    "check_failures": "Failed health checks, by error class (one alone does not take a worker out)",
+    "downs": "Times a worker was taken out, by the error class that did it",
+    "reconnects": "Errors on a pooled connection, by class, retried once on a new connection",
+}
+"""The pool's per-worker counters by error class, each a `_Worker` attribute of the same name."""
+
+
 class _WorkerCollector(Collector):
     """Worker health, outstanding requests and failures, read from the pool at scrape time."""
 
@@ -83,12 +91,19 @@ class _WorkerCollector(Collector):
             "Failed generations (before the first token: retried; after: 502)",
             labels=["worker", "stage"],
         )
+        families = {
+            key: CounterMetricFamily(f"toolfleet_orchestrator_worker_{key}", text, labels=["worker", "error"])
+            for key, text in _BY_ERROR.items()
+        }
         for w in self.pool.workers:
             healthy.add_metric([w.url], 1.0 if w.healthy else 0.0)
             outstanding.add_metric([w.url], w.outstanding)
             failures.add_metric([w.url, "before_first_token"], w.failures_before)
             failures.add_metric([w.url, "mid_stream"], w.failures_mid)
-        yield from (healthy, outstanding, failures)
+            for key, family in families.items():
+                for error, n in getattr(w, key).items():
+                    family.add_metric([w.url, error], n)
+        yield from (healthy, outstanding, failures, *families.values())
 
 
 class LatencyMiddleware:

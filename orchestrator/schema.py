@@ -277,6 +277,12 @@ class McpServer:
     description: str | None = None
     client_named: bool = False  # the request named server_url: the MCP server policy applies
     address: str | None = None  # the checked IP to connect to (set once the policy admits the server)
+    shown: frozenset[str] = frozenset()  # the tools the model is shown (set once the server is listed)
+
+    def shows(self, tool: str) -> bool:
+        """Whether the model is shown `tool`: listed by the server, not hidden, and in `allowed_tools`. Only
+        these run, whether the model calls one or a client approves one."""
+        return tool in self.shown
 
     def needs_approval(self, tool: str) -> bool:
         rule = self.approval

@@ -25,7 +25,7 @@ from orchestrator.events import ResponseBuilder, new_id
 from orchestrator.items import normalize
 from orchestrator.kinds import EchoContext, custom
 from orchestrator.kinds.compaction import compaction_item, is_triggered
-from orchestrator.kinds.mcp import list_tools_item
+from orchestrator.kinds.mcp import check_issued, list_tools_item
 from orchestrator.limits import KeyLimits
 from orchestrator.live import RUNNING, Live, LiveResponses
 from orchestrator.mcp_policy import McpPolicy, ServerRefused, refusal
@@ -209,13 +209,19 @@ class ResponsesService(LiveResponses):
         echo = EchoContext(dict(state.get("calls", {})), await self._results(owner, kinds.kept_ids(earlier + items)))
         history = kinds.to_messages(earlier, echo) if conv else h.load(prev.messages) if prev else []
         new_input = kinds.to_messages(compaction.window(items), echo)
+        check_issued(echo, history + new_input)
         head = self._head(req, namespaces, tools)
         r = Run(
             builder,
             head + history,
             tools,
             self.endpoints,
-            ToolSessions(session_id=conversation, timeout_s=self.settings.tool_timeout_s, owner=owner),
+            ToolSessions(
+                session_id=conversation,
+                timeout_s=self.settings.tool_timeout_s,
+                keepalive_s=self.settings.keepalive_expiry_s,
+                owner=owner,
+            ),
             self.generate,
             self._limits(req),
             conversation,
@@ -346,6 +352,7 @@ class ResponsesService(LiveResponses):
             shown = [t for t in listing.tools if not t["hidden"]]
             listings[server.label] = shown
             allowed = [t for t in shown if server.allowed is None or t["name"] in server.allowed]
+            server.shown = frozenset(t["name"] for t in allowed)
             out.append(
                 h.Namespace(
                     ns,

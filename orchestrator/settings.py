@@ -13,6 +13,12 @@ from pydantic_settings import NoDecode, SettingsConfigDict
 from toolkit.settings import ServiceSettings
 
 WorkerApi = Literal["auto", "harmony", "chat"]
+KEEPALIVE_EXPIRY_S = 4.0
+"""How long an idle connection to a worker or tool server is kept for reuse: below uvicorn's default keep-alive
+(5 s, which vLLM, the scripted worker and the gateway serve with), so the orchestrator never sends a request on a
+connection its server is closing."""
+WORKER_DOWN_AFTER = 2
+"""Failed health checks in a row that take a worker out."""
 
 
 class OrchestratorSettings(ServiceSettings):
@@ -95,6 +101,18 @@ class OrchestratorSettings(ServiceSettings):
     identity: str | None = Field(None, description="model identity line of the system message")
     date: str | None = Field(None, description="conversation start date (default: today)")
     health_interval_s: float = Field(5.0, description="worker health-check period")
+    worker_down_after: int = Field(
+        WORKER_DOWN_AFTER,
+        ge=1,
+        description="a worker is down after this many health checks in a row fail, or one request on a new"
+        " connection (an error on a reused connection is retried once on a new one first)",
+    )
+    keepalive_expiry_s: float = Field(
+        KEEPALIVE_EXPIRY_S,
+        gt=0,
+        description="idle connections to workers and tool servers are closed after this; keep it below their"
+        " servers' keep-alive (uvicorn's default: 5 s)",
+    )
     api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="client API keys (comma-separated); none: no authentication"
     )

@@ -26,6 +26,7 @@ from opentelemetry.trace import SpanKind
 from orchestrator.addresses import hide
 from orchestrator.harmony import Namespace
 from orchestrator.mcp_policy import PinnedTransport
+from orchestrator.settings import KEEPALIVE_EXPIRY_S
 from toolkit.containers import MEMORY_HEADER
 from toolkit.handles import ARGUMENT as HANDLE_ARGUMENT
 from toolkit.tracing import REQUEST_ID_HEADER, annotate, current_request_id, inject, span
@@ -65,12 +66,23 @@ class Endpoints:
         return f"{self.tools_url.rstrip('/')}/{namespace}/mcp" if self.tools_url else None
 
 
-def _client(url: str, headers: dict[str, str], timeout_s: float, address: str | None = None) -> Client:
-    """An MCP client of `url`; with `address`, every connection goes to that checked IP (no proxy, no DNS)."""
+def _client(
+    url: str,
+    headers: dict[str, str],
+    timeout_s: float,
+    address: str | None = None,
+    keepalive_s: float = KEEPALIVE_EXPIRY_S,
+) -> Client:
+    """An MCP client of `url`; with `address`, every connection goes to that checked IP (no proxy, no DNS).
+    An idle connection is dropped after `keepalive_s`, before the server's own keep-alive closes it (uvicorn:
+    5 s), so a call is never sent on a connection its server is closing (a connection of one response's
+    session sits idle while the model writes)."""
     pinned = {"transport": PinnedTransport(url, address), "trust_env": False} if address else {}
     http = httpx2.AsyncClient(
         headers=headers,
         timeout=httpx2.Timeout(timeout_s, connect=5.0),
+        # httpx's own pool sizes, with the shorter idle expiry
+        limits=httpx2.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=keepalive_s),
         event_hooks={"request": [_trace_context]},
         **pinned,
     )
@@ -130,9 +142,17 @@ def _closed(exc: BaseException) -> bool:
 class ToolSessions:
     """The MCP connections of one response, opened on first use and closed together at its end."""
 
-    def __init__(self, *, session_id: str, timeout_s: float = 120.0, owner: str = ANONYMOUS) -> None:
+    def __init__(
+        self,
+        *,
+        session_id: str,
+        timeout_s: float = 120.0,
+        keepalive_s: float = KEEPALIVE_EXPIRY_S,
+        owner: str = ANONYMOUS,
+    ) -> None:
         self.session_id = session_id
         self.timeout_s = timeout_s
+        self.keepalive_s = keepalive_s
         self.owner = owner
         """The key the calls are made for: named to the fleet's tool servers (signed), never to a client's."""
         self._owner_header = sign_owner(owner)
@@ -183,7 +203,7 @@ class ToolSessions:
         fails like any tool failure; the next call reconnects."""
         conn: _Connection | None = None
         try:
-            async with _client(url, headers, self.timeout_s, address) as client:
+            async with _client(url, headers, self.timeout_s, address, self.keepalive_s) as client:
                 conn = _Connection(client)
                 task_status.started(conn)
                 await self._closing.wait()
@@ -279,7 +299,9 @@ class ToolSessions:
     async def call_once(self, url: str, name: str, args: dict[str, Any]) -> ToolOutcome:
         """`call` over a connection of its own, closed before it returns: for a call made before the response's
         task runs (the shared connections must be entered and closed in that one task)."""
-        once = ToolSessions(session_id=self.session_id, timeout_s=self.timeout_s, owner=self.owner)
+        once = ToolSessions(
+            session_id=self.session_id, timeout_s=self.timeout_s, keepalive_s=self.keepalive_s, owner=self.owner
+        )
         once.named, once.sizes = self.named, self.sizes
         try:
             return await once.call(url, name, args)

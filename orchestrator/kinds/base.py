@@ -88,6 +88,7 @@ class EchoContext:
     approvals: dict[str, bool] = field(default_factory=dict)  # mcp_approval_request id -> approved
     requests: dict[str, dict[str, Any]] = field(default_factory=dict)  # approval requests the input carries
     answered: dict[str, dict[str, Any]] = field(default_factory=dict)  # ... and those the input answers too
+    unsigned: dict[str, str] = field(default_factory=dict)  # approval requests this fleet did not issue -> where
 
 
 @dataclass(frozen=True)

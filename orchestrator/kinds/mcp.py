@@ -9,6 +9,7 @@ from typing import Any
 
 from openai_harmony import Message
 
+from orchestrator import approvals
 from orchestrator import harmony as h
 from orchestrator.events import Item, ResponseBuilder, new_id
 from orchestrator.kinds.base import (
@@ -27,15 +28,19 @@ from orchestrator.params import HONOURED, REFUSED
 from orchestrator.run import Run
 from orchestrator.schema import McpServer, RequestError, Requirement, Toolset
 from orchestrator.tools import ToolOutcome
+from toolkit.wire import is_reserved
 
 _MCP_HTTP_CODES = {"unavailable": 503, "timeout": 504}
 _MCP_PROTOCOL_CODES = {"rejected": -32602}  # JSON-RPC invalid params: bad arguments or a tool not allowed
 REDACTED = "<redacted>"
-# Headers a client may not set on an MCP tool: the orchestrator's session id, and what HTTP itself owns.
+# Headers a client may not set on an MCP tool (besides the fleet's, `toolkit.wire.is_reserved`): what the
+# orchestrator and the MCP transport set themselves, and what HTTP owns (framing, the connection, proxies).
 RESERVED_HEADERS = frozenset(
-    "x-session-id mcp-session-id host content-length transfer-encoding connection upgrade te trailer keep-alive"
-    " proxy-authorization".split()
+    "x-session-id mcp-session-id mcp-protocol-version x-request-id host content-length transfer-encoding connection"
+    " upgrade te trailer trailers keep-alive expect proxy-authorization proxy-authenticate proxy-connection".split()
 )
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # an HTTP field name (RFC 9110 5.1)
+_FIELD_VALUE = re.compile(r"[\t\x20-\x7e]*")  # visible ASCII, space and tab: no CR, LF, NUL or other control
 
 
 def namespace_of(label: str) -> str:
@@ -152,7 +157,7 @@ class McpKind(Kind):
     def arguments(self, r: Run, msg: Message, ns: str, fn: str) -> tuple[dict[str, Any], str | None]:
         args, err = super().arguments(r, msg, ns, fn)
         server = r.toolset.mcp.get(ns)
-        if err is None and server is not None and server.allowed is not None and fn not in server.allowed:
+        if err is None and server is not None and not server.shows(fn):
             err = f"Error: the tool `{fn}` is not allowed on the `{ns}` server."
         return args, err
 
@@ -197,49 +202,98 @@ def _tool_names(value: Any) -> set[str] | None:
 
 
 def _client_headers(tool: dict[str, Any], where: str) -> dict[str, str]:
-    """An MCP tool's `headers`, plus `authorization` as a bearer token; reserved names are a 400."""
+    """An MCP tool's `headers`, plus `authorization` as a bearer token. Every header is checked here, where the
+    client's words enter: the same rule holds for a built-in label (the headers go to the fleet's own tool
+    server) and a client-named server, and nothing is dropped quietly."""
     raw = tool.get("headers") or {}
     if not isinstance(raw, dict):
         raise RequestError("mcp headers must be an object of strings", f"{where}.headers")
-    headers = {str(k): str(v) for k, v in raw.items()}
-    if reserved := sorted(k for k in headers if k.lower() in RESERVED_HEADERS):
-        raise RequestError(f"mcp headers may not set {', '.join(reserved)}", f"{where}.headers")
+    seen: set[str] = set()
+    for name, value in raw.items():
+        if problem := _header_problem(name, value, seen):
+            raise RequestError(f"mcp header {name!r} {problem}", f"{where}.headers")
+    headers: dict[str, str] = dict(raw)
     token = tool.get("authorization")
     if token is not None:
-        if not isinstance(token, str) or not token:
-            raise RequestError("mcp authorization must be a non-empty string", f"{where}.authorization")
+        if not isinstance(token, str) or not token or not _FIELD_VALUE.fullmatch(token):
+            message = "mcp authorization must be a non-empty string of visible ASCII (no CR, LF, NUL or control)"
+            raise RequestError(message, f"{where}.authorization")
         headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
         headers["Authorization"] = f"Bearer {token}"
     return headers
 
 
+def _header_problem(name: Any, value: Any, seen: set[str]) -> str | None:
+    """Why a client may not send this header (None: it may): a name or value HTTP would refuse or that could
+    smuggle another header (CR, LF, NUL), a name twice in two spellings, or a name the fleet, the
+    orchestrator or HTTP itself owns."""
+    if not isinstance(name, str) or not _TOKEN.fullmatch(name):
+        return "is not a valid header name"
+    if not isinstance(value, str) or not _FIELD_VALUE.fullmatch(value):
+        return "needs a string value of visible ASCII, spaces and tabs (no CR, LF, NUL or other control)"
+    lower = name.lower()
+    if lower in seen:
+        return "is named twice"
+    seen.add(lower)
+    if is_reserved(lower):
+        return "is reserved for the fleet's own services"
+    if lower in RESERVED_HEADERS:
+        return "is set by the orchestrator or HTTP itself"
+    return None
+
+
 def _echo_request(item: dict[str, Any], where: str, ctx: EchoContext) -> list[Message]:
     """An `mcp_approval_request` sent back as input: the call message it stands for; its answer, later in the
-    same input, resumes the call (`turns.run`) whether or not `previous_response_id` is used."""
+    same input, resumes the call (`turns.run`) whether or not `previous_response_id` is used, if the request is
+    one this fleet issued (`check_issued`)."""
     label, name, approval_id = item.get("server_label"), item.get("name"), item.get("id")
     if not all(isinstance(v, str) and v for v in (label, name, approval_id)):
         raise RequestError("mcp_approval_request items need id, server_label and name", where)
+    arguments = item.get("arguments")
     recipient = f"{namespace_of(label)}.{name}"
     ctx.requests[approval_id] = {"recipient": recipient, "server_label": label, "name": name}
-    return [h.assistant(str(item.get("arguments") or "{}"), "commentary", recipient, "json")]
+    if not (isinstance(arguments, str) and approvals.issued(approval_id, label, name, arguments)):
+        ctx.unsigned[approval_id] = where
+    return [h.assistant(str(arguments or "{}"), "commentary", recipient, "json")]
+
+
+def check_issued(ctx: EchoContext, messages: list[Message]) -> None:
+    """Before a response starts: an answer in its input that resumes a call (its request's call is the last
+    message, as `resume_approvals` reads it) must answer a request this fleet issued, unchanged; else a 400
+    naming the request. A request answered and settled earlier in a kept history resumes nothing."""
+    last = messages[-1] if messages else None
+    for approval_id, call in ctx.answered.items():
+        where = ctx.unsigned.get(approval_id)
+        if where is not None and _resumes(call, last):
+            message = (
+                f"mcp_approval_request {approval_id!r} was not issued by this service, or was changed since:"
+                " an mcp_approval_response cannot answer it"
+            )
+            raise RequestError(message, where)
+
+
+def _resumes(call: dict[str, Any], last: Message | None) -> bool:
+    """Whether an answered approval resumes its call: the conversation stopped at that call."""
+    return last is not None and last.recipient == call["recipient"]
 
 
 def _needs_approval(toolset: Toolset, ns: str, fn: str) -> bool:
     server = toolset.mcp.get(ns)
-    return server is not None and (server.allowed is None or fn in server.allowed) and server.needs_approval(fn)
+    return server is not None and server.shows(fn) and server.needs_approval(fn)
 
 
 def _request_approval(r: Run, msg: Message, ns: str, fn: str) -> None:
-    approval_id = new_id("mcpr")
+    label, arguments = label_of(r, ns), h.text_of(msg)
+    approval_id = approvals.issue(label, fn, arguments)
     item = {
         "id": approval_id,
         "type": "mcp_approval_request",
-        "server_label": label_of(r, ns),
+        "server_label": label,
         "name": fn,
-        "arguments": h.text_of(msg),
+        "arguments": arguments,
     }
     r.builder.add_item(item).finish(None)
-    r.tools.pending[approval_id] = {"recipient": msg.recipient, "server_label": label_of(r, ns), "name": fn}
+    r.tools.pending[approval_id] = {"recipient": msg.recipient, "server_label": label, "name": fn}
 
 
 def list_tools_item(builder: ResponseBuilder, label: str, tools: list[dict[str, Any]]) -> None:
@@ -254,22 +308,30 @@ def list_tools_item(builder: ResponseBuilder, label: str, tools: list[dict[str, 
 
 
 async def resume_approvals(r: Run) -> None:
-    """Answer the call an earlier response stopped at, as the client's `mcp_approval_response` decides."""
+    """Answer the call an earlier response stopped at, as the client's `mcp_approval_response` decides. An
+    approved call runs only on a server of this request's tools under the label it was asked for, and only a
+    tool the model is shown there (`McpKind.arguments`): an approval never reaches a built-in namespace or a
+    hidden tool."""
     for approval_id, call in list(r.tools.pending.items()):
         r.tools.pending.pop(approval_id)
-        decision = r.tools.approvals.get(approval_id)
         last = r.messages[-1] if r.messages else None
-        if last is None or last.recipient != call["recipient"]:
+        if last is None or not _resumes(call, last):
             continue
-        if decision:
+        ns, fn = call["recipient"].partition(".")[0], call["name"]  # the label's namespace
+        server = r.toolset.mcp.get(ns)
+        if not r.tools.approvals.get(approval_id):
+            answer(r, call["recipient"], "Error: the user did not approve this tool call.", last.channel)
+        elif server is None or server.label != call["server_label"]:
+            refusal = (
+                f"Error: the MCP server `{call['server_label']}` is not in this request's tools; the call did not run."
+            )
+            answer(r, call["recipient"], refusal, last.channel)
+        else:
             r.tools.count += 1
-            ns, fn = call["recipient"].partition(".")[0], call["name"]  # the label's namespace
             outcome = await MCP.call(r, last, ns, fn, McpStream.complete(r, last, ns, fn, approval_id))
             assert outcome is not None  # a streamed call is run, never sent for approval again
             r.tools.log.append((ns, outcome.kind))
             answer(r, call["recipient"], outcome.text, last.channel)
-        else:
-            answer(r, call["recipient"], "Error: the user did not approve this tool call.", last.channel)
 
 
 MCP = McpKind()

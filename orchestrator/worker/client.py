@@ -1,5 +1,13 @@
 """vLLM worker client: token-id prompts over `/v1/completions` (Harmony workers) or chat messages over
-`/v1/chat/completions` (chat-template workers), balanced over several workers with affinity."""
+`/v1/chat/completions` (chat-template workers), balanced over several workers with affinity.
+
+Worker health. A worker's HTTP server (uvicorn, for vLLM and the stand-in alike) closes a connection idle for
+its keep-alive (5 s by default), and a request sent on it as it closes fails though the worker is fine. So
+idle connections are dropped sooner (`keepalive_expiry_s`), an error on a pooled connection of the kind such a
+close gives (`_RESET`) is retried once on a new connection before it counts, and a worker is down only after
+`down_after` health checks fail in a row, or when a request fails on a new connection. While no worker is up,
+requests still try the down ones (the fleet's only chance) and report the real error if that fails.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +15,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
@@ -16,6 +24,7 @@ import httpx
 import structlog
 
 from orchestrator.harmony import START, STOP_TOKENS
+from orchestrator.settings import KEEPALIVE_EXPIRY_S, WORKER_DOWN_AFTER
 from toolkit.tracing import outgoing
 
 log = structlog.get_logger(__name__)
@@ -23,6 +32,9 @@ log = structlog.get_logger(__name__)
 Api = Literal["harmony", "chat"]
 API_CHOICES = ("auto", "harmony", "chat")
 T = TypeVar("T")
+_RESET = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+"""How a request fails on a pooled connection its server closed as the request went out (connect errors and
+timeouts are not among them: those say something about the worker)."""
 
 
 class WorkerUnavailable(Exception):
@@ -84,6 +96,11 @@ class _Worker:
     failures_before: int = 0  # failed before the first token (retried elsewhere)
     failures_mid: int = 0  # failed after it (the response fails: 502)
     api: Api | None = None  # which path drives it; None until detected (auto)
+    seen: bool = False  # it answered once: until then its first failed check takes it out
+    failed_checks: int = 0  # health checks failed in a row
+    check_failures: Counter[str] = field(default_factory=Counter)  # failed health checks, by error class
+    downs: Counter[str] = field(default_factory=Counter)  # times taken out, by the error class that did it
+    reconnects: Counter[str] = field(default_factory=Counter)  # errors on a pooled connection, retried on a new one
 
 
 class WorkerPool:
@@ -101,6 +118,8 @@ class WorkerPool:
         read_timeout_s: float = 600.0,
         api: str = "auto",
         apis: dict[str, str] | None = None,
+        down_after: int = WORKER_DOWN_AFTER,
+        keepalive_expiry_s: float = KEEPALIVE_EXPIRY_S,
     ) -> None:
         if not urls:
             raise ValueError("at least one worker URL is needed")
@@ -115,8 +134,12 @@ class WorkerPool:
                 w.api = self._api_config[w.url]  # type: ignore[assignment]
         self.model = model
         timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
-        self._http = http or httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=1024))
+        pooled = httpx.Limits(max_connections=1024, keepalive_expiry=keepalive_expiry_s)
+        self._http = http or httpx.AsyncClient(timeout=timeout, limits=pooled)
+        # keeps no idle connection: each request on it opens its own (the retry after a reset)
+        self._fresh = httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_keepalive_connections=0))
         self._health_interval_s = health_interval_s
+        self._down_after = down_after
         self._affinity: OrderedDict[str, _Worker] = OrderedDict()
         self._affinity_size = affinity_size
         self._task: asyncio.Task[None] | None = None
@@ -131,6 +154,7 @@ class WorkerPool:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         await self._http.aclose()
+        await self._fresh.aclose()
 
     async def _health_loop(self) -> None:
         while True:
@@ -142,48 +166,93 @@ class WorkerPool:
 
     async def _check(self, worker: _Worker) -> None:
         try:
-            resp = await self._http.get(f"{worker.url}/v1/models", timeout=5.0)
-            resp.raise_for_status()
-            worker.model = resp.json()["data"][0]["id"]
-            if worker.api is None:
-                worker.api = await self._detect_api(worker)
-                log.info("worker.api", url=worker.url, model=worker.model, api=worker.api)
-            if not worker.healthy:
-                log.info("worker.up", url=worker.url)
-            worker.healthy = True
+            await self._reconnecting(worker, "check", lambda http: self._probe(worker, http))
         except Exception as exc:
-            if worker.healthy:
-                log.warning("worker.down", url=worker.url, error=str(exc) or type(exc).__name__)
-            worker.healthy = False
+            self._check_failed(worker, exc)
+        else:
+            self._passed(worker)
         worker.checked_at = time.monotonic()
 
-    async def _detect_api(self, worker: _Worker) -> Api:
+    async def _probe(self, worker: _Worker, http: httpx.AsyncClient) -> None:
+        """One health check: the model the worker serves, and its path once (auto)."""
+        resp = await http.get(f"{worker.url}/v1/models", timeout=5.0)
+        resp.raise_for_status()
+        worker.model = resp.json()["data"][0]["id"]
+        if worker.api is None:
+            worker.api = await self._detect_api(worker, http)
+            log.info("worker.api", url=worker.url, model=worker.model, api=worker.api)
+
+    async def _reconnecting(self, worker: _Worker, what: str, send: Callable[[httpx.AsyncClient], Awaitable[T]]) -> T:
+        """`send` on a pooled connection and, when that fails as a connection its server was closing fails,
+        once more on a new connection: only that second failure says something about the worker."""
+        try:
+            return await send(self._http)
+        except _RESET as exc:
+            self._reconnect(worker, exc, what)
+        return await send(self._fresh)
+
+    def _reconnect(self, worker: _Worker, exc: Exception, what: str) -> None:
+        worker.reconnects[type(exc).__name__] += 1
+        log.info("worker.reconnect", url=worker.url, during=what, error_class=type(exc).__name__, error=_text(exc))
+
+    def _passed(self, worker: _Worker) -> None:
+        """A check passed or a request was served: the worker is up, and its failed checks count from 0 again."""
+        if not worker.healthy:
+            log.info("worker.up", url=worker.url)
+        worker.healthy, worker.seen, worker.failed_checks = True, True, 0
+
+    def _check_failed(self, worker: _Worker, exc: Exception) -> None:
+        """One failed check (after its retry on a new connection) counts; `down_after` in a row take the worker
+        out, and so does the first check of a worker that never answered (nothing showed it up)."""
+        worker.failed_checks += 1
+        worker.check_failures[type(exc).__name__] += 1
+        if worker.failed_checks >= self._down_after or not worker.seen:
+            self._down(worker, exc, f"{worker.failed_checks} health check(s) in a row failed")
+        elif worker.healthy:
+            log.warning(
+                "worker.check_failed",
+                url=worker.url,
+                error_class=type(exc).__name__,
+                error=_text(exc),
+                failed_in_a_row=worker.failed_checks,
+                down_after=self._down_after,
+            )
+
+    def _down(self, worker: _Worker, exc: Exception, reason: str) -> None:
+        if worker.healthy:
+            worker.downs[type(exc).__name__] += 1
+            log.warning("worker.down", url=worker.url, reason=reason, error_class=type(exc).__name__, error=_text(exc))
+        worker.healthy = False
+
+    async def _detect_api(self, worker: _Worker, http: httpx.AsyncClient) -> Api:
         """Harmony when the worker's tokenizer has Harmony's `<|start|>` as one special token (id 200006),
         else chat; a worker without vLLM's `/tokenize` (a completions-only server) is taken as Harmony."""
         body = {"model": worker.model, "prompt": "<|start|>", "add_special_tokens": False}
-        resp = await self._http.post(f"{worker.url}/tokenize", json=body, timeout=5.0)
+        resp = await http.post(f"{worker.url}/tokenize", json=body, timeout=5.0)
         if resp.status_code in (404, 405):
             return "harmony"
         resp.raise_for_status()
         return "harmony" if resp.json().get("tokens") == [START] else "chat"
 
     def api_for(self, model: str | None) -> Api | None:
-        """The path a request for `model` takes: the api of the healthy workers serving that model name,
-        else of any healthy worker (the first in list order breaks a tie); None while none is known."""
-        known = [w for w in self.workers if w.healthy and w.api]
+        """The path a request for `model` takes: the api of the workers up that serve that model name, else of
+        any worker up (the first in list order breaks a tie), the down ones while none is up; None while none
+        is known."""
+        known = _up([w for w in self.workers if w.api])
         named = [w for w in known if model and w.model == model]
         chosen = named or known
         return chosen[0].api if chosen else None
 
     async def models(self) -> list[str]:
-        names = {w.model for w in self.workers if w.healthy and w.model}
+        names = {w.model for w in _up(self.workers) if w.model}
         return sorted(names) or ([self.model] if self.model else [])
 
     def _candidates(self, affinity: str | None, api: Api) -> list[_Worker]:
-        healthy = [w for w in self.workers if w.healthy and w.api in (api, None)]
-        ordered = sorted(healthy, key=lambda w: w.outstanding)
+        """The workers of `api` to try in order: the conversation's own first, then the least loaded; while
+        none is up, the down ones (a request tries them anyway and reports what failed)."""
+        ordered = sorted(_up([w for w in self.workers if w.api in (api, None)]), key=lambda w: w.outstanding)
         pinned = self._affinity.get(affinity) if affinity else None
-        if pinned is not None and pinned.healthy:
+        if pinned is not None and pinned in ordered:
             ordered.remove(pinned)
             ordered.insert(0, pinned)
         return ordered
@@ -224,7 +293,8 @@ class WorkerPool:
 
     async def _post_json(self, worker: _Worker, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         with outgoing(f"worker {path}", worker=worker.url, model=body.get("model")) as headers:
-            resp = await self._http.post(f"{worker.url}{path}", json=body, headers=headers)
+            url = f"{worker.url}{path}"
+            resp = await self._reconnecting(worker, "request", lambda http: http.post(url, json=body, headers=headers))
         if resp.status_code >= 500 or resp.status_code == 429:
             raise _RetryableStatus(f"HTTP {resp.status_code}")
         if resp.status_code != 200:
@@ -235,7 +305,7 @@ class WorkerPool:
         """vLLM's `/tokenize` of a chat body's messages and tools on a chat worker: its template decides."""
         candidates = self._candidates(req.affinity, "chat")
         if not candidates:
-            raise WorkerUnavailable("no healthy vLLM worker for the chat path")
+            raise WorkerUnavailable("no vLLM worker for the chat path")
         worker = candidates[0]
         if worker.model is None:
             await self._check(worker)
@@ -246,10 +316,11 @@ class WorkerPool:
         }
         if req.body.get("tools"):
             body["tools"] = req.body["tools"]
+        url = f"{worker.url}/tokenize"
         try:
-            resp = await self._http.post(f"{worker.url}/tokenize", json=body, timeout=30.0)
+            resp = await self._reconnecting(worker, "count", lambda http: http.post(url, json=body, timeout=30.0))
         except httpx.TransportError as exc:
-            raise WorkerUnavailable(f"{worker.url}: {exc or type(exc).__name__}") from exc
+            raise WorkerUnavailable(f"{worker.url}: {_text(exc)}") from exc
         if resp.status_code != 200:
             raise WorkerError(f"worker {worker.url} could not count the prompt: HTTP {resp.status_code}")
         return int(resp.json()["count"])
@@ -263,7 +334,7 @@ class WorkerPool:
     ) -> AsyncIterator[T]:
         candidates = self._candidates(affinity, api)
         if not candidates:
-            raise WorkerUnavailable(f"no healthy vLLM worker for the {api} path")
+            raise WorkerUnavailable(f"no vLLM worker for the {api} path")
         last_error = "no worker answered"
         for worker in candidates:
             started = False
@@ -273,17 +344,17 @@ class WorkerPool:
                     if not started and begun(chunk):
                         started = True  # from here on the tokens are the client's: no retry
                         self._pin(affinity, worker)
+                        self._passed(worker)
                     yield chunk
                 return
             except (httpx.TransportError, _RetryableStatus, _StreamError) as exc:
                 if started:
                     worker.failures_mid += 1
-                    reason = str(exc) or type(exc).__name__
-                    raise WorkerError(f"worker {worker.url} failed mid-generation: {reason}") from exc
+                    raise WorkerError(f"worker {worker.url} failed mid-generation: {_text(exc)}") from exc
                 worker.failures_before += 1
-                last_error = f"{worker.url}: {str(exc) or type(exc).__name__}"
-                if isinstance(exc, httpx.TransportError):
-                    worker.healthy = False
+                last_error = f"{worker.url}: {_text(exc)}"
+                if isinstance(exc, httpx.TransportError):  # not a pooled connection closing: `_reconnecting` took that
+                    self._down(worker, exc, "a request failed on a new connection, or once the worker answered")
                 log.warning("worker.retry", url=worker.url, error=last_error)
             finally:
                 worker.outstanding -= 1
@@ -326,7 +397,9 @@ class WorkerPool:
     async def _post_traced(
         self, worker: _Worker, path: str, body: dict[str, Any], headers: dict[str, str]
     ) -> AsyncIterator[dict[str, Any]]:
-        async with self._http.stream("POST", f"{worker.url}{path}", json=body, headers=headers) as resp:
+        request = self._http.build_request("POST", f"{worker.url}{path}", json=body, headers=headers)
+        resp = await self._reconnecting(worker, "request", lambda http: http.send(request, stream=True))
+        try:
             if resp.status_code >= 500 or resp.status_code == 429:
                 raise _RetryableStatus(f"HTTP {resp.status_code}")
             if resp.status_code != 200:
@@ -334,6 +407,8 @@ class WorkerPool:
                 raise WorkerRefused(resp.status_code, text, worker.url)
             async for obj in sse_objects(resp.aiter_lines()):
                 yield obj
+        finally:
+            await resp.aclose()
 
 
 class WorkerRefused(WorkerError):
@@ -346,6 +421,16 @@ class WorkerRefused(WorkerError):
 
 class _RetryableStatus(Exception):
     """HTTP 5xx or 429 before any token: another worker may serve the request."""
+
+
+def _up(workers: list[_Worker]) -> list[_Worker]:
+    """The workers up; while none is, all of them (a down worker is tried rather than the request refused)."""
+    return [w for w in workers if w.healthy] or workers
+
+
+def _text(exc: BaseException) -> str:
+    """An error as logs and messages say it: its class, and its text when it has one."""
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 class _StreamError(WorkerError):

@@ -28,13 +28,16 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 @contextmanager
-def serve_asgi(app: Any, *, host: str = "127.0.0.1", startup_timeout: float = 15.0) -> Iterator[str]:
+def serve_asgi(app: Any, *, host: str = "127.0.0.1", startup_timeout: float = 15.0, **options: Any) -> Iterator[str]:
+    """`options`: more `uvicorn.Config` settings (a test's own keep-alive or protocol class)."""
     # With the protocol named, asyncio sets TCP_NODELAY (else streamed replies wait ~40 ms on Nagle).
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=3)
+    config = uvicorn.Config(
+        app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=3, **options
+    )
     server = uvicorn.Server(config)
     failure: list[BaseException] = []
 
