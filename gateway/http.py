@@ -5,6 +5,12 @@ gateway has a budget of one millisecond in all. This client does only what an MC
 needs: one request at a time per pooled connection, `content-length` or chunked bodies,
 streaming reads, and timeouts from `asyncio.timeout`. Failures surface as `OSError`,
 `TimeoutError` or `ProtocolError`; `upstream.upstream_errors` maps them to gateway errors.
+
+Every request head is checked against RFC 9110's grammar before a byte of it is written: a method
+that is not a token, or a header name or value with CR, LF, NUL or another control character, is
+refused (`InvalidHeader`), whoever built it. Header values are relayed from clients and, on legacy
+SSE, derived from message bodies; a CRLF in one would end the head early and smuggle a request of
+the caller's choosing onto a pooled connection that the next caller reads its answer from.
 """
 
 from __future__ import annotations
@@ -35,6 +41,28 @@ class ClosedUnanswered(Exception):
 
 class ConnectFailed(Exception):
     """No connection could be made (refused, unreachable, or the connect timed out)."""
+
+
+class InvalidHeader(ValueError):
+    """A request method, header name or header value outside RFC 9110's grammar: refused, nothing written."""
+
+    def __init__(self, message: str, name: str | None = None) -> None:
+        super().__init__(message)
+        self.name = name
+        """The header at fault (None: the method)."""
+
+
+_TOKEN = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
+"""RFC 9110 5.6.2 `token`: a method or a field name."""
+_TOKEN_RE = re.compile(_TOKEN)
+_VALUE = r"[\t\x20-\x7e\x80-\xff]*"
+"""RFC 9110 5.5 `field-value` as bytes may carry it: visible ASCII, SP, HTAB and obs-text; no CR, LF, NUL
+or other control character (and no character above U+00FF, which latin-1 could not write)."""
+_VALUE_RE = re.compile(_VALUE)
+_TARGET = re.compile(r"[\x21-\x7e]+")
+"""A request target: visible ASCII only."""
+_FIELD_LINES = re.compile(f"(?:{_TOKEN}:[ ]{_VALUE}\r\n)*")
+"""A whole block of `name: value` lines, checked in one match per request (the hot path)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,12 +244,7 @@ class Pool:
         self, method: str, url: str, headers: dict[str, str], body: bytes | None, timeouts: Timeouts
     ) -> Response:
         key, target, host = _origin(url)
-        lines = [f"{method} {target} HTTP/1.1\r\nhost: {host}\r\n"]
-        lines += [f"{k}: {v}\r\n" for k, v in headers.items()]
-        if body is not None or method in ("POST", "PUT"):
-            lines.append(f"content-length: {len(body or b'')}\r\n")
-        lines.append("\r\n")
-        head = "".join(lines).encode("latin-1")
+        head = _head(method, target, host, headers, body)
         idle = self._idle.get(key)
         while idle:
             conn = idle.pop()
@@ -268,6 +291,28 @@ class Pool:
         self._idle.clear()
 
 
+def _head(method: str, target: str, host: str, headers: dict[str, str], body: bytes | None) -> bytes:
+    """The request head, checked in one match before it is encoded: nothing is written unless it holds."""
+    fields = f"host: {host}\r\n" + "".join([f"{k}: {v}\r\n" for k, v in headers.items()])
+    if not _FIELD_LINES.fullmatch(fields) or not _TOKEN_RE.fullmatch(method):
+        raise _refusal(method, headers)
+    if body is not None or method in ("POST", "PUT"):
+        fields += f"content-length: {len(body or b'')}\r\n"
+    return f"{method} {target} HTTP/1.1\r\n{fields}\r\n".encode("latin-1")
+
+
+def _refusal(method: str, headers: dict[str, str]) -> InvalidHeader:
+    """Which part of a refused head is at fault (off the hot path: only a refused head gets here)."""
+    if not _TOKEN_RE.fullmatch(method):
+        return InvalidHeader(f"request method {method!r} is not an RFC 9110 token")
+    for name, value in headers.items():
+        if not _TOKEN_RE.fullmatch(name):
+            return InvalidHeader(f"header name {name!r} is not an RFC 9110 token", name)
+        if not _VALUE_RE.fullmatch(value):
+            return InvalidHeader(f"header {name!r} has a character not allowed in an HTTP field value", name)
+    return InvalidHeader("the upstream URL's host is not a valid Host header")
+
+
 @functools.lru_cache(maxsize=1024)
 def _origin(url: str) -> tuple[_Key, str, str]:
     """(pool key, request target, Host header) of an upstream URL; parsed once per URL, not per request."""
@@ -276,6 +321,8 @@ def _origin(url: str) -> tuple[_Key, str, str]:
         raise ProtocolError(f"upstreams are http:// or https:// URLs, not {url!r}")
     key = (parts.scheme, parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    if not _TARGET.fullmatch(target):
+        raise ProtocolError(f"upstream URL {url!r} has a path that is not a valid request target")
     return key, target, parts.netloc.rpartition("@")[2]
 
 

@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import structlog
 
-from gateway.errors import BadUpstream, Draining, Unavailable, Unreached, UpstreamTimeout
-from gateway.http import ClosedUnanswered, ConnectFailed, Pool, ProtocolError, Response, Timeouts
+from gateway.errors import BadUpstream, Draining, InvalidRequest, Unavailable, Unreached, UpstreamTimeout
+from gateway.http import ClosedUnanswered, ConnectFailed, InvalidHeader, Pool, ProtocolError, Response, Timeouts
 from toolkit.drain import DRAINING_HEADER, ROOM_HEADER
 
 log = structlog.get_logger(__name__)
@@ -103,6 +103,8 @@ def upstream_errors(replica: Replica, *, passive: bool = True) -> Iterator[None]
     record_failure = replica.record_failure if passive else _unjudged
     try:
         yield
+    except InvalidHeader as exc:  # nothing was sent: the request's fault, not the replica's
+        raise InvalidRequest(f"refused before it reached {replica.namespace!r}: {exc}") from exc
     except ConnectFailed as exc:
         record_failure(decisive=True)
         raise Unreached(f"replica {replica.url} of {replica.namespace!r} is unreachable") from exc
