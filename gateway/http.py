@@ -11,6 +11,11 @@ that is not a token, or a header name or value with CR, LF, NUL or another contr
 refused (`InvalidHeader`), whoever built it. Header values are relayed from clients and, on legacy
 SSE, derived from message bodies; a CRLF in one would end the head early and smuggle a request of
 the caller's choosing onto a pooled connection that the next caller reads its answer from.
+
+A pooled connection idle longer than `idle_s` is closed rather than reused: uvicorn closes idle
+keep-alive connections after 5 s, and one closed by the upstream while a request is being written
+would fail that request. A request that a reused connection ends without a byte of answer (the upstream
+closed it before reading it: the keep-alive race) is sent once more on a new connection.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import asyncio
 import functools
 import re
 import ssl
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -90,10 +96,12 @@ class Headers:
 
 
 class _Conn:
-    __slots__ = ("reader", "writer")
+    __slots__ = ("idle_since", "reader", "writer")
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
+        self.idle_since = 0.0
+        """When it went back to the pool (monotonic clock)."""
 
     def usable(self) -> bool:
         return not self.reader.at_eof() and not self.writer.is_closing() and not self.reader._buffer  # type: ignore[attr-defined]
@@ -215,19 +223,40 @@ class Response:
 
 
 class Pool:
-    """Idle keep-alive connections per (host, port)."""
+    """Idle keep-alive connections per (host, port), each reused only within `idle_s` of its last answer."""
 
-    def __init__(self, *, max_idle: int = 64, tls: ssl.SSLContext | None = None) -> None:
+    def __init__(self, *, max_idle: int = 64, idle_s: float = 4.0, tls: ssl.SSLContext | None = None) -> None:
         self._tls = tls or ssl.create_default_context()
         self._idle: dict[_Key, list[_Conn]] = {}
         self._max_idle = max_idle
+        self._idle_s = idle_s
 
     def release(self, key: _Key, conn: _Conn) -> None:
         idle = self._idle.setdefault(key, [])
         if len(idle) < self._max_idle and conn.usable():
+            conn.idle_since = time.monotonic()
             idle.append(conn)
         else:
             conn.close()
+
+    def _reusable(self, key: _Key) -> _Conn | None:
+        """The most recently used idle connection to `key` that is still open and fresh enough; those idle past
+        `idle_s` are closed: they are the oldest (the list is in release order), so the scan stops at the first."""
+        idle = self._idle.get(key)
+        if not idle:
+            return None
+        oldest = time.monotonic() - self._idle_s
+        stale = 0
+        while stale < len(idle) and idle[stale].idle_since < oldest:
+            idle[stale].close()
+            stale += 1
+        del idle[:stale]
+        while idle:
+            conn = idle.pop()
+            if conn.usable():
+                return conn
+            conn.close()
+        return None
 
     async def _connect(self, key: _Key, timeouts: Timeouts) -> _Conn:
         try:
@@ -245,16 +274,15 @@ class Pool:
     ) -> Response:
         key, target, host = _origin(url)
         head = _head(method, target, host, headers, body)
-        idle = self._idle.get(key)
-        while idle:
-            conn = idle.pop()
-            if not conn.usable():
-                conn.close()
-                continue
+        conn = self._reusable(key)
+        if conn is not None:
             try:
                 return await self._exchange(key, conn, head, body, method, timeouts)
-            except (ConnectionError, asyncio.IncompleteReadError, _StaleConnection):
-                conn.close()  # the upstream closed an idle connection: retry on a fresh one
+            except (ConnectionError, _StaleConnection):
+                conn.close()
+                if conn.reader._buffer:  # type: ignore[attr-defined]
+                    raise ProtocolError("connection broken inside the response head") from None
+                # no byte of answer: the upstream closed it before reading the request, so once more on a new one
         conn = await self._connect(key, timeouts)
         try:
             return await self._exchange(key, conn, head, body, method, timeouts)

@@ -47,7 +47,7 @@ class Gateway:
         """How discovered namespaces resolve their name (tests inject their own)."""
         self.router = Router(self.store)
         self.metrics = GatewayMetrics()
-        self.client = make_client()
+        self.client = make_client(cfg.pool)
         self.started = False
         self.tasks: TaskGroup | None = None
         """The running gateway's task group (set by `lifecycle.running`), for work a callback starts."""

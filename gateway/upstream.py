@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import structlog
 
+from gateway.config import PoolConfig
 from gateway.errors import BadUpstream, Draining, InvalidRequest, Unavailable, Unreached, UpstreamTimeout
 from gateway.http import ClosedUnanswered, ConnectFailed, InvalidHeader, Pool, ProtocolError, Response, Timeouts
 from toolkit.drain import DRAINING_HEADER, ROOM_HEADER
@@ -122,9 +123,9 @@ def upstream_errors(replica: Replica, *, passive: bool = True) -> Iterator[None]
         raise BadUpstream(f"replica {replica.url} of {replica.namespace!r} failed: {type(exc).__name__}") from exc
 
 
-def make_client() -> Pool:
+def make_client(cfg: PoolConfig) -> Pool:
     """One pool of keep-alive connections for every upstream."""
-    return Pool()
+    return Pool(max_idle=cfg.max_idle, idle_s=cfg.idle_s)
 
 
 async def open_stream(
