@@ -49,6 +49,10 @@ class InvalidRequest(GatewayError):
     code, status = INVALID_REQUEST, 400
 
 
+class InvalidParams(GatewayError):
+    code, status = INVALID_PARAMS, 400
+
+
 class BodyTooLarge(GatewayError):
     code, status = INVALID_REQUEST, 413
 

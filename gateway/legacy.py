@@ -19,6 +19,7 @@ import anyio
 import structlog
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp_types.version import KNOWN_PROTOCOL_VERSIONS
 from starlette.types import Receive, Scope, Send
 
 from gateway.asgi import header, read_body, send_bytes, send_error, session_header
@@ -116,22 +117,28 @@ async def handle_messages(gw: Gateway, ns: Namespace, scope: Scope, receive: Rec
             raise UnknownSession(f"unknown SSE session {sid!r}: open {ns.name}/sse again")
         body = await read_body(scope, receive, gw.cfg.security.max_body_bytes)
         msg = parse_message(body)
+        headers = _upstream_headers(scope, session, msg)
     except GatewayError as exc:
         err = count_error(gw, ns, exc)
         await send_error(send, None, err)
         record(gw, ns, None, "error", start, None, err)
         return
     await send_bytes(send, 202, b"Accepted", b"text/plain")
+    if _abort_modern(session, msg):
+        return
+    session.tg.start_soon(_forward, gw, session, msg, body, headers)
+
+
+def _upstream_headers(scope: Scope, session: LegacySession, msg: dict[str, Any]) -> list[tuple[bytes, bytes]]:
+    """The client's headers with those streamable HTTP needs: the routing headers a 2026-era message derives from
+    its body (`envelope_headers`, which checks them), else the protocol version the session negotiated."""
     headers = [(k, v) for k, v in scope["headers"] if k not in (b"accept", b"content-type", b"mcp-protocol-version")]
     headers += [(b"accept", b"application/json, text/event-stream"), (b"content-type", b"application/json")]
     routing = envelope_headers(msg)
     if not routing and (version := session.extra.get("version")):
         routing = {"mcp-protocol-version": version}
     headers = [(k, v) for k, v in headers if k.decode() not in routing]
-    headers += [(k.encode(), v.encode()) for k, v in routing.items()]
-    if _abort_modern(session, msg):
-        return
-    session.tg.start_soon(_forward, gw, session, msg, body, headers)
+    return headers + [(k.encode(), v.encode()) for k, v in routing.items()]
 
 
 def _abort_modern(session: LegacySession, msg: dict[str, Any]) -> bool:
@@ -235,7 +242,8 @@ class _Reply:
             raise BadUpstream(f"replica {url} answered {method} with HTTP {status} and no JSON-RPC response")
         await gw.remember(target, rewriter)
         if method == "initialize" and rewriter.seen is not None:
-            session.extra["version"] = rewriter.seen.get("protocolVersion")
+            version = rewriter.seen.get("protocolVersion")  # the upstream's word, sent in a header: a known one only
+            session.extra["version"] = version if version in KNOWN_PROTOCOL_VERSIONS else None
         streams = method == "notifications/initialized" and response.status_code < 300
         if streams and not session.streaming and session.tg:
             session.streaming = True
