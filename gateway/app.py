@@ -11,6 +11,7 @@ from gateway.asgi import send_bytes, send_error, send_json
 from gateway.errors import GatewayError, UnknownNamespace
 from gateway.legacy import handle_messages, handle_sse
 from gateway.lifecycle import running
+from gateway.paths import CanonicalPath, segments
 from gateway.security import SecurityMiddleware
 from gateway.service import Gateway
 from gateway.streamable import handle_mcp
@@ -28,8 +29,8 @@ def build_app(gw: Gateway) -> ASGIApp:
             return
         if scope["type"] != "http":
             return
-        path: str = scope["path"]
-        parts = path.strip("/").split("/")
+        path: str = scope["path"]  # canonical (`paths.CanonicalPath`), as the security check read it
+        parts = segments(path)
         if len(parts) == 2 and (handler := TRANSPORTS.get(parts[1])) is not None:
             ns = gw.namespaces.get(parts[0])
             if ns is None:
@@ -47,7 +48,7 @@ def build_app(gw: Gateway) -> ASGIApp:
         else:
             await send_error(send, None, UnknownNamespace(f"no route for {path!r}; use /<namespace>/mcp or /sse"))
 
-    return SecurityMiddleware(app, gw)
+    return CanonicalPath(SecurityMiddleware(app, gw))
 
 
 async def _lifespan(gw: Gateway, receive: Receive, send: Send) -> None:
