@@ -238,8 +238,8 @@ class _Reply:
                 answered = answered or (parsed.get("id") == rid and ("result" in parsed or "error" in parsed))
                 await session.push(data)
         if not answered:
-            url, status = target.replica.url, response.status_code
-            raise BadUpstream(f"replica {url} answered {method} with HTTP {status} and no JSON-RPC response")
+            ns, status = session.ns.name, response.status_code
+            raise BadUpstream(f"a replica of {ns!r} answered {method} with HTTP {status} and no JSON-RPC response")
         await gw.remember(target, rewriter)
         if method == "initialize" and rewriter.seen is not None:
             version = rewriter.seen.get("protocolVersion")  # the upstream's word, sent in a header: a known one only

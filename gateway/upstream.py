@@ -108,19 +108,19 @@ def upstream_errors(replica: Replica, *, passive: bool = True) -> Iterator[None]
         raise InvalidRequest(f"refused before it reached {replica.namespace!r}: {exc}") from exc
     except ConnectFailed as exc:
         record_failure(decisive=True)
-        raise Unreached(f"replica {replica.url} of {replica.namespace!r} is unreachable") from exc
+        raise Unreached(f"a replica of {replica.namespace!r} is unreachable") from exc
     except ClosedUnanswered as exc:  # counts toward the circuit, not at once: one such close may be load
         record_failure()
-        raise Unavailable(f"replica {replica.url} of {replica.namespace!r} closed the connection unanswered") from exc
+        raise Unavailable(f"a replica of {replica.namespace!r} closed the connection unanswered") from exc
     except TimeoutError as exc:
         record_failure()
-        raise UpstreamTimeout(f"replica {replica.url} of {replica.namespace!r} timed out") from exc
+        raise UpstreamTimeout(f"a replica of {replica.namespace!r} timed out") from exc
     except (ConnectionError, ProtocolError, asyncio.IncompleteReadError) as exc:
         record_failure(decisive=True)
-        raise Unavailable(f"replica {replica.url} of {replica.namespace!r} dropped the connection") from exc
+        raise Unavailable(f"a replica of {replica.namespace!r} dropped the connection") from exc
     except OSError as exc:
         record_failure()
-        raise BadUpstream(f"replica {replica.url} of {replica.namespace!r} failed: {type(exc).__name__}") from exc
+        raise BadUpstream(f"a replica of {replica.namespace!r} failed: {type(exc).__name__}") from exc
 
 
 def make_client(cfg: PoolConfig) -> Pool:
@@ -145,7 +145,7 @@ async def open_stream(
     replica.heard(response)
     if replica.draining and response.status_code == 503:
         await response.aclose()  # it refused to open a session, and is alive: no failure
-        raise Draining(f"replica {replica.url} of {replica.namespace!r} is draining: it takes no new session")
+        raise Draining(f"a replica of {replica.namespace!r} is draining: it takes no new session")
     if passive:
         if response.status_code >= 500:
             replica.record_failure()

@@ -148,7 +148,7 @@ def _write_hosts(path: Path, addresses: list[str]) -> None:
 
 
 def _replicas(base: str) -> dict[str, str]:
-    return httpx.get(f"{base}/readyz", trust_env=False).json()["namespaces"]["python"]["replicas"]
+    return httpx.get(f"{base}/admin/status", trust_env=False).json()["namespaces"]["python"]["replicas"]
 
 
 async def _count(url: str, sid: str) -> str:

@@ -39,7 +39,7 @@ def _wait(predicate, timeout: float = 10) -> None:  # type: ignore[no-untyped-de
 
 
 def _state(gw: GatewayProc, replica: str) -> str:
-    return httpx.get(f"{gw.base}/readyz", trust_env=False).json()["namespaces"]["fixture"]["replicas"][replica]
+    return httpx.get(f"{gw.base}/admin/status", trust_env=False).json()["namespaces"]["fixture"]["replicas"][replica]
 
 
 async def test_a_killed_replica_loses_its_sessions_loudly_and_new_sessions_go_elsewhere(transport: str) -> None:
