@@ -18,7 +18,6 @@ from urllib.parse import parse_qs
 import anyio
 import structlog
 from anyio.abc import TaskGroup
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp_types.version import KNOWN_PROTOCOL_VERSIONS
 from starlette.types import Receive, Scope, Send
 
@@ -26,6 +25,7 @@ from gateway.asgi import header, read_body, send_bytes, send_error, session_head
 from gateway.errors import BadUpstream, GatewayError, UnknownSession, error_body
 from gateway.http import Response, Timeouts
 from gateway.messages import Rewriter, envelope_headers, legacy_listing, parse_message
+from gateway.outbox import Outbox
 from gateway.pipeline import Outcome, count_error, deliver, end_session, record
 from gateway.routing import Degraded, Namespace, Target, new_session_id
 from gateway.service import Gateway
@@ -41,7 +41,7 @@ class LegacySession:
     sid: str
     ns: Namespace
     xsid: str | None
-    out: MemoryObjectSendStream[bytes]
+    out: Outbox
     tg: TaskGroup | None = None
     opened: bool = False
     used_tools: bool = False
@@ -51,7 +51,7 @@ class LegacySession:
     """2026-era requests in flight, by JSON id: cancelling one closes its upstream stream."""
 
     async def push(self, data: bytes) -> None:
-        await self.out.send(b"event: message\ndata: " + data + b"\n\n")
+        await self.out.put(b"event: message\ndata: " + data + b"\n\n")
 
 
 async def handle_sse(gw: Gateway, ns: Namespace, scope: Scope, receive: Receive, send: Send) -> None:
@@ -64,8 +64,7 @@ async def handle_sse(gw: Gateway, ns: Namespace, scope: Scope, receive: Receive,
         await send_error(send, None, exc)
         return
     sid = new_session_id()
-    out, queue = anyio.create_memory_object_stream[bytes](1024)
-    session = LegacySession(sid, ns, xsid, out)
+    session = LegacySession(sid, ns, xsid, Outbox(gw.cfg.legacy_sse))
     gw.legacy[sid] = session
     host = header(scope, b"host") or "{}:{}".format(*scope["server"])
     endpoint = f"{scope['scheme']}://{host}/{ns.name}/messages/?session_id={sid}"
@@ -76,8 +75,8 @@ async def handle_sse(gw: Gateway, ns: Namespace, scope: Scope, receive: Receive,
         await send({"type": "http.response.body", "body": first, "more_body": True})
         async with anyio.create_task_group() as tg:
             session.tg = tg
-            tg.start_soon(_pump, queue, send)
-            tg.start_soon(_keepalive, out)
+            tg.start_soon(_pump, session.out, send)
+            tg.start_soon(_keepalive, session.out)
             while (await receive())["type"] != "http.disconnect":
                 pass
             tg.cancel_scope.cancel()
@@ -87,15 +86,17 @@ async def handle_sse(gw: Gateway, ns: Namespace, scope: Scope, receive: Receive,
             await _close(gw, session)
 
 
-async def _pump(queue: MemoryObjectReceiveStream[bytes], send: Send) -> None:
-    async for event in queue:
-        await send({"type": "http.response.body", "body": event, "more_body": True})
+async def _pump(out: Outbox, send: Send) -> None:
+    while True:
+        await send({"type": "http.response.body", "body": await out.get(), "more_body": True})
 
 
-async def _keepalive(out: MemoryObjectSendStream[bytes]) -> None:
+async def _keepalive(out: Outbox) -> None:
+    """A comment now and then keeps proxies from closing a quiet stream; one with events waiting needs none."""
     while True:
         await anyio.sleep(KEEPALIVE_S)
-        await out.send(b": keepalive\n\n")
+        if not out:
+            await out.put(b": keepalive\n\n")
 
 
 async def _close(gw: Gateway, session: LegacySession) -> None:
@@ -118,6 +119,7 @@ async def handle_messages(gw: Gateway, ns: Namespace, scope: Scope, receive: Rec
         body = await read_body(scope, receive, gw.cfg.security.max_body_bytes)
         msg = parse_message(body)
         headers = _upstream_headers(scope, session, msg)
+        session.out.admit(session.sid)
     except GatewayError as exc:
         err = count_error(gw, ns, exc)
         await send_error(send, None, err)
@@ -125,6 +127,7 @@ async def handle_messages(gw: Gateway, ns: Namespace, scope: Scope, receive: Rec
         return
     await send_bytes(send, 202, b"Accepted", b"text/plain")
     if _abort_modern(session, msg):
+        session.out.finished()
         return
     session.tg.start_soon(_forward, gw, session, msg, body, headers)
 
@@ -162,15 +165,18 @@ async def _forward(
     gw: Gateway, session: LegacySession, msg: dict[str, Any], body: bytes, headers: list[tuple[bytes, bytes]]
 ) -> None:
     rid, method = msg.get("id"), msg.get("method")
-    if rid is not None and method is not None and "mcp-method" in {k.decode() for k, _ in headers}:
-        with anyio.CancelScope() as scope:  # a 2026-era request: cancellable by closing its stream
-            session.modern[_id_key(rid)] = scope
-            try:
-                await _forward_one(gw, session, msg, body, headers)
-            finally:
-                session.modern.pop(_id_key(rid), None)
-    else:
-        await _forward_one(gw, session, msg, body, headers)
+    try:
+        if rid is not None and method is not None and "mcp-method" in {k.decode() for k, _ in headers}:
+            with anyio.CancelScope() as scope:  # a 2026-era request: cancellable by closing its stream
+                session.modern[_id_key(rid)] = scope
+                try:
+                    await _forward_one(gw, session, msg, body, headers)
+                finally:
+                    session.modern.pop(_id_key(rid), None)
+        else:
+            await _forward_one(gw, session, msg, body, headers)
+    finally:
+        session.out.finished()
 
 
 async def _forward_one(
