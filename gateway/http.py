@@ -68,7 +68,8 @@ _VALUE_RE = re.compile(_VALUE)
 _TARGET = re.compile(r"[\x21-\x7e]+")
 """A request target: visible ASCII only."""
 _FIELD_LINES = re.compile(f"(?:{_TOKEN}:[ ]{_VALUE}\r\n)*")
-"""A whole block of `name: value` lines, checked in one match per request (the hot path)."""
+"""A whole block of `name: value` lines, checked in one match per request (the hot path), with a count of its
+line ends: a value holding CRLF would otherwise pass as two good lines."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,7 +323,8 @@ class Pool:
 def _head(method: str, target: str, host: str, headers: dict[str, str], body: bytes | None) -> bytes:
     """The request head, checked in one match before it is encoded: nothing is written unless it holds."""
     fields = f"host: {host}\r\n" + "".join([f"{k}: {v}\r\n" for k, v in headers.items()])
-    if not _FIELD_LINES.fullmatch(fields) or not _TOKEN_RE.fullmatch(method):
+    # every line valid, and as many lines as headers: a CRLF inside a value would make two valid-looking lines
+    if not _FIELD_LINES.fullmatch(fields) or fields.count("\n") != len(headers) + 1 or not _TOKEN_RE.fullmatch(method):
         raise _refusal(method, headers)
     if body is not None or method in ("POST", "PUT"):
         fields += f"content-length: {len(body or b'')}\r\n"
