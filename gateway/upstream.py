@@ -104,7 +104,9 @@ def upstream_errors(replica: Replica, *, passive: bool = True) -> Iterator[None]
     record_failure = replica.record_failure if passive else _unjudged
     try:
         yield
-    except InvalidHeader as exc:  # nothing was sent: the request's fault, not the replica's
+    except InvalidHeader as exc:  # nothing was sent, and the replica's health does not count it
+        if exc.name == "mcp-session-id":  # the one header whose value a replica chose (clients' are dropped)
+            raise BadUpstream(f"a replica of {replica.namespace!r} gave a session id no header can carry") from exc
         raise InvalidRequest(f"refused before it reached {replica.namespace!r}: {exc}") from exc
     except ConnectFailed as exc:
         record_failure(decisive=True)

@@ -26,10 +26,11 @@ from gateway.errors import (
     to_error,
 )
 from gateway.headers import HeaderRules
+from gateway.http import InvalidHeader
 from gateway.messages import Rewriter, envelope_headers, parse_message
 from gateway.routing import Namespace
 from gateway.store import MemoryStore
-from gateway.upstream import SseParser, event_data
+from gateway.upstream import Replica, SseParser, event_data, upstream_errors
 
 
 def test_config_expands_env_and_rejects_bad_namespaces_and_urls(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -229,3 +230,15 @@ def test_a_replica_that_leaves_discovery_while_up_stays_draining_until_it_is_dow
     assert ns.replicas[a].vanished and ns.replicas[a].draining and not ns.replicas[a].said_draining
     ns.adopt({a, "http://c:1/mcp"})  # back in the name: taking sessions again
     assert not ns.replicas[a].vanished and not ns.replicas[a].draining
+
+
+@pytest.mark.parametrize(
+    ("header", "error"), [("mcp-session-id", BadUpstream), ("x-session-id", InvalidRequest), (None, InvalidRequest)]
+)
+def test_a_refused_request_head_blames_whoever_chose_the_header(header: str | None, error: type[GatewayError]) -> None:
+    """A client's `mcp-session-id` never goes upstream (the gateway sends the replica's own), so a bad one there is
+    the replica's; any other header, or the method, is the request's. Neither counts toward the replica's health."""
+    replica = Replica("python", "http://p:8802/mcp", failures_to_open=1, open_s=5)
+    with pytest.raises(error) as refused, upstream_errors(replica):
+        raise InvalidHeader("refused", header)
+    assert "http://p" not in refused.value.message and replica.failures == 0
