@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from gateway.config import HeaderPolicy, parse_config
@@ -28,6 +31,7 @@ from gateway.errors import (
 from gateway.headers import HeaderRules
 from gateway.http import InvalidHeader
 from gateway.messages import Rewriter, envelope_headers, parse_message
+from gateway.paths import canonical
 from gateway.routing import Namespace
 from gateway.store import MemoryStore
 from gateway.upstream import Replica, SseParser, event_data, upstream_errors
@@ -242,3 +246,17 @@ def test_a_refused_request_head_blames_whoever_chose_the_header(header: str | No
     with pytest.raises(error) as refused, upstream_errors(replica):
         raise InvalidHeader("refused", header)
     assert "http://p" not in refused.value.message and replica.failures == 0
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(st.text(alphabet=st.sampled_from("/.%2Fa5Cb\\\x00"), max_size=24))
+def test_a_canonical_path_is_plain_and_canonical_again(raw: str) -> None:
+    """Whatever was sent, the path every later layer reads has no empty, `.` or `..` segment, or it was refused."""
+    path = "/" + raw
+    try:
+        canon = canonical(unquote(path), path.encode("latin-1"))
+    except InvalidRequest:
+        return
+    assert "//" not in canon and not (canon != "/" and canon.endswith("/"))
+    assert all(s not in (".", "..") for s in canon.split("/")[1:])
+    assert canonical(canon, canon.encode()) == canon
