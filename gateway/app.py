@@ -11,6 +11,7 @@ from gateway.asgi import send_bytes, send_error, send_json
 from gateway.errors import GatewayError, UnknownNamespace
 from gateway.legacy import handle_messages, handle_sse
 from gateway.lifecycle import running
+from gateway.paths import CanonicalPath, segments
 from gateway.security import SecurityMiddleware
 from gateway.service import Gateway
 from gateway.streamable import handle_mcp
@@ -28,8 +29,8 @@ def build_app(gw: Gateway) -> ASGIApp:
             return
         if scope["type"] != "http":
             return
-        path: str = scope["path"]
-        parts = path.strip("/").split("/")
+        path: str = scope["path"]  # canonical (`paths.CanonicalPath`), as the security check read it
+        parts = segments(path)
         if len(parts) == 2 and (handler := TRANSPORTS.get(parts[1])) is not None:
             ns = gw.namespaces.get(parts[0])
             if ns is None:
@@ -47,7 +48,7 @@ def build_app(gw: Gateway) -> ASGIApp:
         else:
             await send_error(send, None, UnknownNamespace(f"no route for {path!r}; use /<namespace>/mcp or /sse"))
 
-    return SecurityMiddleware(app, gw)
+    return CanonicalPath(SecurityMiddleware(app, gw))
 
 
 async def _lifespan(gw: Gateway, receive: Receive, send: Send) -> None:
@@ -81,10 +82,18 @@ def _status(gw: Gateway) -> dict[str, object]:
     }
 
 
-async def _readyz(gw: Gateway, send: Send) -> None:
+def _ready(gw: Gateway) -> bool:
     """Ready once probed, when every namespace has a healthy replica or a last known tool list."""
-    ready = gw.started and all(ns.healthy() or ns.tools is not None for ns in gw.namespaces.values())
-    await send_json(send, 200 if ready else 503, {"ready": ready, "namespaces": _status(gw)})
+    return gw.started and all(ns.healthy() or ns.tools is not None for ns in gw.namespaces.values())
+
+
+async def _readyz(gw: Gateway, send: Send) -> None:
+    """Unauthenticated, so it says ready or not and how many replicas are up, never which: replica URLs are the
+    fleet's topology, shown to operators only (`GET /admin/status`)."""
+    ready = _ready(gw)
+    replicas = [r for ns in gw.namespaces.values() for r in ns.replicas.values()]
+    counts = {"replicas": len(replicas), "replicas_up": sum(r.available for r in replicas)}
+    await send_json(send, 200 if ready else 503, {"ready": ready, **counts})
 
 
 async def _metrics(gw: Gateway, send: Send) -> None:
@@ -98,9 +107,12 @@ async def _metrics(gw: Gateway, send: Send) -> None:
 
 
 async def _admin(gw: Gateway, scope: Scope, parts: list[str], send: Send) -> None:
-    """`GET /admin/tools`: pending tool changes; `POST /admin/tools/<ns>/approve`: accept them."""
+    """`GET /admin/tools`: pending tool changes; `POST /admin/tools/<ns>/approve`: accept them; `GET /admin/status`:
+    readiness with every replica's URL and state."""
     try:
-        if parts == ["admin", "tools"] and scope["method"] == "GET":
+        if parts == ["admin", "status"] and scope["method"] == "GET":
+            await send_json(send, 200, {"ready": _ready(gw), "namespaces": _status(gw)})
+        elif parts == ["admin", "tools"] and scope["method"] == "GET":
             body = {n: {"approved": ns.guard.approved, "pending": ns.guard.pending} for n, ns in gw.namespaces.items()}
             await send_json(send, 200, body)
         elif len(parts) == 4 and parts[1] == "tools" and parts[3] == "approve" and scope["method"] == "POST":

@@ -153,11 +153,39 @@ class SessionConfig(_Frozen):
     reap_interval_s: float = 30.0
 
 
+class PoolConfig(_Frozen):
+    """The upstream connection pool (read at start-up)."""
+
+    idle_s: float = Field(
+        4.0,
+        gt=0,
+        description="a pooled upstream connection idle this long is closed, not reused; keep it below the"
+        " upstreams' keep-alive timeout (uvicorn's: 5 s), so the gateway never writes on one they are closing",
+    )
+    max_idle: int = Field(64, ge=0, description="idle connections kept per upstream")
+
+
+class LegacySseConfig(_Frozen):
+    """Back-pressure on a legacy SSE connection: what it may hold for a client that does not read its stream."""
+
+    max_pending: int = Field(
+        64, ge=1, description="messages a connection holds, forwarded or waiting to be written; a POST past it: 429"
+    )
+    max_queued_bytes: int = Field(
+        8 * 1024 * 1024,
+        ge=1,
+        description="bytes of answers waiting to be written to its stream; past it, a POST gets 429 and the"
+        " upstream's further answers wait (they are read no faster than the client reads)",
+    )
+
+
 class GatewayConfig(_Frozen):
     namespaces: dict[str, NamespaceConfig] = Field(default_factory=dict)
     health: HealthConfig = HealthConfig()
     security: SecurityConfig = SecurityConfig()
     sessions: SessionConfig = SessionConfig()
+    pool: PoolConfig = PoolConfig()
+    legacy_sse: LegacySseConfig = LegacySseConfig()
     store: str = Field("memory", description="'memory' or a redis:// URL for a pin table shared by replicas")
     state_file: str | None = Field(
         None,

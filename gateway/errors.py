@@ -49,6 +49,10 @@ class InvalidRequest(GatewayError):
     code, status = INVALID_REQUEST, 400
 
 
+class InvalidParams(GatewayError):
+    code, status = INVALID_PARAMS, 400
+
+
 class BodyTooLarge(GatewayError):
     code, status = INVALID_REQUEST, 413
 
@@ -133,7 +137,8 @@ def to_error(exc: BaseException) -> GatewayError:
         case json.JSONDecodeError() | UnicodeDecodeError():
             return ParseError("request body is not valid JSON")
         case _ if _store_outage(exc):
-            return Unavailable(f"shared store (Redis) unavailable: {exc}")
+            log.warning("store.unavailable", error=str(exc))  # its text names the store's address: logged, not told
+            return Unavailable(f"shared store (Redis) unavailable: {type(exc).__name__}")
         case _:
             log.error("gateway.unhandled", error_type=type(exc).__name__, exc_info=exc)
             return GatewayError("internal gateway error")

@@ -5,6 +5,17 @@ gateway has a budget of one millisecond in all. This client does only what an MC
 needs: one request at a time per pooled connection, `content-length` or chunked bodies,
 streaming reads, and timeouts from `asyncio.timeout`. Failures surface as `OSError`,
 `TimeoutError` or `ProtocolError`; `upstream.upstream_errors` maps them to gateway errors.
+
+Every request head is checked against RFC 9110's grammar before a byte of it is written: a method
+that is not a token, or a header name or value with CR, LF, NUL or another control character, is
+refused (`InvalidHeader`), whoever built it. Header values are relayed from clients and, on legacy
+SSE, derived from message bodies; a CRLF in one would end the head early and smuggle a request of
+the caller's choosing onto a pooled connection that the next caller reads its answer from.
+
+A pooled connection idle longer than `idle_s` is closed rather than reused: uvicorn closes idle
+keep-alive connections after 5 s, and one closed by the upstream while a request is being written
+would fail that request. A request that a reused connection ends without a byte of answer (the upstream
+closed it before reading it: the keep-alive race) is sent once more on a new connection.
 """
 
 from __future__ import annotations
@@ -13,6 +24,7 @@ import asyncio
 import functools
 import re
 import ssl
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -35,6 +47,29 @@ class ClosedUnanswered(Exception):
 
 class ConnectFailed(Exception):
     """No connection could be made (refused, unreachable, or the connect timed out)."""
+
+
+class InvalidHeader(ValueError):
+    """A request method, header name or header value outside RFC 9110's grammar: refused, nothing written."""
+
+    def __init__(self, message: str, name: str | None = None) -> None:
+        super().__init__(message)
+        self.name = name
+        """The header at fault (None: the method)."""
+
+
+_TOKEN = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
+"""RFC 9110 5.6.2 `token`: a method or a field name."""
+_TOKEN_RE = re.compile(_TOKEN)
+_VALUE = r"[\t\x20-\x7e\x80-\xff]*"
+"""RFC 9110 5.5 `field-value` as bytes may carry it: visible ASCII, SP, HTAB and obs-text; no CR, LF, NUL
+or other control character (and no character above U+00FF, which latin-1 could not write)."""
+_VALUE_RE = re.compile(_VALUE)
+_TARGET = re.compile(r"[\x21-\x7e]+")
+"""A request target: visible ASCII only."""
+_FIELD_LINES = re.compile(f"(?:{_TOKEN}:[ ]{_VALUE}\r\n)*")
+"""A whole block of `name: value` lines, checked in one match per request (the hot path), with a count of its
+line ends: a value holding CRLF would otherwise pass as two good lines."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,10 +97,12 @@ class Headers:
 
 
 class _Conn:
-    __slots__ = ("reader", "writer")
+    __slots__ = ("idle_since", "reader", "writer")
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
+        self.idle_since = 0.0
+        """When it went back to the pool (monotonic clock)."""
 
     def usable(self) -> bool:
         return not self.reader.at_eof() and not self.writer.is_closing() and not self.reader._buffer  # type: ignore[attr-defined]
@@ -187,19 +224,40 @@ class Response:
 
 
 class Pool:
-    """Idle keep-alive connections per (host, port)."""
+    """Idle keep-alive connections per (host, port), each reused only within `idle_s` of its last answer."""
 
-    def __init__(self, *, max_idle: int = 64, tls: ssl.SSLContext | None = None) -> None:
+    def __init__(self, *, max_idle: int = 64, idle_s: float = 4.0, tls: ssl.SSLContext | None = None) -> None:
         self._tls = tls or ssl.create_default_context()
         self._idle: dict[_Key, list[_Conn]] = {}
         self._max_idle = max_idle
+        self._idle_s = idle_s
 
     def release(self, key: _Key, conn: _Conn) -> None:
         idle = self._idle.setdefault(key, [])
         if len(idle) < self._max_idle and conn.usable():
+            conn.idle_since = time.monotonic()
             idle.append(conn)
         else:
             conn.close()
+
+    def _reusable(self, key: _Key) -> _Conn | None:
+        """The most recently used idle connection to `key` that is still open and fresh enough; those idle past
+        `idle_s` are closed: they are the oldest (the list is in release order), so the scan stops at the first."""
+        idle = self._idle.get(key)
+        if not idle:
+            return None
+        oldest = time.monotonic() - self._idle_s
+        stale = 0
+        while stale < len(idle) and idle[stale].idle_since < oldest:
+            idle[stale].close()
+            stale += 1
+        del idle[:stale]
+        while idle:
+            conn = idle.pop()
+            if conn.usable():
+                return conn
+            conn.close()
+        return None
 
     async def _connect(self, key: _Key, timeouts: Timeouts) -> _Conn:
         try:
@@ -216,22 +274,16 @@ class Pool:
         self, method: str, url: str, headers: dict[str, str], body: bytes | None, timeouts: Timeouts
     ) -> Response:
         key, target, host = _origin(url)
-        lines = [f"{method} {target} HTTP/1.1\r\nhost: {host}\r\n"]
-        lines += [f"{k}: {v}\r\n" for k, v in headers.items()]
-        if body is not None or method in ("POST", "PUT"):
-            lines.append(f"content-length: {len(body or b'')}\r\n")
-        lines.append("\r\n")
-        head = "".join(lines).encode("latin-1")
-        idle = self._idle.get(key)
-        while idle:
-            conn = idle.pop()
-            if not conn.usable():
-                conn.close()
-                continue
+        head = _head(method, target, host, headers, body)
+        conn = self._reusable(key)
+        if conn is not None:
             try:
                 return await self._exchange(key, conn, head, body, method, timeouts)
-            except (ConnectionError, asyncio.IncompleteReadError, _StaleConnection):
-                conn.close()  # the upstream closed an idle connection: retry on a fresh one
+            except (ConnectionError, _StaleConnection):
+                conn.close()
+                if conn.reader._buffer:  # type: ignore[attr-defined]
+                    raise ProtocolError("connection broken inside the response head") from None
+                # no byte of answer: the upstream closed it before reading the request, so once more on a new one
         conn = await self._connect(key, timeouts)
         try:
             return await self._exchange(key, conn, head, body, method, timeouts)
@@ -268,6 +320,29 @@ class Pool:
         self._idle.clear()
 
 
+def _head(method: str, target: str, host: str, headers: dict[str, str], body: bytes | None) -> bytes:
+    """The request head, checked in one match before it is encoded: nothing is written unless it holds."""
+    fields = f"host: {host}\r\n" + "".join([f"{k}: {v}\r\n" for k, v in headers.items()])
+    # every line valid, and as many lines as headers: a CRLF inside a value would make two valid-looking lines
+    if not _FIELD_LINES.fullmatch(fields) or fields.count("\n") != len(headers) + 1 or not _TOKEN_RE.fullmatch(method):
+        raise _refusal(method, headers)
+    if body is not None or method in ("POST", "PUT"):
+        fields += f"content-length: {len(body or b'')}\r\n"
+    return f"{method} {target} HTTP/1.1\r\n{fields}\r\n".encode("latin-1")
+
+
+def _refusal(method: str, headers: dict[str, str]) -> InvalidHeader:
+    """Which part of a refused head is at fault (off the hot path: only a refused head gets here)."""
+    if not _TOKEN_RE.fullmatch(method):
+        return InvalidHeader(f"request method {method!r} is not an RFC 9110 token")
+    for name, value in headers.items():
+        if not _TOKEN_RE.fullmatch(name):
+            return InvalidHeader(f"header name {name!r} is not an RFC 9110 token", name)
+        if not _VALUE_RE.fullmatch(value):
+            return InvalidHeader(f"header {name!r} has a character not allowed in an HTTP field value", name)
+    return InvalidHeader("the upstream URL's host is not a valid Host header")
+
+
 @functools.lru_cache(maxsize=1024)
 def _origin(url: str) -> tuple[_Key, str, str]:
     """(pool key, request target, Host header) of an upstream URL; parsed once per URL, not per request."""
@@ -276,6 +351,8 @@ def _origin(url: str) -> tuple[_Key, str, str]:
         raise ProtocolError(f"upstreams are http:// or https:// URLs, not {url!r}")
     key = (parts.scheme, parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    if not _TARGET.fullmatch(target):
+        raise ProtocolError(f"upstream URL {url!r} has a path that is not a valid request target")
     return key, target, parts.netloc.rpartition("@")[2]
 
 

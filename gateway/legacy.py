@@ -18,13 +18,14 @@ from urllib.parse import parse_qs
 import anyio
 import structlog
 from anyio.abc import TaskGroup
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp_types.version import KNOWN_PROTOCOL_VERSIONS
 from starlette.types import Receive, Scope, Send
 
 from gateway.asgi import header, read_body, send_bytes, send_error, session_header
 from gateway.errors import BadUpstream, GatewayError, UnknownSession, error_body
 from gateway.http import Response, Timeouts
 from gateway.messages import Rewriter, envelope_headers, legacy_listing, parse_message
+from gateway.outbox import Outbox
 from gateway.pipeline import Outcome, count_error, deliver, end_session, record
 from gateway.routing import Degraded, Namespace, Target, new_session_id
 from gateway.service import Gateway
@@ -40,7 +41,7 @@ class LegacySession:
     sid: str
     ns: Namespace
     xsid: str | None
-    out: MemoryObjectSendStream[bytes]
+    out: Outbox
     tg: TaskGroup | None = None
     opened: bool = False
     used_tools: bool = False
@@ -50,7 +51,7 @@ class LegacySession:
     """2026-era requests in flight, by JSON id: cancelling one closes its upstream stream."""
 
     async def push(self, data: bytes) -> None:
-        await self.out.send(b"event: message\ndata: " + data + b"\n\n")
+        await self.out.put(b"event: message\ndata: " + data + b"\n\n")
 
 
 async def handle_sse(gw: Gateway, ns: Namespace, scope: Scope, receive: Receive, send: Send) -> None:
@@ -63,8 +64,7 @@ async def handle_sse(gw: Gateway, ns: Namespace, scope: Scope, receive: Receive,
         await send_error(send, None, exc)
         return
     sid = new_session_id()
-    out, queue = anyio.create_memory_object_stream[bytes](1024)
-    session = LegacySession(sid, ns, xsid, out)
+    session = LegacySession(sid, ns, xsid, Outbox(gw.cfg.legacy_sse))
     gw.legacy[sid] = session
     host = header(scope, b"host") or "{}:{}".format(*scope["server"])
     endpoint = f"{scope['scheme']}://{host}/{ns.name}/messages/?session_id={sid}"
@@ -75,8 +75,8 @@ async def handle_sse(gw: Gateway, ns: Namespace, scope: Scope, receive: Receive,
         await send({"type": "http.response.body", "body": first, "more_body": True})
         async with anyio.create_task_group() as tg:
             session.tg = tg
-            tg.start_soon(_pump, queue, send)
-            tg.start_soon(_keepalive, out)
+            tg.start_soon(_pump, session.out, send)
+            tg.start_soon(_keepalive, session.out)
             while (await receive())["type"] != "http.disconnect":
                 pass
             tg.cancel_scope.cancel()
@@ -86,15 +86,17 @@ async def handle_sse(gw: Gateway, ns: Namespace, scope: Scope, receive: Receive,
             await _close(gw, session)
 
 
-async def _pump(queue: MemoryObjectReceiveStream[bytes], send: Send) -> None:
-    async for event in queue:
-        await send({"type": "http.response.body", "body": event, "more_body": True})
+async def _pump(out: Outbox, send: Send) -> None:
+    while True:
+        await send({"type": "http.response.body", "body": await out.get(), "more_body": True})
 
 
-async def _keepalive(out: MemoryObjectSendStream[bytes]) -> None:
+async def _keepalive(out: Outbox) -> None:
+    """A comment now and then keeps proxies from closing a quiet stream; one with events waiting needs none."""
     while True:
         await anyio.sleep(KEEPALIVE_S)
-        await out.send(b": keepalive\n\n")
+        if not out:
+            await out.put(b": keepalive\n\n")
 
 
 async def _close(gw: Gateway, session: LegacySession) -> None:
@@ -116,22 +118,30 @@ async def handle_messages(gw: Gateway, ns: Namespace, scope: Scope, receive: Rec
             raise UnknownSession(f"unknown SSE session {sid!r}: open {ns.name}/sse again")
         body = await read_body(scope, receive, gw.cfg.security.max_body_bytes)
         msg = parse_message(body)
+        headers = _upstream_headers(scope, session, msg)
+        session.out.admit(session.sid)
     except GatewayError as exc:
         err = count_error(gw, ns, exc)
         await send_error(send, None, err)
         record(gw, ns, None, "error", start, None, err)
         return
     await send_bytes(send, 202, b"Accepted", b"text/plain")
+    if _abort_modern(session, msg):
+        session.out.finished()
+        return
+    session.tg.start_soon(_forward, gw, session, msg, body, headers)
+
+
+def _upstream_headers(scope: Scope, session: LegacySession, msg: dict[str, Any]) -> list[tuple[bytes, bytes]]:
+    """The client's headers with those streamable HTTP needs: the routing headers a 2026-era message derives from
+    its body (`envelope_headers`, which checks them), else the protocol version the session negotiated."""
     headers = [(k, v) for k, v in scope["headers"] if k not in (b"accept", b"content-type", b"mcp-protocol-version")]
     headers += [(b"accept", b"application/json, text/event-stream"), (b"content-type", b"application/json")]
     routing = envelope_headers(msg)
     if not routing and (version := session.extra.get("version")):
         routing = {"mcp-protocol-version": version}
     headers = [(k, v) for k, v in headers if k.decode() not in routing]
-    headers += [(k.encode(), v.encode()) for k, v in routing.items()]
-    if _abort_modern(session, msg):
-        return
-    session.tg.start_soon(_forward, gw, session, msg, body, headers)
+    return headers + [(k.encode(), v.encode()) for k, v in routing.items()]
 
 
 def _abort_modern(session: LegacySession, msg: dict[str, Any]) -> bool:
@@ -155,15 +165,18 @@ async def _forward(
     gw: Gateway, session: LegacySession, msg: dict[str, Any], body: bytes, headers: list[tuple[bytes, bytes]]
 ) -> None:
     rid, method = msg.get("id"), msg.get("method")
-    if rid is not None and method is not None and "mcp-method" in {k.decode() for k, _ in headers}:
-        with anyio.CancelScope() as scope:  # a 2026-era request: cancellable by closing its stream
-            session.modern[_id_key(rid)] = scope
-            try:
-                await _forward_one(gw, session, msg, body, headers)
-            finally:
-                session.modern.pop(_id_key(rid), None)
-    else:
-        await _forward_one(gw, session, msg, body, headers)
+    try:
+        if rid is not None and method is not None and "mcp-method" in {k.decode() for k, _ in headers}:
+            with anyio.CancelScope() as scope:  # a 2026-era request: cancellable by closing its stream
+                session.modern[_id_key(rid)] = scope
+                try:
+                    await _forward_one(gw, session, msg, body, headers)
+                finally:
+                    session.modern.pop(_id_key(rid), None)
+        else:
+            await _forward_one(gw, session, msg, body, headers)
+    finally:
+        session.out.finished()
 
 
 async def _forward_one(
@@ -231,11 +244,12 @@ class _Reply:
                 answered = answered or (parsed.get("id") == rid and ("result" in parsed or "error" in parsed))
                 await session.push(data)
         if not answered:
-            url, status = target.replica.url, response.status_code
-            raise BadUpstream(f"replica {url} answered {method} with HTTP {status} and no JSON-RPC response")
+            ns, status = session.ns.name, response.status_code
+            raise BadUpstream(f"a replica of {ns!r} answered {method} with HTTP {status} and no JSON-RPC response")
         await gw.remember(target, rewriter)
         if method == "initialize" and rewriter.seen is not None:
-            session.extra["version"] = rewriter.seen.get("protocolVersion")
+            version = rewriter.seen.get("protocolVersion")  # the upstream's word, sent in a header: a known one only
+            session.extra["version"] = version if version in KNOWN_PROTOCOL_VERSIONS else None
         streams = method == "notifications/initialized" and response.status_code < 300
         if streams and not session.streaming and session.tg:
             session.streaming = True

@@ -14,12 +14,14 @@ A 2026-07-28 listing that differs with the caller's transport (the legacy SSE on
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from mcp.shared.inbound import NAME_BEARING_METHODS, encode_header_value
+from mcp_types.version import KNOWN_PROTOCOL_VERSIONS
 
-from gateway.errors import InvalidRequest, ParseError
+from gateway.errors import InvalidParams, InvalidRequest, ParseError
 from toolkit.handles import without_argument
 
 META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
@@ -38,12 +40,27 @@ SAFE_METHODS = frozenset(
 """Methods without side effects: the only ones the gateway retries on another replica."""
 
 
+MAX_DEPTH = 64
+"""How deep a client message may nest objects and arrays. A request nested deeper is refused as a parse error
+(-32700) naming the limit, before its replica or any JSON walker here recurses into it."""
+METHOD = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z/]{1,256}")
+"""A JSON-RPC method the gateway relays: an RFC 9110 token, with `/` (MCP's `tools/call`), at most 256 long.
+Legacy SSE copies it into the upstream's `Mcp-Method` header, so it is checked here, for every transport."""
+_LONE_SURROGATE = "a string holds an unpaired surrogate (\\uD800-\\uDFFF)"
+_SUSPECT = re.compile(rb"\\u[dD][89a-fA-F]")
+"""A `\\uD800`-`\\uDFFF` escape: a surrogate, which only a correct pair of them makes valid text."""
+
+
 def parse_message(body: bytes) -> dict[str, Any]:
     """One client JSON-RPC message; batches and malformed messages are refused precisely."""
     try:
         msg = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ParseError(f"request body is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise ParseError(f"request body nests deeper than {MAX_DEPTH} levels") from exc
+    if isinstance(msg, dict | list) and (body.count(b"[") + body.count(b"{") > MAX_DEPTH or _SUSPECT.search(body)):
+        _check_tree(msg)
     if isinstance(msg, list):
         raise InvalidRequest("JSON-RPC batches are not supported")
     if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0":
@@ -52,8 +69,8 @@ def parse_message(body: bytes) -> dict[str, Any]:
     if method is None:
         if "id" not in msg or ("result" not in msg and "error" not in msg):
             raise InvalidRequest("a message without a method must be a response with an id and a result or error")
-    elif not isinstance(method, str):
-        raise InvalidRequest('"method" must be a string')
+    elif not isinstance(method, str) or not METHOD.fullmatch(method):
+        raise InvalidRequest('"method" must be a string of 1-256 RFC 9110 token characters or "/"')
     rid = msg.get("id")
     if rid is not None and (not isinstance(rid, (str, int)) or isinstance(rid, bool)):
         raise InvalidRequest('"id" must be a string or an integer')
@@ -61,6 +78,32 @@ def parse_message(body: bytes) -> dict[str, Any]:
     if params is not None and not isinstance(params, (dict, list)):
         raise InvalidRequest('"params" must be an object')
     return msg
+
+
+def _check_tree(msg: Any) -> None:
+    """Refuse a message nested deeper than `MAX_DEPTH` or holding a lone surrogate (text no UTF-8 can carry, so
+    neither the upstream request nor a log line could be written): a walk without recursion, run only for bodies
+    whose bytes say they might be either."""
+    stack: list[tuple[Any, int]] = [(msg, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ParseError(f"request body nests deeper than {MAX_DEPTH} levels")
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, value in items:
+            for text in (key, value):
+                if isinstance(text, str) and not _utf8(text):
+                    raise ParseError(f"request body is not valid JSON: {_LONE_SURROGATE}")
+            if isinstance(value, dict | list):
+                stack.append((value, depth + 1))
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def protocol_version(msg: dict[str, Any]) -> str | None:
@@ -80,7 +123,9 @@ def envelope_headers(msg: dict[str, Any]) -> dict[str, str]:
     version, method, params = protocol_version(msg), msg.get("method"), msg.get("params")
     if version is None or not isinstance(method, str):
         return {}
-    headers = {"mcp-protocol-version": version, "mcp-method": method}
+    if version not in KNOWN_PROTOCOL_VERSIONS:
+        raise InvalidParams(f'params._meta["{PROTOCOL_VERSION_META_KEY}"] is not a known protocol version: {version!r}')
+    headers = {"mcp-protocol-version": version, "mcp-method": method}  # `parse_message` checked the method
     key = NAME_BEARING_METHODS.get(method)
     if key is not None and isinstance(value := params.get(key), str):  # type: ignore[union-attr]
         headers["mcp-name"] = encode_header_value(value)
@@ -131,7 +176,7 @@ class Rewriter:
         """The bytes to relay for one upstream message, and the message parsed (None when not JSON)."""
         try:
             msg = json.loads(data)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
             return data, None
         if not self.needs_parse(data):
             return data, msg

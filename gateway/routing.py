@@ -230,8 +230,8 @@ class Router:
             if tool_name(msg) == "cleanup_session":
                 await self.store.drop_pin(ns.name, key)
             raise SessionLost(
-                f"session {key.id!r} was lost: its replica {pin.replica} of {ns.name!r} went away",
-                data={"session": key.id, "namespace": ns.name, "replica": pin.replica},
+                f"session {key.id!r} was lost: its replica of {ns.name!r} went away",
+                data={"session": key.id, "namespace": ns.name},
             )
         await self.store.touch(ns.name, key)
         return replica

@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gateway.asgi import send_error
 from gateway.config import SecurityConfig
 from gateway.errors import Forbidden, RateLimited, Unauthorized
+from gateway.paths import segments
 from gateway.service import Gateway
 from toolkit.tracing import REQUEST_ID_HEADER, request_context
 
@@ -111,7 +112,7 @@ class SecurityMiddleware:
                 raise Forbidden("Host header not allowed (DNS-rebinding guard)")
             if not origin_allowed(sec, found.get(b"origin")):
                 raise Forbidden("Origin not allowed")
-            if scope["path"].startswith("/admin"):
+            if segments(scope["path"])[0] == "admin":  # the router's reading of the same canonical path
                 client = (scope.get("client") or ("", 0))[0]
                 if not (_token_ok(token, sec.admin_tokens) or (not sec.admin_tokens and client in _LOOPBACK)):
                     raise Unauthorized("admin endpoints need an admin bearer token")

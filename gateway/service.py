@@ -47,7 +47,7 @@ class Gateway:
         """How discovered namespaces resolve their name (tests inject their own)."""
         self.router = Router(self.store)
         self.metrics = GatewayMetrics()
-        self.client = make_client()
+        self.client = make_client(cfg.pool)
         self.started = False
         self.tasks: TaskGroup | None = None
         """The running gateway's task group (set by `lifecycle.running`), for work a callback starts."""
@@ -177,10 +177,10 @@ class Gateway:
         """The replica answered 404 for the upstream session we hold: it restarted or dropped it."""
         assert target.key is not None
         await self.store.lose(target.ns.name, target.key)
-        key, url, ns = target.key.id, target.replica.url, target.ns.name
+        key, ns = target.key.id, target.ns.name
         return SessionLost(
-            f"session {key!r} was lost: its replica {url} of {ns!r} no longer knows it",
-            data={"session": key, "namespace": ns, "replica": url},
+            f"session {key!r} was lost: its replica of {ns!r} no longer knows it",
+            data={"session": key, "namespace": ns},
         )
 
     @staticmethod
@@ -188,10 +188,10 @@ class Gateway:
         """A replica failure seen by a pinned session means its state is gone: say so, naming the session."""
         if not isinstance(exc, Unavailable) or not isinstance(target, Target) or target.key is None or target.fresh:
             return exc
-        key, url, ns = target.key.id, target.replica.url, target.ns.name
+        key, ns = target.key.id, target.ns.name
         return SessionLost(
-            f"session {key!r} was lost: its replica {url} of {ns!r} went away",
-            data={"session": key, "namespace": ns, "replica": url},
+            f"session {key!r} was lost: its replica of {ns!r} went away",
+            data={"session": key, "namespace": ns},
         )
 
     def rewriter(self, ns: Namespace, msg: dict[str, Any], *, legacy: bool = False) -> Rewriter:

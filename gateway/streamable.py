@@ -117,10 +117,10 @@ class _Reply:
                 if ctype.startswith("application/json"):
                     data, parsed = await rewriter.apply(data)
                     if rid is not None and not _answers(parsed, rid, allow_null=response.status_code >= 400):
-                        raise BadUpstream(f"replica {target.replica.url} answered with invalid JSON-RPC")
+                        raise BadUpstream(f"a replica of {self.ns.name!r} answered with invalid JSON-RPC")
                 elif rid is not None and response.status_code < 300:
-                    url = target.replica.url
-                    raise BadUpstream(f"replica {url} answered a request with {ctype or 'no content type'}, not MCP")
+                    what = ctype or "no content type"
+                    raise BadUpstream(f"a replica of {self.ns.name!r} answered a request with {what}, not MCP")
             except GatewayError as exc:
                 await send_error(send, rid, gw.as_lost(target, exc), self._sid_header())
                 return "error"
@@ -167,7 +167,7 @@ async def _stream(
     except GatewayError as exc:
         failure = gw.as_lost(target, exc)
     if not answered:
-        err = failure or BadUpstream(f"replica {target.replica.url} closed the stream without answering")
+        err = failure or BadUpstream(f"a replica of {target.ns.name!r} closed the stream without answering")
         _, body = error_body(rid, err)
         event = b"event: message\ndata: " + body + b"\n\n"
         await send({"type": "http.response.body", "body": event, "more_body": False})

@@ -13,8 +13,9 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import structlog
 
-from gateway.errors import BadUpstream, Draining, Unavailable, Unreached, UpstreamTimeout
-from gateway.http import ClosedUnanswered, ConnectFailed, Pool, ProtocolError, Response, Timeouts
+from gateway.config import PoolConfig
+from gateway.errors import BadUpstream, Draining, InvalidRequest, Unavailable, Unreached, UpstreamTimeout
+from gateway.http import ClosedUnanswered, ConnectFailed, InvalidHeader, Pool, ProtocolError, Response, Timeouts
 from toolkit.drain import DRAINING_HEADER, ROOM_HEADER
 
 log = structlog.get_logger(__name__)
@@ -103,26 +104,30 @@ def upstream_errors(replica: Replica, *, passive: bool = True) -> Iterator[None]
     record_failure = replica.record_failure if passive else _unjudged
     try:
         yield
+    except InvalidHeader as exc:  # nothing was sent, and the replica's health does not count it
+        if exc.name == "mcp-session-id":  # the one header whose value a replica chose (clients' are dropped)
+            raise BadUpstream(f"a replica of {replica.namespace!r} gave a session id no header can carry") from exc
+        raise InvalidRequest(f"refused before it reached {replica.namespace!r}: {exc}") from exc
     except ConnectFailed as exc:
         record_failure(decisive=True)
-        raise Unreached(f"replica {replica.url} of {replica.namespace!r} is unreachable") from exc
+        raise Unreached(f"a replica of {replica.namespace!r} is unreachable") from exc
     except ClosedUnanswered as exc:  # counts toward the circuit, not at once: one such close may be load
         record_failure()
-        raise Unavailable(f"replica {replica.url} of {replica.namespace!r} closed the connection unanswered") from exc
+        raise Unavailable(f"a replica of {replica.namespace!r} closed the connection unanswered") from exc
     except TimeoutError as exc:
         record_failure()
-        raise UpstreamTimeout(f"replica {replica.url} of {replica.namespace!r} timed out") from exc
+        raise UpstreamTimeout(f"a replica of {replica.namespace!r} timed out") from exc
     except (ConnectionError, ProtocolError, asyncio.IncompleteReadError) as exc:
         record_failure(decisive=True)
-        raise Unavailable(f"replica {replica.url} of {replica.namespace!r} dropped the connection") from exc
+        raise Unavailable(f"a replica of {replica.namespace!r} dropped the connection") from exc
     except OSError as exc:
         record_failure()
-        raise BadUpstream(f"replica {replica.url} of {replica.namespace!r} failed: {type(exc).__name__}") from exc
+        raise BadUpstream(f"a replica of {replica.namespace!r} failed: {type(exc).__name__}") from exc
 
 
-def make_client() -> Pool:
+def make_client(cfg: PoolConfig) -> Pool:
     """One pool of keep-alive connections for every upstream."""
-    return Pool()
+    return Pool(max_idle=cfg.max_idle, idle_s=cfg.idle_s)
 
 
 async def open_stream(
@@ -142,7 +147,7 @@ async def open_stream(
     replica.heard(response)
     if replica.draining and response.status_code == 503:
         await response.aclose()  # it refused to open a session, and is alive: no failure
-        raise Draining(f"replica {replica.url} of {replica.namespace!r} is draining: it takes no new session")
+        raise Draining(f"a replica of {replica.namespace!r} is draining: it takes no new session")
     if passive:
         if response.status_code >= 500:
             replica.record_failure()

@@ -47,9 +47,9 @@ def test_healthz_is_liveness_and_readyz_wants_a_replica_or_known_tools() -> None
     with running_gateway(gateway_config({"nowhere": [dead]}), ready=False) as gw:
         assert httpx.get(f"{gw.base}/healthz", trust_env=False).json() == {"status": "ok"}
         deadline = time.monotonic() + 10
-        while (ready := httpx.get(f"{gw.base}/readyz", trust_env=False)).json()["namespaces"]["nowhere"]["replicas"][
-            dead
-        ] != "down":
+        status = f"{gw.base}/admin/status"  # from loopback: the admin, with no admin token configured
+        while httpx.get(status, trust_env=False).json()["namespaces"]["nowhere"]["replicas"][dead] != "down":
             assert time.monotonic() < deadline
             time.sleep(0.1)
-        assert ready.status_code == 503 and not ready.json()["ready"]
+        ready = httpx.get(f"{gw.base}/readyz", trust_env=False)
+        assert ready.status_code == 503 and ready.json() == {"ready": False, "replicas": 1, "replicas_up": 0}

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from gateway.config import HeaderPolicy, parse_config
@@ -26,10 +29,12 @@ from gateway.errors import (
     to_error,
 )
 from gateway.headers import HeaderRules
+from gateway.http import InvalidHeader
 from gateway.messages import Rewriter, envelope_headers, parse_message
+from gateway.paths import canonical
 from gateway.routing import Namespace
 from gateway.store import MemoryStore
-from gateway.upstream import SseParser, event_data
+from gateway.upstream import Replica, SseParser, event_data, upstream_errors
 
 
 def test_config_expands_env_and_rejects_bad_namespaces_and_urls(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -229,3 +234,29 @@ def test_a_replica_that_leaves_discovery_while_up_stays_draining_until_it_is_dow
     assert ns.replicas[a].vanished and ns.replicas[a].draining and not ns.replicas[a].said_draining
     ns.adopt({a, "http://c:1/mcp"})  # back in the name: taking sessions again
     assert not ns.replicas[a].vanished and not ns.replicas[a].draining
+
+
+@pytest.mark.parametrize(
+    ("header", "error"), [("mcp-session-id", BadUpstream), ("x-session-id", InvalidRequest), (None, InvalidRequest)]
+)
+def test_a_refused_request_head_blames_whoever_chose_the_header(header: str | None, error: type[GatewayError]) -> None:
+    """A client's `mcp-session-id` never goes upstream (the gateway sends the replica's own), so a bad one there is
+    the replica's; any other header, or the method, is the request's. Neither counts toward the replica's health."""
+    replica = Replica("python", "http://p:8802/mcp", failures_to_open=1, open_s=5)
+    with pytest.raises(error) as refused, upstream_errors(replica):
+        raise InvalidHeader("refused", header)
+    assert "http://p" not in refused.value.message and replica.failures == 0
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(st.text(alphabet=st.sampled_from("/.%2Fa5Cb\\\x00"), max_size=24))
+def test_a_canonical_path_is_plain_and_canonical_again(raw: str) -> None:
+    """Whatever was sent, the path every later layer reads has no empty, `.` or `..` segment, or it was refused."""
+    path = "/" + raw
+    try:
+        canon = canonical(unquote(path), path.encode("latin-1"))
+    except InvalidRequest:
+        return
+    assert "//" not in canon and not (canon != "/" and canon.endswith("/"))
+    assert all(s not in (".", "..") for s in canon.split("/")[1:])
+    assert canonical(canon, canon.encode()) == canon
