@@ -3,7 +3,7 @@
     with compose_fleet(scale={"python": 2}) as fleet:
         client = fleet.openai()           # the openai SDK against the published orchestrator
         fleet.compose("up", "-d", "--scale", "python=3", "--no-recreate")
-        fleet.readyz()                    # the gateway's view of its replicas (asked from inside its container)
+        fleet.gateway_status()            # the gateway's replicas (/admin/status, from loopback in its container)
 
     stack = Stack("tfsw1234", "http://127.0.0.1:8080", env)   # a swarm stack by deploy/swarm.sh
     stack.swarm_sh("up"); stack.wait_up("python", 2); stack.client()
@@ -87,12 +87,12 @@ class Fleet:
     def exec_python(self, service: str, code: str) -> str:
         return docker("exec", self.containers(service)[0], "python", "-c", code)
 
-    def readyz(self) -> dict:
-        code = "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8800/readyz').read().decode())"
+    def gateway_status(self) -> dict:
+        code = "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8800/admin/status').read().decode())"
         return json.loads(self.exec_python("gateway", code))
 
     def up_replicas(self, namespace: str) -> list[str]:
-        replicas = self.readyz()["namespaces"][namespace]["replicas"]
+        replicas = self.gateway_status()["namespaces"][namespace]["replicas"]
         return sorted(url for url, state in replicas.items() if state == "up")
 
     def wait_replicas(self, namespace: str, count: int, timeout_s: float = 60) -> list[str]:
@@ -187,12 +187,13 @@ class Stack:
         ).stdout
         return [line[:600] for line in out.splitlines() if any(event in line for event in events)]
 
-    def readyz(self) -> dict:
-        code = "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8800/readyz').read().decode())"
+    def gateway_status(self) -> dict:
+        code = "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8800/admin/status').read().decode())"
         return json.loads(self.engine("exec", self.tasks("gateway")[0], "python", "-c", code))
 
     def up(self, namespace: str) -> list[str]:
-        return sorted(u for u, state in self.readyz()["namespaces"][namespace]["replicas"].items() if state == "up")
+        replicas = self.gateway_status()["namespaces"][namespace]["replicas"]
+        return sorted(u for u, state in replicas.items() if state == "up")
 
     def wait_up(self, namespace: str, count: int, timeout_s: float = 120) -> None:
         wait_for(f"{count} {namespace} replicas", lambda: len(self.up(namespace)) == count, timeout_s)
