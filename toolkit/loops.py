@@ -1,6 +1,7 @@
 """Background loops whose end is seen: a service's long-running jobs (health probes, discovery, the session
 reaper) run under `Loops`, which records a loop that ended - by an exception or by returning - and logs it.
-`/healthz` answers 503 naming the loop, so the engine's health check (or the orchestrator of the fleet)
+`/healthz` answers 503 naming the loop and its error's class (the message, which can hold an internal address,
+goes only to the log), so the engine's health check (or the orchestrator of the fleet)
 replaces the process, instead of a process serving on with a picture of the fleet that no longer moves (a
 gateway's health loop once died on a transient Redis timeout while its container still reported healthy).
 Cancellation at shutdown is not a death: anyio's cancel exception is not an `Exception`."""
@@ -28,7 +29,9 @@ class Loops:
         try:
             await loop(*args)
         except Exception as exc:
-            self.dead[name] = f"{type(exc).__name__}: {exc}"  # before the log: rendering a traceback takes a while
+            # Only the class: `/healthz` is open, and a message can carry an address (a store's, a replica's);
+            # the whole of it goes to the log. Recorded before the log: rendering a traceback takes a while.
+            self.dead[name] = type(exc).__name__
             log.exception("loop.died", loop=name)
         else:
             self.dead[name] = "returned"

@@ -69,7 +69,7 @@ def test_the_gateway_healthz_fails_when_one_of_its_loops_died() -> None:
         health = _health_once_failing(base)
         assert health.json() == {
             "status": "failing",
-            "dead_loops": {"config-watch": "RuntimeError: config watch broke"},
+            "dead_loops": {"config-watch": "RuntimeError"},
         }
         # It still answers calls meanwhile: failing /healthz asks to be replaced, it does not stop serving.
         assert httpx.get(f"{base}/readyz", trust_env=False).status_code in (200, 503)
@@ -84,4 +84,4 @@ def test_a_tool_server_healthz_fails_when_its_reaper_died() -> None:
     server.sessions.reap_idle = broken_reap  # type: ignore[method-assign]
     with serve_asgi(server.build_app()) as base:
         body = _health_once_failing(base).json()
-    assert body["status"] == "failing" and body["dead_loops"] == {"reaper": "OSError: engine gone"}
+    assert body["status"] == "failing" and body["dead_loops"] == {"reaper": "OSError"}
