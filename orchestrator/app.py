@@ -20,35 +20,20 @@ from orchestrator.bodies import BodyLimitMiddleware, BodyLimits
 from orchestrator.chat_completions import ChatRelay
 from orchestrator.containers import Containers
 from orchestrator.containers_api import containers_router
+from orchestrator.errors import ERRORS, RequestError, StoreUnavailable, error_response
 from orchestrator.files import Files
 from orchestrator.files_api import files_router
 from orchestrator.mcp_policy import McpPolicy
 from orchestrator.metrics import LatencyMiddleware, OrchestratorMetrics
-from orchestrator.schema import (
-    ErrorBody,
-    RequestError,
-    ResponsesRequest,
-    error_body,
-    json_doc,
-    parse_body,
-    read_json,
-)
+from orchestrator.schema import ResponsesRequest, json_doc, parse_body, read_json
 from orchestrator.service import ResponsesService
 from orchestrator.settings import OrchestratorSettings
-from orchestrator.store import Store, StoreUnavailable, open_store
+from orchestrator.store import Store, open_store
 from orchestrator.tools import cleanup_sessions
 from orchestrator.worker.client import Chat, Generate, WorkerPool
 from toolkit.tracing import TracingMiddleware
 
 log = structlog.get_logger(__name__)
-ERRORS: dict[int | str, dict[str, Any]] = {
-    "4XX": {"model": ErrorBody, "description": "The request was refused (OpenAI's error shape)"},
-    "5XX": {"model": ErrorBody, "description": "The service failed (OpenAI's error shape)"},
-}
-"""Declared on every route; also keeps FastAPI from declaring its own `{"detail"}` 422 body."""
-PARAM_SOURCES = frozenset({"body", "query", "path", "header", "cookie"})
-
-
 SSE_EVENT = {
     "type": "object",
     "required": ["event", "data"],
@@ -58,38 +43,6 @@ SSE_OR_JSON = {"200": {"content": {"text/event-stream": {"schema": SSE_EVENT}}}}
 """`stream=true` answers Server-Sent Events (each named, with a JSON `data` line) instead of JSON."""
 CREATE_DOC = {**json_doc(ResponsesRequest), "responses": SSE_OR_JSON}
 """`create` reads its body itself (size limit, JSON errors), so the OpenAPI document names it here."""
-
-
-def error_response(exc: BaseException, where: str | None = None) -> JSONResponse:
-    """The single exception-to-wire boundary; `where` ("METHOD /path") names an unknown route."""
-    headers: dict[str, str] = {}
-    match exc:
-        case RequestError():
-            status, etype, msg, param, code = exc.status, exc.etype, str(exc), exc.param, exc.code
-            headers = exc.headers
-        case StoreUnavailable():
-            log.warning("store.unavailable", error=str(exc))
-            status, etype, msg, param, code = 503, "server_error", str(exc), None, "store_unavailable"
-        case ValidationError() | RequestValidationError():
-            first = exc.errors()[0]
-            loc = list(first["loc"])
-            if isinstance(exc, RequestValidationError) and loc and loc[0] in PARAM_SOURCES:
-                loc = loc[1:]  # FastAPI names where the parameter was: OpenAI's `param` is the name alone
-            param = ".".join(str(p) for p in loc) or None
-            status, etype, msg, code = 400, "invalid_request_error", f"{param}: {first['msg']}", None
-        case HTTPException():  # routing: no such path, or no such method on it: both 404, as OpenAI answers
-            status, etype, param, code = (
-                404 if exc.status_code == 405 else exc.status_code,
-                "invalid_request_error",
-                None,
-                None,
-            )
-            msg = f"Invalid URL ({where})" if status == 404 and where else str(exc.detail)
-            headers = dict(exc.headers or {}) if status == exc.status_code else {}
-        case _:
-            log.error("request.crashed", error=repr(exc))
-            status, etype, msg, param, code = 500, "server_error", "internal error", None, None
-    return JSONResponse(error_body(msg, etype, param, code), status, headers=headers)
 
 
 def _sse(events: AsyncIterator[dict[str, Any]]) -> StreamingResponse:

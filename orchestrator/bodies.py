@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from orchestrator.schema import RequestError, error_body
+from orchestrator.errors import RequestError, error_body
 
 UPLOAD_ROUTES = re.compile(r"/v1/files|/v1/containers/[^/]+/files")
 """The multipart uploads, bounded by `--max-file-bytes` (plus the form around the file) instead."""

@@ -24,8 +24,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from orchestrator.addresses import hide, worker_roles
+from orchestrator.errors import RequestError
 from orchestrator.limits import Slot, Slots
-from orchestrator.schema import RequestError, check_metadata
+from orchestrator.schema import check_metadata
 from orchestrator.worker.client import WorkerError, WorkerPool, WorkerRefused, WorkerUnavailable
 
 log = structlog.get_logger(__name__)

@@ -9,7 +9,8 @@ from typing import Any, TypeVar
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from orchestrator.schema import RequestError, ResponsesRequest, read_json
+from orchestrator.errors import RequestError
+from orchestrator.schema import ResponsesRequest, read_json
 from orchestrator.service import ResponsesService
 from orchestrator.worker.client import WorkerError, WorkerUnavailable
 

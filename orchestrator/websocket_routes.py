@@ -31,8 +31,9 @@ from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse
 from starlette.types import Message
 
+from orchestrator.errors import RequestError
 from orchestrator.limits import LimitExceeded
-from orchestrator.schema import RequestError, ResponsesRequest, check_params, read_json
+from orchestrator.schema import ResponsesRequest, check_params, read_json
 from orchestrator.service import ResponsesService
 from orchestrator.store import Record
 
