@@ -14,15 +14,16 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
+import orchestrator.api.containers
+import orchestrator.api.files
 from orchestrator import context_routes, conversation_routes, websocket_routes
+from orchestrator.api.deps import Deps
 from orchestrator.auth import ApiKeys, AuthMiddleware, load_keys, warn_if_open
 from orchestrator.bodies import BodyLimitMiddleware, BodyLimits
 from orchestrator.chat_completions import ChatRelay
 from orchestrator.containers import Containers
-from orchestrator.containers_api import containers_router
 from orchestrator.errors import ERRORS, RequestError, StoreUnavailable, error_response
 from orchestrator.files import Files
-from orchestrator.files_api import files_router
 from orchestrator.mcp_policy import McpPolicy
 from orchestrator.metrics import LatencyMiddleware, OrchestratorMetrics
 from orchestrator.schema import ResponsesRequest, json_doc, parse_body, read_json
@@ -34,6 +35,10 @@ from orchestrator.worker.client import Chat, Generate, WorkerPool
 from toolkit.tracing import TracingMiddleware
 
 log = structlog.get_logger(__name__)
+RESOURCES = (orchestrator.api.files, orchestrator.api.containers)
+"""Included in this order: the routes match in it, the OpenAPI document lists them in it, and the files' and
+containers' router lifespans (their prune jobs) start in it. Imported by full name: `create_app`'s `service` and
+`chat` are other things."""
 SSE_EVENT = {
     "type": "object",
     "required": ["event", "data"],
@@ -109,9 +114,7 @@ def create_app(
     app.add_middleware(TracingMiddleware)  # outermost: every request is a span, auth refusals too
     app.state.service = service
     app.state.files = Files.from_settings(settings)
-    app.include_router(files_router(app.state.files, settings))
     app.state.containers = Containers.from_settings(app.state.files, settings)
-    app.include_router(containers_router(app.state.containers, settings))
     service.containers = app.state.containers
     sandboxes = {url for ns in ("python", "container") if (url := service.endpoints.url_for(ns)) is not None}
     app.state.containers.on_drop = lambda container_id: cleanup_sessions(container_id, sandboxes)  # they go with it
@@ -122,6 +125,9 @@ def create_app(
     # The known kinds are registered apart from `Exception`, whose handler Starlette runs as a 500 path.
     for kind in (RequestError, StoreUnavailable, ValidationError, RequestValidationError, HTTPException, Exception):
         app.add_exception_handler(kind, _error)
+    deps = Deps(settings, service, pool, app.state.files, app.state.containers, metrics)
+    for resource in RESOURCES:
+        app.include_router(resource.router(deps))
     _responses_routes(app, service)
     relay = ChatRelay(
         pool,
