@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 import orchestrator.api.containers
 import orchestrator.api.files
+import orchestrator.api.responses
 from orchestrator import context_routes, conversation_routes, websocket_routes
 from orchestrator.api.deps import Deps
+from orchestrator.api.responses import SSE_OR_JSON
 from orchestrator.auth import ApiKeys, AuthMiddleware, load_keys, warn_if_open
 from orchestrator.bodies import BodyLimitMiddleware, BodyLimits
 from orchestrator.chat_completions import ChatRelay
@@ -26,7 +27,7 @@ from orchestrator.errors import ERRORS, RequestError, StoreUnavailable, error_re
 from orchestrator.files import Files
 from orchestrator.mcp_policy import McpPolicy
 from orchestrator.metrics import LatencyMiddleware, OrchestratorMetrics
-from orchestrator.schema import ResponsesRequest, json_doc, parse_body, read_json
+from orchestrator.schema import read_json
 from orchestrator.service import ResponsesService
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.store import Store, open_store
@@ -35,27 +36,10 @@ from orchestrator.worker.client import Chat, Generate, WorkerPool
 from toolkit.tracing import TracingMiddleware
 
 log = structlog.get_logger(__name__)
-RESOURCES = (orchestrator.api.files, orchestrator.api.containers)
+RESOURCES = (orchestrator.api.files, orchestrator.api.containers, orchestrator.api.responses)
 """Included in this order: the routes match in it, the OpenAPI document lists them in it, and the files' and
 containers' router lifespans (their prune jobs) start in it. Imported by full name: `create_app`'s `service` and
 `chat` are other things."""
-SSE_EVENT = {
-    "type": "object",
-    "required": ["event", "data"],
-    "properties": {"event": {"type": "string"}, "data": {"type": "string"}},
-}
-SSE_OR_JSON = {"200": {"content": {"text/event-stream": {"schema": SSE_EVENT}}}}
-"""`stream=true` answers Server-Sent Events (each named, with a JSON `data` line) instead of JSON."""
-CREATE_DOC = {**json_doc(ResponsesRequest), "responses": SSE_OR_JSON}
-"""`create` reads its body itself (size limit, JSON errors), so the OpenAPI document names it here."""
-
-
-def _sse(events: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
-    async def gen() -> AsyncIterator[str]:
-        async for event in events:
-            yield f"event: {event['type']}\ndata: {json.dumps(event, separators=(',', ':'))}\n\n"
-
-    return StreamingResponse(gen(), media_type="text/event-stream")
 
 
 def create_app(
@@ -128,7 +112,6 @@ def create_app(
     deps = Deps(settings, service, pool, app.state.files, app.state.containers, metrics)
     for resource in RESOURCES:
         app.include_router(resource.router(deps))
-    _responses_routes(app, service)
     relay = ChatRelay(
         pool,
         service.limits.running,
@@ -141,41 +124,6 @@ def create_app(
     websocket_routes.add_routes(app, service, error_response)
     _service_routes(app, service, pool, metrics, settings.model)
     return app
-
-
-def _responses_routes(app: FastAPI, service: ResponsesService) -> None:
-    """`/v1/responses`: each route reads its parameters and hands them to the service."""
-
-    @app.post("/v1/responses", openapi_extra=CREATE_DOC)
-    async def create(request: Request) -> Response:
-        req = await parse_body(await request.body())
-        live = await service.create(req, request.state.owner, base_url=str(request.base_url))
-        if req.stream:
-            return _sse(service.stream(live))
-        if req.background:
-            return JSONResponse(live.builder.snapshot())
-        body = await service.result(live, gone=lambda: _disconnected(request))
-        return Response(status_code=499) if body is None else JSONResponse(body)  # 499: nobody reads it
-
-    @app.get("/v1/responses/{rid}", openapi_extra={"responses": SSE_OR_JSON})
-    async def get(request: Request, rid: str, stream: bool = False, starting_after: int = -1) -> Response:
-        if stream:
-            return _sse(await service.replay(rid, request.state.owner, starting_after))
-        return JSONResponse(await service.retrieve(rid, request.state.owner))
-
-    @app.delete("/v1/responses/{rid}")
-    async def delete(request: Request, rid: str) -> Response:
-        return JSONResponse(await service.delete(rid, request.state.owner))
-
-    @app.post("/v1/responses/{rid}/cancel")
-    async def cancel(request: Request, rid: str) -> Response:
-        return JSONResponse(await service.cancel(rid, request.state.owner))
-
-    @app.get("/v1/responses/{rid}/input_items")
-    async def input_items(
-        request: Request, rid: str, limit: int = 20, order: str = "desc", after: str | None = None
-    ) -> Response:
-        return JSONResponse(await service.input_items(rid, request.state.owner, limit, order, after))
 
 
 def _chat_routes(app: FastAPI, relay: ChatRelay) -> None:
@@ -223,9 +171,3 @@ def _service_routes(
 
 def _model(name: str) -> dict[str, Any]:
     return {"id": name, "object": "model", "created": 0, "owned_by": "toolfleet"}
-
-
-async def _disconnected(request: Request) -> None:
-    """Returns once the client closes its connection (its body was read already)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
