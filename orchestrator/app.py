@@ -13,21 +13,19 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
+import orchestrator.api.chat
 import orchestrator.api.containers
 import orchestrator.api.files
 import orchestrator.api.responses
 from orchestrator import context_routes, conversation_routes, websocket_routes
 from orchestrator.api.deps import Deps
-from orchestrator.api.responses import SSE_OR_JSON
 from orchestrator.auth import ApiKeys, AuthMiddleware, load_keys, warn_if_open
 from orchestrator.bodies import BodyLimitMiddleware, BodyLimits
-from orchestrator.chat_completions import ChatRelay
 from orchestrator.containers import Containers
 from orchestrator.errors import ERRORS, RequestError, StoreUnavailable, error_response
 from orchestrator.files import Files
 from orchestrator.mcp_policy import McpPolicy
 from orchestrator.metrics import LatencyMiddleware, OrchestratorMetrics
-from orchestrator.schema import read_json
 from orchestrator.service import ResponsesService
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.store import Store, open_store
@@ -36,7 +34,7 @@ from orchestrator.worker.client import Chat, Generate, WorkerPool
 from toolkit.tracing import TracingMiddleware
 
 log = structlog.get_logger(__name__)
-RESOURCES = (orchestrator.api.files, orchestrator.api.containers, orchestrator.api.responses)
+RESOURCES = (orchestrator.api.files, orchestrator.api.containers, orchestrator.api.responses, orchestrator.api.chat)
 """Included in this order: the routes match in it, the OpenAPI document lists them in it, and the files' and
 containers' router lifespans (their prune jobs) start in it. Imported by full name: `create_app`'s `service` and
 `chat` are other things."""
@@ -112,26 +110,11 @@ def create_app(
     deps = Deps(settings, service, pool, app.state.files, app.state.containers, metrics)
     for resource in RESOURCES:
         app.include_router(resource.router(deps))
-    relay = ChatRelay(
-        pool,
-        service.limits.running,
-        max_output_tokens=settings.max_output_tokens,
-        context_tokens=settings.context_tokens,
-    )
-    _chat_routes(app, relay)
     conversation_routes.add_routes(app, service.conversations)
     context_routes.add_routes(app, service)
     websocket_routes.add_routes(app, service, error_response)
     _service_routes(app, service, pool, metrics, settings.model)
     return app
-
-
-def _chat_routes(app: FastAPI, relay: ChatRelay) -> None:
-    """`/v1/chat/completions`, relayed to the workers (`chat_completions.py`)."""
-
-    @app.post("/v1/chat/completions", openapi_extra={"responses": SSE_OR_JSON})
-    async def chat_completions(request: Request) -> Response:
-        return await relay.answer(await read_json(await request.body()), request.state.owner)
 
 
 def _service_routes(
