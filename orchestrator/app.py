@@ -15,9 +15,10 @@ from starlette.exceptions import HTTPException
 
 import orchestrator.api.chat
 import orchestrator.api.containers
+import orchestrator.api.conversations
 import orchestrator.api.files
 import orchestrator.api.responses
-from orchestrator import context_routes, conversation_routes, websocket_routes
+from orchestrator import context_routes, websocket_routes
 from orchestrator.api.deps import Deps
 from orchestrator.auth import ApiKeys, AuthMiddleware, load_keys, warn_if_open
 from orchestrator.bodies import BodyLimitMiddleware, BodyLimits
@@ -34,7 +35,13 @@ from orchestrator.worker.client import Chat, Generate, WorkerPool
 from toolkit.tracing import TracingMiddleware
 
 log = structlog.get_logger(__name__)
-RESOURCES = (orchestrator.api.files, orchestrator.api.containers, orchestrator.api.responses, orchestrator.api.chat)
+RESOURCES = (
+    orchestrator.api.files,
+    orchestrator.api.containers,
+    orchestrator.api.responses,
+    orchestrator.api.chat,
+    orchestrator.api.conversations,
+)
 """Included in this order: the routes match in it, the OpenAPI document lists them in it, and the files' and
 containers' router lifespans (their prune jobs) start in it. Imported by full name: `create_app`'s `service` and
 `chat` are other things."""
@@ -110,7 +117,6 @@ def create_app(
     deps = Deps(settings, service, pool, app.state.files, app.state.containers, metrics)
     for resource in RESOURCES:
         app.include_router(resource.router(deps))
-    conversation_routes.add_routes(app, service.conversations)
     context_routes.add_routes(app, service)
     websocket_routes.add_routes(app, service, error_response)
     _service_routes(app, service, pool, metrics, settings.model)
