@@ -19,7 +19,7 @@ import orchestrator.api.context
 import orchestrator.api.conversations
 import orchestrator.api.files
 import orchestrator.api.responses
-from orchestrator import websocket_routes
+import orchestrator.api.websocket
 from orchestrator.api.deps import Deps
 from orchestrator.auth import ApiKeys, AuthMiddleware, load_keys, warn_if_open
 from orchestrator.bodies import BodyLimitMiddleware, BodyLimits
@@ -43,6 +43,7 @@ RESOURCES = (
     orchestrator.api.chat,
     orchestrator.api.conversations,
     orchestrator.api.context,
+    orchestrator.api.websocket,
 )
 """Included in this order: the routes match in it, the OpenAPI document lists them in it, and the files' and
 containers' router lifespans (their prune jobs) start in it. Imported by full name: `create_app`'s `service` and
@@ -119,7 +120,6 @@ def create_app(
     deps = Deps(settings, service, pool, app.state.files, app.state.containers, metrics)
     for resource in RESOURCES:
         app.include_router(resource.router(deps))
-    websocket_routes.add_routes(app, service, error_response)
     _service_routes(app, service, pool, metrics, settings.model)
     return app
 

@@ -5,7 +5,7 @@ make the orchestrator hold any amount of memory. `BodyLimitMiddleware` sits in f
 a `Content-Length` over the route's limit is refused at once (413) without reading the body, and a body
 without one (chunked) is counted as it streams and refused as soon as the count passes the limit. The
 limits (`BodyLimits`, from `--max-body-bytes` and `--max-file-bytes`) are documented per route in the
-README; WebSocket messages are bounded in `websocket_routes`.
+README; WebSocket messages are bounded in `api/websocket.py`.
 """
 
 from __future__ import annotations
