@@ -1,15 +1,14 @@
-"""HTTP routes of the orchestrator; every error becomes an OpenAI-shaped error body in one place."""
+"""The orchestrator's app, assembled: its parts built once, the routers of `api/` included in order, the
+middleware and the lifespan. Every error becomes an OpenAI-shaped body in one place (`errors.error_response`)."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
 
-import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
@@ -19,6 +18,7 @@ import orchestrator.api.context
 import orchestrator.api.conversations
 import orchestrator.api.files
 import orchestrator.api.responses
+import orchestrator.api.service
 import orchestrator.api.websocket
 from orchestrator.api.deps import Deps
 from orchestrator.auth import ApiKeys, AuthMiddleware, load_keys, warn_if_open
@@ -35,7 +35,6 @@ from orchestrator.tools import cleanup_sessions
 from orchestrator.worker.client import Chat, Generate, WorkerPool
 from toolkit.tracing import TracingMiddleware
 
-log = structlog.get_logger(__name__)
 RESOURCES = (
     orchestrator.api.files,
     orchestrator.api.containers,
@@ -44,6 +43,7 @@ RESOURCES = (
     orchestrator.api.conversations,
     orchestrator.api.context,
     orchestrator.api.websocket,
+    orchestrator.api.service,
 )
 """Included in this order: the routes match in it, the OpenAPI document lists them in it, and the files' and
 containers' router lifespans (their prune jobs) start in it. Imported by full name: `create_app`'s `service` and
@@ -120,44 +120,4 @@ def create_app(
     deps = Deps(settings, service, pool, app.state.files, app.state.containers, metrics)
     for resource in RESOURCES:
         app.include_router(resource.router(deps))
-    _service_routes(app, service, pool, metrics, settings.model)
     return app
-
-
-def _service_routes(
-    app: FastAPI, service: ResponsesService, pool: WorkerPool | None, metrics: OrchestratorMetrics, model: str | None
-) -> None:
-    """Models, health and metrics."""
-
-    async def model_names() -> list[str]:
-        return await pool.models() if pool is not None else [model or "gpt-oss"]
-
-    @app.get("/v1/models")
-    async def models() -> Response:
-        return JSONResponse({"object": "list", "data": [_model(n) for n in await model_names()]})
-
-    @app.get("/v1/models/{model_id:path}")
-    async def model_by_id(model_id: str) -> Response:
-        if model_id not in await model_names():
-            raise RequestError(f"The model {model_id!r} does not exist", "model", 404, "model_not_found")
-        return JSONResponse(_model(model_id))
-
-    @app.get("/healthz")
-    async def healthz(request: Request) -> Response:
-        """Ok or not for anyone (a load balancer's probe); the load and the workers' addresses for an operator
-        only (`AuthMiddleware.operator`: the metrics token, or loopback when none is set)."""
-        healthy = pool is None or any(w.healthy for w in pool.workers)
-        body: dict[str, Any] = {"status": "ok" if healthy else "degraded"}
-        if request.state.operator:
-            body["running"] = len(service.live)
-        if request.state.operator and pool is not None:
-            body["workers"] = [{"url": w.url, "healthy": w.healthy, "outstanding": w.outstanding} for w in pool.workers]
-        return JSONResponse(body, 200 if healthy else 503)
-
-    @app.get("/metrics", response_class=PlainTextResponse)  # the class documents Prometheus' text format
-    async def prometheus() -> Response:
-        return Response(metrics.render(), media_type="text/plain; version=0.0.4")
-
-
-def _model(name: str) -> dict[str, Any]:
-    return {"id": name, "object": "model", "created": 0, "owned_by": "toolfleet"}
