@@ -18,8 +18,8 @@ import structlog
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from orchestrator.errors import error_body
 from orchestrator.limits import LimitExceeded, RequestRate
-from orchestrator.schema import error_body
 from orchestrator.settings import OrchestratorSettings
 
 log = structlog.get_logger(__name__)

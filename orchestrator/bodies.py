@@ -5,7 +5,7 @@ make the orchestrator hold any amount of memory. `BodyLimitMiddleware` sits in f
 a `Content-Length` over the route's limit is refused at once (413) without reading the body, and a body
 without one (chunked) is counted as it streams and refused as soon as the count passes the limit. The
 limits (`BodyLimits`, from `--max-body-bytes` and `--max-file-bytes`) are documented per route in the
-README; WebSocket messages are bounded in `websocket_routes`.
+README; WebSocket messages are bounded in `api/websocket.py`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from orchestrator.schema import RequestError, error_body
+from orchestrator.errors import RequestError, error_body
 
 UPLOAD_ROUTES = re.compile(r"/v1/files|/v1/containers/[^/]+/files")
 """The multipart uploads, bounded by `--max-file-bytes` (plus the form around the file) instead."""

@@ -1,4 +1,5 @@
-"""`POST /v1/chat/completions`, relayed to the workers, for clients whose default is chat completions.
+"""`POST /v1/chat/completions` (the route: `api/chat.py`), relayed to the workers, for clients whose default is
+chat completions.
 
 The body is checked against `FIELDS`, OpenAI's chat-completions parameters and what this server does with
 each, and only the relayed ones go to a worker, with `model` replaced by the worker's own name, through
@@ -20,12 +21,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import structlog
-from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.types import Receive, Scope, Send
 
 from orchestrator.addresses import hide, worker_roles
-from orchestrator.limits import Slot, Slots
-from orchestrator.schema import RequestError, check_metadata
+from orchestrator.errors import RequestError
+from orchestrator.schema import check_metadata
 from orchestrator.worker.client import WorkerError, WorkerPool, WorkerRefused, WorkerUnavailable
 
 log = structlog.get_logger(__name__)
@@ -106,40 +105,14 @@ class UpstreamError(RequestError):
     etype = "server_error"
 
 
-class _HeldStream(StreamingResponse):
-    """A streamed answer that gives its slot back once the response is over, however it ends (even when
-    the client leaves before the first chunk, and the body is never iterated)."""
-
-    def __init__(self, content: AsyncIterator[str], slot: Slot) -> None:
-        super().__init__(content, media_type="text/event-stream")
-        self.slot = slot
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self.slot.release()
-
-
 class ChatRelay:
-    """Relays chat completions for one app, each holding one of its key's `running` slots."""
+    """Relays chat completions for one app (its route holds one of the key's `running` slots for each)."""
 
-    def __init__(self, pool: WorkerPool | None, running: Slots, *, max_output_tokens: int, context_tokens: int) -> None:
+    def __init__(self, pool: WorkerPool | None, *, max_output_tokens: int, context_tokens: int) -> None:
         self.pool = pool
-        self.running = running
         self.max_output_tokens = max_output_tokens
         self.context_tokens = context_tokens
         self.roles = worker_roles([w.url for w in pool.workers] if pool is not None else [])
-
-    async def answer(self, body: Any, owner: str) -> Response:
-        """The completion (JSON, or a stream); 400 for a body this relay does not take, 429 past the key's
-        running limit (the slot is taken before the first await)."""
-        sent = self.checked(body)
-        slot = self.running.take(owner)
-        if sent.get("stream"):
-            return _HeldStream(self.stream(sent), slot)
-        with slot:
-            return JSONResponse(await self.complete(sent))
 
     def checked(self, body: Any) -> dict[str, Any]:
         """The body the worker gets: relayed fields only, each checked; a 400 naming the first field refused."""

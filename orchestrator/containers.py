@@ -23,8 +23,9 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 
+from orchestrator.errors import RequestError
 from orchestrator.files import Files, page, receive_upload
-from orchestrator.schema import RequestError, read_json
+from orchestrator.schema import read_json
 
 if TYPE_CHECKING:
     from orchestrator.settings import OrchestratorSettings

@@ -23,9 +23,8 @@ from python_multipart.multipart import MultipartParser, MultipartState, parse_op
 from starlette.requests import Request
 from starlette.responses import FileResponse
 
+from orchestrator.errors import RequestError, StoreUnavailable
 from orchestrator.objects import Objects, open_objects
-from orchestrator.schema import RequestError
-from orchestrator.store import StoreUnavailable
 
 if TYPE_CHECKING:
     from orchestrator.settings import OrchestratorSettings

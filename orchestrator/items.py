@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.errors import RequestError
 from orchestrator.events import new_id
-from orchestrator.schema import RequestError
 
 
 def normalize(input_: str | list[dict[str, Any]]) -> list[dict[str, Any]]:

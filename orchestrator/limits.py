@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from orchestrator.schema import RequestError
+from orchestrator.errors import RequestError
 
 if TYPE_CHECKING:
     from orchestrator.settings import OrchestratorSettings

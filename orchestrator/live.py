@@ -16,9 +16,10 @@ import structlog
 
 from orchestrator.conversation_store import Conversation
 from orchestrator.conversations import Lease
+from orchestrator.errors import RequestError
 from orchestrator.events import ResponseBuilder
 from orchestrator.limits import Slot
-from orchestrator.schema import RequestError, ResponsesRequest
+from orchestrator.schema import ResponsesRequest
 from orchestrator.store import Record, Store
 
 log = structlog.get_logger(__name__)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import httpx2
 
-from orchestrator.schema import RequestError
+from orchestrator.errors import RequestError
 from orchestrator.settings import OrchestratorSettings
 from toolkit.netguard import AddressRefused, resolve_checked
 

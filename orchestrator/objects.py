@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anyio
 
-from orchestrator.store import StoreUnavailable
+from orchestrator.errors import StoreUnavailable
 from toolkit import registry
 from toolkit.redis_client import redis_client
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.schema import RequestError
+from orchestrator.errors import RequestError
 from orchestrator.store import Record, Store
 
 

@@ -1,4 +1,4 @@
-"""The `POST /v1/responses` request body validated at the edge, the error shape, and what the request's tools
+"""The `POST /v1/responses` request body validated at the edge and what the request's tools
 enable (`Toolset`; each tool type is parsed by its kind, `kinds.toolset`)."""
 
 from __future__ import annotations
@@ -11,36 +11,8 @@ from typing import Any, Literal
 import anyio
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from orchestrator.errors import RequestError
 from orchestrator.params import PARAMS, REFUSED
-
-
-class RequestError(ValueError):
-    """The caller's request is invalid: HTTP 400 with this message."""
-
-    etype = "invalid_request_error"
-
-    def __init__(self, message: str, param: str | None = None, status: int = 400, code: str | None = None) -> None:
-        super().__init__(message)
-        self.param, self.status, self.code = param, status, code
-        self.headers: dict[str, str] = {}
-
-
-def error_body(message: str, etype: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
-    """OpenAI's error shape, the body of every 4xx/5xx the orchestrator answers."""
-    return {"error": {"message": message, "type": etype, "param": param, "code": code}}
-
-
-class ErrorDetail(BaseModel):
-    message: str
-    type: str
-    param: str | None
-    code: str | None
-
-
-class ErrorBody(BaseModel):
-    """`error_body`'s shape, as the OpenAPI document declares it for every 4xx/5xx."""
-
-    error: ErrorDetail
 
 
 class Reasoning(BaseModel):

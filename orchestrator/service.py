@@ -21,6 +21,7 @@ from orchestrator.chat import ChatTurns, chat_tools
 from orchestrator.containers import Containers
 from orchestrator.conversation_store import Conversation, conversations_for
 from orchestrator.conversations import Bounds, Conversations
+from orchestrator.errors import RequestError
 from orchestrator.events import ResponseBuilder, new_id
 from orchestrator.items import normalize
 from orchestrator.kinds import EchoContext, custom
@@ -30,15 +31,7 @@ from orchestrator.limits import KeyLimits
 from orchestrator.live import RUNNING, Live, LiveResponses
 from orchestrator.mcp_policy import McpPolicy, ServerRefused, refusal
 from orchestrator.run import Limits, Run, ToolState, TurnModel, TurnState
-from orchestrator.schema import (
-    McpServer,
-    RequestError,
-    ResponsesRequest,
-    TextConfig,
-    Toolset,
-    answer_format,
-    check_include,
-)
+from orchestrator.schema import McpServer, ResponsesRequest, TextConfig, Toolset, answer_format, check_include
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.store import Record, Store
 from orchestrator.tools import (

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anyio
 
-from orchestrator.schema import RequestError
+from orchestrator.errors import RequestError, StoreUnavailable
 from toolkit import registry
 from toolkit.redis_client import redis_client
 
@@ -33,10 +33,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 RESULTS_PER_RESPONSE = 8  # kept results and reference entries of a key: this many for each response it may keep
-
-
-class StoreUnavailable(Exception):
-    """The response store cannot be reached (Redis down): HTTP 503, never blamed on the caller."""
 
 
 class StoreFull(RequestError):

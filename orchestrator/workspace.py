@@ -23,7 +23,7 @@ import anyio
 import structlog
 
 from orchestrator.containers import DATA_DIR, ContainerRecord, Containers, CreateContainer
-from orchestrator.schema import RequestError
+from orchestrator.errors import RequestError
 from orchestrator.tools import ToolOutcome, ToolSessions
 from toolkit.containers import MEMORY_HEADER
 

@@ -15,8 +15,9 @@ from openai_harmony import DeveloperContent, Message
 
 from orchestrator import harmony as h
 from orchestrator import kinds
+from orchestrator.errors import RequestError
 from orchestrator.kinds.base import tool_args
-from orchestrator.schema import RequestError, Requirement
+from orchestrator.schema import Requirement
 
 
 def chat_name(recipient: str) -> str:

@@ -17,9 +17,9 @@ from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator.chat.messages import ChatTools, to_chat
+from orchestrator.errors import RequestError
 from orchestrator.kinds import Stream, open_stream
 from orchestrator.run import Call, Run, Turn
-from orchestrator.schema import RequestError
 from orchestrator.worker.client import Chat, ChatRequest, CountChat
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from openai_harmony import Message
 
 from orchestrator import harmony as h
+from orchestrator.errors import RequestError
 from orchestrator.kinds.apply_patch import ApplyPatchKind
 from orchestrator.kinds.base import EchoContext, Kind, Parsing, Stream, check_fields
 from orchestrator.kinds.code_interpreter import CodeInterpreterKind
@@ -27,7 +28,7 @@ from orchestrator.kinds.shell import ShellKind
 from orchestrator.kinds.tool_search import ToolSearchKind
 from orchestrator.kinds.web_search import WebSearchKind
 from orchestrator.run import Run
-from orchestrator.schema import RequestError, Requirement, Toolset
+from orchestrator.schema import Requirement, Toolset
 
 MESSAGE, REASONING = MessageKind(), ReasoningKind()
 # The kinds of tool calls, in the order they claim a recipient (shell before mcp: container.exec).

@@ -16,10 +16,11 @@ from typing import Any
 from openai_harmony import Message
 
 from orchestrator import harmony as h
+from orchestrator.errors import RequestError
 from orchestrator.events import new_id
 from orchestrator.kinds.base import DIRECT_ONLY, EchoContext, Kind, Parsing, Stream, tool_args
 from orchestrator.run import Run
-from orchestrator.schema import RequestError, Requirement, Toolset
+from orchestrator.schema import Requirement, Toolset
 
 NAME = "apply_patch"
 RECIPIENT = f"functions.{NAME}"

@@ -12,10 +12,11 @@ from typing import Any, ClassVar
 from openai_harmony import Message
 
 from orchestrator import harmony as h
+from orchestrator.errors import RequestError
 from orchestrator.events import Item
 from orchestrator.params import HONOURED, REFUSED
 from orchestrator.run import Run
-from orchestrator.schema import RequestError, Requirement, Toolset
+from orchestrator.schema import Requirement, Toolset
 from orchestrator.tools import ToolOutcome
 from orchestrator.worker.client import TokenLogprob
 

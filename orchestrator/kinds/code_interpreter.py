@@ -9,11 +9,12 @@ from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator.containers import MEMORY_LIMITS
+from orchestrator.errors import RequestError
 from orchestrator.events import Item, new_id
 from orchestrator.kinds.base import DIRECT_ONLY, EchoContext, Field, Kind, Parsing, Stream, ToolStream, tool_args
 from orchestrator.params import HONOURED
 from orchestrator.run import Run
-from orchestrator.schema import RequestError, Requirement, Toolset
+from orchestrator.schema import Requirement, Toolset
 from orchestrator.tools import ToolOutcome
 
 _CHAT_PARAMETERS = {

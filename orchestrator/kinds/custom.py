@@ -15,12 +15,13 @@ from typing import Any
 from openai_harmony import Message
 
 from orchestrator import harmony as h
+from orchestrator.errors import RequestError
 from orchestrator.events import new_id
 from orchestrator.kinds.base import DESCRIBED, DIRECT_ONLY, NOT_DEFERRED, EchoContext, Field, Kind, Parsing, Stream
 from orchestrator.kinds.function import NOT_ASYNC
 from orchestrator.params import HONOURED
 from orchestrator.run import Run
-from orchestrator.schema import RequestError, Requirement, Toolset
+from orchestrator.schema import Requirement, Toolset
 
 FREEFORM = " (Freeform: write the input as plain text, not JSON.)"
 

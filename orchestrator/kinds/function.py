@@ -10,6 +10,7 @@ from typing import Any
 from openai_harmony import Message
 
 from orchestrator import harmony as h
+from orchestrator.errors import RequestError
 from orchestrator.events import new_id
 from orchestrator.kinds.base import (
     DESCRIBED,
@@ -24,7 +25,7 @@ from orchestrator.kinds.base import (
 )
 from orchestrator.params import HONOURED, NO_OP, REFUSED
 from orchestrator.run import Run
-from orchestrator.schema import RequestError, Requirement, Toolset
+from orchestrator.schema import Requirement, Toolset
 
 
 class FunctionStream(Stream):

@@ -11,6 +11,7 @@ from openai_harmony import Message
 
 from orchestrator import approvals
 from orchestrator import harmony as h
+from orchestrator.errors import RequestError
 from orchestrator.events import Item, ResponseBuilder, new_id
 from orchestrator.kinds.base import (
     DESCRIBED,
@@ -26,7 +27,7 @@ from orchestrator.kinds.base import (
 )
 from orchestrator.params import HONOURED, REFUSED
 from orchestrator.run import Run
-from orchestrator.schema import McpServer, RequestError, Requirement, Toolset
+from orchestrator.schema import McpServer, Requirement, Toolset
 from orchestrator.tools import ToolOutcome
 from toolkit.wire import is_reserved
 

@@ -8,11 +8,11 @@ from typing import Any
 from openai_harmony import Message
 
 from orchestrator import harmony as h
+from orchestrator.errors import RequestError
 from orchestrator.events import new_id
 from orchestrator.kinds.base import EchoContext, Kind, Stream
 from orchestrator.kinds.web_search import cite
 from orchestrator.run import Run
-from orchestrator.schema import RequestError
 from orchestrator.worker.client import TokenLogprob
 
 HOLD_LIMIT = 64  # characters; a citation marker is shorter, so longer held text is sent as it is

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.errors import RequestError
 from orchestrator.kinds.base import DESCRIBED, Field, Kind, Parsing, Stream
 from orchestrator.kinds.function import FunctionKind, FunctionStream
 from orchestrator.params import HONOURED
 from orchestrator.run import Run
-from orchestrator.schema import RequestError, Requirement, Toolset
+from orchestrator.schema import Requirement, Toolset
 
 TAKEN = frozenset({"functions", "assistant", "user", "system", "developer"})
 

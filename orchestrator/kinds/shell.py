@@ -10,13 +10,14 @@ from typing import Any
 from openai_harmony import Message
 
 from orchestrator import harmony as h
+from orchestrator.errors import RequestError
 from orchestrator.events import Item, new_id
 from orchestrator.kinds import local_shell
 from orchestrator.kinds.base import DIRECT_ONLY, EchoContext, Field, Kind, Parsing, Stream
 from orchestrator.kinds.local_shell import CONTAINER_EXEC
 from orchestrator.params import HONOURED
 from orchestrator.run import Run
-from orchestrator.schema import RequestError, Requirement, Toolset
+from orchestrator.schema import Requirement, Toolset
 from orchestrator.tools import ToolOutcome
 
 

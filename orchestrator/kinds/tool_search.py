@@ -12,11 +12,12 @@ from typing import Any
 from openai_harmony import Message
 
 from orchestrator import harmony as h
+from orchestrator.errors import RequestError
 from orchestrator.events import new_id
 from orchestrator.kinds.base import DESCRIBED, EchoContext, Field, Kind, Parsing, Stream, tool_args
 from orchestrator.params import HONOURED
 from orchestrator.run import Run
-from orchestrator.schema import RequestError, Toolset
+from orchestrator.schema import Toolset
 
 NAME = "tool_search"
 RECIPIENT = f"functions.{NAME}"

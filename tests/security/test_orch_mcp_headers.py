@@ -17,8 +17,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from orchestrator import kinds
+from orchestrator.errors import RequestError
 from orchestrator.kinds.mcp import RESERVED_HEADERS
-from orchestrator.schema import RequestError, Toolset
+from orchestrator.schema import Toolset
 from tests.orchestrator.conftest import make_stack, scripted, tool_urls  # noqa: F401
 from toolkit.containers import MEMORY_HEADER
 from toolkit.wire import RESERVED_PREFIXES

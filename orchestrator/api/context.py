@@ -6,10 +6,12 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from orchestrator.schema import RequestError, ResponsesRequest, read_json
+from orchestrator.api.deps import Deps
+from orchestrator.errors import RequestError
+from orchestrator.schema import ResponsesRequest, read_json
 from orchestrator.service import ResponsesService
 from orchestrator.worker.client import WorkerError, WorkerUnavailable
 
@@ -57,16 +59,20 @@ async def _on_worker(call: Awaitable[T], service: ResponsesService) -> T:
         raise error from exc
 
 
-def add_routes(app: FastAPI, service: ResponsesService) -> None:
-    """Wire the context routes into `app`."""
+def router(deps: Deps) -> APIRouter:
+    """`/v1/responses/input_tokens` and `/v1/responses/compact`."""
+    service = deps.service
+    router = APIRouter()
 
-    @app.post("/v1/responses/input_tokens", openapi_extra=OBJECT_DOC)
+    @router.post("/v1/responses/input_tokens", openapi_extra=OBJECT_DOC)
     async def input_tokens(request: Request) -> JSONResponse:
         req = _checked(await read_json(await request.body()), COUNTED, "input_tokens")
         count = await _on_worker(service.count_input_tokens(req, request.state.owner), service)
         return JSONResponse({"object": "response.input_tokens", "input_tokens": count})
 
-    @app.post("/v1/responses/compact", openapi_extra=OBJECT_DOC)
+    @router.post("/v1/responses/compact", openapi_extra=OBJECT_DOC)
     async def compact(request: Request) -> JSONResponse:
         req = _checked(await read_json(await request.body()), COMPACTED, "compact")
         return JSONResponse(await _on_worker(service.compact(req, request.state.owner), service))
+
+    return router

@@ -10,9 +10,8 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from orchestrator.files import Files
+from orchestrator.api.deps import Deps
 from orchestrator.service import every
-from orchestrator.settings import OrchestratorSettings
 
 UPLOAD_DOC = {
     "requestBody": {
@@ -57,9 +56,10 @@ def pruning(
     return lifespan
 
 
-def files_router(files: Files, settings: OrchestratorSettings) -> APIRouter:
-    """The routes over `files`, which the router's lifespan prunes every prune interval and closes."""
-    router = APIRouter(lifespan=pruning(settings.prune_interval_s, files.prune, "files.prune", files.aclose))
+def router(deps: Deps) -> APIRouter:
+    """The routes over `deps.files`, which the router's lifespan prunes every prune interval and closes."""
+    files = deps.files
+    router = APIRouter(lifespan=pruning(deps.settings.prune_interval_s, files.prune, "files.prune", files.aclose))
 
     @router.post("/v1/files", openapi_extra=UPLOAD_DOC)
     async def upload(request: Request) -> Response:

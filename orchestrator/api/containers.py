@@ -7,9 +7,9 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from orchestrator.containers import AddFile, Containers
-from orchestrator.files_api import pruning
-from orchestrator.settings import OrchestratorSettings
+from orchestrator.api.deps import Deps
+from orchestrator.api.files import pruning
+from orchestrator.containers import AddFile
 
 Limit = Annotated[int, Query(ge=1, le=100)]
 Order = Literal["asc", "desc"]
@@ -33,10 +33,10 @@ ADD_DOC = {
 """The bodies are read by the handlers (size limit, JSON or a streamed upload), so the document names them."""
 
 
-def containers_router(containers: Containers, settings: OrchestratorSettings) -> APIRouter:
-    """The routes over `containers`, which the router's lifespan prunes every prune interval."""
-
-    router = APIRouter(lifespan=pruning(settings.prune_interval_s, containers.prune, "containers.prune"))
+def router(deps: Deps) -> APIRouter:
+    """The routes over `deps.containers`, which the router's lifespan prunes every prune interval."""
+    containers = deps.containers
+    router = APIRouter(lifespan=pruning(deps.settings.prune_interval_s, containers.prune, "containers.prune"))
 
     @router.post("/v1/containers", openapi_extra=CREATE_DOC)
     async def create(request: Request) -> Response:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from orchestrator.conversations import ConversationCreate, Conversations, ConversationUpdate, ItemsCreate
+from orchestrator.api.deps import Deps
+from orchestrator.conversations import ConversationCreate, ConversationUpdate, ItemsCreate
 from orchestrator.schema import json_doc, read_json
 
 M = TypeVar("M", bound=BaseModel)
@@ -26,33 +27,35 @@ async def _body(request: Request, model: type[M], *, required: bool = True) -> M
     return model.model_validate(await read_json(raw) if raw or required else {})
 
 
-def add_routes(app: FastAPI, conversations: Conversations) -> None:
-    """Wire `/v1/conversations...` into `app`; bodies are validated strictly (unknown fields: 400)."""
+def router(deps: Deps) -> APIRouter:
+    """`/v1/conversations...`; bodies are validated strictly (unknown fields: 400)."""
+    conversations = deps.service.conversations
+    router = APIRouter()
 
-    @app.post("/v1/conversations", openapi_extra=json_doc(ConversationCreate, required=False))
+    @router.post("/v1/conversations", openapi_extra=json_doc(ConversationCreate, required=False))
     async def create(request: Request) -> JSONResponse:
         body = await _body(request, ConversationCreate, required=False)
         return JSONResponse(await conversations.create(request.state.owner, body))
 
-    @app.get("/v1/conversations/{conv_id}")
+    @router.get("/v1/conversations/{conv_id}")
     async def retrieve(request: Request, conv_id: str) -> JSONResponse:
         return JSONResponse((await conversations.find(conv_id, request.state.owner)).body())
 
-    @app.post("/v1/conversations/{conv_id}", openapi_extra=json_doc(ConversationUpdate))
+    @router.post("/v1/conversations/{conv_id}", openapi_extra=json_doc(ConversationUpdate))
     async def update(request: Request, conv_id: str) -> JSONResponse:
         body = await _body(request, ConversationUpdate)
         return JSONResponse(await conversations.update(conv_id, request.state.owner, body))
 
-    @app.delete("/v1/conversations/{conv_id}")
+    @router.delete("/v1/conversations/{conv_id}")
     async def delete(request: Request, conv_id: str) -> JSONResponse:
         return JSONResponse(await conversations.delete(conv_id, request.state.owner))
 
-    @app.post("/v1/conversations/{conv_id}/items", openapi_extra=json_doc(ItemsCreate))
+    @router.post("/v1/conversations/{conv_id}/items", openapi_extra=json_doc(ItemsCreate))
     async def add_items(request: Request, conv_id: str) -> JSONResponse:
         body = await _body(request, ItemsCreate)
         return JSONResponse(await conversations.add(conv_id, request.state.owner, body, _include(request)))
 
-    @app.get("/v1/conversations/{conv_id}/items")
+    @router.get("/v1/conversations/{conv_id}/items")
     async def list_items(
         request: Request, conv_id: str, limit: int = 20, order: str = "desc", after: str | None = None
     ) -> JSONResponse:
@@ -61,10 +64,12 @@ def add_routes(app: FastAPI, conversations: Conversations) -> None:
         )
         return JSONResponse(page)
 
-    @app.get("/v1/conversations/{conv_id}/items/{item_id}")
+    @router.get("/v1/conversations/{conv_id}/items/{item_id}")
     async def retrieve_item(request: Request, conv_id: str, item_id: str) -> JSONResponse:
         return JSONResponse(await conversations.item(conv_id, request.state.owner, item_id, _include(request)))
 
-    @app.delete("/v1/conversations/{conv_id}/items/{item_id}")
+    @router.delete("/v1/conversations/{conv_id}/items/{item_id}")
     async def delete_item(request: Request, conv_id: str, item_id: str) -> JSONResponse:
         return JSONResponse(await conversations.remove_item(conv_id, request.state.owner, item_id))
+
+    return router

@@ -22,17 +22,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Callable
 from typing import Any
 
 import anyio
 import structlog
-from fastapi import FastAPI, WebSocket, WebSocketDisconnect
+from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse
 from starlette.types import Message
 
+from orchestrator.api.deps import Deps
+from orchestrator.errors import RequestError, error_response
 from orchestrator.limits import LimitExceeded
-from orchestrator.schema import RequestError, ResponsesRequest, check_params, read_json
+from orchestrator.schema import ResponsesRequest, check_params, read_json
 from orchestrator.service import ResponsesService
 from orchestrator.store import Record
 
@@ -44,14 +45,14 @@ ENVELOPE = ("type", "stream_id", "generate")
 class Connection:
     """One socket: at most one running response, and the unstored responses it may continue from."""
 
-    def __init__(self, ws: WebSocket, service: ResponsesService, errors: Callable[[BaseException], JSONResponse]):
-        self.ws, self.service, self.errors = ws, service, errors
+    def __init__(self, ws: WebSocket, service: ResponsesService):
+        self.ws, self.service = ws, service
         self.kept: dict[str, Record] = {}
         self.running: asyncio.Task[None] | None = None
         self.finished = True  # the running response sent its terminal event (it may still be settling)
 
     async def send_error(self, exc: BaseException, stream_id: str | None = None) -> None:
-        answer = self.errors(exc)
+        answer = error_response(exc)
         event: dict[str, Any] = {"type": "error", "status": answer.status_code, **json.loads(answer.body)}
         if stream_id is not None:
             event["stream_id"] = stream_id
@@ -150,16 +151,18 @@ class Connection:
                 await self.running
 
 
-def add_routes(app: FastAPI, service: ResponsesService, errors: Callable[[BaseException], JSONResponse]) -> None:
-    """Wire `/v1/responses` as a WebSocket endpoint; `errors` maps an exception to OpenAI's error body."""
+def router(deps: Deps) -> APIRouter:
+    """`/v1/responses` as a WebSocket endpoint."""
+    service = deps.service
+    router = APIRouter()
 
-    @app.websocket("/v1/responses")
+    @router.websocket("/v1/responses")
     async def responses_socket(ws: WebSocket) -> None:
         try:
             held = service.limits.sockets.take(ws.state.owner)
         except LimitExceeded as exc:
-            return await _refuse_upgrade(ws, errors(exc))
-        conn = Connection(ws, service, errors)
+            return await _refuse_upgrade(ws, error_response(exc))
+        conn = Connection(ws, service)
         try:
             await ws.accept()
             with anyio.move_on_after(LIFETIME_S):
@@ -179,6 +182,8 @@ def add_routes(app: FastAPI, service: ResponsesService, errors: Callable[[BaseEx
         finally:
             held.release()
             await conn.close()
+
+    return router
 
 
 async def _refuse_upgrade(ws: WebSocket, answer: JSONResponse) -> None:
