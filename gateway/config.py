@@ -16,8 +16,7 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from toolkit.containers import MEMORY_HEADER
-from toolkit.wire import OWNER_HEADER
+from toolkit.wire import MEMORY_HEADER, OWNER_HEADER, SESSION_HEADER
 
 RESERVED = {"healthz", "readyz", "metrics", "admin"}
 _NAMESPACE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -46,7 +45,7 @@ NAMESPACE_FORWARD: dict[str, tuple[str, ...]] = {
 class HeaderPolicy(_Frozen):
     """Which client headers reach the upstream; hop-by-hop headers never do."""
 
-    forward: tuple[str, ...] = ("x-session-id", OWNER_HEADER, "traceparent", "tracestate")
+    forward: tuple[str, ...] = (SESSION_HEADER, OWNER_HEADER, "traceparent", "tracestate")
     rename: dict[str, str] = Field(default_factory=dict, description="client header -> upstream header")
     static: dict[str, str] = Field(default_factory=dict, description="headers added to every upstream request")
 

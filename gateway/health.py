@@ -16,6 +16,7 @@ from gateway.routing import Namespace
 from gateway.service import Gateway
 from gateway.store import Pin
 from gateway.upstream import Replica
+from toolkit.wire import SESSION_HEADER
 
 log = structlog.get_logger(__name__)
 
@@ -98,7 +99,7 @@ async def cleanup(gw: Gateway, ns: Namespace, key: SessionKey, pin: Pin) -> None
     if replica is not None and replica.available and not pin.lost and (known or own_session):
         headers = dict(ns.cfg.headers.static)
         if key.by_header:
-            headers["x-session-id"] = key.id
+            headers[SESSION_HEADER] = key.id
         session = ProbeSession(gw.client, replica, headers, gw.cfg.health.timeout_s)
         try:
             with anyio.fail_after(gw.cfg.health.timeout_s * 3):

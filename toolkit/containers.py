@@ -43,13 +43,10 @@ from pydantic import Field
 
 from toolkit.metrics import SANDBOX_STATES
 from toolkit.settings import ToolServerSettings
+from toolkit.wire import INSTANCE_LABEL, LEASE_LABEL, MEMORY_HEADER, OWNER_LABEL, ROLE_LABEL
 
 log = structlog.get_logger(__name__)
 
-ROLE_LABEL = "toolfleet.role"
-INSTANCE_LABEL = "toolfleet.instance"
-OWNER_LABEL = "toolfleet.owner"
-LEASE_LABEL = "toolfleet.lease"
 LEASE_ROLE = "lease"
 
 _WATCHDOG = 'while [ -n "$(timeout {lease_s:g} head -c1)" ]; do :; done'
@@ -66,11 +63,6 @@ RUNSC_BASE_TASKS = 64
 the gofer (about 50 when idle) and, on the ptrace platform, about 8 per guest process (measured here: 20 guest
 processes added 166). A runc-sized limit (the lease's 8, python's 128) stops the sandbox itself from starting
 ("OCI runtime create failed") or kills it later, so under runsc the limit is scaled to mean guest processes."""
-
-
-MEMORY_HEADER = "x-sandbox-memory-mb"
-"""A caller's size for the sandbox of a session it starts (MiB): the orchestrator's, for a platform container whose
-`memory_limit` is above the default 1g. Absent: the tool server's `--memory-mb`."""
 
 
 FLEET_RUNTIME_ENV = "TOOLFLEET_OCI_RUNTIME"

@@ -31,6 +31,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from toolkit.settings import ServiceSettings
+from toolkit.wire import REQUEST_ID_HEADER
 
 TRACE_FILE_ENV = "TOOLFLEET_TRACE_FILE"
 """Path that every process of a test run appends its finished spans to (JSON lines). Test use only:
@@ -177,8 +178,6 @@ def annotate(current: Span, **attributes: Any) -> None:
 
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-REQUEST_ID_HEADER = "x-request-id"
-"""The header that carries one request id from hop to hop (orchestrator -> gateway -> tool server)."""
 
 
 @contextlib.contextmanager

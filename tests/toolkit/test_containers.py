@@ -13,7 +13,8 @@ from tests.python_sandbox.conftest import docker_client, server_args
 from tests.python_sandbox.test_lifecycle import sandbox_uid
 from tests.support.mcp2 import mcp_session
 from tests.support.service import Service, running_service, wait_until
-from toolkit.containers import LEASE_LABEL, LEASE_ROLE, OWNER_LABEL, ROLE_LABEL, ContainerRuntime
+from toolkit.containers import LEASE_ROLE, ContainerRuntime
+from toolkit.wire import LEASE_LABEL, OWNER_LABEL, ROLE_LABEL
 from tools.python_sandbox.settings import PythonSandboxSettings
 
 LEASE = ["--lease-s", "2", "--janitor-interval-s", "0.5"]
