@@ -15,7 +15,7 @@ SANDBOX_STATES = ("starting", "warm", "held")
 
 
 class Census(Protocol):
-    """What a sandbox tool's runtime tells about its sandboxes (`toolkit.containers.ContainerRuntime`)."""
+    """What a sandbox tool's runtime tells about its sandboxes (`toolkit.sandbox.runtime.ContainerRuntime`)."""
 
     def census(self) -> dict[str, int]: ...
     def memory_limit_bytes(self) -> int: ...

@@ -33,12 +33,12 @@ from starlette.routing import Mount, Route
 
 from toolkit import handles
 from toolkit.answers import SingleAnswerSessionManager
-from toolkit.containers import ContainerRuntime
 from toolkit.drain import Drain
 from toolkit.front import MCP_METHODS, Front
 from toolkit.handles import BadHandle, Handles
 from toolkit.loops import Loops
 from toolkit.metrics import ToolMetrics
+from toolkit.sandbox.runtime import ContainerRuntime
 from toolkit.sessions import S, SessionGone, SessionRegistry, TooManySessions, idle_words
 from toolkit.settings import ToolServerSettings
 from toolkit.tracing import annotate, extract, request_context, span

@@ -22,4 +22,4 @@ def test_the_gateway_and_the_orchestrator_import_nothing_docker_related(module: 
 
 
 def test_the_probe_sees_docker_where_it_is_imported() -> None:
-    assert _loads_docker("toolkit.containers")
+    assert _loads_docker("toolkit.sandbox.runtime")
