@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import os
 import re
-import warnings
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 from urllib.parse import urlsplit
 
 import yaml
@@ -129,18 +128,6 @@ class SecurityConfig(_Frozen):
     max_body_bytes: int = 4 * 1024 * 1024
     rate_per_s: float = Field(0.0, description="requests per second per client; 0 = unlimited")
     rate_burst: int = 100
-
-    @model_validator(mode="before")
-    @classmethod
-    def _renamed(cls, data: Any) -> Any:
-        """`allowed_hosts` (the old name) still works for one release, with a deprecation warning."""
-        if isinstance(data, dict) and "allowed_hosts" in data:
-            warnings.warn(
-                "security.allowed_hosts is deprecated: use security.accepted_host_headers", FutureWarning, stacklevel=2
-            )
-            data = dict(data)
-            data.setdefault("accepted_host_headers", data.pop("allowed_hosts"))
-        return data
 
 
 class SessionConfig(_Frozen):
