@@ -16,7 +16,8 @@ _SESSION = SESSION_HEADER.encode()
 
 
 def header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope["headers"]:
+    headers: list[tuple[bytes, bytes]] = scope["headers"]
+    for key, value in headers:
         if key == name:
             return value.decode("latin-1")
     return None

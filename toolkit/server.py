@@ -12,7 +12,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -24,7 +24,7 @@ from mcp.server.sse import SseServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
-from mcp_types import CallToolResult, ContentBlock, TextContent
+from mcp_types import CallToolResult, ContentBlock, ListToolsResult, TextContent
 from opentelemetry.trace import SpanKind
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -189,7 +189,7 @@ class Reply:
     """Content after the text (a run's images)."""
 
 
-def _headers(ctx: Context) -> Any:
+def _headers(ctx: Context) -> Mapping[str, str]:
     return getattr(ctx.request_context.request, "headers", None) or {}
 
 
@@ -472,6 +472,7 @@ class ToolServer(Generic[S]):
             the shapes the model was trained on (an SSE connection is a session; it needs no handle). That
             listing depends on the caller's transport, so it is never for a shared cache (`private`)."""
             result = await listed.handler(ctx, params)
+            assert isinstance(result, ListToolsResult)  # the SDK's own tools/list handler
             if getattr(ctx.request, "query_params", {}).get("session_id"):
                 shown = [_without_handle(t) for t in result.tools]
                 result = result.model_copy(update={"tools": shown, "cache_scope": "private"})

@@ -33,7 +33,7 @@ class ServiceSettings(BaseSettings):
     @classmethod
     def from_args(cls, argv: Sequence[str] | None, prog: str) -> Self:
         """Parse flags over environment variables over defaults."""
-        return cls(_cli_parse_args=list(argv or []), _cli_prog_name=prog)  # type: ignore[call-arg]
+        return cls(_cli_parse_args=list(argv or []), _cli_prog_name=prog)
 
 
 class ToolServerSettings(ServiceSettings):

@@ -8,7 +8,7 @@ import os
 import socket
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import docker
@@ -98,7 +98,8 @@ class Engine:
         deadline = time.monotonic() + timeout_s
         for container_id in container_ids:
             try:
-                self.client.api.wait(container_id, timeout=max(deadline - time.monotonic(), 0.1))
+                # the stubs say int; the SDK hands the timeout to requests, which takes a float
+                self.client.api.wait(container_id, timeout=max(deadline - time.monotonic(), 0.1))  # type: ignore[arg-type]
             except docker.errors.NotFound:
                 continue  # removed meanwhile
             except (requests.exceptions.ConnectionError, requests.exceptions.Timeout):
@@ -116,7 +117,7 @@ class Engine:
             container = self.client.containers.create(**kwargs)
             try:
                 attached = container.attach_socket(params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
-                raw = getattr(attached, "_sock", attached)
+                raw = cast(socket.socket, getattr(attached, "_sock", attached))  # a SocketIO wraps the socket
                 sock = socket.socket(fileno=os.dup(raw.fileno()))
                 attached.close()
                 container.start()
@@ -124,7 +125,8 @@ class Engine:
                 with contextlib.suppress(docker.errors.DockerException):
                     container.remove(force=True)
                 raise
-            return container.id, sock
+            container_id: str = container.attrs["Id"]
+            return container_id, sock
 
     def exec(self, container_id: str, argv: list[str], user: str) -> tuple[int, bytes]:
         """Blocking: run argv in a running container as `user` (`docker exec`); its exit code and stdout."""
@@ -147,7 +149,8 @@ class Engine:
     def labelled(self, *labels: str) -> list[dict[str, Any]]:
         """Blocking: the containers (running or not) that carry every one of `labels`."""
         with docker_errors("cannot list sandbox containers"):
-            return self.client.api.containers(all=True, filters={"label": list(labels)})
+            found: list[dict[str, Any]] = self.client.api.containers(all=True, filters={"label": list(labels)})
+            return found
 
     async def remove(self, container_id: str) -> None:
         """Remove a container, whatever it runs; one already gone is no error, a failure is logged."""
