@@ -13,6 +13,8 @@ bash deploy/scripts/setup_clients.sh
 echo "[test] ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check . >/dev/null || { .venv/bin/ruff format --diff . | head -50; exit 1; }
+echo "[test] mypy (strict on toolkit/ and gateway/: pyproject.toml [tool.mypy])"
+.venv/bin/mypy
 echo "[test] pytest"
 # --durations: the slowest tests close the log, so the time each suite costs CI stays visible
 exec .venv/bin/pytest -q -p no:cacheprovider --durations=30 "$@"

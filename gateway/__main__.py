@@ -77,8 +77,8 @@ def routes(settings: GatewaySettings) -> GatewayConfig:
 def app(settings: GatewaySettings) -> ASGIApp:
     """The gateway over its routes; a routes file is also watched, so edits apply without a restart."""
     gw = build_gateway(routes(settings))
-    if settings.config is not None:
-        gw.background["config-watch"] = lambda: watch(gw, settings.config, settings.watch_s)  # type: ignore[arg-type]
+    if (config := settings.config) is not None:
+        gw.background["config-watch"] = lambda: watch(gw, config, settings.watch_s)
     return build_app(gw)
 
 

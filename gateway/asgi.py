@@ -9,19 +9,22 @@ from typing import Any
 from starlette.types import Receive, Scope, Send
 
 from gateway.errors import BodyTooLarge, InvalidRequest, error_body
+from toolkit.wire import SESSION_HEADER
 
 _SESSION_ID = re.compile(r"^[\x21-\x7e]{1,256}$")
+_SESSION = SESSION_HEADER.encode()
 
 
 def header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope["headers"]:
+    headers: list[tuple[bytes, bytes]] = scope["headers"]
+    for key, value in headers:
         if key == name:
             return value.decode("latin-1")
     return None
 
 
 def session_header(scope: Scope) -> str | None:
-    xsid = header(scope, b"x-session-id")
+    xsid = header(scope, _SESSION)
     if xsid is not None and not _SESSION_ID.match(xsid):
         raise InvalidRequest("x-session-id must be 1-256 visible ASCII characters")
     return xsid

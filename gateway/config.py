@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import os
 import re
-import warnings
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from toolkit.containers import MEMORY_HEADER
-from toolkit.wire import OWNER_HEADER
+from toolkit.wire import MEMORY_HEADER, OWNER_HEADER, SESSION_HEADER
 
 RESERVED = {"healthz", "readyz", "metrics", "admin"}
 _NAMESPACE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -46,7 +44,7 @@ NAMESPACE_FORWARD: dict[str, tuple[str, ...]] = {
 class HeaderPolicy(_Frozen):
     """Which client headers reach the upstream; hop-by-hop headers never do."""
 
-    forward: tuple[str, ...] = ("x-session-id", OWNER_HEADER, "traceparent", "tracestate")
+    forward: tuple[str, ...] = (SESSION_HEADER, OWNER_HEADER, "traceparent", "tracestate")
     rename: dict[str, str] = Field(default_factory=dict, description="client header -> upstream header")
     static: dict[str, str] = Field(default_factory=dict, description="headers added to every upstream request")
 
@@ -130,18 +128,6 @@ class SecurityConfig(_Frozen):
     max_body_bytes: int = 4 * 1024 * 1024
     rate_per_s: float = Field(0.0, description="requests per second per client; 0 = unlimited")
     rate_burst: int = 100
-
-    @model_validator(mode="before")
-    @classmethod
-    def _renamed(cls, data: Any) -> Any:
-        """`allowed_hosts` (the old name) still works for one release, with a deprecation warning."""
-        if isinstance(data, dict) and "allowed_hosts" in data:
-            warnings.warn(
-                "security.allowed_hosts is deprecated: use security.accepted_host_headers", FutureWarning, stacklevel=2
-            )
-            data = dict(data)
-            data.setdefault("accepted_host_headers", data.pop("allowed_hosts"))
-        return data
 
 
 class SessionConfig(_Frozen):

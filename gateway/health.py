@@ -16,6 +16,7 @@ from gateway.routing import Namespace
 from gateway.service import Gateway
 from gateway.store import Pin
 from gateway.upstream import Replica
+from toolkit.wire import SESSION_HEADER
 
 log = structlog.get_logger(__name__)
 
@@ -94,16 +95,17 @@ async def cleanup(gw: Gateway, ns: Namespace, key: SessionKey, pin: Pin) -> None
         isinstance(t, dict) and t.get("name") == "cleanup_session" for t in ns.tools or []
     )
     rec = await gw.store.get_session(key.id) if key.by_session else None
-    own_session = rec is not None and rec.upstream_sid is not None
+    upstream_sid = rec.upstream_sid if rec is not None else None
+    own_session = upstream_sid is not None
     if replica is not None and replica.available and not pin.lost and (known or own_session):
         headers = dict(ns.cfg.headers.static)
         if key.by_header:
-            headers["x-session-id"] = key.id
+            headers[SESSION_HEADER] = key.id
         session = ProbeSession(gw.client, replica, headers, gw.cfg.health.timeout_s)
         try:
             with anyio.fail_after(gw.cfg.health.timeout_s * 3):
                 if own_session:
-                    session.sid = rec.upstream_sid  # type: ignore[union-attr]
+                    session.sid = upstream_sid
                 else:
                     await session.open()
                 if known:

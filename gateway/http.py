@@ -25,8 +25,9 @@ import functools
 import re
 import ssl
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
+from typing import overload
 from urllib.parse import urlsplit
 
 MAX_HEAD = 64 * 1024
@@ -88,6 +89,10 @@ class Headers:
         self._map = dict(raw)
         """Kept as bytes: a response is asked for a handful of its headers, decoded as they are asked for."""
 
+    @overload
+    def get(self, name: str) -> str | None: ...
+    @overload
+    def get(self, name: str, default: str) -> str: ...
     def get(self, name: str, default: str | None = None) -> str | None:
         value = self._map.get(name.encode("latin-1"))
         return default if value is None else value.decode("latin-1")
@@ -144,7 +149,7 @@ class Response:
         """The whole body has been read."""
         return self._done
 
-    async def _read(self, coro):  # type: ignore[no-untyped-def]
+    async def _read(self, coro: Awaitable[bytes]) -> bytes:
         async with asyncio.timeout(self._read_s):
             return await coro
 

@@ -120,14 +120,14 @@ def envelope_headers(msg: dict[str, Any]) -> dict[str, str]:
     Legacy SSE has no such headers, so a bridged modern request gets them here; the upstream checks
     that they agree with the body.
     """
-    version, method, params = protocol_version(msg), msg.get("method"), msg.get("params")
+    version, method = protocol_version(msg), msg.get("method")
     if version is None or not isinstance(method, str):
         return {}
     if version not in KNOWN_PROTOCOL_VERSIONS:
         raise InvalidParams(f'params._meta["{PROTOCOL_VERSION_META_KEY}"] is not a known protocol version: {version!r}')
     headers = {"mcp-protocol-version": version, "mcp-method": method}  # `parse_message` checked the method
     key = NAME_BEARING_METHODS.get(method)
-    if key is not None and isinstance(value := params.get(key), str):  # type: ignore[union-attr]
+    if key is not None and isinstance(value := msg["params"].get(key), str):  # a version: params is a dict
         headers["mcp-name"] = encode_header_value(value)
     return headers
 

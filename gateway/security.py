@@ -17,7 +17,8 @@ from gateway.config import SecurityConfig
 from gateway.errors import Forbidden, RateLimited, Unauthorized
 from gateway.paths import segments
 from gateway.service import Gateway
-from toolkit.tracing import REQUEST_ID_HEADER, request_context
+from toolkit.tracing import request_context
+from toolkit.wire import REQUEST_ID_HEADER
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 _LOOPBACK = ("127.0.0.1", "::1", "localhost")

@@ -24,9 +24,9 @@ from gateway.metrics import GatewayMetrics
 from gateway.routing import Degraded, Namespace, Router, Target
 from gateway.store import Store, open_store
 from gateway.upstream import Replica, make_client, open_stream
-from toolkit.drain import RESET_HEADER
 from toolkit.loops import Loops
-from toolkit.tracing import REQUEST_ID_HEADER, annotate, current_request_id, extract, inject, span
+from toolkit.tracing import annotate, current_request_id, extract, inject, span
+from toolkit.wire import REQUEST_ID_HEADER, RESET_HEADER
 
 log = structlog.get_logger(__name__)
 

@@ -201,9 +201,9 @@ async def _get(gw: Gateway, ns: Namespace, scope: Scope, receive: Receive, send:
             body = await response.aread()
             await send_bytes(send, response.status_code, body, ctype.encode() or b"text/plain")
             return
-        headers = [(k, v) for k, v in response.headers.raw if k.lower() in PASS_HEADERS]
+        passed = [(k, v) for k, v in response.headers.raw if k.lower() in PASS_HEADERS]
         await send(
-            {"type": "http.response.start", "status": 200, "headers": [*headers, (b"mcp-session-id", sid.encode())]}
+            {"type": "http.response.start", "status": 200, "headers": [*passed, (b"mcp-session-id", sid.encode())]}
         )
         async with anyio.create_task_group() as tg:
             tg.start_soon(_Reply(gw, ns, sid, receive, send).watch, tg.cancel_scope)

@@ -16,7 +16,7 @@ import structlog
 from gateway.config import PoolConfig
 from gateway.errors import BadUpstream, Draining, InvalidRequest, Unavailable, Unreached, UpstreamTimeout
 from gateway.http import ClosedUnanswered, ConnectFailed, InvalidHeader, Pool, ProtocolError, Response, Timeouts
-from toolkit.drain import DRAINING_HEADER, ROOM_HEADER
+from toolkit.wire import DRAINING_HEADER, ROOM_HEADER
 
 log = structlog.get_logger(__name__)
 

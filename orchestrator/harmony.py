@@ -27,7 +27,7 @@ from openai_harmony import (
 
 from toolkit.vocab import ensure_vocab, o200k
 
-START, CHANNEL, MESSAGE, END, CALL, RETURN, CONSTRAIN = 200006, 200005, 200008, 200007, 200012, 200002, 200003
+START, MESSAGE, END, CALL, RETURN = 200006, 200008, 200007, 200012, 200002
 STOP_TOKENS = (CALL, RETURN)
 END_OF_TEXT = 199999  # `<|endoftext|>`: an end of sequence the worker may stop on (a grammar's end), not Harmony
 MESSAGE_END_TOKENS = frozenset((END, CALL, RETURN))

@@ -27,10 +27,9 @@ from orchestrator.addresses import hide
 from orchestrator.harmony import Namespace
 from orchestrator.mcp_policy import PinnedTransport
 from orchestrator.settings import KEEPALIVE_EXPIRY_S
-from toolkit.containers import MEMORY_HEADER
 from toolkit.handles import ARGUMENT as HANDLE_ARGUMENT
-from toolkit.tracing import REQUEST_ID_HEADER, annotate, current_request_id, inject, span
-from toolkit.wire import ANONYMOUS, OWNER_HEADER, sign_owner
+from toolkit.tracing import annotate, current_request_id, inject, span
+from toolkit.wire import ANONYMOUS, MEMORY_HEADER, OWNER_HEADER, REQUEST_ID_HEADER, sign_owner
 
 log = structlog.get_logger(__name__)
 

@@ -25,7 +25,7 @@ import structlog
 from orchestrator.containers import DATA_DIR, ContainerRecord, Containers, CreateContainer
 from orchestrator.errors import RequestError
 from orchestrator.tools import ToolOutcome, ToolSessions
-from toolkit.containers import MEMORY_HEADER
+from toolkit.wire import MEMORY_HEADER
 
 log = structlog.get_logger(__name__)
 

@@ -44,8 +44,8 @@ def takes_json_answer(request: Request, body: bytes) -> bool:
 class SingleAnswerTransport(StreamableHTTPServerTransport):
     """The SDK's transport with its response mode chosen per request by `takes_json_answer`."""
 
-    @property  # type: ignore[override]  # a read-only view of the current request's mode
-    def is_json_response_enabled(self) -> bool:
+    @property
+    def is_json_response_enabled(self) -> bool:  # type: ignore[override]  # a read-only view of the request's mode
         return _json_answer.get()
 
     async def _handle_post_request(self, scope: Scope, request: Request, receive: Receive, send: Send) -> None:

@@ -70,7 +70,7 @@ def _cell(text: str) -> str:
 def _description(cls: type[ServiceSettings], name: str) -> str:
     """The field's description, or the one of a base class when a subclass only changed the default."""
     for klass in cls.__mro__:
-        field = getattr(klass, "model_fields", {}).get(name)
+        field: FieldInfo | None = getattr(klass, "model_fields", {}).get(name)
         if field is not None and field.description:
             return field.description
     return ""

@@ -22,13 +22,10 @@ from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import Scope
 
 from toolkit import handles
+from toolkit.wire import DRAINING_HEADER, ROOM_HEADER, SESSION_HEADER
 
 log = structlog.get_logger(__name__)
 
-DRAINING_HEADER = "toolfleet-draining"
-ROOM_HEADER = "toolfleet-room"
-RESET_HEADER = "toolfleet-session-reset"
-"""Sent by the gateway with the first message of a session it moved off a drained replica."""
 DRAINED_CODE = -32001
 """The JSON-RPC error code of a refusal by a draining replica."""
 DRAINED_WORDS = "this replica is draining (shutting down): it takes no new session; another replica will"
@@ -68,7 +65,7 @@ class Drain:
         headers = Headers(scope=scope)
         if headers.get("mcp-session-id"):
             return False  # an MCP session this replica opened
-        if (sid := headers.get("x-session-id")) is not None:
+        if (sid := headers.get(SESSION_HEADER)) is not None:
             return not self._holds(sid)
         handle = headers.get(f"mcp-param-{handles.HEADER_TOKEN.lower()}")
         return handle is None or handle == handles.NEW or not self._holds(handle)

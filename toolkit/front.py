@@ -24,7 +24,8 @@ from mcp.types import INTERNAL_ERROR, INVALID_REQUEST
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from toolkit.drain import DRAINED_CODE, DRAINED_WORDS, RESET_HEADER, Drain
+from toolkit.drain import DRAINED_CODE, DRAINED_WORDS, Drain
+from toolkit.wire import RESET_HEADER, SESSION_HEADER
 
 log = structlog.get_logger(__name__)
 
@@ -76,7 +77,7 @@ class Front:
             return
         for name, value in scope["headers"]:
             if name == _RESET and value:
-                if (sid := Headers(scope=scope).get("x-session-id")) is not None:
+                if (sid := Headers(scope=scope).get(SESSION_HEADER)) is not None:
                     self.moved(sid)
                 break
         path = scope["path"]

@@ -15,7 +15,7 @@ import structlog
 
 from toolkit.tracing import trace_ids
 
-_SHARED = [
+_SHARED: list[structlog.typing.Processor] = [
     structlog.contextvars.merge_contextvars,
     trace_ids,
     structlog.stdlib.add_log_level,
@@ -27,7 +27,7 @@ _SHARED = [
 def _skip_unshown_record_fields() -> None:
     """No line shows a record's caller, thread or process, so the stdlib need not look them up for every record
     (the logging HOWTO's "Optimization"): the caller's frame walk was the largest part of a kept event's cost."""
-    logging._srcfile = None  # type: ignore[attr-defined]  # the HOWTO's documented switch
+    logging._srcfile = None  # the HOWTO's documented switch
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False

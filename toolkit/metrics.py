@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -15,11 +16,16 @@ SANDBOX_STATES = ("starting", "warm", "held")
 
 
 class Census(Protocol):
-    """What a sandbox tool's runtime tells about its sandboxes (`toolkit.containers.ContainerRuntime`)."""
+    """What a sandbox tool's runtime tells about its sandboxes (`toolkit.sandbox.runtime.ContainerRuntime`)."""
 
     def census(self) -> dict[str, int]: ...
     def memory_limit_bytes(self) -> int: ...
     def memory_used_bytes(self) -> int: ...
+
+
+def _in_state(census: Census, state: str) -> int:
+    """The gauge of one census state, read at each scrape."""
+    return census.census()[state]
 
 
 class ToolMetrics:
@@ -52,7 +58,7 @@ class ToolMetrics:
             registry=self.registry,
         )
         for state in SANDBOX_STATES:
-            sandboxes.labels(self.namespace, state).set_function(lambda state=state: census.census()[state])
+            sandboxes.labels(self.namespace, state).set_function(functools.partial(_in_state, census, state))
         limit = Gauge(
             "toolfleet_tool_sandbox_memory_limit_bytes",
             "Memory limits of the sandboxes, summed",

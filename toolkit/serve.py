@@ -78,7 +78,8 @@ def serve(app: ASGIApp, settings: ServiceSettings) -> None:
         # open AFTER_DRAIN_S. Any other app closes its port at once (a gateway's new connection is refused
         # and it places the call on another replica) and gives requests in flight drain_s to finish (open
         # SSE streams hold it that long).
-        timeout_graceful_shutdown=settings.drain_s if drain is None else AFTER_DRAIN_S,
+        # uvicorn annotates int but waits on any number of seconds (asyncio.wait_for)
+        timeout_graceful_shutdown=settings.drain_s if drain is None else AFTER_DRAIN_S,  # type: ignore[arg-type]
         log_config=None,  # uvicorn logs through our JSON handler (toolkit.logging)
     )
     # The port is taken before the app starts: a second server started by mistake on a live one's port (whose

@@ -12,7 +12,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -24,7 +24,7 @@ from mcp.server.sse import SseServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
-from mcp_types import CallToolResult, ContentBlock, TextContent
+from mcp_types import CallToolResult, ContentBlock, ListToolsResult, TextContent
 from opentelemetry.trace import SpanKind
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -33,16 +33,16 @@ from starlette.routing import Mount, Route
 
 from toolkit import handles
 from toolkit.answers import SingleAnswerSessionManager
-from toolkit.containers import MEMORY_HEADER, ContainerRuntime
 from toolkit.drain import Drain
 from toolkit.front import MCP_METHODS, Front
 from toolkit.handles import BadHandle, Handles
 from toolkit.loops import Loops
 from toolkit.metrics import ToolMetrics
+from toolkit.sandbox.runtime import ContainerRuntime
 from toolkit.sessions import S, SessionGone, SessionRegistry, TooManySessions, idle_words
 from toolkit.settings import ToolServerSettings
-from toolkit.tracing import REQUEST_ID_HEADER, annotate, extract, request_context, span
-from toolkit.wire import OWNER_HEADER, fleet_secret, read_owner
+from toolkit.tracing import annotate, extract, request_context, span
+from toolkit.wire import MEMORY_HEADER, OWNER_HEADER, REQUEST_ID_HEADER, SESSION_HEADER, fleet_secret, read_owner
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -83,7 +83,7 @@ def session_key(ctx: Context) -> str | None:
     """The session the call's transport names: `x-session-id` when sent, else the 2025-era MCP session
     (streamable or SSE); None for a 2026-07-28 request, which belongs to no session."""
     headers = _headers(ctx)
-    if (sid := headers.get("x-session-id")) is not None:
+    if (sid := headers.get(SESSION_HEADER)) is not None:
         if not _SESSION_ID.match(sid):
             raise BadSessionId("x-session-id must be 1-256 visible ASCII characters")
         return sid
@@ -189,7 +189,7 @@ class Reply:
     """Content after the text (a run's images)."""
 
 
-def _headers(ctx: Context) -> Any:
+def _headers(ctx: Context) -> Mapping[str, str]:
     return getattr(ctx.request_context.request, "headers", None) or {}
 
 
@@ -278,7 +278,7 @@ class ToolServer(Generic[S]):
         owner = read_owner(_headers(ctx).get(OWNER_HEADER))
         if handle is None:
             return Identity(key, owner) if key is not None else Identity(f"once-{uuid.uuid4().hex}", owner, once=True)
-        if _headers(ctx).get("x-session-id") is not None:
+        if _headers(ctx).get(SESSION_HEADER) is not None:
             raise BadHandle("this call names its session by x-session-id; session_handle is for clients without one")
         if handle == handles.NEW:
             return Identity(self.handles.mint(), owner, handle=True, minted=True)
@@ -472,6 +472,7 @@ class ToolServer(Generic[S]):
             the shapes the model was trained on (an SSE connection is a session; it needs no handle). That
             listing depends on the caller's transport, so it is never for a shared cache (`private`)."""
             result = await listed.handler(ctx, params)
+            assert isinstance(result, ListToolsResult)  # the SDK's own tools/list handler
             if getattr(ctx.request, "query_params", {}).get("session_id"):
                 shown = [_without_handle(t) for t in result.tools]
                 result = result.model_copy(update={"tools": shown, "cache_scope": "private"})

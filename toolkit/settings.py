@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import ClassVar, Self
+from typing import Self
 
-from pydantic import Field, model_validator
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
-
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
 
 
 class ServiceSettings(BaseSettings):
@@ -35,34 +30,14 @@ class ServiceSettings(BaseSettings):
         " compose.yaml) goes to removing the sessions' sandboxes",
     )
 
-    RENAMED: ClassVar[dict[str, str]] = {}
-    """Old setting name -> new one: the old still works for one release, with a deprecation warning."""
-
-    @model_validator(mode="after")
-    def _take_renamed(self) -> Self:
-        for old, new in self.RENAMED.items():
-            value = getattr(self, old)
-            if value is None:
-                continue
-            warnings.warn(
-                f"{_flag(old)} is deprecated and goes in the next release: use {_flag(new)}",
-                FutureWarning,
-                stacklevel=2,
-            )
-            if not getattr(self, new):
-                setattr(self, new, value)
-        return self
-
     @classmethod
     def from_args(cls, argv: Sequence[str] | None, prog: str) -> Self:
         """Parse flags over environment variables over defaults."""
-        return cls(_cli_parse_args=list(argv or []), _cli_prog_name=prog)  # type: ignore[call-arg]
+        return cls(_cli_parse_args=list(argv or []), _cli_prog_name=prog)
 
 
 class ToolServerSettings(ServiceSettings):
     """What every MCP tool server built on the kit accepts."""
-
-    RENAMED: ClassVar[dict[str, str]] = {"allowed_hosts": "accepted_host_headers"}
 
     session_ttl_s: float = Field(
         1800.0,
@@ -86,9 +61,6 @@ class ToolServerSettings(ServiceSettings):
     accepted_host_headers: list[str] = Field(
         default_factory=list,
         description="Host headers accepted (DNS-rebinding guard); empty = loopback only when bound to loopback",
-    )
-    allowed_hosts: list[str] | None = Field(
-        None, description="deprecated old name of --accepted-host-headers (goes in the next release)"
     )
     instructions_file: Path | None = Field(
         None, description="file whose text replaces the namespace description the model reads (other wordings)"

@@ -29,8 +29,10 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from starlette.types import ASGIApp, Receive, Scope, Send
+from structlog.typing import EventDict
 
 from toolkit.settings import ServiceSettings
+from toolkit.wire import REQUEST_ID_HEADER
 
 TRACE_FILE_ENV = "TOOLFLEET_TRACE_FILE"
 """Path that every process of a test run appends its finished spans to (JSON lines). Test use only:
@@ -60,6 +62,7 @@ class JsonLinesExporter(SpanExporter):
 
 def _as_dict(span: ReadableSpan) -> dict[str, Any]:
     ctx, parent = span.get_span_context(), span.parent
+    assert ctx is not None  # a span has its context from the start; only the API's type allows none
     return {
         "name": span.name,
         "service": span.resource.attributes.get("service.name"),
@@ -177,8 +180,6 @@ def annotate(current: Span, **attributes: Any) -> None:
 
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-REQUEST_ID_HEADER = "x-request-id"
-"""The header that carries one request id from hop to hop (orchestrator -> gateway -> tool server)."""
 
 
 @contextlib.contextmanager
@@ -195,7 +196,7 @@ def current_request_id() -> str | None:
     return structlog.contextvars.get_contextvars().get("request_id")
 
 
-def trace_ids(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
+def trace_ids(_logger: Any, _name: str, event: EventDict) -> EventDict:
     """structlog processor: the current span's trace and span ids on every log line."""
     ctx = trace.get_current_span().get_span_context()
     if ctx.is_valid:

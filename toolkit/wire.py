@@ -1,4 +1,8 @@
-"""The fleet's own header names, and the signed owner header every service agrees on.
+"""Every header and label name the fleet's services agree on, and the signed owner header.
+
+The names live here, apart from the code that reads them, so that a service which only passes a header on (the
+gateway, the orchestrator) imports a few strings, not the module that acts on them (the docker SDK behind the
+sandbox runtime, the drain state).
 
 Fleet headers (`toolfleet-*`, `x-sandbox-*`) are written only by the fleet's services. A client's words never
 become one: the orchestrator drops them from a client's `mcp` tool headers, and the owner header, which decides
@@ -17,8 +21,31 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
+SESSION_HEADER = "x-session-id"
+"""A client's name for its tool session, kept across MCP sessions and replicas (the gateway pins by it)."""
+REQUEST_ID_HEADER = "x-request-id"
+"""The header that carries one request id from hop to hop (orchestrator -> gateway -> tool server)."""
 OWNER_HEADER = "toolfleet-owner"
 """Who owns a tool call: `<owner>.<mac>`, set by the orchestrator, forwarded by the gateway, read by the tool."""
+MEMORY_HEADER = "x-sandbox-memory-mb"
+"""A caller's size for the sandbox of a session it starts (MiB): the orchestrator's, for a platform container whose
+`memory_limit` is above the default 1g. Absent: the tool server's `--memory-mb`."""
+DRAINING_HEADER = "toolfleet-draining"
+"""On a tool replica's answer: it drains (`toolkit.drain`), so the gateway places no new session on it."""
+ROOM_HEADER = "toolfleet-room"
+"""On a tool replica's answer: the sessions it can still open, from which the gateway places new ones."""
+RESET_HEADER = "toolfleet-session-reset"
+"""Sent by the gateway with the first message of a session it moved off a drained replica."""
+
+ROLE_LABEL = "toolfleet.role"
+"""Container label: which tool's sandbox (or `lease`) a container is."""
+INSTANCE_LABEL = "toolfleet.instance"
+"""Container label: the tool server instance that made the sandbox."""
+OWNER_LABEL = "toolfleet.owner"
+"""Container label: the instance whose owner lease the sandbox depends on."""
+LEASE_LABEL = "toolfleet.lease"
+"""Container label: the instance an owner lease container belongs to."""
+
 RESERVED_PREFIXES = ("toolfleet-", "x-sandbox-")
 """Header name prefixes only fleet services may set."""
 ANONYMOUS = "anonymous"

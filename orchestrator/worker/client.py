@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import time
 from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -92,7 +91,6 @@ class _Worker:
     outstanding: int = 0
     healthy: bool = True
     model: str | None = None
-    checked_at: float = field(default=0.0)
     failures_before: int = 0  # failed before the first token (retried elsewhere)
     failures_mid: int = 0  # failed after it (the response fails: 502)
     api: Api | None = None  # which path drives it; None until detected (auto)
@@ -171,7 +169,6 @@ class WorkerPool:
             self._check_failed(worker, exc)
         else:
             self._passed(worker)
-        worker.checked_at = time.monotonic()
 
     async def _probe(self, worker: _Worker, http: httpx.AsyncClient) -> None:
         """One health check: the model the worker serves, and its path once (auto)."""

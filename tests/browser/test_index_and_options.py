@@ -149,18 +149,6 @@ def test_the_allowlist_comes_from_the_flag_or_the_environment(monkeypatch: pytes
     assert BrowserSettings.from_args(["--ssrf-exempt-hosts", "a:1,b"], prog="t").ssrf_exempt_hosts == ["a:1", "b"]
 
 
-def test_the_old_names_of_both_host_lists_still_work_with_a_deprecation_warning(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from tools.browser.settings import BrowserSettings
-
-    with pytest.warns(FutureWarning, match="--allow-hosts is deprecated.*use --ssrf-exempt-hosts"):
-        assert BrowserSettings.from_args(["--allow-hosts", "a:1"], prog="t").ssrf_exempt_hosts == ["a:1"]
-    monkeypatch.setenv("TOOLFLEET_BROWSER_ALLOWED_HOSTS", '["b:2"]')
-    with pytest.warns(FutureWarning, match="--allowed-hosts is deprecated.*use --accepted-host-headers"):
-        assert BrowserSettings.from_args([], prog="t").accepted_host_headers == ["b:2"]
-
-
 def test_the_default_corpus_is_debians_python_documentation() -> None:
     from tools.browser.settings import BrowserSettings
 

@@ -52,7 +52,6 @@ def test_every_service_selects_a_deployment_and_targets_a_named_port_of_it() -> 
 
 
 def test_the_gateway_discovers_each_tool_through_a_headless_service_on_its_port() -> None:
-    pytest.importorskip("gateway.discovery", reason="the gateway's DNS discovery (branch gwdisc) is not merged yet")
     routes = parse_config(by_kind("ConfigMap")["gateway-routes"]["data"]["gateway.yaml"])
     services = by_kind("Service")
     assert set(routes.namespaces) == {"browser", "python", "container"}

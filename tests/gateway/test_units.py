@@ -59,12 +59,6 @@ def test_config_expands_env_and_rejects_bad_namespaces_and_urls(monkeypatch: pyt
             parse_config(bad)
 
 
-def test_the_old_name_of_the_host_header_list_still_works_with_a_deprecation_warning() -> None:
-    assert parse_config("security: {accepted_host_headers: ['a:*']}").security.accepted_host_headers == ("a:*",)
-    with pytest.warns(FutureWarning, match="allowed_hosts is deprecated: use security.accepted_host_headers"):
-        assert parse_config("security: {allowed_hosts: ['b:*']}").security.accepted_host_headers == ("b:*",)
-
-
 def test_header_rules_allow_rename_add_and_never_pass_hop_by_hop() -> None:
     rules = HeaderRules(
         HeaderPolicy(

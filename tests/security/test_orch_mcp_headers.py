@@ -21,8 +21,7 @@ from orchestrator.errors import RequestError
 from orchestrator.kinds.mcp import RESERVED_HEADERS
 from orchestrator.schema import Toolset
 from tests.orchestrator.conftest import make_stack, scripted, tool_urls  # noqa: F401
-from toolkit.containers import MEMORY_HEADER
-from toolkit.wire import RESERVED_PREFIXES
+from toolkit.wire import MEMORY_HEADER, RESERVED_PREFIXES
 
 BUILTIN_LABELS = ("python", "browser", "container")
 REMOTE = "http://127.0.0.1:9/mcp"  # never reached: every case here is refused or accepted before a connection

@@ -44,8 +44,8 @@ DEFAULT_VENV = REPO_ROOT / ".cache" / "vllm-venv"
 DEFAULT_MODEL = REPO_ROOT / ".cache" / "tiny-gpt-oss"
 
 # Harmony token ids (o200k_harmony).
-START, CHANNEL, MESSAGE, END = 200006, 200005, 200008, 200007
-CALL, RETURN, CONSTRAIN = 200012, 200002, 200003
+START, MESSAGE, END = 200006, 200008, 200007
+CALL, RETURN = 200012, 200002
 STOP_TOKEN_IDS = (CALL, RETURN)
 # "<|start|>user<|message|>Hi<|end|><|start|>assistant": a Harmony prompt awaiting the assistant.
 HELLO_PROMPT = [START, 1428, MESSAGE, 12194, END, START, 173781]

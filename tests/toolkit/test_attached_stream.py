@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from toolkit.containers import AttachedStream
+from toolkit.sandbox.stream import AttachedStream
 
 
 def frame(kind: int, payload: bytes) -> bytes:

@@ -13,7 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.python_sandbox.conftest import containers_of, require_backend, server_args
 from tests.support.mcp2 import mcp_session
 from tests.support.service import Service, running_service, wait_until
-from toolkit.containers import SandboxError, WarmPool
+from toolkit.sandbox.engine import SandboxError
+from toolkit.sandbox.pool import WarmPool
 
 MIB = 2**20
 SANDBOX_MB = 512  # server_args' --memory-mb

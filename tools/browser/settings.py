@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, ClassVar
+from typing import Annotated
 
 from pydantic import Field, field_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
@@ -21,8 +21,6 @@ NO_CORPUS_HINT = (
 class BrowserSettings(ToolServerSettings):
     model_config = SettingsConfigDict(env_prefix="TOOLFLEET_BROWSER_", cli_kebab_case=True, extra="ignore")
 
-    RENAMED: ClassVar[dict[str, str]] = {**ToolServerSettings.RENAMED, "allow_hosts": "ssrf_exempt_hosts"}
-
     port: int = 8801
     search_backend: str = Field("local", description="local (the corpus index), searxng, exa, youcom or brave")
     search_url: str | None = Field(None, description="endpoint of the search backend; default: its public API")
@@ -39,9 +37,6 @@ class BrowserSettings(ToolServerSettings):
     ssrf_exempt_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="host[:port] entries the SSRF guard lets through (comma-separated)"
     )
-    allow_hosts: Annotated[list[str] | None, NoDecode] = Field(
-        None, description="deprecated old name of --ssrf-exempt-hosts (goes in the next release)"
-    )
     fetch_max_bytes: int = Field(5 * 1024 * 1024, description="largest page body, after decompression")
     fetch_timeout_s: float = Field(10.0, description="time limit of one page fetch, redirects and body included")
     max_redirects: int = Field(5, description="redirects followed per fetch")
@@ -52,7 +47,7 @@ class BrowserSettings(ToolServerSettings):
     page_cache: int = Field(32, description="documents cached per session (an open of a cached URL is instant)")
     max_pattern_chars: int = Field(512, description="longest find pattern")
 
-    @field_validator("ssrf_exempt_hosts", "allow_hosts", mode="before")
+    @field_validator("ssrf_exempt_hosts", mode="before")
     @classmethod
     def _comma_list(cls, value: object) -> object:
         if isinstance(value, str):

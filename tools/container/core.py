@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from toolkit.containers import ContainerRuntime
-from toolkit.containers import SandboxError as SandboxError  # the kit's "our side broke"
+from toolkit.sandbox.engine import SandboxError as SandboxError  # the kit's "our side broke"
+from toolkit.sandbox.runtime import ContainerRuntime
 
 AGENT_SOURCE = Path(__file__).with_name("agent.py").read_text()
 READER_LIMIT = 16 * 1024 * 1024

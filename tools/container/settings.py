@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from toolkit.containers import DockerSandboxSettings
+from toolkit.sandbox.settings import DockerSandboxSettings
 
 
 class ContainerSettings(DockerSandboxSettings):

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from toolkit.containers import ContainerRuntime
-from toolkit.containers import SandboxError as SandboxError  # the kit's "our side broke", raised by both backends
-from toolkit.sandboxes import wait_ready
+from toolkit.sandbox.backend import wait_ready
+from toolkit.sandbox.engine import SandboxError as SandboxError  # the kit's "our side broke", raised by both backends
+from toolkit.sandbox.runtime import ContainerRuntime
 
 KERNEL_SOURCE = (Path(__file__).with_name("kernel.py")).read_text()
 READER_LIMIT = 64 * 1024 * 1024

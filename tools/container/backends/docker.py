@@ -4,8 +4,8 @@ Each container: the image of `--image`, `--network none` unless a named network 
 the default user `--user` (non-root), read-only root with size-capped tmpfs at the workdir and
 /tmp as the only writable paths, memory / CPU / pids limits, all capabilities dropped,
 `no-new-privileges`, the engine's init as pid 1 (reaps what commands leave behind), the OCI
-runtime of `--oci-runtime`, labelled and leased by `toolkit.containers` (role
-`container-sandbox`), with a warm pool (`toolkit.sandboxes`, as python's docker backend).
+runtime of `--oci-runtime`, labelled and leased by `toolkit.sandbox` (role
+`container-sandbox`), with a warm pool (`toolkit.sandbox.backend`, as python's docker backend).
 
 Why a resident agent rather than `docker exec` per command: an exec is three engine calls
 (create, start with attach, inspect), measured here at tens of milliseconds per command
@@ -35,8 +35,10 @@ from typing import Any
 
 import anyio
 
-from toolkit.containers import AttachedStream, ContainerRuntime, SandboxSpec
-from toolkit.sandboxes import AttachedSandbox, DockerSandboxes, wait_ready
+from toolkit.sandbox.backend import AttachedSandbox, DockerSandboxes, wait_ready
+from toolkit.sandbox.runtime import ContainerRuntime
+from toolkit.sandbox.specs import SandboxSpec
+from toolkit.sandbox.stream import AttachedStream
 from tools.container.core import AGENT_SOURCE, DATA_DIR, READER_LIMIT, SandboxError, SandboxGone
 from tools.container.settings import ContainerSettings
 

@@ -18,7 +18,7 @@ def choose_backend_name(requested: str) -> str:
     """`auto` means docker when an engine answers, else the local bubblewrap sandbox."""
     if registry.check(BACKENDS, requested, "python backend", also=["auto"]) != "auto":
         return requested
-    from toolkit.containers import engine_reachable
+    from toolkit.sandbox.engine import engine_reachable
 
     if engine_reachable():
         return "docker"

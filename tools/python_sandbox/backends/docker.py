@@ -1,7 +1,7 @@
 """Docker backend: one container per session with the kernel as its pid 1, and a warm pool.
 
 The container plumbing (labels, leftovers, owner leases, pool, limits, OCI runtime, Docker error
-translation) is the kit's `toolkit.containers`, and the pooled attached sandbox its `toolkit.sandboxes`;
+translation) is the kit's `toolkit.sandbox`, and the pooled attached sandbox its `toolkit.sandbox.backend`;
 this module says only what a python sandbox is:
 the kernel as pid 1 talking over the container's attached stdin/stdout, so a call costs one
 round trip on the engine's socket (no `docker exec`, no new interpreter), `/mnt/data` and `/tmp`
@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from toolkit.containers import AttachedStream, ContainerRuntime, SandboxSpec
-from toolkit.sandboxes import AttachedSandbox, DockerSandboxes
+from toolkit.sandbox.backend import AttachedSandbox, DockerSandboxes
+from toolkit.sandbox.runtime import ContainerRuntime
+from toolkit.sandbox.specs import SandboxSpec
+from toolkit.sandbox.stream import AttachedStream
 from tools.python_sandbox.core import (
     KERNEL_SOURCE,
     READER_LIMIT,

@@ -13,7 +13,9 @@ from tests.python_sandbox.conftest import docker_client, server_args
 from tests.python_sandbox.test_lifecycle import sandbox_uid
 from tests.support.mcp2 import mcp_session
 from tests.support.service import Service, running_service, wait_until
-from toolkit.containers import LEASE_LABEL, LEASE_ROLE, OWNER_LABEL, ROLE_LABEL, ContainerRuntime
+from toolkit.sandbox.leases import LEASE_ROLE
+from toolkit.sandbox.runtime import ContainerRuntime
+from toolkit.wire import LEASE_LABEL, OWNER_LABEL, ROLE_LABEL
 from tools.python_sandbox.settings import PythonSandboxSettings
 
 LEASE = ["--lease-s", "2", "--janitor-interval-s", "0.5"]
@@ -114,9 +116,9 @@ async def test_a_lease_being_started_is_live_for_a_janitor_round_and_dead_if_it_
     ]
     await janitor.start()
     try:
-        assert await janitor.remove_orphans() == 0
+        assert await janitor.lease.remove_orphans() == 0
         assert len(labelled(LEASE_LABEL, starting)) == 1 and len(labelled(OWNER_LABEL, starting)) == 1
-        assert await janitor.remove_orphans() == 2  # still not started a round later: its owner died
+        assert await janitor.lease.remove_orphans() == 2  # still not started a round later: its owner died
         assert labelled(LEASE_LABEL, starting) == [] and labelled(OWNER_LABEL, starting) == []
     finally:
         await janitor.aclose()

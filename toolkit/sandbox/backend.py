@@ -16,14 +16,12 @@ from typing import Generic, TypeVar
 
 import structlog
 
-from toolkit.containers import (
-    AttachedStream,
-    ContainerRuntime,
-    DockerSandboxSettings,
-    SandboxError,
-    SandboxSpec,
-    WarmPool,
-)
+from toolkit.sandbox.engine import SandboxError
+from toolkit.sandbox.pool import WarmPool
+from toolkit.sandbox.runtime import ContainerRuntime
+from toolkit.sandbox.settings import DockerSandboxSettings
+from toolkit.sandbox.specs import SandboxSpec
+from toolkit.sandbox.stream import AttachedStream
 
 log = structlog.get_logger(__name__)
 
