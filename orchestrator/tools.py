@@ -29,7 +29,7 @@ from orchestrator.mcp_policy import PinnedTransport
 from orchestrator.settings import KEEPALIVE_EXPIRY_S
 from toolkit.handles import ARGUMENT as HANDLE_ARGUMENT
 from toolkit.tracing import annotate, current_request_id, inject, span
-from toolkit.wire import ANONYMOUS, MEMORY_HEADER, OWNER_HEADER, REQUEST_ID_HEADER, sign_owner
+from toolkit.wire import ANONYMOUS, MEMORY_HEADER, OWNER_HEADER, REQUEST_ID_HEADER, SESSION_HEADER, sign_owner
 
 log = structlog.get_logger(__name__)
 
@@ -167,7 +167,7 @@ class ToolSessions:
         self._stack = contextlib.AsyncExitStack()
 
     async def _get(self, url: str, headers: dict[str, str] | None, address: str | None, session_id: str) -> _Connection:
-        merged = {**(headers or {}), "x-session-id": session_id}
+        merged = {**(headers or {}), SESSION_HEADER: session_id}
         key = (url, tuple(sorted(merged.items())))
         if key not in self._clients:
             try:  # no timeout scope here: the client's task group outlives this block (httpx times out connects)
@@ -321,7 +321,7 @@ async def cleanup_sessions(session_id: str, urls: set[str], headers: dict[str, s
     async def one(url: str) -> None:
         try:
             with anyio.fail_after(10):
-                async with _client(url, {**(headers or {}), "x-session-id": session_id}, 10) as client:
+                async with _client(url, {**(headers or {}), SESSION_HEADER: session_id}, 10) as client:
                     await client.call_tool("cleanup_session", {})
             log.info("tool.cleanup", url=url, session_id=session_id)
         except BaseException as exc:

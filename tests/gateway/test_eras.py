@@ -225,7 +225,7 @@ async def test_an_expired_handle_says_how_long_it_was_idle(tmp_path: Path, route
             handle = structured["session_handle"]  # type: ignore[index]
             await eventually(lambda: sum(map(_sessions, servers)) == 0, 10, "reaped")
             text, _, error = await _call(client, "open", {"id": 0, "cursor": 0, "session_handle": handle})
-    assert error and f"session handle {handle!r} expired after" in text and "pass 'new'" in text, text
+    assert error and f"session handle {handle!r} was reaped after" in text and "pass 'new'" in text, text
 
 
 def _post(url: str, body: dict[str, Any], **headers: str) -> httpx.Response:
