@@ -24,8 +24,8 @@ import httpx  # noqa: E402
 
 from bench.report import print_values, save  # noqa: E402
 from orchestrator.app import create_app  # noqa: E402
+from orchestrator.persist.sqlite import SQLiteStores  # noqa: E402
 from orchestrator.settings import OrchestratorSettings  # noqa: E402
-from orchestrator.store import SQLiteStore  # noqa: E402
 from tests.support.asgi import serve_asgi  # noqa: E402
 
 KEYS = [f"sk-bench-{i:03d}" for i in range(100)]
@@ -47,9 +47,7 @@ def orchestrator(**settings: Any) -> Iterator[str]:
         raise RuntimeError("the access bench never generates")
         yield
 
-    app = create_app(
-        OrchestratorSettings(date="2026-12-02", **settings), generate=no_generation, store=SQLiteStore(":memory:")
-    )
+    app = create_app(OrchestratorSettings(date="2026-12-02", **settings), generate=no_generation, stores=SQLiteStores())
     with serve_asgi(app) as url:
         yield url
 

@@ -258,7 +258,9 @@ def bench_store(n: int) -> list[dict[str, Any]]:
     import shutil
     import tempfile
 
-    from orchestrator.store import Record, RedisStore, SQLiteStore
+    from orchestrator.persist import Record
+    from orchestrator.persist.redis import RedisStores
+    from orchestrator.persist.sqlite import SQLiteStores
 
     words = h.encoding().encode(" tok" * 500, allowed_special=set())[:500]
     r, _ = _run(
@@ -267,7 +269,8 @@ def bench_store(n: int) -> list[dict[str, Any]]:
     asyncio.run(run(r))
     size = len(json.dumps(r.builder.events)) + len(json.dumps(r.builder.body))
 
-    async def measure(store) -> float:
+    async def measure(stores) -> float:
+        store = stores.responses
         records = [
             Record(f"resp_{i}", "conv", r.builder.body, [], h.dump(r.messages), r.builder.events) for i in range(n)
         ]
@@ -276,12 +279,12 @@ def bench_store(n: int) -> list[dict[str, Any]]:
             await store.put(rec)
             assert await store.get(rec.id) is not None
         elapsed = time.perf_counter() - start
-        await store.aclose()
+        await stores.aclose()
         return elapsed / n * 1000
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        ms = asyncio.run(measure(SQLiteStore(f"{tmp}/bench.sqlite3")))
+        ms = asyncio.run(measure(SQLiteStores(f"{tmp}/bench.sqlite3")))
     rows.append(
         {
             "name": "store put+get ms per response (SQLite file, WAL)",
@@ -294,7 +297,7 @@ def bench_store(n: int) -> list[dict[str, Any]]:
         from conftest import redis_server
 
         with redis_server() as url:
-            ms = asyncio.run(measure(RedisStore(url)))
+            ms = asyncio.run(measure(RedisStores(url)))
         rows.append(
             {
                 "name": "store put+get ms per response (Redis on loopback)",
@@ -365,8 +368,8 @@ def bench_vllm_chat() -> dict[str, Any]:
     import httpx
 
     from orchestrator.app import create_app
+    from orchestrator.persist.sqlite import SQLiteStores
     from orchestrator.settings import OrchestratorSettings
-    from orchestrator.store import SQLiteStore
     from tests.support.asgi import serve_asgi
     from tests.support.vllm import CHAT_SERVE_ARGS, tiny_chat_model, vllm_server
 
@@ -374,7 +377,7 @@ def bench_vllm_chat() -> dict[str, Any]:
     body = {"input": "Say hello.", "max_output_tokens": n, "temperature": 0, "store": False}
     with tiny_chat_model() as model, vllm_server(model=model, extra_args=CHAT_SERVE_ARGS) as server:
         settings = OrchestratorSettings(worker_urls=[server.base_url], log_level="WARNING")
-        with serve_asgi(create_app(settings, store=SQLiteStore(":memory:"))) as ours:
+        with serve_asgi(create_app(settings, stores=SQLiteStores())) as ours:
 
             def timed(base: str) -> tuple[float, int]:
                 t = time.perf_counter()

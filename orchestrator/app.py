@@ -28,9 +28,9 @@ from orchestrator.errors import ERRORS, RequestError, StoreUnavailable, error_re
 from orchestrator.files import Files
 from orchestrator.mcp_policy import McpPolicy
 from orchestrator.metrics import LatencyMiddleware, OrchestratorMetrics
+from orchestrator.persist import Stores, open_stores
 from orchestrator.service import ResponsesService
 from orchestrator.settings import OrchestratorSettings
-from orchestrator.store import Store, open_store
 from orchestrator.tools import cleanup_sessions
 from orchestrator.worker.client import Chat, Generate, WorkerPool
 from toolkit.tracing import TracingMiddleware
@@ -54,11 +54,11 @@ def create_app(
     settings: OrchestratorSettings | None = None,
     *,
     generate: Generate | None = None,
-    store: Store | None = None,
+    stores: Stores | None = None,
     pool: WorkerPool | None = None,
     chat: Chat | None = None,
 ) -> FastAPI:
-    """The app; tests pass `generate` / `chat` (e.g. a pool over a scripted worker) and a store."""
+    """The app; tests pass `generate` / `chat` (e.g. a pool over a scripted worker) and the stores."""
     settings = settings or OrchestratorSettings()
     if generate is None:
         pool = pool or WorkerPool(
@@ -71,11 +71,11 @@ def create_app(
             keepalive_expiry_s=settings.keepalive_expiry_s,
         )
         generate = pool.generate
-    store = store if store is not None else open_store(settings)
+    stores = stores if stores is not None else open_stores(settings)
     service = ResponsesService(
         settings,
         generate=generate,
-        store=store,
+        stores=stores,
         policy=McpPolicy.from_settings(settings),
         chat=chat or (pool.chat if pool is not None else None),
         api_for=pool.api_for if pool is not None else None,
@@ -87,7 +87,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await store.check()  # a Redis store that cannot be reached stops the start-up with a clear error
+        await stores.check()  # a Redis store that cannot be reached stops the start-up with a clear error
         warn_if_open(settings, keys)
         if pool is not None:
             await pool.start()
@@ -97,7 +97,7 @@ def create_app(
         finally:
             if pool is not None:
                 await pool.aclose()
-            await store.aclose()
+            await stores.aclose()
 
     app = FastAPI(title="toolfleet orchestrator", lifespan=lifespan, responses=ERRORS)
     app.add_middleware(AuthMiddleware, keys=keys, rate=service.limits.rate, metrics_token=settings.metrics_token)
@@ -105,7 +105,8 @@ def create_app(
     app.add_middleware(LatencyMiddleware, metrics=metrics)
     app.add_middleware(TracingMiddleware)  # outermost: every request is a span, auth refusals too
     app.state.service = service
-    app.state.files = Files.from_settings(settings)
+    app.state.stores = stores
+    app.state.files = Files.from_settings(stores.objects, settings)
     app.state.containers = Containers.from_settings(app.state.files, settings)
     service.containers = app.state.containers
     sandboxes = {url for ns in ("python", "container") if (url := service.endpoints.url_for(ns)) is not None}

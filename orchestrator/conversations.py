@@ -1,7 +1,7 @@
 """The Conversations API: durable histories that responses read before their input and append to after.
 
 Ownership, pagination and item shapes are decided here, once, over either backend
-(`conversation_store`). A conversation's items are rendered for the model the way client-sent input
+(`persist`). A conversation's items are rendered for the model the way client-sent input
 items are (`kinds.to_messages`), so what `items.list` shows is exactly what the next response reads;
 items that could not be rendered are refused when they are added (400), not when a response runs.
 One response runs in a conversation at a time, on every replica sharing the store (`Lease`), as on
@@ -21,11 +21,11 @@ import anyio
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from orchestrator.conversation_store import Conversation, ConversationStore
 from orchestrator.errors import RequestError
 from orchestrator.events import new_id
 from orchestrator.items import normalize
 from orchestrator.kinds import EchoContext, to_messages
+from orchestrator.persist import Conversation, ConversationStore
 from orchestrator.schema import check_include, check_metadata
 
 log = structlog.get_logger(__name__)

@@ -43,7 +43,7 @@ class ErrorBody(BaseModel):
 
 
 class StoreUnavailable(Exception):
-    """The response store cannot be reached (Redis down): HTTP 503, never blamed on the caller."""
+    """A store cannot be reached (Redis down): HTTP 503, never blamed on the caller."""
 
 
 ERRORS: dict[int | str, dict[str, Any]] = {

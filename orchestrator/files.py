@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse
 
 from orchestrator.errors import RequestError, StoreUnavailable
-from orchestrator.objects import Objects, open_objects
+from orchestrator.persist import Objects
 
 if TYPE_CHECKING:
     from orchestrator.settings import OrchestratorSettings
@@ -218,9 +218,9 @@ class Files:
         directory.mkdir(parents=True, exist_ok=True)
 
     @classmethod
-    def from_settings(cls, settings: OrchestratorSettings) -> Files:
+    def from_settings(cls, objects: Objects, settings: OrchestratorSettings) -> Files:
         return cls(
-            open_objects(settings),
+            objects,
             Path(settings.files_dir),
             max_bytes=settings.max_file_bytes,
             retention_s=settings.file_retention_s,
@@ -280,6 +280,3 @@ class Files:
             with contextlib.suppress(FileNotFoundError):
                 if (await entry.stat()).st_mtime < stale:
                     await entry.unlink(missing_ok=True)
-
-    async def aclose(self) -> None:
-        await self.objects.aclose()

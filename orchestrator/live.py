@@ -14,13 +14,12 @@ from typing import Any
 import anyio
 import structlog
 
-from orchestrator.conversation_store import Conversation
 from orchestrator.conversations import Lease
 from orchestrator.errors import RequestError
 from orchestrator.events import ResponseBuilder
 from orchestrator.limits import Slot
+from orchestrator.persist import Conversation, Record, Store
 from orchestrator.schema import ResponsesRequest
-from orchestrator.store import Record, Store
 
 log = structlog.get_logger(__name__)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.errors import RequestError
-from orchestrator.store import Record, Store
+from orchestrator.persist import Record, Store
 
 
 def _key(owner: str, item_id: str) -> str:

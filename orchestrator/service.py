@@ -19,7 +19,6 @@ from orchestrator import harmony as h
 from orchestrator.addresses import hide, worker_roles
 from orchestrator.chat import ChatTurns, chat_tools
 from orchestrator.containers import Containers
-from orchestrator.conversation_store import Conversation, conversations_for
 from orchestrator.conversations import Bounds, Conversations
 from orchestrator.errors import RequestError
 from orchestrator.events import ResponseBuilder, new_id
@@ -30,10 +29,10 @@ from orchestrator.kinds.mcp import check_issued, list_tools_item
 from orchestrator.limits import KeyLimits
 from orchestrator.live import RUNNING, Live, LiveResponses
 from orchestrator.mcp_policy import McpPolicy, ServerRefused, refusal
+from orchestrator.persist import Conversation, Record, Stores
 from orchestrator.run import Limits, Run, ToolState, TurnModel, TurnState
 from orchestrator.schema import McpServer, ResponsesRequest, TextConfig, Toolset, answer_format, check_include
 from orchestrator.settings import OrchestratorSettings
-from orchestrator.store import Record, Store
 from orchestrator.tools import (
     Discovery,
     Endpoints,
@@ -70,7 +69,7 @@ class ResponsesService(LiveResponses):
         settings: OrchestratorSettings,
         *,
         generate: Generate,
-        store: Store,
+        stores: Stores,
         policy: McpPolicy | None = None,
         chat: Chat | None = None,
         api_for: Any = None,
@@ -82,9 +81,9 @@ class ResponsesService(LiveResponses):
         self.chat = chat
         self.count_chat = count_chat
         self.api_for = api_for or (lambda model: None)  # model name -> "harmony" | "chat" | None (not known)
-        self.store = store
+        self.store = stores.responses
         bounds = Bounds(settings.max_conversation_items, settings.max_conversation_bytes)
-        self.conversations = Conversations(conversations_for(store), bounds)
+        self.conversations = Conversations(stores.conversations, bounds)
         self.discovery = Discovery()
         fleet_secret()  # the owner header's key: read (or made) now, not on the event loop by a response
         self.endpoints = Endpoints(settings.tools_url, settings.endpoint_overrides())

@@ -40,7 +40,7 @@ class OrchestratorSettings(ServiceSettings):
     browser_url: str | None = Field(None, description="browser MCP endpoint (overrides --tools-url)")
     python_url: str | None = Field(None, description="python MCP endpoint (overrides --tools-url)")
     container_url: str | None = Field(None, description="container MCP endpoint (overrides --tools-url)")
-    store: str = Field("sqlite", description="response store: sqlite or redis")
+    store: str = Field("sqlite", description="where responses, conversations and files are kept: sqlite or redis")
     store_path: str = Field(
         str(Path(tempfile.gettempdir()) / "toolfleet-orchestrator.sqlite3"), description="SQLite file"
     )

@@ -36,12 +36,9 @@ UPLOAD_DOC = {
 
 
 def pruning(
-    interval_s: float,
-    prune: Callable[[], Awaitable[None]],
-    name: str,
-    close: Callable[[], Awaitable[None]] | None = None,
+    interval_s: float, prune: Callable[[], Awaitable[None]], name: str
 ) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]:
-    """A router's lifespan: `prune` every `interval_s` while the app runs, then `close`."""
+    """A router's lifespan: `prune` every `interval_s` while the app runs."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -50,16 +47,14 @@ def pruning(
             yield
         finally:
             pruner.cancel()
-            if close is not None:
-                await close()
 
     return lifespan
 
 
 def router(deps: Deps) -> APIRouter:
-    """The routes over `deps.files`, which the router's lifespan prunes every prune interval and closes."""
+    """The routes over `deps.files`, which the router's lifespan prunes every prune interval."""
     files = deps.files
-    router = APIRouter(lifespan=pruning(deps.settings.prune_interval_s, files.prune, "files.prune", files.aclose))
+    router = APIRouter(lifespan=pruning(deps.settings.prune_interval_s, files.prune, "files.prune"))
 
     @router.post("/v1/files", openapi_extra=UPLOAD_DOC)
     async def upload(request: Request) -> Response:

@@ -15,8 +15,9 @@ sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
 from fixture_tools import browser_server, container_server, python_server, recording_container_server, weather_server
 
 from orchestrator.app import create_app
+from orchestrator.persist import Stores
+from orchestrator.persist.sqlite import SQLiteStores
 from orchestrator.settings import OrchestratorSettings
-from orchestrator.store import SQLiteStore, Store
 from orchestrator.worker.scripted import Scenario, ScriptedModel
 from orchestrator.worker.scripted import build_app as build_worker
 from tests.support.asgi import serve_asgi
@@ -83,7 +84,7 @@ def scenario(rules: list[tuple[str, str] | dict[str, Any]], default: str | None 
 def make_stack(scripted, tool_urls):
     started: list[contextlib.ExitStack] = []
 
-    def make(worker_urls: list[str] | None = None, backend: Store | None = None, **overrides: Any) -> Stack:
+    def make(worker_urls: list[str] | None = None, stores: Stores | None = None, **overrides: Any) -> Stack:
         url, model = scripted
         model.scenario = Scenario()
         stack = contextlib.ExitStack()
@@ -99,14 +100,14 @@ def make_stack(scripted, tool_urls):
             "health_interval_s": 0.5,
             "mcp_allow": ["http://127.0.0.1:*"],  # the fixture MCP servers listen on loopback
             "mcp_refusal_floor_s": 0.0,
-            "store_path": f"{scratch}/store.sqlite3",  # file metadata; responses use the in-memory store below
+            "store_path": f"{scratch}/store.sqlite3",  # any file these settings open; the stack's stores are in memory
             "files_dir": f"{scratch}/files",
             **overrides,
         }
         settings = OrchestratorSettings(**values)
-        if backend is None and settings.store != "redis":
-            backend = SQLiteStore(":memory:")
-        app = create_app(settings, store=backend)
+        if stores is None and settings.store != "redis":
+            stores = SQLiteStores()
+        app = create_app(settings, stores=stores)
         return Stack(stack.enter_context(serving(app)), model, app)
 
     yield make

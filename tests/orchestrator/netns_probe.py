@@ -30,8 +30,8 @@ from fixture_tools import weather_server  # noqa: E402
 
 from orchestrator.app import create_app  # noqa: E402
 from orchestrator.mcp_policy import PinnedTransport  # noqa: E402
+from orchestrator.persist.sqlite import SQLiteStores  # noqa: E402
 from orchestrator.settings import OrchestratorSettings  # noqa: E402
-from orchestrator.store import SQLiteStore  # noqa: E402
 from orchestrator.tools import Discovery  # noqa: E402
 from orchestrator.worker.scripted import Scenario, ScriptedModel  # noqa: E402
 from orchestrator.worker.scripted import build_app as build_worker  # noqa: E402
@@ -242,7 +242,7 @@ def main() -> int:
         base = {"worker_urls": [worker], "date": "2026-12-02", "mcp_refusal_floor_s": 0.3}
 
         def orchestrator(**extra: Any) -> str:
-            app = create_app(OrchestratorSettings(**base, **extra), store=SQLiteStore(":memory:"))
+            app = create_app(OrchestratorSettings(**base, **extra), stores=SQLiteStores())
             return stack.enter_context(serve_asgi(app))
 
         default = orchestrator(mcp_deny=[f"http://public.test:{mcp_port}/*"])

@@ -209,15 +209,15 @@ def test_a_running_background_response_is_the_creators_alone(make_stack, store_k
 def test_responses_made_without_keys_are_not_readable_once_keys_are_required(tmp_path, make_stack):
     """Records are owned by `anonymous` without keys: turning keys on does not hand them to a key."""
     from orchestrator.app import create_app
-    from orchestrator.store import SQLiteStore
+    from orchestrator.persist.sqlite import SQLiteStores
 
     path = str(tmp_path / "db.sqlite3")
     plain = make_stack()
     settings = plain.app.state.service.settings
-    with serving(create_app(settings, store=SQLiteStore(path))) as url:
+    with serving(create_app(settings, stores=SQLiteStores(path))) as url:
         rid = httpx.post(f"{url}/v1/responses", json={"input": "hi"}, timeout=30).json()["id"]
     keyed_settings = settings.model_copy(update={"api_keys": [KEY_A]})
-    with serving(create_app(keyed_settings, store=SQLiteStore(path))) as url:
+    with serving(create_app(keyed_settings, stores=SQLiteStores(path))) as url:
         r = httpx.get(f"{url}/v1/responses/{rid}", headers={"authorization": f"Bearer {KEY_A}"})
     assert r.status_code == 404
 
@@ -305,7 +305,7 @@ def test_mcp_authorization_and_headers_reach_only_their_server_and_are_redacted_
     echoed = resp.tools[0]
     assert echoed.authorization == "<redacted>" and echoed.headers == {"x-api-token": "<redacted>"}
     stored = sdk(stack, KEY_A).responses.retrieve(resp.id).model_dump_json()
-    db = stack.app.state.service.store._db  # the SQLite file's rows, every table
+    db = stack.app.state.stores.connection.db  # the SQLite file's rows, every table
     rows = [str(r) for t in ("responses", "results", "conversations") for r in db.execute(f"SELECT * FROM {t}")]
     for text in (stored, *rows):
         assert token not in text and secret not in text
@@ -332,7 +332,7 @@ def test_a_sqlite_file_from_before_api_keys_gets_an_owner_column_and_its_respons
 
     import anyio
 
-    from orchestrator.store import SQLiteStore
+    from orchestrator.persist.sqlite import SQLiteStores
 
     path = tmp_path / "old.sqlite3"
     with contextlib.closing(sqlite3.connect(path)) as db:
@@ -344,7 +344,7 @@ def test_a_sqlite_file_from_before_api_keys_gets_an_owner_column_and_its_respons
             "INSERT INTO responses VALUES ('resp_old', strftime('%s','now'), 'conv_x', '{}', '[]', '[]', '[]', '{}')"
         )
         db.commit()
-    store = SQLiteStore(str(path))
-    record = anyio.run(store.get, "resp_old")
-    anyio.run(store.aclose)
+    stores = SQLiteStores(str(path))
+    record = anyio.run(stores.responses.get, "resp_old")
+    anyio.run(stores.aclose)
     assert record is not None and record.owner == "anonymous"

@@ -13,9 +13,9 @@ from openai.types.conversations import Conversation, ConversationItem, Conversat
 from openai.types.responses import Response
 from pydantic import TypeAdapter
 
-from orchestrator.conversation_store import conversations_for
 from orchestrator.harmony import encoding
-from orchestrator.store import RedisStore, SQLiteStore
+from orchestrator.persist.redis import RedisStores
+from orchestrator.persist.sqlite import SQLiteStores
 
 ITEM = TypeAdapter(ConversationItem)
 KEY_A, KEY_B = "sk-conv-a", "sk-conv-b"
@@ -193,16 +193,16 @@ def test_a_conversation_lease_is_one_holders_until_released_or_lapsed(backend, r
     """The backends' lease: taken when free, refused to another token, extended by its holder, freed by its
     holder only, and taken over once a holder that stopped renewing (a dead replica) lets it lapse."""
     if backend == "redis":
-        responses = RedisStore(request.getfixturevalue("redis_url"), prefix=f"l{uuid.uuid4().hex[:8]}:")
+        stores = RedisStores(request.getfixturevalue("redis_url"), prefix=f"l{uuid.uuid4().hex[:8]}:")
     else:
-        responses = SQLiteStore(str(tmp_path / "leases.sqlite3"))
-    store = conversations_for(responses)
+        stores = SQLiteStores(str(tmp_path / "leases.sqlite3"))
+    store = stores.conversations
 
     async def main() -> None:
         try:
             await leases()
         finally:
-            await responses.aclose()
+            await stores.aclose()
 
     async def leases() -> None:
         assert await store.hold("conv_1", "one", 30)

@@ -14,7 +14,8 @@ import openai
 import pytest
 
 from orchestrator.files import FileRecord, Files
-from orchestrator.objects import RedisObjects, SQLiteObjects
+from orchestrator.persist.redis import RedisStores
+from orchestrator.persist.sqlite import SQLiteStores
 
 
 def leftovers(stack) -> list[str]:
@@ -139,9 +140,10 @@ def test_expired_files_are_gone_with_their_bytes(kind: str, request, tmp_path: P
     """The prune loop's job: an expired record answers 404 and its bytes leave the volume, once."""
 
     async def run() -> None:
-        meta = SQLiteObjects(str(tmp_path / "m.sqlite3")) if kind == "sqlite" else None
-        if meta is None:
-            meta = RedisObjects(request.getfixturevalue("redis_url"), prefix=f"t{time.time_ns()}:")
+        stores = SQLiteStores(str(tmp_path / "m.sqlite3")) if kind == "sqlite" else None
+        if stores is None:
+            stores = RedisStores(request.getfixturevalue("redis_url"), prefix=f"t{time.time_ns()}:")
+        meta = stores.objects
         files = Files(meta, tmp_path / "files", max_bytes=10, retention_s=60)
         now = int(time.time())
         for fid, expires in (("file-old", now - 1), ("file-new", now + 60)):
@@ -156,6 +158,6 @@ def test_expired_files_are_gone_with_their_bytes(kind: str, request, tmp_path: P
         assert (await files.find("file-new", "k")).bytes == 1
         with pytest.raises(Exception, match="No such File object"):
             await files.find("file-new", "other-key")
-        await files.aclose()
+        await stores.aclose()
 
     asyncio.run(run())

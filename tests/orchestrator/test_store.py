@@ -12,7 +12,9 @@ import openai
 import pytest
 import redis
 
-from orchestrator.store import Record, RedisStore, SQLiteStore
+from orchestrator.persist import Record
+from orchestrator.persist.redis import RedisStores
+from orchestrator.persist.sqlite import SQLiteResponses, SQLiteStores
 from orchestrator.worker.scripted import Scenario
 from tests.support.asgi import free_port
 from tests.support.redis import redis_server
@@ -83,7 +85,8 @@ async def test_the_redis_store_stores_again_at_once_after_redis_restarted() -> N
     (they did once per pooled connection, and a response answered `completed` was never stored)."""
     port = free_port()
     with redis_server(port) as url:
-        store = RedisStore(url, prefix=f"t{uuid.uuid4().hex[:8]}:")
+        stores = RedisStores(url, prefix=f"t{uuid.uuid4().hex[:8]}:")
+        store = stores.responses
         await asyncio.gather(*(store.put(Record(f"resp_before{i}", "conv", {"status": "completed"})) for i in range(4)))
     try:
         with redis_server(port):  # back, empty (no persistence)
@@ -91,7 +94,7 @@ async def test_the_redis_store_stores_again_at_once_after_redis_restarted() -> N
                 await store.put(Record(f"resp_after{i}", "conv", {"status": "completed"}))
             assert (await store.get("resp_after3")) is not None and await store.get("resp_before0") is None
     finally:
-        await store.aclose()
+        await stores.aclose()
 
 
 def redis_orchestrator(worker_url: str, redis_url: str, *more: str) -> list[str]:
@@ -129,7 +132,7 @@ def test_unreachable_redis_stops_the_start_up_with_a_clear_error(scripted):
     ]
     with pytest.raises(RuntimeError) as err, running_service(flags, timeout_s=30):
         pass
-    assert "Redis response store is unavailable" in str(err.value)
+    assert "Redis store is unavailable" in str(err.value)
 
 
 def test_a_background_response_on_one_replica_is_polled_replayed_and_cancelled_from_another(
@@ -167,9 +170,8 @@ async def test_a_slow_sqlite_write_does_not_stall_the_event_loop(tmp_path) -> No
 
     import anyio
 
-    from orchestrator.store import Record, SQLiteStore
-
-    store = SQLiteStore(str(tmp_path / "s.sqlite3"))
+    stores = SQLiteStores(str(tmp_path / "s.sqlite3"))
+    store = stores.responses
     ticks = 0
 
     async def tick() -> None:
@@ -178,8 +180,8 @@ async def test_a_slow_sqlite_write_does_not_stall_the_event_loop(tmp_path) -> No
             await anyio.sleep(0.01)
             ticks += 1
 
-    store._lock.acquire()  # the connection is busy
-    threading.Timer(0.5, store._lock.release).start()
+    stores.connection._lock.acquire()  # the connection is busy
+    threading.Timer(0.5, stores.connection._lock.release).start()
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
             tg.start_soon(tick)
@@ -187,10 +189,10 @@ async def test_a_slow_sqlite_write_does_not_stall_the_event_loop(tmp_path) -> No
             tg.cancel_scope.cancel()
     assert ticks >= 10  # the loop ran throughout the half second the write waited
     assert (await store.get("resp_slow")).body == {"status": "completed"}
-    await store.aclose()
+    await stores.aclose()
 
 
-class _SlowStore(SQLiteStore):
+class _SlowResponses(SQLiteResponses):
     """A store whose writes lag: the terminal event reaches the client before the response is stored."""
 
     async def put(self, record: Record) -> None:
@@ -198,8 +200,15 @@ class _SlowStore(SQLiteStore):
         await super().put(record)
 
 
+def with_responses(kind: type[SQLiteResponses]) -> SQLiteStores:
+    """In-memory stores whose response store is a `kind`."""
+    stores = SQLiteStores()
+    stores.responses = kind(stores.connection)
+    return stores
+
+
 def test_a_chain_continued_the_moment_its_stream_ends_finds_the_response_it_names(make_stack):
-    stack = make_stack(backend=_SlowStore(":memory:"))
+    stack = make_stack(stores=with_responses(_SlowResponses))
     stack.script(
         [
             ("again", "<|channel|>final<|message|>Once more.<|return|>"),
@@ -238,17 +247,18 @@ def test_a_background_response_whose_replica_was_killed_reads_as_failed_not_runn
 
 
 async def test_a_sqlite_hold_lasts_its_time_and_is_renewed() -> None:
-    store = SQLiteStore()
+    stores = SQLiteStores()
+    store = stores.responses
     await store.hold_running(["resp_a", "resp_b"], 2)
     assert await store.is_held("resp_a") and not await store.is_held("resp_c")
     await asyncio.sleep(1.2)
     await store.hold_running(["resp_a"], 2)  # renewed: b lapses first
     await asyncio.sleep(1.2)
     assert await store.is_held("resp_a") and not await store.is_held("resp_b")
-    await store.aclose()
+    await stores.aclose()
 
 
-class _BrokenStore(SQLiteStore):
+class _BrokenResponses(SQLiteResponses):
     """A store that takes no response: its writes fail, as a store gone away for good would."""
 
     async def put(self, record: Record) -> None:
@@ -256,7 +266,7 @@ class _BrokenStore(SQLiteStore):
 
 
 def test_a_response_that_finished_but_could_not_be_stored_is_not_answered_as_kept(make_stack):
-    stack = make_stack(backend=_BrokenStore(":memory:"))
+    stack = make_stack(stores=with_responses(_BrokenResponses))
     stack.script([("hello", "<|channel|>final<|message|>Hi.<|return|>")])
     with pytest.raises(openai.APIStatusError) as err:
         stack.client.with_options(max_retries=0).responses.create(model="gpt-oss", input="hello")

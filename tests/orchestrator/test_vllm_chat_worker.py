@@ -17,8 +17,8 @@ from test_basic import WEATHER_TOOL
 from test_vllm_worker import ANSWER_SCHEMA
 
 from orchestrator.app import create_app
+from orchestrator.persist.sqlite import SQLiteStores
 from orchestrator.settings import OrchestratorSettings
-from orchestrator.store import SQLiteStore
 from orchestrator.worker.client import WorkerPool
 from tests.support.vllm import CHAT_SERVE_ARGS, VllmServer, tiny_chat_model, vllm_server
 
@@ -54,7 +54,7 @@ def counted(chat_vllm, tool_urls):
         python_url=tool_urls["python"],
         browser_url=tool_urls["browser"],
     )
-    app = create_app(settings, generate=pool.generate, pool=pool, chat=chat, store=SQLiteStore(":memory:"))
+    app = create_app(settings, generate=pool.generate, pool=pool, chat=chat, stores=SQLiteStores())
     with serving(app) as url:
         yield openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=300), seen
 

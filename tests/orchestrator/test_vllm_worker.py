@@ -12,8 +12,8 @@ from invariants import check_stream
 from openai.types.responses import Response
 
 from orchestrator.app import create_app
+from orchestrator.persist.sqlite import SQLiteStores
 from orchestrator.settings import OrchestratorSettings
-from orchestrator.store import SQLiteStore
 from orchestrator.worker.client import WorkerPool
 from tests.support.vllm import vllm_worker  # noqa: F401 (the session fixture)
 
@@ -36,7 +36,7 @@ def counted(vllm_worker):  # noqa: F811
             yield chunk
 
     settings = OrchestratorSettings(worker_urls=[vllm_worker.base_url], max_output_tokens=48, date="2026-12-02")
-    app = create_app(settings, generate=generate, pool=pool, store=SQLiteStore(":memory:"))
+    app = create_app(settings, generate=generate, pool=pool, stores=SQLiteStores())
     with serving(app) as url:
         yield openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=120), seen
 

@@ -20,8 +20,8 @@ from typing import Any
 import openai
 
 from orchestrator.app import create_app
+from orchestrator.persist.sqlite import SQLiteStores
 from orchestrator.settings import OrchestratorSettings
-from orchestrator.store import SQLiteStore
 from orchestrator.worker.scripted import Scenario, ScriptedModel
 from orchestrator.worker.scripted import build_app as build_worker
 from tests.support.asgi import serve_asgi
@@ -67,7 +67,7 @@ def orchestrator(host: str = "127.0.0.1", **overrides: Any) -> Iterator[Stack]:
             "files_dir": f"{scratch}/files",
             **overrides,
         }
-        app = create_app(OrchestratorSettings(**values), store=SQLiteStore(":memory:"))
+        app = create_app(OrchestratorSettings(**values), stores=SQLiteStores())
         with serve_asgi(app, host=host) as url:
             yield Stack(url.replace("0.0.0.0", "127.0.0.1"), model, app, Path(scratch) / "files")
 

@@ -18,8 +18,8 @@ import anyio
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from orchestrator.app import create_app
+from orchestrator.persist import Stores
 from orchestrator.settings import OrchestratorSettings
-from orchestrator.store import Store
 from orchestrator.worker.scripted import ChatScenario, ScriptedChatModel, build_chat_app
 from tests.support.asgi import serve_asgi
 
@@ -73,9 +73,9 @@ def gated_worker() -> Iterator[tuple[str, Gate, ScriptedChatModel]]:
 
 
 @contextlib.contextmanager
-def orchestrator(worker_url: str, backend: Store | None = None, **overrides: Any) -> Iterator[str]:
-    """An orchestrator on the chat path in front of `worker_url`, with `KEYS`, no tool servers; its response
-    store is `backend`, else the one the settings name."""
+def orchestrator(worker_url: str, stores: Stores | None = None, **overrides: Any) -> Iterator[str]:
+    """An orchestrator on the chat path in front of `worker_url`, with `KEYS`, no tool servers; its stores
+    are `stores`, else those the settings name."""
     with tempfile.TemporaryDirectory(prefix="toolfleet-bounds-") as scratch:
         values: dict[str, Any] = {
             "worker_urls": [worker_url],
@@ -87,7 +87,7 @@ def orchestrator(worker_url: str, backend: Store | None = None, **overrides: Any
             "files_dir": f"{scratch}/files",
             **overrides,
         }
-        with serve_asgi(create_app(OrchestratorSettings(**values), store=backend)) as url:
+        with serve_asgi(create_app(OrchestratorSettings(**values), stores=stores)) as url:
             yield url
 
 

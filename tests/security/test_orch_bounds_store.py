@@ -10,7 +10,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from orchestrator.store import Record, RedisStore, SQLiteStore, Store
+from orchestrator.persist import Record, Store, Stores
+from orchestrator.persist.redis import RedisStores
+from orchestrator.persist.sqlite import SQLiteStores
 from tests.security.orch_bounds_support import KEYS, MODEL, bearer, gated_worker, orchestrator
 from tests.support.redis import redis_server
 
@@ -32,7 +34,7 @@ def fleets(redis_url) -> Iterator[dict[str, str]]:
     redis_settings = {"store": "redis", "redis_url": redis_url, "redis_prefix": f"b{uuid.uuid4().hex[:8]}:"}
     with (
         gated_worker() as (worker_url, _, _),
-        orchestrator(worker_url, SQLiteStore(":memory:", max_responses=FLEET, per_key=PER_KEY), **bounds) as sqlite,
+        orchestrator(worker_url, SQLiteStores(max_responses=FLEET, per_key=PER_KEY), **bounds) as sqlite,
         orchestrator(worker_url, **bounds, **redis_settings) as redis,
     ):
         yield {"sqlite": sqlite, "redis": redis}
@@ -124,13 +126,14 @@ def test_the_fleet_wide_bound_refuses_a_new_object_and_drops_nobodys(fleets, sto
 
 @pytest.fixture(params=STORES)
 async def bare_store(request, redis_url) -> Store:
-    """A store of each kind, bounded at one response per key (so RESULTS_PER_RESPONSE results per key)."""
+    """A response store of each kind, bounded at one response per key (so RESULTS_PER_RESPONSE results per
+    key)."""
     if request.param == "sqlite":
-        store: Store = SQLiteStore(":memory:", max_responses=100, per_key=1)
+        stores: Stores = SQLiteStores(max_responses=100, per_key=1)
     else:
-        store = RedisStore(redis_url, max_responses=100, per_key=1, prefix=f"r{uuid.uuid4().hex[:8]}:")
-    yield store
-    await store.aclose()
+        stores = RedisStores(redis_url, max_responses=100, per_key=1, prefix=f"r{uuid.uuid4().hex[:8]}:")
+    yield stores.responses
+    await stores.aclose()
 
 
 async def test_kept_results_and_reference_entries_are_bounded_per_owner(bare_store):

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 from orchestrator.app import create_app
 from orchestrator.auth import key_id
+from orchestrator.persist.sqlite import SQLiteStores
 from orchestrator.settings import OrchestratorSettings
-from orchestrator.store import SQLiteStore
 from orchestrator.worker.scripted import Scenario, ScriptedModel
 from orchestrator.worker.scripted import build_app as build_worker
 from tests.python_sandbox.conftest import require_backend, server_args
@@ -79,7 +79,7 @@ def orchestrating(**tools: Any) -> Iterator[str]:
             files_dir=f"{scratch}/files",
             **tools,
         )
-        yield stack.enter_context(serve_asgi(create_app(cfg, store=SQLiteStore(":memory:"))))
+        yield stack.enter_context(serve_asgi(create_app(cfg, stores=SQLiteStores())))
 
 
 @pytest.fixture(scope="module")

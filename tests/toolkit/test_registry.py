@@ -9,9 +9,9 @@ import pytest
 
 from gateway.store import STORES as PIN_STORES
 from gateway.store import open_store
+from orchestrator.persist import BACKENDS as ORCHESTRATOR_STORES
+from orchestrator.persist import open_stores
 from orchestrator.settings import OrchestratorSettings
-from orchestrator.store import STORES as RESPONSE_STORES
-from orchestrator.store import open_store as open_response_store
 from toolkit import registry
 from tools.browser.backends import BACKENDS as SEARCH
 from tools.container.backends import BACKENDS as CONTAINER
@@ -20,7 +20,7 @@ from tools.python_sandbox.backends import choose_backend_name
 
 ALL = {
     "pin store": PIN_STORES,
-    "response store": RESPONSE_STORES,
+    "store": ORCHESTRATOR_STORES,
     "search backend": SEARCH,
     "container backend": CONTAINER,
     "python backend": PYTHON,
@@ -53,15 +53,16 @@ def test_services_refuse_an_unknown_name_at_start_up() -> None:
         open_store("http://127.0.0.1:1")
     with pytest.raises(ValueError, match="unknown pin store 'mem'"):
         open_store("mem")
-    with pytest.raises(ValueError, match=r"unknown response store 'mongo'; choose one of sqlite, redis$"):
-        open_response_store(OrchestratorSettings(store="mongo"))
+    with pytest.raises(ValueError, match=r"unknown store 'mongo'; choose one of sqlite, redis$"):
+        open_stores(OrchestratorSettings(store="mongo"))
     with pytest.raises(ValueError, match=r"unknown python backend 'podman'; choose one of docker, local, auto$"):
         choose_backend_name("podman")
 
 
 def test_configured_names_pick_their_store() -> None:
     stores = [open_store("memory"), open_store("redis://127.0.0.1:1/0")]  # Redis connects on first use
-    stores.append(open_response_store(OrchestratorSettings(store="sqlite", store_path=":memory:")))
-    assert [type(s).__name__ for s in stores] == ["MemoryStore", "RedisStore", "SQLiteStore"]
+    stores.append(open_stores(OrchestratorSettings(store="sqlite", store_path=":memory:")))
+    stores.append(open_stores(OrchestratorSettings(store="redis", redis_url="redis://127.0.0.1:1/0")))
+    assert [type(s).__name__ for s in stores] == ["MemoryStore", "RedisStore", "SQLiteStores", "RedisStores"]
     for store in stores:
         anyio.run(store.aclose)
