@@ -7,6 +7,8 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+from openai_harmony import Conversation
+
 from orchestrator import harmony as h
 from orchestrator.events import ResponseBuilder
 from orchestrator.kinds import toolset
@@ -66,5 +68,5 @@ def test_every_turns_prompt_is_the_librarys_render_of_the_conversation_so_far():
     assert r.builder.body["status"] == "completed" and len(seen) == len(REPLIES)
     for prompt, messages in seen:
         assert prompt == h.encoding().render_conversation_for_completion(
-            h.Conversation.from_messages(messages), h.Role.ASSISTANT
+            Conversation.from_messages(messages), h.Role.ASSISTANT
         )
