@@ -1,18 +1,18 @@
-"""The Responses service: turns a request into a running response, keeps it live, stores it, releases tools."""
+"""The Responses service: the coordinator that starts a response (prepared by `prepare`), runs its turn loop under
+one span, maps how it ended to its status, and hands it to `settle`; `upkeep`'s loops run beside it."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
 import structlog
 
-from orchestrator import compaction, references, truncation
-from orchestrator import harmony as h
+from orchestrator import compaction, truncation
 from orchestrator.addresses import hide, worker_roles
 from orchestrator.containers import Containers
 from orchestrator.conversations import Bounds, Conversations
@@ -24,23 +24,25 @@ from orchestrator.limits import KeyLimits
 from orchestrator.live import Live, LiveResponses
 from orchestrator.mcp_policy import McpPolicy
 from orchestrator.persist import Record, Stores
-from orchestrator.prepare import Preparer, scoped
+from orchestrator.prepare import Preparer
 from orchestrator.run import Run
 from orchestrator.schema import ResponsesRequest
 from orchestrator.settings import OrchestratorSettings
-from orchestrator.tools import Endpoints, cleanup_sessions
+from orchestrator.settle import Settled, Settler
+from orchestrator.tools import Endpoints
 from orchestrator.turns import HARMONY, run
+from orchestrator.upkeep import Upkeep
 from orchestrator.worker.client import Chat, CountChat, Generate, WorkerError, WorkerUnavailable
 from toolkit.tracing import annotate, span
 from toolkit.wire import fleet_secret
 
 log = structlog.get_logger(__name__)
 
-Settled = Callable[[str, dict[str, Any] | None, list[tuple[str, str]]], None]
-"""(status, usage, [(namespace, outcome)]) -> None: told of each response that ends (the metrics)."""
 
+class ResponsesService:
+    """One replica's responses: built once by the app with every part it needs, sharing one `live` map with
+    the parts that prepare (`Preparer`), follow (`LiveResponses`), settle (`Settler`) and upkeep (`Upkeep`)."""
 
-class ResponsesService(LiveResponses):
     def __init__(
         self,
         settings: OrchestratorSettings,
@@ -65,7 +67,6 @@ class ResponsesService(LiveResponses):
         self.limits = KeyLimits.from_settings(settings)
         self.closing = False
         """Set at shutdown: responses cancelled then fail (the caller did not cancel them)."""
-        self.on_settled = on_settled  # the metrics
         self.preparer = Preparer(
             settings,
             generate=generate,
@@ -79,6 +80,9 @@ class ResponsesService(LiveResponses):
             count_chat=count_chat,
             api_for=api_for,
         )
+        self.responses = LiveResponses(self.live, self.store)
+        self.settler = Settler(self.store, self.conversations, self.live, on_settled)
+        self.upkeep = Upkeep(settings, self.store, self.live)
 
     # --- creating ---------------------------------------------------------------------------------
 
@@ -198,83 +202,17 @@ class ResponsesService(LiveResponses):
                 await r.sessions.aclose()
             finally:  # a cancel that lands while the sessions close must not skip storing the response
                 with anyio.CancelScope(shield=True):
-                    await self._settle(live, r, n_head, items)
-
-    async def _settle(self, live: Live, r: Run, n_head: int, items: list[dict]) -> None:
-        b, req = live.builder, live.request
-        status = b.body["status"]
-        if self.on_settled is not None:
-            self.on_settled(status, b.body.get("usage"), r.tools.log)
-        saving: str | None = None  # what the caller was promised and is being written, while it is
-        try:
-            state = {"calls": r.tools.calls, "pending": r.tools.pending, "pages": r.tools.pages}
-            if live.conversation is not None and status in ("completed", "incomplete"):
-                saving = f"added to conversation {live.conversation.id}"
-                await self.conversations.append(live.conversation, items + b.body["output"], state)
-            live.record = Record(
-                b.id, r.conversation, b.body, items, h.dump(r.messages[n_head:]), b.events, state, live.owner
-            )
-            if req.store:
-                saving = "stored"
-                await self.store.put(live.record)
-            saving = None
-            if req.store:
-                await references.index(self.store, live.record)
-            lives_on = req.store or live.conversation is not None or live.kept is not None
-            if r.tools.results and lives_on:  # for client-kept history
-                await self.store.put_results({scoped(live.owner, k): v for k, v in r.tools.results.items()})
-            if r.sessions.used and lives_on:  # its tool sessions stay until idle (the reaper frees them)
-                await self.store.touch_conversation(r.conversation, r.sessions.used)
-            elif r.sessions.used:
-                await cleanup_sessions(r.conversation, r.sessions.used)
-        except Exception as exc:
-            log.exception("response.settle_failed", response_id=b.id)
-            if saving is not None:  # the caller must not take it for kept: it cannot be retrieved or continued
-                live.unsaved = (
-                    f"response {b.id} finished {status} but could not be {saving}: {str(exc) or type(exc).__name__}"
-                )
-        finally:
-            log.info("response.done", response_id=b.id, status=status, output_items=len(b.output))
-            self.live.pop(b.id, None)
-            if live.slot is not None:
-                live.slot.release()
-            await self._release(live)
-            live.done.set()
-
-    async def _release(self, live: Live) -> None:
-        """The conversation is free for the next response once this one's items are there (or it failed)."""
-        if live.lease is None:
-            return
-        try:
-            await live.lease.release()
-        except Exception:
-            log.exception("conversation.release_failed", conversation_id=live.lease.conv_id)  # it lapses by itself
-
-    async def reap_idle(self) -> None:
-        for conversation, urls in await self.store.idle_conversations(self.settings.session_idle_s):
-            await cleanup_sessions(conversation, urls)
-            await self.store.forget_conversation(conversation)
+                    await self.settler.settle(live, r, n_head, items)
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """The service's background loops (idle conversations, cancels asked on other replicas) while it
-        serves; on exit, the responses still running are cancelled."""
-        loops = [
-            asyncio.create_task(every(self.settings.reap_interval_s, self.reap_idle, "reaper")),
-            asyncio.create_task(every(self.settings.cancel_poll_s, self.watch_cancels, "cancel_watch")),
-            asyncio.create_task(every(self.settings.background_hold_s / 3, self.hold_background, "background_hold")),
-        ]
+        """The background loops (`Upkeep`) while the service serves; on exit, the responses still running are
+        cancelled."""
         try:
-            yield
+            async with self.upkeep.running():
+                yield
         finally:
-            for loop in loops:
-                loop.cancel()
             await self.aclose()
-
-    async def hold_background(self) -> None:
-        """Renew the holds of the background responses this replica runs (see `LiveResponses.find`)."""
-        if ids := [rid for rid, lv in self.live.items() if lv.request.background]:
-            await self.store.hold_running(ids, self.settings.background_hold_s)
 
     async def aclose(self) -> None:
         self.closing = True
@@ -284,13 +222,3 @@ class ResponsesService(LiveResponses):
         for task in tasks:
             with contextlib.suppress(BaseException):
                 await task
-
-
-async def every(interval_s: float, job: Callable[[], Awaitable[None]], name: str) -> None:
-    """Run `job` every `interval_s` until cancelled; a failed round is logged and the next one runs."""
-    while True:
-        await asyncio.sleep(interval_s)
-        try:
-            await job()
-        except Exception:
-            log.exception(f"{name}.failed")
