@@ -31,7 +31,7 @@ from orchestrator.metrics import LatencyMiddleware, OrchestratorMetrics
 from orchestrator.persist import Stores, open_stores
 from orchestrator.service import ResponsesService
 from orchestrator.settings import OrchestratorSettings
-from orchestrator.tools import cleanup_sessions
+from orchestrator.tools import Endpoints, cleanup_sessions
 from orchestrator.worker.client import Chat, Generate, WorkerPool
 from toolkit.tracing import TracingMiddleware
 
@@ -72,18 +72,25 @@ def create_app(
         )
         generate = pool.generate
     stores = stores if stores is not None else open_stores(settings)
+    endpoints = Endpoints(settings.tools_url, settings.endpoint_overrides())
+    sandboxes = {url for ns in ("python", "container") if (url := endpoints.url_for(ns)) is not None}
+    files = Files.from_settings(stores.objects, settings)
+    # a container's tool sessions (in its sandboxes) go with it
+    containers = Containers.from_settings(files, settings, on_drop=lambda cid: cleanup_sessions(cid, sandboxes))
+    metrics = OrchestratorMetrics(pool, lambda: len(service.live))  # `service` is read when the gauge is
     service = ResponsesService(
         settings,
         generate=generate,
         stores=stores,
+        endpoints=endpoints,
         policy=McpPolicy.from_settings(settings),
+        containers=containers,
         chat=chat or (pool.chat if pool is not None else None),
         api_for=pool.api_for if pool is not None else None,
         count_chat=pool.count_chat if pool is not None else None,
+        on_settled=metrics.settled,
     )
     keys = ApiKeys(load_keys(settings))
-    metrics = OrchestratorMetrics(pool, lambda: len(service.live))
-    service.on_settled = metrics.settled
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -106,11 +113,8 @@ def create_app(
     app.add_middleware(TracingMiddleware)  # outermost: every request is a span, auth refusals too
     app.state.service = service
     app.state.stores = stores
-    app.state.files = Files.from_settings(stores.objects, settings)
-    app.state.containers = Containers.from_settings(app.state.files, settings)
-    service.containers = app.state.containers
-    sandboxes = {url for ns in ("python", "container") if (url := service.endpoints.url_for(ns)) is not None}
-    app.state.containers.on_drop = lambda container_id: cleanup_sessions(container_id, sandboxes)  # they go with it
+    app.state.files = files
+    app.state.containers = containers
 
     async def _error(request: Request, exc: Exception) -> JSONResponse:
         return error_response(exc, f"{request.method} {request.url.path}")
@@ -118,7 +122,7 @@ def create_app(
     # The known kinds are registered apart from `Exception`, whose handler Starlette runs as a 500 path.
     for kind in (RequestError, StoreUnavailable, ValidationError, RequestValidationError, HTTPException, Exception):
         app.add_exception_handler(kind, _error)
-    deps = Deps(settings, service, pool, app.state.files, app.state.containers, metrics)
+    deps = Deps(settings, service, pool, files, containers, metrics)
     for resource in RESOURCES:
         app.include_router(resource.router(deps))
     return app

@@ -119,15 +119,26 @@ async def json_body(request: Request) -> Any:
 class Containers:
     """Every key's containers and their files, on the store and volume of `files`."""
 
-    def __init__(self, files: Files, *, max_memory: str, retention_s: float) -> None:
+    def __init__(
+        self,
+        files: Files,
+        *,
+        max_memory: str,
+        retention_s: float,
+        on_drop: Callable[[str], Awaitable[None]] | None = None,
+    ) -> None:
         self.files, self.objects = files, files.objects
         self.max_memory, self.retention_s = max_memory, retention_s
-        # frees the tool sessions a container's id names (its sandboxes; set by the app): they go with it
-        self.on_drop: Callable[[str], Awaitable[None]] | None = None
+        # frees the tool sessions a container's id names (its sandboxes): they go with it
+        self.on_drop = on_drop
 
     @classmethod
-    def from_settings(cls, files: Files, settings: OrchestratorSettings) -> Containers:
-        return cls(files, max_memory=settings.max_container_memory, retention_s=settings.file_retention_s)
+    def from_settings(
+        cls, files: Files, settings: OrchestratorSettings, on_drop: Callable[[str], Awaitable[None]] | None = None
+    ) -> Containers:
+        return cls(
+            files, max_memory=settings.max_container_memory, retention_s=settings.file_retention_s, on_drop=on_drop
+        )
 
     async def create(self, request: Request, owner: str) -> ContainerRecord:
         """`POST /v1/containers`."""

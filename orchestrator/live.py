@@ -79,10 +79,11 @@ class ResponseFailed(RequestError):
 
 
 class LiveResponses:
-    """The responses this replica runs (`live`) and the shared store, read and managed by id and owner."""
+    """The responses this replica runs (`live`, the service's) and the shared store, read and managed by id and
+    owner."""
 
-    live: dict[str, Live]
-    store: Store
+    def __init__(self, live: dict[str, Live], store: Store) -> None:
+        self.live, self.store = live, store
 
     async def find(self, rid: str, owner: str) -> tuple[Live | None, Record | None]:
         """The live response or the stored record `owner` created; 404 for any other key (no existence oracle)."""
@@ -197,22 +198,13 @@ class LiveResponses:
         return live.builder.body
 
     async def _cancel_elsewhere(self, rid: str, record: Record) -> dict[str, Any]:
-        """Flag the response in the shared store; the replica running it cancels it (`watch_cancels`)."""
+        """Flag the response in the shared store; the replica running it cancels it (`Upkeep.watch_cancels`)."""
         await self.store.request_cancel(rid)
         with anyio.move_on_after(CANCEL_WAIT_S):
             while record.body.get("status") in RUNNING:
                 await asyncio.sleep(0.1)
                 record = await self.store.get(rid) or record
         return record.body
-
-    async def watch_cancels(self) -> None:
-        """Cancel the background responses this replica runs that another replica was asked to cancel."""
-        ids = [rid for rid, lv in self.live.items() if lv.request.background]
-        for rid in await self.store.cancel_requested(ids) if ids else ():
-            live = self.live.get(rid)
-            if live is not None and live.task:
-                log.info("response.cancelled_elsewhere", response_id=rid)
-                live.task.cancel()
 
 
 async def _first(done: Awaitable[Any], gone: Awaitable[None]) -> bool:

@@ -15,7 +15,8 @@ from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator.events import ResponseBuilder, usage
-from orchestrator.schema import AnswerFormat, Requirement, Toolset
+from orchestrator.schema import AnswerFormat, Requirement, ResponsesRequest, Toolset, answer_format
+from orchestrator.settings import OrchestratorSettings
 from orchestrator.tools import Endpoints, ToolSessions
 from orchestrator.worker.client import Generate
 from orchestrator.workspace import Workspace
@@ -28,6 +29,14 @@ class Limits:
     max_output_tokens: int
     max_tool_calls: int
     max_turns: int
+
+    @classmethod
+    def for_request(cls, req: ResponsesRequest, settings: OrchestratorSettings) -> Limits:
+        return cls(
+            req.max_output_tokens or settings.max_output_tokens,
+            settings.max_tool_calls if req.max_tool_calls is None else req.max_tool_calls,
+            max_turns=(req.max_tool_calls or settings.max_tool_calls) + 8,
+        )
 
 
 @dataclass
@@ -170,3 +179,46 @@ class Run:
     context_tokens: int | None = None  # truncation auto: drop the oldest items before a turn whose prompt is larger
     warm_only: bool = False  # WebSocket `generate: false`: prefill the worker's cache, make no output
     compact_only: bool = False  # a `compaction_trigger` input item: the output is one compaction item
+
+    @classmethod
+    def for_request(
+        cls,
+        req: ResponsesRequest,
+        settings: OrchestratorSettings,
+        builder: ResponseBuilder,
+        *,
+        messages: list[Message],
+        new_input: list[Message],
+        toolset: Toolset,
+        include: set[str],
+        model: TurnModel | None,
+        sessions: ToolSessions,
+        endpoints: Endpoints,
+        generate: Generate,
+        tools: ToolState,
+        compact_only: bool,
+    ) -> Run:
+        """The run of `req`: what the request says itself (limits, sampling, effort, logprobs, tool_choice, the
+        answer format, compaction and truncation) is read here, once; the rest is prepared first (`prepare`):
+        the messages, the tools shown, the turn model, the tool sessions (their id is the run's conversation)."""
+        return cls(
+            builder,
+            messages,
+            toolset,
+            endpoints,
+            sessions,
+            generate,
+            Limits.for_request(req, settings),
+            sessions.session_id,
+            req.sampling(),
+            effort=req.reasoning.effort if req.reasoning else None,
+            new_input=new_input,
+            include=include,
+            model=model,
+            tools=tools,
+            turn=TurnState(required=toolset.required, answer_format=answer_format(req.text)),
+            logprobs=(req.top_logprobs or 0) if "message.output_text.logprobs" in include else None,
+            compact_threshold=req.compact_threshold,
+            context_tokens=settings.context_tokens if req.truncation == "auto" else None,
+            compact_only=compact_only,
+        )

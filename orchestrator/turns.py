@@ -17,7 +17,7 @@ from orchestrator import harmony as h
 from orchestrator.kinds import Stream, custom, open_stream
 from orchestrator.kinds.mcp import resume_approvals
 from orchestrator.run import Call, Constraint, Run, Turn, TurnModel, TurnState
-from orchestrator.worker.client import GenerateRequest, TokenLogprob
+from orchestrator.worker.client import Chunk, GenerateRequest, TokenLogprob
 
 
 class HarmonyTurns:
@@ -51,18 +51,9 @@ HARMONY: TurnModel = HarmonyTurns()
 
 async def run(r: Run) -> None:
     """Drive turns until the response is finished; the caller handles cancellation and worker errors."""
-    await resume_approvals(r)  # a call the stored conversation stopped at
-    r.messages.extend(r.new_input)
-    if r.tools.answered:  # a stateless history carries the request and its answer: resume that call
-        r.tools.pending, r.tools.answered = r.tools.answered, {}
-        await resume_approvals(r)
     model = r.model or HARMONY
-    if r.warm_only:  # one token, discarded: the worker now holds the prompt's prefix
-        await model.aside(r, r.messages, 1)
-        return r.builder.finish("completed", usage=r.usage.as_dict())
-    if r.compact_only:  # the response is the compaction of its context, and nothing else
-        await compaction.compact_in_stream(r, model)
-        return r.builder.finish("completed", usage=r.usage.as_dict())
+    if await _begin(r, model):
+        return
     while True:
         remaining = r.limits.max_output_tokens - r.usage.output
         if remaining <= 0:
@@ -80,22 +71,50 @@ async def run(r: Run) -> None:
         if builtin or ignored:
             if r.tools.count > r.limits.max_turns:
                 return r.builder.finish("incomplete", usage=r.usage.as_dict(), incomplete_reason="max_messages")
-            for c in ignored:
-                toolcalls.refuse(r, c)
-            answered = True
-            for call in builtin:
-                answered = await toolcalls.call(r, call) and answered  # False: an approval request ends it
-            if answered and not functions:
+            if await _call_tools(r, builtin, ignored) and not functions:
                 continue
         if not builtin and _retry_bad_arguments(r, [c for c in functions if c.kind and c.kind.json_arguments]):
             continue
-        if r.turn.required is not None:
-            error = {
-                "code": "server_error",
-                "message": "tool_choice requires a tool call; the model answered without one even when prompted",
-            }
-            return r.builder.finish("failed", usage=r.usage.as_dict(), error=error)
-        return r.builder.finish("completed", usage=r.usage.as_dict())
+        return _end(r)
+
+
+async def _begin(r: Run, model: TurnModel) -> bool:
+    """The approvals the input answers resumed and the new input added; True when that was the whole response
+    (a warm-up, or a compaction trigger)."""
+    await resume_approvals(r)  # a call the stored conversation stopped at
+    r.messages.extend(r.new_input)
+    if r.tools.answered:  # a stateless history carries the request and its answer: resume that call
+        r.tools.pending, r.tools.answered = r.tools.answered, {}
+        await resume_approvals(r)
+    if r.warm_only:  # one token, discarded: the worker now holds the prompt's prefix
+        await model.aside(r, r.messages, 1)
+    elif r.compact_only:  # the response is the compaction of its context, and nothing else
+        await compaction.compact_in_stream(r, model)
+    else:
+        return False
+    r.builder.finish("completed", usage=r.usage.as_dict())
+    return True
+
+
+async def _call_tools(r: Run, builtin: list[Call], ignored: list[Call]) -> bool:
+    """Run the built-in calls of a turn (the ignored ones are refused); False: an approval request ends it."""
+    for c in ignored:
+        toolcalls.refuse(r, c)
+    answered = True
+    for call in builtin:
+        answered = await toolcalls.call(r, call) and answered
+    return answered
+
+
+def _end(r: Run) -> None:
+    """The response ends on an answer (or a client call): failed when tool_choice still wants a call."""
+    if r.turn.required is not None:
+        error = {
+            "code": "server_error",
+            "message": "tool_choice requires a tool call; the model answered without one even when prompted",
+        }
+        return r.builder.finish("failed", usage=r.usage.as_dict(), error=error)
+    return r.builder.finish("completed", usage=r.usage.as_dict())
 
 
 def _retry_bad_arguments(r: Run, calls: list[Call]) -> bool:
@@ -122,69 +141,121 @@ async def _turn(r: Run, budget: int) -> tuple[str, Stream | None]:
     """One generation. Returns "call" (with the item the call streamed into), "return" (or end of stream),
     "length" or "force"."""
     t = r.turn
-    parser = h.TurnParser()
-    stream: Stream | None = None  # the item now open
     constrained, t.constraining = t.constraining, None
-    prefill = _prefill(t, constrained)
-    for token in prefill:  # the header the model must continue, as if it had sampled it
-        header, _, _ = parser.feed(token)
-        if header is not None:
-            stream = open_item(r, header.channel, header.recipient)
+    g = Generation(r, constrained)
+    prefill = g.prefill(_prefill(t, constrained))
     prompt = await t.renderer.render_off_loop(r.messages) + prefill
-    call_stream: Stream | None = None  # the item of the call this generation ended with
-    prompt_tokens = generated = 0
-    finish = None
-    last_token = None
-    structured = constrained.structured if constrained is not None else None
     if t.answer_format is not None and constrained is None:
         budget = max(1, budget // 2)  # the free part (reasoning, calls) leaves room for the constrained answer
+    structured = constrained.structured if constrained is not None else None
     req = GenerateRequest(prompt, budget, r.sampling, r.conversation, r.logprobs, structured)
     try:
         async with contextlib.aclosing(r.generate(req)) as chunks:
             async for chunk in chunks:
-                if chunk.prompt_tokens is not None:
-                    prompt_tokens = chunk.prompt_tokens
-                if chunk.cached_tokens is not None:
-                    r.usage.cached += chunk.cached_tokens
-                if chunk.finish_reason:
-                    finish = chunk.finish_reason
-                for i, token in enumerate(chunk.token_ids):
-                    generated += 1
-                    if token == h.END_OF_TEXT:
-                        continue  # the worker's end of sequence: the message is ended below, not written on
-                    last_token = t.last_token = token
-                    lp = chunk.logprobs[i] if chunk.logprobs and i < len(chunk.logprobs) else None
-                    header, delta, msg = parser.feed(token)
-                    if header is not None and t.required is not None and _misses(r, header):
-                        t.forced = True
-                        return "force", None  # closing the stream aborts the generation on the worker
-                    if constrained is None and (constraint := _constraint(r, header, parser)) is not None:
-                        t.constraining = constraint  # written again under it (an answer format, a tool's grammar)
-                        return "force", None
-                    stream, done = _feed(r, parser, stream, header, delta, msg, lp)
-                    if msg is not None:
-                        call_stream = done
-        if constrained is not None and finish == "stop" and last_token not in h.STOP_TOKENS and parser.header:
-            # the constraint ended the text and the worker stopped on its end of sequence: end the message
-            last_token = h.CALL if parser.header.recipient not in (None, "assistant") else h.RETURN
-            header, delta, msg = parser.feed(last_token)
-            stream, done = _feed(r, parser, stream, header, delta, msg)
-            call_stream = done if msg is not None else call_stream
+                if g.chunk(chunk):
+                    return "force", None  # closing the stream aborts the generation on the worker
+        g.end_constrained()
     finally:
-        r.usage.account(prompt_tokens or len(prompt), generated)
-        if stream is not None and stream.in_progress:
-            partial = parser.finish()
+        g.close(len(prompt))
+    return g.outcome()
+
+
+class Generation:
+    """One generation's sampled tokens, parsed as they come into the response's items and messages: the item
+    now open, the item of the call the generation ended with, and what the worker said of it."""
+
+    def __init__(self, r: Run, constrained: Constraint | None) -> None:
+        self.r, self.constrained = r, constrained
+        self.parser = h.TurnParser()
+        self.stream: Stream | None = None  # the item now open
+        self.call_stream: Stream | None = None  # the item of the call this generation ended with
+        self.prompt_tokens = self.generated = 0
+        self.finish: str | None = None
+        self.last_token: int | None = None
+
+    def prefill(self, tokens: list[int]) -> list[int]:
+        """The header the model must continue, read as if it had sampled it."""
+        for token in tokens:
+            header, _, _ = self.parser.feed(token)
+            if header is not None:
+                self.stream = open_item(self.r, header.channel, header.recipient)
+        return tokens
+
+    def chunk(self, chunk: Chunk) -> bool:
+        """A chunk of the worker's stream; True: the generation is to stop and be written again ("force")."""
+        if chunk.prompt_tokens is not None:
+            self.prompt_tokens = chunk.prompt_tokens
+        if chunk.cached_tokens is not None:
+            self.r.usage.cached += chunk.cached_tokens
+        if chunk.finish_reason:
+            self.finish = chunk.finish_reason
+        for i, token in enumerate(chunk.token_ids):
+            lp = chunk.logprobs[i] if chunk.logprobs and i < len(chunk.logprobs) else None
+            if self.feed(token, lp):
+                return True
+        return False
+
+    def feed(self, token: int, lp: TokenLogprob | None = None) -> bool:
+        """One sampled token; True when tool_choice or a constraint wants the generation written again."""
+        r, t = self.r, self.r.turn
+        self.generated += 1
+        if token == h.END_OF_TEXT:
+            return False  # the worker's end of sequence: the message is ended below, not written on
+        self.last_token = t.last_token = token
+        header, delta, msg = self.parser.feed(token)
+        if header is not None and t.required is not None and _misses(r, header):
+            t.forced = True
+            return True
+        if self.constrained is None and (constraint := _constraint(r, header, self.parser)) is not None:
+            t.constraining = constraint  # written again under it (an answer format, a tool's grammar)
+            return True
+        self._apply(header, delta, msg, lp)
+        return False
+
+    def end_constrained(self) -> None:
+        """The constraint ended the text and the worker stopped on its end of sequence: end the message."""
+        parser = self.parser
+        if self.constrained is None or self.finish != "stop" or self.last_token in h.STOP_TOKENS or not parser.header:
+            return
+        self.last_token = h.CALL if parser.header.recipient not in (None, "assistant") else h.RETURN
+        header, delta, msg = parser.feed(self.last_token)
+        self._apply(header, delta, msg)
+
+    def close(self, prompt_len: int) -> None:
+        """The generation's tokens counted, and the item it left open closed with what was written of it."""
+        self.r.usage.account(self.prompt_tokens or prompt_len, self.generated)
+        if self.stream is not None and self.stream.in_progress:
+            partial = self.parser.finish()
             if partial is not None and not _is_function(partial):
-                r.messages.append(partial)
-            stream.close(partial, complete=False)
-    if last_token == h.CALL:
-        return "call", call_stream
-    if t.answer_format is not None and constrained is None:
-        t.constraining = Constraint(FINAL_PREFILL, t.answer_format.structured)  # no answer yet: write one
-        return "force", None
-    if finish == "length" and last_token not in h.STOP_TOKENS:
-        return "length", None
-    return "return", None
+                self.r.messages.append(partial)
+            self.stream.close(partial, complete=False)
+
+    def outcome(self) -> tuple[str, Stream | None]:
+        """How the generation ended: "call" (with its item), "force" (no answer yet under an answer format:
+        written again under it), "length" or "return"."""
+        t = self.r.turn
+        if self.last_token == h.CALL:
+            return "call", self.call_stream
+        if t.answer_format is not None and self.constrained is None:
+            t.constraining = Constraint(FINAL_PREFILL, t.answer_format.structured)  # no answer yet: write one
+            return "force", None
+        if self.finish == "length" and self.last_token not in h.STOP_TOKENS:
+            return "length", None
+        return "return", None
+
+    def _apply(self, header: h.Header | None, delta: str, msg: Message | None, lp: TokenLogprob | None = None) -> None:
+        """One token's effect on the output items: the item a header opens, a delta, or the message ended."""
+        if self.parser.header is not None and self.parser.header.channel in ("analysis", "commentary") and not header:
+            self.r.usage.reasoning += 1
+        if header is not None:
+            self.stream = open_item(self.r, header.channel, header.recipient)
+        elif self.stream is not None and (delta or lp is not None) and msg is None:
+            self.stream.delta(delta, lp)
+        if msg is not None:
+            self.r.messages.append(msg)
+            if self.stream is not None:
+                self.stream.close(msg)
+            self.call_stream, self.stream = self.stream, None
 
 
 FINAL_PREFILL = "<|channel|>final<|message|>"
@@ -234,29 +305,3 @@ def _misses(r: Run, header: h.Header) -> bool:
     if header.recipient is None and header.channel in ("analysis", "commentary"):
         return False
     return not r.turn.forced
-
-
-def _feed(
-    r: Run,
-    parser: h.TurnParser,
-    stream: Stream | None,
-    header: h.Header | None,
-    delta: str,
-    msg: Message | None,
-    lp: TokenLogprob | None = None,
-) -> tuple[Stream | None, Stream | None]:
-    """One sampled token's effect on the output items: (the item now open, the item a finished message
-    just left, for the call it may be)."""
-    if parser.header is not None and parser.header.channel in ("analysis", "commentary") and not header:
-        r.usage.reasoning += 1
-    if header is not None:
-        stream = open_item(r, header.channel, header.recipient)
-    elif stream is not None and (delta or lp is not None) and msg is None:
-        stream.delta(delta, lp)
-    if msg is not None:
-        r.messages.append(msg)
-        done = stream
-        if stream is not None:
-            stream.close(msg)
-        return None, done
-    return stream, None

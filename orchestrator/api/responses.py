@@ -33,7 +33,7 @@ def _sse(events: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
 
 def router(deps: Deps) -> APIRouter:
     """`/v1/responses`: create, retrieve (or replay), delete, cancel, input items."""
-    service = deps.service
+    service, responses = deps.service, deps.service.responses
     router = APIRouter()
 
     @router.post("/v1/responses", openapi_extra=CREATE_DOC)
@@ -41,31 +41,31 @@ def router(deps: Deps) -> APIRouter:
         req = await parse_body(await request.body())
         live = await service.create(req, request.state.owner, base_url=str(request.base_url))
         if req.stream:
-            return _sse(service.stream(live))
+            return _sse(responses.stream(live))
         if req.background:
             return JSONResponse(live.builder.snapshot())
-        body = await service.result(live, gone=lambda: _disconnected(request))
+        body = await responses.result(live, gone=lambda: _disconnected(request))
         return Response(status_code=499) if body is None else JSONResponse(body)  # 499: nobody reads it
 
     @router.get("/v1/responses/{rid}", openapi_extra={"responses": SSE_OR_JSON})
     async def get(request: Request, rid: str, stream: bool = False, starting_after: int = -1) -> Response:
         if stream:
-            return _sse(await service.replay(rid, request.state.owner, starting_after))
-        return JSONResponse(await service.retrieve(rid, request.state.owner))
+            return _sse(await responses.replay(rid, request.state.owner, starting_after))
+        return JSONResponse(await responses.retrieve(rid, request.state.owner))
 
     @router.delete("/v1/responses/{rid}")
     async def delete(request: Request, rid: str) -> Response:
-        return JSONResponse(await service.delete(rid, request.state.owner))
+        return JSONResponse(await responses.delete(rid, request.state.owner))
 
     @router.post("/v1/responses/{rid}/cancel")
     async def cancel(request: Request, rid: str) -> Response:
-        return JSONResponse(await service.cancel(rid, request.state.owner))
+        return JSONResponse(await responses.cancel(rid, request.state.owner))
 
     @router.get("/v1/responses/{rid}/input_items")
     async def input_items(
         request: Request, rid: str, limit: int = 20, order: str = "desc", after: str | None = None
     ) -> Response:
-        return JSONResponse(await service.input_items(rid, request.state.owner, limit, order, after))
+        return JSONResponse(await responses.input_items(rid, request.state.owner, limit, order, after))
 
     return router
 
