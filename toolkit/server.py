@@ -41,6 +41,7 @@ from toolkit.metrics import ToolMetrics
 from toolkit.sandbox.runtime import ContainerRuntime
 from toolkit.sessions import S, SessionGone, SessionRegistry, TooManySessions, idle_words
 from toolkit.settings import ToolServerSettings
+from toolkit.signature import Body, ToolSignature
 from toolkit.tracing import annotate, extract, request_context, span
 from toolkit.wire import MEMORY_HEADER, OWNER_HEADER, REQUEST_ID_HEADER, SESSION_HEADER, fleet_secret, read_owner
 
@@ -368,6 +369,42 @@ class ToolServer(Generic[S]):
                     return reset(key, faults.reset_words(exc))
         except faults.unavailable as exc:
             raise ToolError(f"{faults.what} unavailable: {exc}") from exc
+
+    def tool(
+        self,
+        name: str,
+        faults: Faults,
+        *,
+        step: str | None = None,
+        description: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> Callable[[Body], Body]:
+        """`@kit.tool(name, faults)`: register a tool whose body states only its operation. The body checks its
+        arguments and returns an `Op` on the session's state; the kit adds the rest, named once: the
+        `session_handle` argument, the session, the span `step`, the fault handling and, for an operation that
+        answers a `Reply`, the notice and the handle (`answer`). The body runs before the session is taken, so
+        an argument it refuses starts no sandbox."""
+
+        def register(body: Body) -> Body:
+            shape = ToolSignature.of(body)
+            replies = shape.answer is Reply
+
+            async def tool(ctx: Context, session_handle: str | None = None, **arguments: Any) -> Any:
+                op = body(**arguments, ctx=ctx) if shape.takes_context else body(**arguments)
+
+                def work(_key: str, state: S) -> Awaitable[Any]:
+                    return op(state)
+
+                if replies:
+                    return await self.answer(ctx, name, session_handle, work, faults, step)
+                return await self.call(ctx, name, session_handle, work, faults, step=step)
+
+            shape.dress(tool, returns=CallToolResult if replies else shape.answer)
+            structured = False if replies else None  # a `Reply` is text; its data goes into `structuredContent`
+            self.mcp.add_tool(tool, name=name, description=description, meta=meta, structured_output=structured)
+            return body
+
+        return register
 
     async def answer(
         self, ctx: Context, tool: str, handle: str | None, work: Work[S, Reply], faults: Faults, step: str | None = None

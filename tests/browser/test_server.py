@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import uuid
 
-import anyio
 import httpx
 import pytest
 from mcp.client.session import ClientSession
 from openai_harmony import ToolNamespaceConfig
 
+from tests.support.gateway import eventually
 from tests.support.mcp1 import arun_mcp1_client
 from tests.support.mcp2 import TRANSPORTS, mcp_session
 from tests.support.service import Service
@@ -221,7 +221,7 @@ async def test_an_idle_session_is_reaped_after_the_ttl(web: str, corpus_dir, tmp
         headers = sid()
         async with mcp_session(svc.url, "streamable-http", headers) as s:
             await call(s, "open", id=f"{web}/coffee")
-        await anyio.sleep(2)
+        await eventually(lambda: httpx.get(f"{svc.url}/healthz").json()["sessions"] == 0, what="the reap")
         async with mcp_session(svc.url, "streamable-http", headers) as s:
             assert "no page is open yet" in await error(s, "open", cursor=0)
             text, _ = await call(s, "open", id=f"{web}/coffee")  # the error above did not use up the notice

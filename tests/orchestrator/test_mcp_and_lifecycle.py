@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import httpx
 import openai
@@ -11,6 +10,8 @@ import pytest
 from invariants import check_stream
 from openai.types.responses import Response
 from openai.types.responses.response_output_item import McpCall
+
+from tests.support.service import wait_until
 
 FORECAST = '<|channel|>commentary to=weather.get_forecast <|constrain|>json<|message|>{"city":"Oslo"}<|call|>'
 DELETE = '<|channel|>commentary to=weather.delete_city <|constrain|>json<|message|>{"city":"Oslo"}<|call|>'
@@ -112,8 +113,7 @@ def test_background_response_can_be_polled_cancelled_and_replayed(stack):
     stack.script([], default="<|channel|>final<|message|>" + "slow " * 200 + "<|return|>", token_delay_s=0.01)
     resp = stack.client.responses.create(model="gpt-oss", input="hi", background=True)
     assert resp.status in ("queued", "in_progress")
-    time.sleep(0.3)
-    assert stack.client.responses.retrieve(resp.id).status == "in_progress"
+    assert wait_until(lambda: stack.client.responses.retrieve(resp.id).status == "in_progress")
     cancelled = stack.client.responses.cancel(resp.id)
     assert cancelled.status == "cancelled"
     assert stack.client.responses.retrieve(resp.id).status == "cancelled"

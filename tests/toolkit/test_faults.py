@@ -1,8 +1,9 @@
-"""The kit's one fault mapping (`ToolServer.call` / `answer` with `Faults`): each kind of backend failure is
-answered in its own words and does to the session what it says.
+"""The kit's `@kit.tool` and its one fault mapping (`Faults`): each kind of backend failure is answered in its
+own words and does to the session what it says; a tool lists only its body's arguments and `session_handle`.
 
 A real `ToolServer` (served by uvicorn on loopback, in this process so the test can see each session's state)
-with one tool, `count`, whose operation raises the fault the caller names; a real `mcp` 2.x client calls it.
+with two tools, `count` and `peek`, whose operations raise the fault the caller names; a real `mcp` 2.x client
+calls them.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import Any
 import httpx
 import pytest
 import structlog
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -23,6 +25,7 @@ from tests.support.asgi import serve_asgi
 from tests.support.mcp2 import mcp_session
 from toolkit.server import Faults, Reply, ToolServer
 from toolkit.settings import ToolServerSettings
+from toolkit.signature import Op
 
 
 class Misuse(Exception):
@@ -85,28 +88,30 @@ def _demo() -> ToolServer[Counter]:
     mcp = MCPServer("demo")
     kit: ToolServer[Counter] = ToolServer(mcp, ToolServerSettings(), _new_counter)
 
-    @mcp.tool(structured_output=False)
-    async def count(ctx: Context, fault: str = "", session_handle: str | None = None) -> CallToolResult:
-        """Count one up in the caller's session, or fail as `fault` says."""
+    @kit.tool("count", FAULTS, step="counter.step")
+    def count(fault: str = "", by: int = 1) -> Op[Counter, Reply]:
+        """Count `by` up in the caller's session, or fail as `fault` says."""
+        if by < 1:
+            raise ToolError("a count goes up by 1 or more")
 
-        async def step(_key: str, counter: Counter) -> Reply:
+        async def step(counter: Counter) -> Reply:
             if fault:
                 raise RAISES[fault]()
-            counter.n += 1
+            counter.n += by
             return Reply(f"count {counter.n}", {"count": counter.n})
 
-        return await kit.answer(ctx, "count", session_handle, step, FAULTS, step="counter.step")
+        return step
 
-    @mcp.tool()
-    async def peek(ctx: Context, fault: str = "") -> dict[str, int]:
-        """The session's count, as a plain structured answer (`call`, not `answer`)."""
+    @kit.tool("peek", FAULTS)
+    def peek(fault: str = "") -> Op[Counter, dict[str, int]]:
+        """The session's count, as a plain structured answer (not a `Reply`)."""
 
-        async def look(_key: str, counter: Counter) -> dict[str, int]:
+        async def look(counter: Counter) -> dict[str, int]:
             if fault:
                 raise RAISES[fault]()
             return {"count": counter.n}
 
-        return await kit.call(ctx, "peek", None, look, FAULTS)
+        return look
 
     return kit
 
@@ -249,3 +254,22 @@ async def test_a_refusal_is_told_once_on_the_calls_own_log_line(
     [line] = [e for e in events if e["event"] == "tool.call"]  # (capture_logs leaves out the bound session id)
     assert line["outcome"] == "tool_error" and line["error"] == "there is no count below zero"
     assert not [r for r in caplog.records if "failed" in r.getMessage()]  # the SDK's own line for it is dropped
+
+
+async def test_an_argument_the_body_refuses_is_an_error_before_any_session_starts(url: str, sid: str) -> None:
+    [refused] = await _calls(url, sid, ("count", {"by": 0}))
+    assert _error(refused) == "a count goes up by 1 or more"
+    assert sid not in COUNTERS
+
+
+async def test_a_tool_lists_its_bodys_arguments_and_a_session_handle_and_a_reply_has_no_output_schema(
+    url: str,
+) -> None:
+    async with mcp_session(url, "streamable-http") as session:
+        tools = {t.name: t for t in (await session.list_tools()).tools}
+    count, peek = tools["count"], tools["peek"]
+    assert list(count.input_schema["properties"]) == ["fault", "by", "session_handle"]
+    assert count.input_schema["properties"]["session_handle"]["x-mcp-header"] == "Session-Handle"
+    assert count.description == "Count `by` up in the caller's session, or fail as `fault` says."
+    assert count.output_schema is None and peek.output_schema is not None
+    assert list(peek.input_schema["properties"]) == ["fault", "session_handle"]

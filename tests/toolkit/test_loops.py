@@ -40,7 +40,7 @@ async def test_a_loop_that_raises_or_returns_is_recorded_and_a_cancelled_one_is_
         loops.start(tg, "broken", broken)
         loops.start(tg, "done", done)
         loops.start(tg, "forever", anyio.sleep_forever)
-        await anyio.sleep(0.05)
+        await anyio.wait_all_tasks_blocked()  # two have ended, the third waits forever
         tg.cancel_scope.cancel()  # shutdown: not a death
     assert loops.dead == {"broken": "TimeoutError", "done": "returned"}
     assert loops.health() == (503, {"status": "failing", "dead_loops": loops.dead})

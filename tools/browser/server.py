@@ -13,10 +13,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import CallToolResult
 from openai_harmony import ToolNamespaceConfig
 
 from toolkit.server import Faults, Reply, ToolServer
+from toolkit.signature import Op
 from tools.browser.core import CONTEXT_SCALE, Browser, BrowserError, Options, Session
 from tools.browser.settings import BrowserSettings
 
@@ -70,28 +70,14 @@ def build_server(settings: BrowserSettings, browser: Browser) -> ToolServer[Sess
 
     kit: ToolServer[Session] = ToolServer(mcp, settings, browser.new_session, lifespan=lifespan)
 
-    async def answer(
-        ctx: Context, tool: str, handle: str | None, op: Callable[[Session, Options], Awaitable[int]]
-    ) -> CallToolResult:
-        """Run one browser operation in the caller's session (its page stack); its new page is the answer."""
-        opt = _options(ctx)
-
-        async def shown(_key: str, session: Session) -> Reply:
-            cursor = await op(session, opt)
-            view = session.views[cursor]
-            return Reply(view.render(cursor), view.structured(cursor))
-
-        return await kit.answer(ctx, tool, handle, shown, FAULTS)
-
-    @mcp.tool(name="search", structured_output=False)
-    async def search(
-        ctx: Context, query: str, topn: float = 10, source: str | None = None, session_handle: str | None = None
-    ) -> CallToolResult:
+    @kit.tool("search", FAULTS)
+    def search(ctx: Context, query: str, topn: float = 10, source: str | None = None) -> Op[Session, Reply]:
         n = _int(topn, "topn") or 10
-        return await answer(ctx, "search", session_handle, lambda s, o: browser.search(s, query, n, source, o))
+        opt = _options(ctx)
+        return _shown(lambda s: browser.search(s, query, n, source, opt))
 
-    @mcp.tool(name="open", structured_output=False)
-    async def open_(
+    @kit.tool("open", FAULTS)
+    def open_(
         ctx: Context,
         id: float | str = -1,
         cursor: float = -1,
@@ -99,22 +85,30 @@ def build_server(settings: BrowserSettings, browser: Browser) -> ToolServer[Sess
         num_lines: float = -1,
         view_source: bool = False,
         source: str | None = None,
-        session_handle: str | None = None,
-    ) -> CallToolResult:
+    ) -> Op[Session, Reply]:
         target = id if isinstance(id, str) else _int(id, "id")
         c, start, n = _int(cursor, "cursor"), _int(loc, "loc"), _int(num_lines, "num_lines")
+        opt = _options(ctx)
+        return _shown(lambda s: browser.open(s, target, c, start, n, view_source, opt))
 
-        def op(s: Session, o: Options) -> Awaitable[int]:
-            return browser.open(s, target, c, start, n, view_source, o)
-
-        return await answer(ctx, "open", session_handle, op)
-
-    @mcp.tool(name="find", structured_output=False)
-    async def find(ctx: Context, pattern: str, cursor: float = -1, session_handle: str | None = None) -> CallToolResult:
+    @kit.tool("find", FAULTS)
+    def find(ctx: Context, pattern: str, cursor: float = -1) -> Op[Session, Reply]:
         c = _int(cursor, "cursor")
-        return await answer(ctx, "find", session_handle, lambda s, o: browser.find(s, pattern, c, o))
+        opt = _options(ctx)
+        return _shown(lambda s: browser.find(s, pattern, c, opt))
 
     for spec in config.tools:  # what the model reads: the library's descriptions and schemas
         tool = mcp._tool_manager.get_tool(spec.name)  # the SDK exposes registered tools only this way
         tool.description, tool.parameters = spec.description, spec.parameters
     return kit
+
+
+def _shown(op: Callable[[Session], Awaitable[int]]) -> Op[Session, Reply]:
+    """A browser operation in the caller's session (its page stack); its new page is the answer."""
+
+    async def shown(session: Session) -> Reply:
+        cursor = await op(session)
+        view = session.views[cursor]
+        return Reply(view.render(cursor), view.structured(cursor))
+
+    return shown

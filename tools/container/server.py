@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import CallToolResult
 
 from toolkit.server import HIDDEN, Faults, Reply, Sizing, ToolServer, backend_lifespan
+from toolkit.signature import Op
 from tools.container.core import DATA_DIR, Backend, ContainerSession, SandboxError, SandboxGone, UsageError
 from tools.container.settings import ContainerSettings
 
@@ -36,23 +37,8 @@ def _network_line(network: str) -> str:
 
 
 def build_server(settings: ContainerSettings, backend: Backend) -> ToolServer[ContainerSession]:
-    instructions = INSTRUCTIONS.format(
-        image=backend.image,
-        workdir=settings.workdir,
-        timeout=settings.timeout_s,
-        max_timeout=settings.max_timeout_s,
-        network=_network_line(settings.network),
-    )
-    mcp = MCPServer("container", instructions=instructions)
-
-    async def new_session(key: str, memory_mb: int | None = None) -> ContainerSession:
-        return ContainerSession(
-            await backend.new_sandbox(key, memory_mb),
-            workdir=settings.workdir,
-            max_output_bytes=settings.max_output_bytes,
-            max_file_bytes=settings.max_file_bytes,
-        )
-
+    mcp = MCPServer("container", instructions=_instructions(settings, backend.image))
+    new_session = functools.partial(_new_session, settings, backend)
     kit: ToolServer[ContainerSession] = ToolServer(
         mcp,
         settings,
@@ -62,62 +48,63 @@ def build_server(settings: ContainerSettings, backend: Backend) -> ToolServer[Co
         sizing=Sizing(settings.memory_mb, settings.session_memory_cap_mb, new_session),
         runtime=backend.runtime,
     )
-    users = {settings.user, *settings.allowed_users}
+    tool = functools.partial(kit.tool, faults=FAULTS, step=STEP)
 
-    @mcp.tool(name="exec", description="Run a command in this conversation's container.", structured_output=False)
-    async def exec_(
+    @tool("exec", description="Run a command in this conversation's container.")
+    def exec_(
         cmd: list[str],
-        ctx: Context,
         workdir: str | None = None,
         env: dict[str, str] | None = None,
         session_name: str | None = None,
-        timeout: float | None = None,  # noqa: ASYNC109 (the argument set vLLM's gpt-oss path sends)
+        timeout: float | None = None,
         user: str | None = None,
-        session_handle: str | None = None,
-    ) -> CallToolResult:
-        timeout_s, notes = _time_limit(timeout, settings)
-        _check_exec(cmd, env, user, users)
+    ) -> Op[ContainerSession, Reply]:
+        limit, notes = _time_limit(timeout, settings)
+        _check_exec(cmd, env, user, settings)
 
-        async def run(_key: str, s: ContainerSession) -> Reply:
-            done = await s.exec(
-                cmd, timeout_s=timeout_s, workdir=workdir, env=env, session_name=session_name, user=user
-            )
+        async def run(s: ContainerSession) -> Reply:
+            done = await s.exec(cmd, timeout_s=limit, workdir=workdir, env=env, session_name=session_name, user=user)
             done.notes += notes
             return Reply(done.render(), done.structured())
 
-        return await kit.answer(ctx, "exec", session_handle, run, FAULTS, step=STEP)
+        return run
 
-    @mcp.tool(name="write_file", meta=HIDDEN, description="Write a file (or a chunk at offset) in the container.")
-    async def write_file(
-        path: str,
-        content: str,
-        ctx: Context,
-        encoding: str = "text",
-        offset: int = 0,
-        session_handle: str | None = None,
-    ) -> dict[str, Any]:
-        return await kit.call(
-            ctx,
-            "write_file",
-            session_handle,
-            lambda _, s: s.write_file(path, content, encoding, offset),
-            FAULTS,
-            step=STEP,
-        )
+    @tool("write_file", meta=HIDDEN, description="Write a file (or a chunk at offset) in the container.")
+    def write_file(
+        path: str, content: str, encoding: str = "text", offset: int = 0
+    ) -> Op[ContainerSession, dict[str, Any]]:
+        return lambda s: s.write_file(path, content, encoding, offset)
 
-    @mcp.tool(name="read_file", meta=HIDDEN, description="Read a file (from offset) in the container, text or base64.")
-    async def read_file(
-        path: str, ctx: Context, max_bytes: int | None = None, offset: int = 0, session_handle: str | None = None
-    ) -> dict[str, Any]:
-        return await kit.call(
-            ctx, "read_file", session_handle, lambda _, s: s.read_file(path, max_bytes, offset), FAULTS, step=STEP
-        )
+    @tool("read_file", meta=HIDDEN, description="Read a file (from offset) in the container, text or base64.")
+    def read_file(path: str, max_bytes: int | None = None, offset: int = 0) -> Op[ContainerSession, dict[str, Any]]:
+        return lambda s: s.read_file(path, max_bytes, offset)
 
-    @mcp.tool(name="list_files", meta=HIDDEN, description="The regular files under a directory: path, size, mtime_ns.")
-    async def list_files(ctx: Context, path: str = DATA_DIR, session_handle: str | None = None) -> dict[str, Any]:
-        return await kit.call(ctx, "list_files", session_handle, lambda _, s: s.list_files(path), FAULTS, step=STEP)
+    @tool("list_files", meta=HIDDEN, description="The regular files under a directory: path, size, mtime_ns.")
+    def list_files(path: str = DATA_DIR) -> Op[ContainerSession, dict[str, Any]]:
+        return lambda s: s.list_files(path)
 
     return kit
+
+
+def _instructions(settings: ContainerSettings, image: str) -> str:
+    return INSTRUCTIONS.format(
+        image=image,
+        workdir=settings.workdir,
+        timeout=settings.timeout_s,
+        max_timeout=settings.max_timeout_s,
+        network=_network_line(settings.network),
+    )
+
+
+async def _new_session(
+    settings: ContainerSettings, backend: Backend, key: str, memory_mb: int | None = None
+) -> ContainerSession:
+    return ContainerSession(
+        await backend.new_sandbox(key, memory_mb),
+        workdir=settings.workdir,
+        max_output_bytes=settings.max_output_bytes,
+        max_file_bytes=settings.max_file_bytes,
+    )
 
 
 def _time_limit(timeout: float | None, settings: ContainerSettings) -> tuple[float, list[str]]:
@@ -130,7 +117,7 @@ def _time_limit(timeout: float | None, settings: ContainerSettings) -> tuple[flo
     return timeout, []
 
 
-def _check_exec(cmd: list[str], env: dict[str, str] | None, user: str | None, users: set[str]) -> None:
+def _check_exec(cmd: list[str], env: dict[str, str] | None, user: str | None, settings: ContainerSettings) -> None:
     if not cmd or not cmd[0]:
         raise ToolError('cmd must be a non-empty list of arguments, e.g. ["bash", "-lc", "ls"]')
     if any("\0" in part for part in cmd):
@@ -138,5 +125,6 @@ def _check_exec(cmd: list[str], env: dict[str, str] | None, user: str | None, us
     for key, value in (env or {}).items():
         if not key or "=" in key or "\0" in key or "\0" in value:
             raise ToolError(f"env name {key!r} is not a valid variable name")
+    users = {settings.user, *settings.allowed_users}
     if user is not None and user not in users:
         raise ToolError(f"user {user!r} is not allowed here; allowed: {', '.join(sorted(users))}")

@@ -5,12 +5,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import CallToolResult, ImageContent
+from mcp_types import ImageContent
 from openai_harmony import ToolNamespaceConfig
 
 from toolkit.server import HIDDEN, Faults, Reply, Sizing, ToolServer, backend_lifespan
+from toolkit.signature import Op
 from tools.python_sandbox.core import MAX_CHUNK, Backend, Kernel, KernelDied, SandboxError
 from tools.python_sandbox.settings import PythonSandboxSettings
 
@@ -53,50 +54,50 @@ def build_server(settings: PythonSandboxSettings, backend: Backend) -> ToolServe
         mcp, settings, backend.new_kernel, lifespan=backend_lifespan(backend), sizing=sizing, runtime=backend.runtime
     )
 
-    @mcp.tool(
-        name="python",
+    @kit.tool(
+        "python",
+        RUN,
+        step="sandbox.run",
         meta=HIDDEN,
         description="Run Python code in this session's stateful sandbox.",
-        structured_output=False,
     )
-    async def python(code: str, ctx: Context, session_handle: str | None = None) -> CallToolResult:
+    def python(code: str) -> Op[Kernel, Reply]:
         if len(code) > settings.max_code_chars:
             raise ToolError(f"code is {len(code)} characters; the limit is {settings.max_code_chars}")
+        return lambda kernel: _run(kernel, code, settings.timeout_s)
 
-        async def run(_key: str, kernel: Kernel) -> Reply:
-            result = await kernel.run(code, settings.timeout_s)
-            images = [ImageContent(type="image", data=png, mime_type="image/png") for png in result.images]
-            return Reply(result.render(settings.timeout_s), more=images)
+    @kit.tool("write_file", FILES, meta=HIDDEN, description="Write base64 bytes at an offset of a file in /mnt/data.")
+    def write_file(path: str, data: str, offset: int = 0) -> Op[Kernel, dict[str, Any]]:
+        if len(data) > MAX_CHUNK * 4 // 3 + 4 or offset < 0:
+            raise ToolError(f"a chunk holds at most {MAX_CHUNK} bytes (base64), at an offset >= 0")
+        return _files({"op": "write", "path": path, "data": data, "offset": offset})
 
-        return await kit.answer(ctx, "python", session_handle, run, RUN, step="sandbox.run")
+    @kit.tool("read_file", FILES, meta=HIDDEN, description="Read up to max_bytes of a file in /mnt/data, as base64.")
+    def read_file(path: str, offset: int = 0, max_bytes: int = MAX_CHUNK) -> Op[Kernel, dict[str, Any]]:
+        if not 0 < max_bytes <= MAX_CHUNK or offset < 0:
+            raise ToolError(f"max_bytes must be in 1..{MAX_CHUNK}, offset >= 0")
+        return _files({"op": "read", "path": path, "offset": offset, "max_bytes": max_bytes})
 
-    async def files(ctx: Context, tool: str, op: dict[str, Any], session_handle: str | None) -> dict[str, Any]:
-        """A file op on the caller's session (by handle too); a refused path or a failed op is an error result."""
-        reply = await kit.call(ctx, tool, session_handle, lambda _key, kernel: kernel.files(op), FILES)
+    @kit.tool("list_files", FILES, meta=HIDDEN, description="The files under /mnt/data: path, size, mtime_ns.")
+    def list_files() -> Op[Kernel, dict[str, Any]]:
+        return _files({"op": "list"})
+
+    return kit
+
+
+async def _run(kernel: Kernel, code: str, timeout_s: float) -> Reply:
+    result = await kernel.run(code, timeout_s)
+    images = [ImageContent(type="image", data=png, mime_type="image/png") for png in result.images]
+    return Reply(result.render(timeout_s), more=images)
+
+
+def _files(op: dict[str, Any]) -> Op[Kernel, dict[str, Any]]:
+    """A file op on the session's interpreter; a refused path or a failed op is an error result."""
+
+    async def run(kernel: Kernel) -> dict[str, Any]:
+        reply = await kernel.files(op)
         if reply.get("error"):
             raise ToolError(reply["error"])
         return {k: v for k, v in reply.items() if k not in ("id", "error")}
 
-    @mcp.tool(name="write_file", meta=HIDDEN, description="Write base64 bytes at an offset of a file in /mnt/data.")
-    async def write_file(
-        path: str, data: str, ctx: Context, offset: int = 0, session_handle: str | None = None
-    ) -> dict[str, Any]:
-        if len(data) > MAX_CHUNK * 4 // 3 + 4 or offset < 0:
-            raise ToolError(f"a chunk holds at most {MAX_CHUNK} bytes (base64), at an offset >= 0")
-        op = {"op": "write", "path": path, "data": data, "offset": offset}
-        return await files(ctx, "write_file", op, session_handle)
-
-    @mcp.tool(name="read_file", meta=HIDDEN, description="Read up to max_bytes of a file in /mnt/data, as base64.")
-    async def read_file(
-        path: str, ctx: Context, offset: int = 0, max_bytes: int = MAX_CHUNK, session_handle: str | None = None
-    ) -> dict[str, Any]:
-        if not 0 < max_bytes <= MAX_CHUNK or offset < 0:
-            raise ToolError(f"max_bytes must be in 1..{MAX_CHUNK}, offset >= 0")
-        op = {"op": "read", "path": path, "offset": offset, "max_bytes": max_bytes}
-        return await files(ctx, "read_file", op, session_handle)
-
-    @mcp.tool(name="list_files", meta=HIDDEN, description="The files under /mnt/data: path, size, mtime_ns.")
-    async def list_files(ctx: Context, session_handle: str | None = None) -> dict[str, Any]:
-        return await files(ctx, "list_files", {"op": "list"}, session_handle)
-
-    return kit
+    return run
