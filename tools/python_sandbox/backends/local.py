@@ -12,11 +12,9 @@ import asyncio
 import contextlib
 import dataclasses
 import os
-import select
 import shutil
 import signal
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 import anyio
 import structlog
@@ -43,68 +41,11 @@ _ENV = {
     "OMP_NUM_THREADS": "1",
     "PYTHONDONTWRITEBYTECODE": "1",
 }
-_END_S = 10.0
-"""How long the processes of a closed sandbox's uid get to die after SIGKILL before the uid is withheld."""
-
-
-def _live_pidfds(uid: int) -> list[int]:
-    """A pidfd for each live process whose real uid is `uid` (a zombie is dead: it waits on its parent to reap it).
-
-    The uid is read again once the pidfd is open, so a pid reused meanwhile by another process is never taken."""
-    fds = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or not _lives_as(name, uid):
-            continue
-        try:
-            fd = os.pidfd_open(int(name))
-        except OSError:  # gone since the look
-            continue
-        if _lives_as(name, uid):
-            fds.append(fd)
-        else:
-            os.close(fd)
-    return fds
-
-
-def _lives_as(pid: str, uid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            fields = dict(line.split(":", 1) for line in status if ":" in line)
-    except OSError:
-        return False
-    return fields["Uid"].split()[0] == str(uid) and fields["State"].split()[0] not in ("Z", "X")
-
-
-def end_processes_of(uid: int, timeout_s: float) -> bool:
-    """SIGKILL every process of `uid` and wait until none lives; False when some outlive `timeout_s`.
-
-    Each look kills what it finds and waits for those to exit; a child forked before its parent was killed is
-    found by the next look, and a killed process forks no more, so a look that finds none ends it."""
-    deadline = time.monotonic() + timeout_s
-    while fds := _live_pidfds(uid):
-        try:
-            poller = select.poll()
-            for fd in fds:
-                with contextlib.suppress(ProcessLookupError):
-                    signal.pidfd_send_signal(fd, signal.SIGKILL)
-                poller.register(fd, select.POLLIN)  # readable once the process has exited
-            waiting = set(fds)
-            while waiting:
-                left_ms = (deadline - time.monotonic()) * 1000
-                if left_ms <= 0:
-                    return False
-                for fd, _ in poller.poll(left_ms):
-                    poller.unregister(fd)
-                    waiting.discard(fd)
-        finally:
-            for fd in fds:
-                os.close(fd)
-    return True
 
 
 class LocalKernel(ChannelKernel):
     def __init__(
-        self, proc: asyncio.subprocess.Process, channel: KernelChannel, release_uid: Callable[[], Awaitable[None]]
+        self, proc: asyncio.subprocess.Process, channel: KernelChannel, release_uid: Callable[[], None]
     ) -> None:
         super().__init__(channel)
         self._proc = proc
@@ -115,7 +56,7 @@ class LocalKernel(ChannelKernel):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self._proc.pid, signal.SIGKILL)
         await self._proc.wait()
-        await self._release_uid()
+        self._release_uid()
 
 
 class LocalBackend:
@@ -189,18 +130,15 @@ class LocalBackend:
         """A kernel under bubblewrap; `memory_mb` (another size than `--memory-mb`) sets its address-space rlimit.
 
         Its uid and process are released on every way out but a ready kernel, a caller that left (cancelled)
-        while it started included: a leaked uid is gone for good, and with the last one every new session fails.
-        The spawn is shielded so that a started process always reaches `LocalKernel.aclose`, the one way out that
-        ends all of it (asyncio, cancelled mid-spawn, would kill the launcher alone)."""
+        while it started included: a leaked uid is gone for good, and with the last one every new session fails."""
         uid = self._take_uid()
         try:
-            with anyio.CancelScope(shield=True):
-                proc = await self._spawn(uid, memory_mb)
+            proc = await self._spawn(uid, memory_mb)
         except BaseException:
-            self._give_uid(uid)  # nothing ran as the uid: the launcher never started
+            self._give_uid(uid)  # asyncio kills a process whose start was cancelled; its uid is ours to return
             raise
         assert proc.stdin and proc.stdout and proc.stderr
-        kernel = LocalKernel(proc, KernelChannel(proc.stdout, proc.stdin), lambda: self._release_uid(uid))
+        kernel = LocalKernel(proc, KernelChannel(proc.stdout, proc.stdin), lambda: self._give_uid(uid))
         try:
             await kernel.channel.wait_ready(timeout_s=30)
         except BaseException as exc:
@@ -249,23 +187,6 @@ class LocalBackend:
     def _give_uid(self, uid: int | None) -> None:
         if uid is not None:
             self._free_uids.append(uid)
-
-    async def _release_uid(self, uid: int | None) -> None:
-        """Give a closed sandbox's uid back once no process of it lives, for the next session must share nothing.
-
-        Killing bubblewrap's launcher and its process group is not enough. The sandbox's first process (its pid 1)
-        waits for the launcher's go-ahead on an eventfd, forever if the launcher is gone, and it leaves the group
-        (setsid) and asks to die with the launcher (PR_SET_PDEATHSIG) only after its setup, just before it runs
-        the interpreter: a launcher killed alone (as asyncio does to a spawn cancelled mid-way), or killed while
-        that first process was between its setsid and its prctl, left a process of the uid for good. So every
-        process of the uid is killed, and the uid goes back once none lives; one that outlives SIGKILL (stuck in
-        the kernel) keeps its uid out of the pool rather than share it with the next session."""
-        if uid is None:
-            return
-        if await anyio.to_thread.run_sync(end_processes_of, uid, _END_S):
-            self._give_uid(uid)
-        else:
-            log.error("sandbox.uid_withheld", uid=uid, reason=f"its processes outlived SIGKILL by {_END_S:g} s")
 
     async def aclose(self) -> None:
         """Kernels are closed by the session registry; nothing is shared to free here."""
