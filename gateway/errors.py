@@ -90,6 +90,12 @@ class Unreached(Unavailable):
     left, so a call on a session no replica holds yet may go to another replica, whatever its method."""
 
 
+class Unanswered(Unavailable):
+    """The replica closed the connection before a byte of answer. From a replica that said it drains, this is
+    its stop: the call was never run or was cut off with the sandbox it ran in, so like `Unreached` it may go to
+    another replica, which says the session's state was reset."""
+
+
 class Draining(Unreached):
     """The replica is draining and refused to open a session (HTTP 503, `Toolfleet-Draining`): it did nothing,
     so the call may go to another replica like a refused connection."""

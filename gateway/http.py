@@ -43,7 +43,12 @@ class ProtocolError(Exception):
 
 
 class ClosedUnanswered(Exception):
-    """A new connection the upstream closed before any answer: it may have died, or only shed load."""
+    """A new connection the upstream closed before any answer: it may have died, or only shed load. `reset`:
+    it reset the connection (a stopping server resets those it accepted but never read) rather than closing it."""
+
+    def __init__(self, *, reset: bool = False) -> None:
+        super().__init__("reset" if reset else "closed")
+        self.reset = reset
 
 
 class ConnectFailed(Exception):
@@ -292,9 +297,11 @@ class Pool:
         conn = await self._connect(key, timeouts)
         try:
             return await self._exchange(key, conn, head, body, method, timeouts)
-        except _StaleConnection as exc:
+        except (ConnectionError, _StaleConnection) as exc:
             conn.close()
-            raise ClosedUnanswered from exc
+            if conn.reader._buffer:  # type: ignore[attr-defined]
+                raise ProtocolError("connection broken inside the response head") from None
+            raise ClosedUnanswered(reset=isinstance(exc, ConnectionError)) from exc
         except BaseException:
             conn.close()
             raise

@@ -63,9 +63,9 @@ class ProbeSession:
         response = await self._post({"jsonrpc": "2.0", "method": method})
         await response.aclose()
 
-    async def open(self) -> dict[str, Any]:
+    async def open(self, version: str = PROBE_VERSION) -> dict[str, Any]:
         self.initialize_result = await self.request(
-            "initialize", {"protocolVersion": PROBE_VERSION, "capabilities": {}, "clientInfo": CLIENT_INFO}
+            "initialize", {"protocolVersion": version, "capabilities": {}, "clientInfo": CLIENT_INFO}
         )
         await self.notify("notifications/initialized")
         return self.initialize_result

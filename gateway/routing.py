@@ -109,6 +109,9 @@ class Target:
     """The pin was made for this message, so a safe method may be retried elsewhere."""
     moved: bool = False
     """The session's replica drained: this message places it afresh, and the new replica hears of it."""
+    reopen: bool = False
+    """The client's MCP session moved to this replica with its key: its upstream session must be opened here
+    before the message goes."""
 
 
 @dataclass(slots=True)
@@ -161,6 +164,10 @@ class Router:
                 raise UnknownSession(f"unknown MCP session {sid!r}: initialize a new one")
             if rec.replica is None:
                 return Degraded(ns, rec.key, sid)
+            if await self._follows_key(ns, rec):
+                target = await self._by_key(ns, rec.key, msg)
+                target.sid, target.reopen = sid, rec.upstream_sid is not None
+                return target
             replica = await self._pinned(ns, rec.key, rec.replica, msg)
             return Target(ns, replica, rec.key, sid, rec.upstream_sid)
         key = SessionKey.header(xsid)
@@ -173,6 +180,19 @@ class Router:
                 return Target(ns, await self._pinned(ns, retry, pin.replica, msg), retry)
         if key is None:
             return Target(ns, await self.pick(ns), fresh=True)
+        return await self._by_key(ns, key, msg)
+
+    async def _follows_key(self, ns: Namespace, rec: SessionRecord) -> bool:
+        """Whether an MCP session named by x-session-id goes where its key is now placed, not to the replica it
+        opened on: that replica drained (the key is placed again), or another MCP session moved the key."""
+        if not rec.key.by_header:
+            return False
+        pin = await self.store.get_pin(ns.name, rec.key)
+        return pin is not None and (pin.replica != rec.replica or pin.drained or self._drained(ns, pin.replica))
+
+    async def _by_key(self, ns: Namespace, key: SessionKey, msg: dict[str, Any]) -> Target:
+        """The target of session key `key`: where it is pinned, or placed afresh when it is new or its replica
+        drained."""
         pin = await self.store.get_pin(ns.name, key)
         if pin is not None and not pin.drained and not self._drained(ns, pin.replica):
             return Target(ns, await self._pinned(ns, key, pin.replica, msg), key)
@@ -244,7 +264,8 @@ class Router:
         if target.key is not None:
             await self.store.drop_pin(ns.name, target.key)
             await self.store.claim_pin(ns.name, target.key, chosen.url)
-        return Target(ns, chosen, target.key, target.sid, target.upstream_sid, fresh=True, moved=moved)
+        reopen = target.reopen or (moved and target.upstream_sid is not None)
+        return Target(ns, chosen, target.key, target.sid, target.upstream_sid, fresh=True, moved=moved, reopen=reopen)
 
     async def open_session(self, target: Target | Degraded, upstream_sid: str | None, *, sid: str | None = None) -> str:
         """Record a new MCP session after the upstream accepted `initialize` (or, degraded, after the gateway

@@ -15,14 +15,15 @@ from opentelemetry.trace import SpanKind
 
 from gateway.config import GatewayConfig
 from gateway.envelope import NEW_HANDLE, session_handle
-from gateway.errors import SessionLost, ToolNotApproved, Unavailable, Unreached
+from gateway.errors import SessionLost, ToolNotApproved, Unanswered, Unavailable, Unreached
 from gateway.headers import TRACE_CONTEXT
 from gateway.http import Response, Timeouts
 from gateway.keys import SessionKey
 from gateway.messages import SAFE_METHODS, Rewriter, protocol_version, tool_name
 from gateway.metrics import GatewayMetrics
+from gateway.probe import PROBE_VERSION, ProbeSession
 from gateway.routing import Degraded, Namespace, Router, Target
-from gateway.store import Store, open_store
+from gateway.store import SessionRecord, Store, open_store
 from gateway.upstream import Replica, make_client, open_stream
 from toolkit.loops import Loops
 from toolkit.tracing import annotate, current_request_id, extract, inject, span
@@ -149,29 +150,47 @@ class Gateway:
         ns = target.ns
         timeout = Timeouts(connect=ns.cfg.connect_timeout_s, read=ns.cfg.timeout_s)
         for attempt in range(2):
-            if target.upstream_sid:
-                headers["mcp-session-id"] = target.upstream_sid
             if target.moved:
                 headers[RESET_HEADER] = "drained"  # the new replica tells the session's next call of the reset
             try:
+                if target.reopen:
+                    await self._reopen(target, headers)
+                if target.upstream_sid:
+                    headers["mcp-session-id"] = target.upstream_sid
                 return target, await open_stream(
                     self.client, target.replica, "POST", headers, body, http_timeout=timeout
                 )
             except Unavailable as exc:
                 # Another replica may take it: a safe method, or any call that never reached the first one
-                # (a replica draining or gone refuses the connection) on a session no replica holds yet - or
-                # one a replica that drained held, opening a new MCP session (it is moved, and hears of it).
-                retry = msg.get("method") in SAFE_METHODS or isinstance(exc, Unreached)
+                # (a replica draining or gone refuses the connection) or that a draining one dropped unanswered
+                # as it stopped (`Unanswered`), on a session no replica holds yet - or
+                # one a replica that drained held: it is moved and hears of it, and a client's MCP session on
+                # it gets a new upstream session on the new replica.
+                stopped = isinstance(exc, Unreached) or (isinstance(exc, Unanswered) and target.replica.said_draining)
+                retry = msg.get("method") in SAFE_METHODS or stopped
                 # only a session named by x-session-id can start afresh elsewhere: a handle or a retry's state
                 # means something to the replica that issued it alone, so that one is lost
                 movable = target.key is None or target.key.by_header
-                moving = retry and movable and target.replica.said_draining and target.sid is None
+                moving = retry and movable and target.replica.said_draining
                 if (target.fresh or moving) and attempt == 0 and retry and len(ns.replicas) > 1:
                     with contextlib.suppress(Unavailable):
                         target = await self.router.repick(target, target.replica, moved=moving or target.moved)
                         continue
                 raise self.as_lost(target, exc) from exc
         raise AssertionError("unreachable")
+
+    async def _reopen(self, target: Target, headers: dict[str, str]) -> None:
+        """Open the upstream session of a client's MCP session that moved with its key to `target.replica`
+        (its first replica drained): the client keeps its session, the new replica gets a new one."""
+        assert target.sid is not None and target.key is not None
+        version = headers.get("mcp-protocol-version", "")
+        forwarded = {k: v for k, v in headers.items() if k != "mcp-session-id"}
+        upstream = ProbeSession(self.client, target.replica, forwarded, target.ns.cfg.timeout_s)
+        await upstream.open(version if version in HANDSHAKE_VERSIONS else PROBE_VERSION)
+        record = SessionRecord(target.ns.name, target.key, target.replica.url, upstream.sid)
+        await self.store.put_session(target.sid, record)
+        target.upstream_sid, target.reopen = upstream.sid, False
+        log.info("session.reopened", namespace=target.ns.name, session_id=target.key.id, replica=target.replica.url)
 
     async def forgotten(self, target: Target) -> SessionLost:
         """The replica answered 404 for the upstream session we hold: it restarted or dropped it."""

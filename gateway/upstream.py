@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 import structlog
 
 from gateway.config import PoolConfig
-from gateway.errors import BadUpstream, Draining, InvalidRequest, Unavailable, Unreached, UpstreamTimeout
+from gateway.errors import BadUpstream, Draining, InvalidRequest, Unanswered, Unavailable, Unreached, UpstreamTimeout
 from gateway.http import ClosedUnanswered, ConnectFailed, InvalidHeader, Pool, ProtocolError, Response, Timeouts
 from toolkit.wire import DRAINING_HEADER, ROOM_HEADER
 
@@ -111,9 +111,9 @@ def upstream_errors(replica: Replica, *, passive: bool = True) -> Iterator[None]
     except ConnectFailed as exc:
         record_failure(decisive=True)
         raise Unreached(f"a replica of {replica.namespace!r} is unreachable") from exc
-    except ClosedUnanswered as exc:  # counts toward the circuit, not at once: one such close may be load
-        record_failure()
-        raise Unavailable(f"a replica of {replica.namespace!r} closed the connection unanswered") from exc
+    except ClosedUnanswered as exc:  # a close counts toward the circuit, not at once: it may be load shed
+        record_failure(decisive=exc.reset)
+        raise Unanswered(f"a replica of {replica.namespace!r} closed the connection unanswered") from exc
     except TimeoutError as exc:
         record_failure()
         raise UpstreamTimeout(f"a replica of {replica.namespace!r} timed out") from exc

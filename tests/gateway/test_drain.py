@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 
 import anyio
 import httpx
+import pytest
 
-from tests.support.gateway import connect, gateway_config, running_gateway
+from tests.support.gateway import call_text, connect, gateway_config, running_gateway
 from tests.support.service import Service, running_service
 
 GRACE_S = 3.0
@@ -123,3 +124,37 @@ async def test_a_replica_told_to_stop_drains_and_no_call_is_lost() -> None:
     # (one the gateway sent to a before it heard was refused there and placed on b).
     after = [c for c in newcomers if c.started > signalled + 1.0]
     assert after and {c.replicas[0] for c in after} == {b_url}
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_an_open_mcp_session_moves_with_its_key_when_its_replica_drains(mode: str) -> None:
+    """A client whose replica drained and stopped goes on: the next call on the other replica says the state was
+    reset, whether the call finds the replica gone itself or the gateway knew already. A 2025 client keeps its
+    MCP session: the gateway opens a new upstream session for it on the other replica; a 2026-07-28 one has none."""
+    with python_replica() as a, python_replica() as b:
+        cfg = gateway_config({"python": [f"{a.url}/mcp", f"{b.url}/mcp"]})
+        with running_gateway(cfg) as gw:
+            url, a_url = gw.url("python"), f"{a.url}/mcp"
+            convs: list[Conversation] = []
+            while sum(c.replicas == [a_url] for c in convs) < 2:  # the first two conversations placed on a
+                convs.append(Conversation())
+                await turn(url, convs[-1])
+                replicas_of(gw.logs(), convs[-1:])
+            on_a = [c for c in convs if c.replicas == [a_url]]
+            async with contextlib.AsyncExitStack() as stack:
+                clients = [
+                    await stack.enter_async_context(
+                        connect(url, "streamable-http", headers={"x-session-id": c.sid}, mode=mode)
+                    )
+                    for c in on_a
+                ]
+                a.proc.send_signal(signal.SIGTERM)
+                for client in clients:  # served through the grace period, where the gateway hears a drains
+                    assert (await call_text(client, "python", {"code": STEP})).splitlines()[-1] == "2"
+                await anyio.to_thread.run_sync(a.proc.wait, 30)
+                texts = [await call_text(client, "python", {"code": STEP}) for client in clients]
+            gw.stop()
+            log = gw.logs()
+    for text in texts:
+        assert text.startswith(RESET) and text.splitlines()[-1] == "1", text
+    assert log.count('"session.reopened"') == (2 if mode == "legacy" else 0), log[-3000:]

@@ -9,6 +9,8 @@ MCP server, and a loopback server that closes reused connections on purpose.
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 from collections.abc import Iterator
 
 import pytest
@@ -102,21 +104,25 @@ async def test_a_request_a_reused_connection_ends_unanswered_is_sent_once_more_o
         server.server.close()
 
 
-async def test_a_new_connection_ended_unanswered_is_not_retried() -> None:
-    """The upstream may have run it: a request is sent again only where it cannot have been read (see above)."""
+@pytest.mark.parametrize("reset", [False, True])
+async def test_a_new_connection_ended_unanswered_is_not_retried(reset: bool) -> None:
+    """The upstream may have run it: a request is sent again only where it cannot have been read (see above).
+    A reset (a stopping server's answer to what it accepted and did not read) is told apart from a close."""
     seen = 0
 
     async def unanswered(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         nonlocal seen
         await reader.readuntil(b"\r\n\r\n")
         seen += 1
+        if reset:  # SO_LINGER 0: close sends RST
+            writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         writer.close()
 
     server, pool = await asyncio.start_server(unanswered, "127.0.0.1", 0), Pool()
     try:
-        with pytest.raises(ClosedUnanswered):
+        with pytest.raises(ClosedUnanswered) as raised:
             await post(pool, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/mcp")
-        assert seen == 1
+        assert seen == 1 and raised.value.reset is reset
     finally:
         pool.close()
         server.close()
