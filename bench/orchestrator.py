@@ -28,11 +28,11 @@ sys.path.insert(0, str(ROOT / "tests" / "orchestrator"))
 from bench.report import print_values, save  # noqa: E402
 from orchestrator import harmony as h  # noqa: E402
 from orchestrator.chat import ChatTurns, chat_tools  # noqa: E402
-from orchestrator.events import ResponseBuilder  # noqa: E402
 from orchestrator.kinds import toolset  # noqa: E402
-from orchestrator.run import Limits, Run  # noqa: E402
+from orchestrator.responses.events import ResponseBuilder  # noqa: E402
+from orchestrator.responses.run import Limits, Run  # noqa: E402
+from orchestrator.responses.turns import run  # noqa: E402
 from orchestrator.tools import Endpoints, ToolOutcome, ToolSessions  # noqa: E402
-from orchestrator.turns import run  # noqa: E402
 from orchestrator.worker.client import Chunk, GenerateRequest  # noqa: E402
 
 

@@ -21,15 +21,15 @@ import orchestrator.api.responses
 import orchestrator.api.service
 import orchestrator.api.websocket
 from orchestrator.api.deps import Deps
-from orchestrator.auth import ApiKeys, AuthMiddleware, load_keys, warn_if_open
-from orchestrator.bodies import BodyLimitMiddleware, BodyLimits
 from orchestrator.containers import Containers
 from orchestrator.errors import ERRORS, RequestError, StoreUnavailable, error_response
 from orchestrator.files import Files
-from orchestrator.mcp_policy import McpPolicy
+from orchestrator.guard.auth import ApiKeys, AuthMiddleware, load_keys, warn_if_open
+from orchestrator.guard.bodies import BodyLimitMiddleware, BodyLimits
+from orchestrator.guard.mcp_policy import McpPolicy
 from orchestrator.metrics import LatencyMiddleware, OrchestratorMetrics
 from orchestrator.persist import Stores, open_stores
-from orchestrator.service import ResponsesService
+from orchestrator.responses.service import ResponsesService
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.tools import Endpoints, cleanup_sessions
 from orchestrator.worker.client import Chat, Generate, WorkerPool

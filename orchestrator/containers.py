@@ -25,7 +25,7 @@ from starlette.requests import Request
 
 from orchestrator.errors import RequestError
 from orchestrator.files import Files, page, receive_upload
-from orchestrator.schema import read_json
+from orchestrator.request.schema import read_json
 
 if TYPE_CHECKING:
     from orchestrator.settings import OrchestratorSettings

@@ -22,11 +22,11 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.errors import RequestError
-from orchestrator.events import new_id
-from orchestrator.items import normalize
 from orchestrator.kinds import EchoContext, to_messages
 from orchestrator.persist import Conversation, ConversationStore
-from orchestrator.schema import check_include, check_metadata
+from orchestrator.request.items import normalize
+from orchestrator.request.schema import check_include, check_metadata
+from orchestrator.responses.events import new_id
 
 log = structlog.get_logger(__name__)
 LEASE_S = 30.0  # how long a holder that stopped renewing (its replica died) keeps a conversation locked

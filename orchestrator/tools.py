@@ -23,9 +23,9 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import CONNECTION_CLOSED
 from opentelemetry.trace import SpanKind
 
-from orchestrator.addresses import hide
+from orchestrator.guard.addresses import hide
+from orchestrator.guard.mcp_policy import PinnedTransport
 from orchestrator.harmony import Namespace
-from orchestrator.mcp_policy import PinnedTransport
 from orchestrator.settings import KEEPALIVE_EXPIRY_S
 from toolkit.handles import ARGUMENT as HANDLE_ARGUMENT
 from toolkit.tracing import annotate, current_request_id, inject, span

@@ -11,9 +11,9 @@ from starlette.types import Receive, Scope, Send
 
 from orchestrator.api.deps import Deps
 from orchestrator.api.responses import SSE_OR_JSON
-from orchestrator.chat_completions import ChatRelay
-from orchestrator.limits import Slot
-from orchestrator.schema import read_json
+from orchestrator.chat.completions import ChatRelay
+from orchestrator.guard.limits import Slot
+from orchestrator.request.schema import read_json
 
 
 class _HeldStream(StreamingResponse):

@@ -11,8 +11,8 @@ from fastapi.responses import JSONResponse
 
 from orchestrator.api.deps import Deps
 from orchestrator.errors import RequestError
-from orchestrator.schema import ResponsesRequest, read_json
-from orchestrator.service import ResponsesService
+from orchestrator.request.schema import ResponsesRequest, read_json
+from orchestrator.responses.service import ResponsesService
 from orchestrator.worker.client import WorkerError, WorkerUnavailable
 
 T = TypeVar("T")

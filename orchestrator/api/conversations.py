@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from orchestrator.api.deps import Deps
 from orchestrator.conversations import ConversationCreate, ConversationUpdate, ItemsCreate
-from orchestrator.schema import json_doc, read_json
+from orchestrator.request.schema import json_doc, read_json
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from orchestrator.containers import Containers
 from orchestrator.files import Files
 from orchestrator.metrics import OrchestratorMetrics
-from orchestrator.service import ResponsesService
+from orchestrator.responses.service import ResponsesService
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.worker.client import WorkerPool
 

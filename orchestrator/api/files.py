@@ -11,7 +11,7 @@ from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from orchestrator.api.deps import Deps
-from orchestrator.upkeep import every
+from orchestrator.responses.upkeep import every
 
 UPLOAD_DOC = {
     "requestBody": {

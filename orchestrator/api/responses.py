@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from orchestrator.api.deps import Deps
-from orchestrator.schema import ResponsesRequest, json_doc, parse_body
+from orchestrator.request.schema import ResponsesRequest, json_doc, parse_body
 
 SSE_EVENT = {
     "type": "object",

@@ -32,10 +32,10 @@ from starlette.types import Message
 
 from orchestrator.api.deps import Deps
 from orchestrator.errors import RequestError, error_response
-from orchestrator.limits import LimitExceeded
+from orchestrator.guard.limits import LimitExceeded
 from orchestrator.persist import Record
-from orchestrator.schema import ResponsesRequest, check_params, read_json
-from orchestrator.service import ResponsesService
+from orchestrator.request.schema import ResponsesRequest, check_params, read_json
+from orchestrator.responses.service import ResponsesService
 
 log = structlog.get_logger(__name__)
 LIFETIME_S = 3600.0

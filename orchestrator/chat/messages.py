@@ -17,7 +17,7 @@ from orchestrator import harmony as h
 from orchestrator import kinds
 from orchestrator.errors import RequestError
 from orchestrator.kinds.base import tool_args
-from orchestrator.schema import Requirement
+from orchestrator.request.schema import Requirement
 
 
 def chat_name(recipient: str) -> str:

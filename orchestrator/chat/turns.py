@@ -19,7 +19,7 @@ from orchestrator import harmony as h
 from orchestrator.chat.messages import ChatTools, to_chat
 from orchestrator.errors import RequestError
 from orchestrator.kinds import Stream, open_stream
-from orchestrator.run import Call, Run, Turn
+from orchestrator.responses.run import Call, Run, Turn
 from orchestrator.worker.client import Chat, ChatRequest, CountChat
 
 

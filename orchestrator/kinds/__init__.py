@@ -27,8 +27,8 @@ from orchestrator.kinds.reasoning import ReasoningKind
 from orchestrator.kinds.shell import ShellKind
 from orchestrator.kinds.tool_search import ToolSearchKind
 from orchestrator.kinds.web_search import WebSearchKind
-from orchestrator.run import Run
-from orchestrator.schema import Requirement, Toolset
+from orchestrator.request.schema import Requirement, Toolset
+from orchestrator.responses.run import Run
 
 MESSAGE, REASONING = MessageKind(), ReasoningKind()
 # The kinds of tool calls, in the order they claim a recipient (shell before mcp: container.exec).

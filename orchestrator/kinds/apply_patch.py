@@ -17,10 +17,10 @@ from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator.errors import RequestError
-from orchestrator.events import new_id
 from orchestrator.kinds.base import DIRECT_ONLY, EchoContext, Kind, Parsing, Stream, tool_args
-from orchestrator.run import Run
-from orchestrator.schema import Requirement, Toolset
+from orchestrator.request.schema import Requirement, Toolset
+from orchestrator.responses.events import new_id
+from orchestrator.responses.run import Run
 
 NAME = "apply_patch"
 RECIPIENT = f"functions.{NAME}"

@@ -13,10 +13,10 @@ from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator.errors import RequestError
-from orchestrator.events import Item
-from orchestrator.params import HONOURED, REFUSED
-from orchestrator.run import Run
-from orchestrator.schema import Requirement, Toolset
+from orchestrator.request.params import HONOURED, REFUSED
+from orchestrator.request.schema import Requirement, Toolset
+from orchestrator.responses.events import Item
+from orchestrator.responses.run import Run
 from orchestrator.tools import ToolOutcome
 from orchestrator.worker.client import TokenLogprob
 

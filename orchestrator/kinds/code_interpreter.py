@@ -10,11 +10,11 @@ from openai_harmony import Message
 from orchestrator import harmony as h
 from orchestrator.containers import MEMORY_LIMITS
 from orchestrator.errors import RequestError
-from orchestrator.events import Item, new_id
 from orchestrator.kinds.base import DIRECT_ONLY, EchoContext, Field, Kind, Parsing, Stream, ToolStream, tool_args
-from orchestrator.params import HONOURED
-from orchestrator.run import Run
-from orchestrator.schema import Requirement, Toolset
+from orchestrator.request.params import HONOURED
+from orchestrator.request.schema import Requirement, Toolset
+from orchestrator.responses.events import Item, new_id
+from orchestrator.responses.run import Run
 from orchestrator.tools import ToolOutcome
 
 _CHAT_PARAMETERS = {

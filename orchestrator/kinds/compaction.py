@@ -12,9 +12,9 @@ from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator.errors import RequestError
-from orchestrator.events import new_id
 from orchestrator.kinds.base import EchoContext, Kind
 from orchestrator.kinds.reasoning import open_reasoning, seal_reasoning
+from orchestrator.responses.events import new_id
 
 LEAD = "Summary of the earlier conversation, written when it was compacted:\n"
 """How the summary is shown to the model: a user-turn note ahead of the turns kept after it."""

@@ -16,12 +16,12 @@ from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator.errors import RequestError
-from orchestrator.events import new_id
 from orchestrator.kinds.base import DESCRIBED, DIRECT_ONLY, NOT_DEFERRED, EchoContext, Field, Kind, Parsing, Stream
 from orchestrator.kinds.function import NOT_ASYNC
-from orchestrator.params import HONOURED
-from orchestrator.run import Run
-from orchestrator.schema import Requirement, Toolset
+from orchestrator.request.params import HONOURED
+from orchestrator.request.schema import Requirement, Toolset
+from orchestrator.responses.events import new_id
+from orchestrator.responses.run import Run
 
 FREEFORM = " (Freeform: write the input as plain text, not JSON.)"
 

@@ -11,7 +11,6 @@ from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator.errors import RequestError
-from orchestrator.events import new_id
 from orchestrator.kinds.base import (
     DESCRIBED,
     DIRECT_ONLY,
@@ -23,9 +22,10 @@ from orchestrator.kinds.base import (
     Stream,
     tool_args,
 )
-from orchestrator.params import HONOURED, NO_OP, REFUSED
-from orchestrator.run import Run
-from orchestrator.schema import Requirement, Toolset
+from orchestrator.request.params import HONOURED, NO_OP, REFUSED
+from orchestrator.request.schema import Requirement, Toolset
+from orchestrator.responses.events import new_id
+from orchestrator.responses.run import Run
 
 
 class FunctionStream(Stream):

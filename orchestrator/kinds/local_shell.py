@@ -16,10 +16,10 @@ from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator.errors import RequestError
-from orchestrator.events import new_id
 from orchestrator.kinds.base import EchoContext, Kind, Parsing, Stream, tool_args
-from orchestrator.run import Run
-from orchestrator.schema import Requirement, Toolset
+from orchestrator.request.schema import Requirement, Toolset
+from orchestrator.responses.events import new_id
+from orchestrator.responses.run import Run
 
 # The container contract (DESIGN.md), offered on the chat path when the container server cannot be listed.
 CONTAINER_EXEC = {

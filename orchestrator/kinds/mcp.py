@@ -9,10 +9,9 @@ from typing import Any
 
 from openai_harmony import Message
 
-from orchestrator import approvals
 from orchestrator import harmony as h
 from orchestrator.errors import RequestError
-from orchestrator.events import Item, ResponseBuilder, new_id
+from orchestrator.guard import approvals
 from orchestrator.kinds.base import (
     DESCRIBED,
     DIRECT_ONLY,
@@ -25,9 +24,10 @@ from orchestrator.kinds.base import (
     ToolStream,
     answer,
 )
-from orchestrator.params import HONOURED, REFUSED
-from orchestrator.run import Run
-from orchestrator.schema import McpServer, Requirement, Toolset
+from orchestrator.request.params import HONOURED, REFUSED
+from orchestrator.request.schema import McpServer, Requirement, Toolset
+from orchestrator.responses.events import Item, ResponseBuilder, new_id
+from orchestrator.responses.run import Run
 from orchestrator.tools import ToolOutcome
 from toolkit.wire import is_reserved
 

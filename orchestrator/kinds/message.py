@@ -9,10 +9,10 @@ from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator.errors import RequestError
-from orchestrator.events import new_id
 from orchestrator.kinds.base import EchoContext, Kind, Stream
 from orchestrator.kinds.web_search import cite
-from orchestrator.run import Run
+from orchestrator.responses.events import new_id
+from orchestrator.responses.run import Run
 from orchestrator.worker.client import TokenLogprob
 
 HOLD_LIMIT = 64  # characters; a citation marker is shorter, so longer held text is sent as it is

@@ -9,9 +9,9 @@ from typing import Any
 from orchestrator.errors import RequestError
 from orchestrator.kinds.base import DESCRIBED, Field, Kind, Parsing, Stream
 from orchestrator.kinds.function import FunctionKind, FunctionStream
-from orchestrator.params import HONOURED
-from orchestrator.run import Run
-from orchestrator.schema import Requirement, Toolset
+from orchestrator.request.params import HONOURED
+from orchestrator.request.schema import Requirement, Toolset
+from orchestrator.responses.run import Run
 
 TAKEN = frozenset({"functions", "assistant", "user", "system", "developer"})
 

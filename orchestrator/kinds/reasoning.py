@@ -11,10 +11,10 @@ from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator.errors import RequestError
-from orchestrator.events import new_id
 from orchestrator.kinds.base import EchoContext, Kind, Stream
 from orchestrator.kinds.message import content_text
-from orchestrator.run import Run
+from orchestrator.responses.events import new_id
+from orchestrator.responses.run import Run
 
 _SEAL = "tfr1."
 

@@ -11,13 +11,13 @@ from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator.errors import RequestError
-from orchestrator.events import Item, new_id
 from orchestrator.kinds import local_shell
 from orchestrator.kinds.base import DIRECT_ONLY, EchoContext, Field, Kind, Parsing, Stream
 from orchestrator.kinds.local_shell import CONTAINER_EXEC
-from orchestrator.params import HONOURED
-from orchestrator.run import Run
-from orchestrator.schema import Requirement, Toolset
+from orchestrator.request.params import HONOURED
+from orchestrator.request.schema import Requirement, Toolset
+from orchestrator.responses.events import Item, new_id
+from orchestrator.responses.run import Run
 from orchestrator.tools import ToolOutcome
 
 

@@ -13,11 +13,11 @@ from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator.errors import RequestError
-from orchestrator.events import new_id
 from orchestrator.kinds.base import DESCRIBED, EchoContext, Field, Kind, Parsing, Stream, tool_args
-from orchestrator.params import HONOURED
-from orchestrator.run import Run
-from orchestrator.schema import Toolset
+from orchestrator.request.params import HONOURED
+from orchestrator.request.schema import Toolset
+from orchestrator.responses.events import new_id
+from orchestrator.responses.run import Run
 
 NAME = "tool_search"
 RECIPIENT = f"functions.{NAME}"

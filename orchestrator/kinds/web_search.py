@@ -13,11 +13,11 @@ from openai_harmony import Message, ToolNamespaceConfig
 
 from orchestrator import harmony as h
 from orchestrator.errors import RequestError
-from orchestrator.events import Item, new_id
 from orchestrator.kinds.base import EchoContext, Field, Kind, Parsing, Stream
-from orchestrator.params import HONOURED, NO_OP
-from orchestrator.run import Run
-from orchestrator.schema import Requirement, Toolset
+from orchestrator.request.params import HONOURED, NO_OP
+from orchestrator.request.schema import Requirement, Toolset
+from orchestrator.responses.events import Item, new_id
+from orchestrator.responses.run import Run
 from orchestrator.tools import ToolOutcome
 
 _WEB_ACTIONS = {"search": "search", "open_page": "open", "find": "find", "find_in_page": "find"}

@@ -50,7 +50,7 @@ class Record:
     messages: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     tools: dict[str, Any] = field(default_factory=dict)  # request's tools, for chained approvals and mcp lists
-    owner: str = "anonymous"  # the creating API key's id (orchestrator.auth.key_id): other keys get 404
+    owner: str = "anonymous"  # the creating API key's id (orchestrator.guard.auth.key_id): other keys get 404
 
 
 @dataclass

@@ -30,7 +30,7 @@ from schemathesis import GenerationMode
 from schemathesis.checks import CheckContext
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from orchestrator.auth import OPEN_PATHS
+from orchestrator.guard.auth import OPEN_PATHS
 from tests.support.service import Service, running_service
 
 API_KEY = "sk-fuzz-key"

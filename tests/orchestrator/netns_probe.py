@@ -29,7 +29,7 @@ import httpx  # noqa: E402
 from fixture_tools import weather_server  # noqa: E402
 
 from orchestrator.app import create_app  # noqa: E402
-from orchestrator.mcp_policy import PinnedTransport  # noqa: E402
+from orchestrator.guard.mcp_policy import PinnedTransport  # noqa: E402
 from orchestrator.persist.sqlite import SQLiteStores  # noqa: E402
 from orchestrator.settings import OrchestratorSettings  # noqa: E402
 from orchestrator.tools import Discovery  # noqa: E402

@@ -19,7 +19,7 @@ import structlog
 from conftest import Stack, serving
 from fixture_tools import weather_server
 
-from orchestrator.auth import key_id, load_keys, warn_if_open
+from orchestrator.guard.auth import key_id, load_keys, warn_if_open
 from orchestrator.settings import OrchestratorSettings
 from tests.support.service import running_service
 from toolkit.settings import ToolServerSettings
@@ -128,7 +128,7 @@ def test_listening_beyond_loopback_without_keys_logs_a_warning():
 
 
 def _keys(keys: list[str]):
-    from orchestrator.auth import ApiKeys
+    from orchestrator.guard.auth import ApiKeys
 
     return ApiKeys(keys)
 

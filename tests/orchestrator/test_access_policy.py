@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from orchestrator.mcp_policy import McpPolicy, ServerRefused
+from orchestrator.guard.mcp_policy import McpPolicy, ServerRefused
 
 
 def verdict(policy: McpPolicy, url: str) -> str:

@@ -8,18 +8,18 @@ import openai
 import pytest
 from openai.types.responses import response_create_params
 
-from orchestrator import params
-from orchestrator.params import NO_OP, PARAMS, REFUSED
+from orchestrator.request import tables
+from orchestrator.request.params import NO_OP, PARAMS, REFUSED
 
 SDK_PARAMS = set(typing.get_type_hints(response_create_params.ResponseCreateParamsBase)) | {"stream"}
 
 
 def test_every_parameter_of_the_sdk_is_classified():
-    assert sorted(SDK_PARAMS - set(PARAMS)) == [], "classify the new parameter in orchestrator/params.py"
+    assert sorted(SDK_PARAMS - set(PARAMS)) == [], "classify the new parameter in orchestrator/request/params.py"
 
 
 def test_the_readme_table_is_generated_from_the_classification():
-    assert params.main(["--check"]) == 0, "run `python -m orchestrator.params` and commit the README"
+    assert tables.main(["--check"]) == 0, "run `python -m orchestrator.request.tables` and commit the README"
 
 
 def test_an_unknown_parameter_is_a_400_naming_it(stack):

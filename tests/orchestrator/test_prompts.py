@@ -10,11 +10,11 @@ from typing import Any
 from openai_harmony import Conversation
 
 from orchestrator import harmony as h
-from orchestrator.events import ResponseBuilder
 from orchestrator.kinds import toolset
-from orchestrator.run import Limits, Run
+from orchestrator.responses.events import ResponseBuilder
+from orchestrator.responses.run import Limits, Run
+from orchestrator.responses.turns import run
 from orchestrator.tools import Endpoints, ToolOutcome, ToolSessions
-from orchestrator.turns import run
 from orchestrator.worker.client import Chunk, GenerateRequest
 
 REPLIES = [

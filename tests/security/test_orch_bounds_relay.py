@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openai.types.chat.completion_create_params import CompletionCreateParamsBase
 
-from orchestrator.chat_completions import FIELDS, NO_OP, RELAYED
+from orchestrator.chat.completions import FIELDS, NO_OP, RELAYED
 from orchestrator.worker.scripted import ScriptedChatModel
 from tests.security.orch_bounds_support import KEYS, MODEL, bearer, gated_worker, orchestrator
 

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from websockets.sync.client import connect
 
-from orchestrator.schema import MAX_DEPTH
+from orchestrator.request.schema import MAX_DEPTH
 from tests.security.input_stack import Stack, chunks, orchestrator, send
 
 ROUTES = {  # route -> a field of its body that takes nested JSON

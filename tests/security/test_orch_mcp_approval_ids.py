@@ -1,11 +1,11 @@
-"""Issue 32, finding 14: the signed approval request id, on its own (`orchestrator.approvals`)."""
+"""Issue 32, finding 14: the signed approval request id, on its own (`orchestrator.guard.approvals`)."""
 
 from __future__ import annotations
 
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from orchestrator import approvals
+from orchestrator.guard import approvals
 from toolkit.wire import sign_owner
 
 SECRET = b"k" * 32

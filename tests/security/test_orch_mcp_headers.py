@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from orchestrator import kinds
 from orchestrator.errors import RequestError
 from orchestrator.kinds.mcp import RESERVED_HEADERS
-from orchestrator.schema import Toolset
+from orchestrator.request.schema import Toolset
 from tests.orchestrator.conftest import make_stack, scripted, tool_urls  # noqa: F401
 from toolkit.wire import MEMORY_HEADER, RESERVED_PREFIXES
 

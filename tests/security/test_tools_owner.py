@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from orchestrator.app import create_app
-from orchestrator.auth import key_id
+from orchestrator.guard.auth import key_id
 from orchestrator.persist.sqlite import SQLiteStores
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.worker.scripted import Scenario, ScriptedModel

@@ -12,26 +12,26 @@ from typing import Any
 import anyio
 import structlog
 
-from orchestrator import compaction, truncation
-from orchestrator.addresses import hide, worker_roles
 from orchestrator.containers import Containers
 from orchestrator.conversations import Bounds, Conversations
 from orchestrator.errors import RequestError
-from orchestrator.events import new_id
+from orchestrator.guard.addresses import hide, worker_roles
+from orchestrator.guard.limits import KeyLimits
+from orchestrator.guard.mcp_policy import McpPolicy
 from orchestrator.kinds.compaction import compaction_item
 from orchestrator.kinds.mcp import list_tools_item
-from orchestrator.limits import KeyLimits
-from orchestrator.live import Live, LiveResponses
-from orchestrator.mcp_policy import McpPolicy
 from orchestrator.persist import Record, Stores
-from orchestrator.prepare import Preparer
-from orchestrator.run import Run
-from orchestrator.schema import ResponsesRequest
+from orchestrator.request.schema import ResponsesRequest
+from orchestrator.responses import compaction, truncation
+from orchestrator.responses.events import new_id
+from orchestrator.responses.live import Live, LiveResponses
+from orchestrator.responses.prepare import Preparer
+from orchestrator.responses.run import Run
+from orchestrator.responses.settle import Settled, Settler
+from orchestrator.responses.turns import HARMONY, run
+from orchestrator.responses.upkeep import Upkeep
 from orchestrator.settings import OrchestratorSettings
-from orchestrator.settle import Settled, Settler
 from orchestrator.tools import Endpoints
-from orchestrator.turns import HARMONY, run
-from orchestrator.upkeep import Upkeep
 from orchestrator.worker.client import Chat, CountChat, Generate, WorkerError, WorkerUnavailable
 from toolkit.tracing import annotate, span
 from toolkit.wire import fleet_secret

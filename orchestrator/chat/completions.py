@@ -22,9 +22,9 @@ from typing import Any
 
 import structlog
 
-from orchestrator.addresses import hide, worker_roles
 from orchestrator.errors import RequestError
-from orchestrator.schema import check_metadata
+from orchestrator.guard.addresses import hide, worker_roles
+from orchestrator.request.schema import check_metadata
 from orchestrator.worker.client import WorkerError, WorkerPool, WorkerRefused, WorkerUnavailable
 
 log = structlog.get_logger(__name__)

@@ -19,7 +19,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from orchestrator.errors import error_body
-from orchestrator.limits import LimitExceeded, RequestRate
+from orchestrator.guard.limits import LimitExceeded, RequestRate
 from orchestrator.settings import OrchestratorSettings
 
 log = structlog.get_logger(__name__)

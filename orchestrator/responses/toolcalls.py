@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from orchestrator.kinds import classify
 from orchestrator.kinds.base import answer, rejected
-from orchestrator.run import Call, Run
+from orchestrator.responses.run import Call, Run
 
 LIMIT_REACHED = "Error: the tool-call limit of this response is reached; answer now without tools."
 

@@ -14,8 +14,8 @@ from typing import Any, Protocol
 from openai_harmony import Message
 
 from orchestrator import harmony as h
-from orchestrator.events import ResponseBuilder, usage
-from orchestrator.schema import AnswerFormat, Requirement, ResponsesRequest, Toolset, answer_format
+from orchestrator.request.schema import AnswerFormat, Requirement, ResponsesRequest, Toolset, answer_format
+from orchestrator.responses.events import ResponseBuilder, usage
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.tools import Endpoints, ToolSessions
 from orchestrator.worker.client import Generate

@@ -13,25 +13,27 @@ from typing import Any
 import structlog
 from openai_harmony import Message
 
-from orchestrator import compaction, kinds, references, workspace
 from orchestrator import harmony as h
+from orchestrator import kinds, workspace
 from orchestrator.chat import ChatTurns, chat_tools
 from orchestrator.containers import Containers
 from orchestrator.conversations import Conversations
 from orchestrator.errors import RequestError
-from orchestrator.events import ResponseBuilder, new_id
-from orchestrator.items import normalize
+from orchestrator.guard.mcp_policy import McpPolicy, ServerRefused, refusal
 from orchestrator.kinds import EchoContext, custom
 from orchestrator.kinds.compaction import is_triggered
 from orchestrator.kinds.mcp import check_issued
-from orchestrator.live import RUNNING, Live
-from orchestrator.mcp_policy import McpPolicy, ServerRefused, refusal
 from orchestrator.persist import Conversation, Record, Store
-from orchestrator.run import Run, ToolState, TurnModel
-from orchestrator.schema import McpServer, ResponsesRequest, TextConfig, Toolset, check_include
+from orchestrator.request import references
+from orchestrator.request.items import normalize
+from orchestrator.request.schema import McpServer, ResponsesRequest, TextConfig, Toolset, check_include
+from orchestrator.responses import compaction
+from orchestrator.responses.events import ResponseBuilder, new_id
+from orchestrator.responses.live import RUNNING, Live
+from orchestrator.responses.run import Run, ToolState, TurnModel
+from orchestrator.responses.turns import HARMONY
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.tools import Discovery, Endpoints, Listing, ToolSessions, ToolUnavailable, loggable
-from orchestrator.turns import HARMONY
 from orchestrator.worker.client import Chat, CountChat, Generate
 
 log = structlog.get_logger(__name__)

@@ -10,12 +10,12 @@ from typing import Any
 import structlog
 
 from orchestrator import harmony as h
-from orchestrator import references
 from orchestrator.conversations import Conversations
-from orchestrator.live import Live
 from orchestrator.persist import Record, Store
-from orchestrator.prepare import scoped
-from orchestrator.run import Run
+from orchestrator.request import references
+from orchestrator.responses.live import Live
+from orchestrator.responses.prepare import scoped
+from orchestrator.responses.run import Run
 from orchestrator.tools import cleanup_sessions
 
 log = structlog.get_logger(__name__)

@@ -16,10 +16,10 @@ import structlog
 
 from orchestrator.conversations import Lease
 from orchestrator.errors import RequestError
-from orchestrator.events import ResponseBuilder
-from orchestrator.limits import Slot
+from orchestrator.guard.limits import Slot
 from orchestrator.persist import Conversation, Record, Store
-from orchestrator.schema import ResponsesRequest
+from orchestrator.request.schema import ResponsesRequest
+from orchestrator.responses.events import ResponseBuilder
 
 log = structlog.get_logger(__name__)
 

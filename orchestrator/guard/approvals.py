@@ -16,7 +16,7 @@ import hmac
 import json
 import re
 
-from orchestrator.events import new_id
+from orchestrator.responses.events import new_id
 from toolkit.wire import fleet_secret
 
 _DOMAIN = b"toolfleet-mcp-approval-request:"

@@ -9,9 +9,9 @@ from __future__ import annotations
 import structlog
 from openai_harmony import Message
 
-from orchestrator import compaction
 from orchestrator import harmony as h
-from orchestrator.run import Run, TurnModel
+from orchestrator.responses import compaction
+from orchestrator.responses.run import Run, TurnModel
 
 log = structlog.get_logger(__name__)
 

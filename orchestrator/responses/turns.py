@@ -12,11 +12,11 @@ import contextlib
 
 from openai_harmony import Message
 
-from orchestrator import compaction, toolcalls, truncation
 from orchestrator import harmony as h
 from orchestrator.kinds import Stream, custom, open_stream
 from orchestrator.kinds.mcp import resume_approvals
-from orchestrator.run import Call, Constraint, Run, Turn, TurnModel, TurnState
+from orchestrator.responses import compaction, toolcalls, truncation
+from orchestrator.responses.run import Call, Constraint, Run, Turn, TurnModel, TurnState
 from orchestrator.worker.client import Chunk, GenerateRequest, TokenLogprob
 
 

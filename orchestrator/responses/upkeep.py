@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import structlog
 
-from orchestrator.live import Live
 from orchestrator.persist import Store
+from orchestrator.responses.live import Live
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.tools import cleanup_sessions
 

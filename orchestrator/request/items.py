@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.errors import RequestError
-from orchestrator.events import new_id
+from orchestrator.responses.events import new_id
 
 
 def normalize(input_: str | list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ import anyio
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.errors import RequestError
-from orchestrator.params import PARAMS, REFUSED
+from orchestrator.request.params import PARAMS, REFUSED
 
 
 class Reasoning(BaseModel):

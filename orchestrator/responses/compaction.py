@@ -13,9 +13,9 @@ from typing import Any
 from openai_harmony import Message
 
 from orchestrator import harmony as h
-from orchestrator.events import new_id
 from orchestrator.kinds.compaction import LEAD, compaction_item, summary_message
-from orchestrator.run import Run, TurnModel
+from orchestrator.responses.events import new_id
+from orchestrator.responses.run import Run, TurnModel
 
 SUMMARY_TOKENS = 1024
 PROMPT = (

@@ -1,0 +1,1 @@
+"""What the orchestrator lets in and out: keys, per-key limits, body bounds, MCP servers, approvals, addresses."""
