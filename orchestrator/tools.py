@@ -93,7 +93,7 @@ async def _trace_context(request: httpx2.Request) -> None:
     """Every MCP HTTP request carries the calling span's `traceparent` and the response's request id (the SDK
     sends each message in its sender's context), so the gateway and tool server join this response's trace
     and logs."""
-    inject(request.headers)  # type: ignore[arg-type]
+    inject(request.headers)
     if (rid := current_request_id()) is not None:
         request.headers[REQUEST_ID_HEADER] = rid
 

@@ -30,6 +30,8 @@ log = structlog.get_logger(__name__)
 
 Api = Literal["harmony", "chat"]
 API_CHOICES = ("auto", "harmony", "chat")
+_FIXED: dict[str, Api] = {"harmony": "harmony", "chat": "chat"}
+"""The configured apis that fix a worker's path; `auto` is detected."""
 T = TypeVar("T")
 _RESET = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 """How a request fails on a pooled connection its server closed as the request went out (connect errors and
@@ -125,11 +127,7 @@ class WorkerPool:
         for value in (api, *chosen.values()):
             if value not in API_CHOICES:
                 raise ValueError(f"worker api {value!r} is not one of {', '.join(API_CHOICES)}")
-        self.workers = [_Worker(u.rstrip("/")) for u in urls]
-        self._api_config = {w.url: chosen.get(w.url, api) for w in self.workers}
-        for w in self.workers:
-            if self._api_config[w.url] != "auto":
-                w.api = self._api_config[w.url]  # type: ignore[assignment]
+        self.workers = [_Worker(u.rstrip("/"), api=_FIXED.get(chosen.get(u.rstrip("/"), api))) for u in urls]
         self.model = model
         timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
         pooled = httpx.Limits(max_connections=1024, keepalive_expiry=keepalive_expiry_s)
