@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -116,36 +117,8 @@ def main(argv: list[str] | None = None) -> None:
                 out.write(hashlib.sha256(str(i).encode()).digest() * 32768)  # 1 MiB of not-all-zero bytes
         baseline, _ = _timed_mbps(args.mib, lambda: shutil.copyfile(source, copy))
         copy.unlink()
-        with running_service(["-m", "orchestrator.worker", "--scripted"]) as worker:
-            flags = [
-                "-m",
-                "orchestrator",
-                "--worker-urls",
-                json.dumps([worker.url]),
-                "--store-path",
-                f"{tmp}/store.db",
-                "--files-dir",
-                f"{tmp}/files",
-                "--max-file-bytes",
-                str(2 * args.mib << 20),
-            ]
-            with running_service(flags) as svc:
-                client = openai.OpenAI(base_url=f"{svc.url}/v1", api_key="bench", max_retries=0, timeout=600)
-                rss_before = peak_rss_mb(svc.proc.pid)
-                with source.open("rb") as handle:
-                    up, made = _timed_mbps(args.mib, lambda: client.files.create(file=handle, purpose="user_data"))
-
-                def download() -> None:
-                    with httpx.stream("GET", f"{svc.url}/v1/files/{made.id}/content", timeout=600) as answer:
-                        with back.open("wb") as sink:
-                            for chunk in answer.iter_bytes():
-                                sink.write(chunk)
-
-                down, _ = _timed_mbps(args.mib, download)
-                rss_after = peak_rss_mb(svc.proc.pid)
-        same = _same(source, back)
-        scenario = Path(tmp, "scenario.json")
-        scenario.write_text(json.dumps(SCENARIO))
+        run = _Run(args.mib, tmp, source, back, baseline)
+        rows = [{"name": "disk copy (baseline)", "mib_s": baseline}, *_files_api(run)]
         with contextlib.ExitStack() as stack:
             sandbox = ["--backend", args.backend, "--instance", f"bench-{uuid.uuid4().hex[:8]}"]
             big = ["--disk-mb", str(3 * args.mib + 64), "--timeout-s", "120"]  # the file, its copy, and room
@@ -154,66 +127,110 @@ def main(argv: list[str] | None = None) -> None:
             routes.write_text(json.dumps({"namespaces": {"python": {"replicas": [f"{python.url}/mcp"]}}}))
             gateway = stack.enter_context(running_service(["-m", "toolkit.cli", "gateway", "--config", str(routes)]))
             procs = {"gateway": gateway.proc.pid, "python tool server": python.proc.pid}
-            before = {name: peak_rss_mb(pid) for name, pid in procs.items()}
-            push, pull = asyncio.run(through_gateway(f"{gateway.url}/python", source, back, args.mib))
-            after = {name: peak_rss_mb(pid) for name, pid in procs.items()}
-            same_mcp = _same(source, back)
-            back.unlink()
-            worker = stack.enter_context(
-                running_service(["-m", "orchestrator.worker", "--scripted", "--scenario", str(scenario)])
-            )
-            flags = ["--worker-urls", json.dumps([worker.url]), "--tools-url", gateway.url, "--files-dir", f"{tmp}/f2"]
-            flags += ["--store-path", f"{tmp}/store2.db", "--max-file-bytes", str(2 * args.mib << 20)]
-            flags += ["--tool-timeout-s", "600"]
-            svc = stack.enter_context(running_service(["-m", "orchestrator", *flags]))
-            client = openai.OpenAI(base_url=f"{svc.url}/v1", api_key="bench", max_retries=0, timeout=900)
-            with source.open("rb") as handle:
-                upload = client.files.create(file=handle, purpose="user_data")
-            rss_response = {"orchestrator": peak_rss_mb(svc.proc.pid), **{n: peak_rss_mb(p) for n, p in procs.items()}}
-            took, _ = through_a_response(client, svc.url, upload.id, back)
-            rss_response_after = {
-                "orchestrator": peak_rss_mb(svc.proc.pid),
-                **{n: peak_rss_mb(p) for n, p in procs.items()},
-            }
-            same_response = _same(source, back)
-    rows = [
-        {"name": "disk copy (baseline)", "mib_s": baseline},
-        {"name": f"upload {args.mib} MiB", "mib_s": up, "of_baseline": round(up / baseline, 3)},
-        {"name": f"download {args.mib} MiB", "mib_s": down, "of_baseline": round(down / baseline, 3), "same": same},
+            rows += _through_the_gateway(run, gateway.url, procs)
+            rows += _through_a_response(run, stack, gateway.url, procs)
+    print_rows(rows)
+    save(args.out, rows, mib=args.mib)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One run's file, where it comes back, and the disk copy's speed every row is measured against."""
+
+    mib: int
+    tmp: str
+    source: Path
+    back: Path
+    baseline: float
+
+    def of_baseline(self, mib_s: float) -> float:
+        return round(mib_s / self.baseline, 3)
+
+
+def _files_api(run: _Run) -> list[dict]:
+    """`/v1/files`: the file uploaded and downloaded through the orchestrator, and its peak RSS around them."""
+    with running_service(["-m", "orchestrator.worker", "--scripted"]) as worker:
+        flags = ["-m", "orchestrator", "--worker-urls", json.dumps([worker.url]), "--store-path", f"{run.tmp}/store.db"]
+        flags += ["--files-dir", f"{run.tmp}/files", "--max-file-bytes", str(2 * run.mib << 20)]
+        with running_service(flags) as svc:
+            client = openai.OpenAI(base_url=f"{svc.url}/v1", api_key="bench", max_retries=0, timeout=600)
+            rss_before = peak_rss_mb(svc.proc.pid)
+            with run.source.open("rb") as handle:
+                up, made = _timed_mbps(run.mib, lambda: client.files.create(file=handle, purpose="user_data"))
+
+            def download() -> None:
+                with httpx.stream("GET", f"{svc.url}/v1/files/{made.id}/content", timeout=600) as answer:
+                    with run.back.open("wb") as sink:
+                        for chunk in answer.iter_bytes():
+                            sink.write(chunk)
+
+            down, _ = _timed_mbps(run.mib, download)
+            rss_after = peak_rss_mb(svc.proc.pid)
+    same = _same(run.source, run.back)
+    return [
+        {"name": f"upload {run.mib} MiB", "mib_s": up, "of_baseline": run.of_baseline(up)},
+        {"name": f"download {run.mib} MiB", "mib_s": down, "of_baseline": run.of_baseline(down), "same": same},
         {"name": "orchestrator peak RSS", "before_mb": round(rss_before, 1), "after_mb": round(rss_after, 1)},
+    ]
+
+
+def _through_the_gateway(run: _Run, gateway_url: str, procs: dict[str, int]) -> list[dict]:
+    """The file written into a sandbox and read back through the gateway's MCP, and the processes' peak RSS."""
+    before = {name: peak_rss_mb(pid) for name, pid in procs.items()}
+    push, pull = asyncio.run(through_gateway(f"{gateway_url}/python", run.source, run.back, run.mib))
+    after = {name: peak_rss_mb(pid) for name, pid in procs.items()}
+    same_mcp = _same(run.source, run.back)
+    run.back.unlink()
+    return [
+        {"name": f"gateway -> sandbox {run.mib} MiB (write_file)", "mib_s": push, "of_baseline": run.of_baseline(push)},
         {
-            "name": f"gateway -> sandbox {args.mib} MiB (write_file)",
-            "mib_s": push,
-            "of_baseline": round(push / baseline, 3),
-        },
-        {
-            "name": f"sandbox -> gateway {args.mib} MiB (read_file)",
+            "name": f"sandbox -> gateway {run.mib} MiB (read_file)",
             "mib_s": pull,
-            "of_baseline": round(pull / baseline, 3),
+            "of_baseline": run.of_baseline(pull),
             "same": same_mcp,
         },
         *(
             {"name": f"{name} peak RSS", "before_mb": round(before[name], 1), "after_mb": round(after[name], 1)}
             for name in procs
         ),
+    ]
+
+
+def _through_a_response(run: _Run, stack: contextlib.ExitStack, gateway_url: str, procs: dict[str, int]) -> list[dict]:
+    """A response whose code copies an uploaded container file in and out of the sandbox, and the peak RSS."""
+    scenario = Path(run.tmp, "scenario.json")
+    scenario.write_text(json.dumps(SCENARIO))
+    worker = stack.enter_context(
+        running_service(["-m", "orchestrator.worker", "--scripted", "--scenario", str(scenario)])
+    )
+    flags = ["--worker-urls", json.dumps([worker.url]), "--tools-url", gateway_url, "--files-dir", f"{run.tmp}/f2"]
+    flags += ["--store-path", f"{run.tmp}/store2.db", "--max-file-bytes", str(2 * run.mib << 20)]
+    flags += ["--tool-timeout-s", "600"]
+    svc = stack.enter_context(running_service(["-m", "orchestrator", *flags]))
+    client = openai.OpenAI(base_url=f"{svc.url}/v1", api_key="bench", max_retries=0, timeout=900)
+    with run.source.open("rb") as handle:
+        upload = client.files.create(file=handle, purpose="user_data")
+    pids = {"orchestrator": svc.proc.pid, **procs}
+    before = {name: peak_rss_mb(pid) for name, pid in pids.items()}
+    took, _ = through_a_response(client, svc.url, upload.id, run.back)
+    after = {name: peak_rss_mb(pid) for name, pid in pids.items()}
+    return [
         {
-            "name": f"a response copying a {args.mib} MiB container file (in and out)",
+            "name": f"a response copying a {run.mib} MiB container file (in and out)",
             "seconds": round(took, 2),
-            "mib_s": round(2 * args.mib / took, 1),
-            "of_baseline": round(2 * args.mib / took / baseline, 3),
-            "same": same_response,
+            "mib_s": round(2 * run.mib / took, 1),
+            "of_baseline": run.of_baseline(2 * run.mib / took),
+            "same": _same(run.source, run.back),
         },
         *(
             {
                 "name": f"{name} peak RSS around the response",
-                "before_mb": round(rss_response[name], 1),
-                "after_mb": round(rss_response_after[name], 1),
+                "before_mb": round(before[name], 1),
+                "after_mb": round(after[name], 1),
             }
-            for name in rss_response
+            for name in pids
         ),
     ]
-    print_rows(rows)
-    save(args.out, rows, mib=args.mib)
 
 
 if __name__ == "__main__":

@@ -219,7 +219,28 @@ def started_contextforge(upstream: str) -> Iterator[Peer]:
     workdir = Path(tempfile.mkdtemp(prefix="contextforge-"))
     port = free_port()
     secret = secrets.token_hex(32)
-    env = {
+    env = _contextforge_env(workdir, secret)
+    log = open(workdir / "contextforge.log", "wb")
+    proc = subprocess.Popen(
+        [str(py), "-m", "mcpgateway.cli", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=workdir,
+        env=env,
+        stdout=log,
+        stderr=log,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        _wait_healthy(proc, base, workdir)
+        auth = {"authorization": f"Bearer {_admin_token(py, env, secret, workdir)}"}
+        yield _federate(base, auth, upstream)
+    finally:
+        stop_process(proc)
+        log.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _contextforge_env(workdir: Path, secret: str) -> dict[str, str]:
+    return {
         **os.environ,
         "DATABASE_URL": f"sqlite:///{workdir}/mcp.db",
         "JWT_SECRET_KEY": secret,
@@ -237,64 +258,48 @@ def started_contextforge(upstream: str) -> Iterator[Peer]:
         "RATE_LIMIT_MEDIUM_RPM": "1000000",
         "RATE_LIMIT_MEDIUM_BURST": "100000",
     }
-    log = open(workdir / "contextforge.log", "wb")
-    proc = subprocess.Popen(
-        [str(py), "-m", "mcpgateway.cli", "--host", "127.0.0.1", "--port", str(port)],
-        cwd=workdir,
+
+
+def _wait_healthy(proc: subprocess.Popen[bytes], base: str, workdir: Path) -> None:
+    deadline = time.monotonic() + 180
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"ContextForge exited {proc.returncode}; see {workdir}/contextforge.log")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{base}/health", timeout=2, trust_env=False).status_code == 200:
+                return
+        if time.monotonic() > deadline:
+            raise RuntimeError("ContextForge did not become healthy in 180 s")
+        time.sleep(0.5)
+
+
+def _admin_token(py: Path, env: dict[str, str], secret: str, workdir: Path) -> str:
+    """A JWT for the platform admin, made by ContextForge's own tool."""
+    tool = [str(py), "-m", "mcpgateway.utils.create_jwt_token"]
+    made = subprocess.run(
+        [*tool, "--username", "admin@example.com", "--exp", "120", "--secret", secret],
         env=env,
-        stdout=log,
-        stderr=log,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=workdir,
     )
-    try:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 180
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"ContextForge exited {proc.returncode}; see {workdir}/contextforge.log")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{base}/health", timeout=2, trust_env=False).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError("ContextForge did not become healthy in 180 s")
-            time.sleep(0.5)
-        token = (
-            subprocess.run(
-                [
-                    str(py),
-                    "-m",
-                    "mcpgateway.utils.create_jwt_token",
-                    "--username",
-                    "admin@example.com",
-                    "--exp",
-                    "120",
-                    "--secret",
-                    secret,
-                ],
-                env=env,
-                capture_output=True,
-                text=True,
-                check=True,
-                cwd=workdir,
-            )
-            .stdout.strip()
-            .splitlines()[-1]
-        )
-        auth = {"authorization": f"Bearer {token}"}
-        with httpx.Client(base_url=base, headers=auth, timeout=60, trust_env=False) as http:
-            created = http.post("/gateways", json={"name": "bench", "url": upstream, "transport": "STREAMABLEHTTP"})
-            created.raise_for_status()
-            tools = http.get("/tools").json()
-            tools = tools if isinstance(tools, list) else tools.get("items") or tools.get("tools") or []
-            echo = next(t for t in tools if t.get("originalName", t.get("name", "")).endswith("echo"))
-            server = http.post("/servers", json={"server": {"name": "bench", "associated_tools": [echo["id"]]}})
-            if server.status_code >= 400:
-                server = http.post("/servers", json={"name": "bench", "associated_tools": [echo["id"]]})
-            server.raise_for_status()
-        yield Peer(f"{base}/servers/{server.json()['id']}/mcp", echo["name"], auth)
-    finally:
-        stop_process(proc)
-        log.close()
-        shutil.rmtree(workdir, ignore_errors=True)
+    return made.stdout.strip().splitlines()[-1]
+
+
+def _federate(base: str, auth: dict[str, str], upstream: str) -> Peer:
+    """`upstream` registered as a gateway, and a virtual server offering its `echo` tool."""
+    with httpx.Client(base_url=base, headers=auth, timeout=60, trust_env=False) as http:
+        created = http.post("/gateways", json={"name": "bench", "url": upstream, "transport": "STREAMABLEHTTP"})
+        created.raise_for_status()
+        tools = http.get("/tools").json()
+        tools = tools if isinstance(tools, list) else tools.get("items") or tools.get("tools") or []
+        echo = next(t for t in tools if t.get("originalName", t.get("name", "")).endswith("echo"))
+        server = http.post("/servers", json={"server": {"name": "bench", "associated_tools": [echo["id"]]}})
+        if server.status_code >= 400:
+            server = http.post("/servers", json={"name": "bench", "associated_tools": [echo["id"]]})
+        server.raise_for_status()
+    return Peer(f"{base}/servers/{server.json()['id']}/mcp", echo["name"], auth)
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:

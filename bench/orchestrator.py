@@ -269,35 +269,22 @@ def bench_store(n: int) -> list[dict[str, Any]]:
     asyncio.run(run(r))
     size = len(json.dumps(r.builder.events)) + len(json.dumps(r.builder.body))
 
-    async def measure(stores) -> float:
-        store = stores.responses
-        records = [
-            Record(f"resp_{i}", "conv", r.builder.body, [], h.dump(r.messages), r.builder.events) for i in range(n)
-        ]
-        start = time.perf_counter()
-        for rec in records:
-            await store.put(rec)
-            assert await store.get(rec.id) is not None
-        elapsed = time.perf_counter() - start
-        await stores.aclose()
-        return elapsed / n * 1000
-
-    rows = []
+    records = [Record(f"resp_{i}", "conv", r.builder.body, [], h.dump(r.messages), r.builder.events) for i in range(n)]
     with tempfile.TemporaryDirectory() as tmp:
-        ms = asyncio.run(measure(SQLiteStores(f"{tmp}/bench.sqlite3")))
-    rows.append(
+        ms = asyncio.run(_put_get_ms(SQLiteStores(f"{tmp}/bench.sqlite3"), records))
+    rows = [
         {
             "name": "store put+get ms per response (SQLite file, WAL)",
             "value": round(ms, 3),
             "n": n,
             "record_bytes": size,
         }
-    )
+    ]
     if shutil.which("redis-server"):
         from conftest import redis_server
 
         with redis_server() as url:
-            ms = asyncio.run(measure(RedisStores(url)))
+            ms = asyncio.run(_put_get_ms(RedisStores(url), records))
         rows.append(
             {
                 "name": "store put+get ms per response (Redis on loopback)",
@@ -309,9 +296,20 @@ def bench_store(n: int) -> list[dict[str, Any]]:
     return rows
 
 
+async def _put_get_ms(stores: Any, records: list[Any]) -> float:
+    """ms per put + get of each record; the stores are closed after."""
+    store = stores.responses
+    start = time.perf_counter()
+    for rec in records:
+        await store.put(rec)
+        assert await store.get(rec.id) is not None
+    elapsed = time.perf_counter() - start
+    await stores.aclose()
+    return elapsed / len(records) * 1000
+
+
 def bench_vllm() -> dict[str, Any]:
     """vLLM's own /v1/responses vs /v1/completions for the same prompt and number of tokens."""
-    import httpx
 
     from tests.support.vllm import vllm_server
 
@@ -319,38 +317,10 @@ def bench_vllm() -> dict[str, Any]:
     with vllm_server() as server:
         base, model = server.base_url, server.model
         prompt = h.render([h.system_message(effort="low", date="2026-12-02", namespaces=[]), h.user("Say hello.")])
-
-        def responses() -> tuple[float, int]:
-            t = time.perf_counter()
-            body = {
-                "model": model,
-                "input": "Say hello.",
-                "max_output_tokens": n,
-                "temperature": 0,
-                "reasoning": {"effort": "low"},
-                "store": False,
-            }
-            resp = httpx.post(f"{base}/v1/responses", json=body, timeout=300)
-            resp.raise_for_status()
-            return time.perf_counter() - t, resp.json()["usage"]["output_tokens"]
-
-        def completions(tokens: int) -> float:  # the same number of tokens, straight from the engine
-            t = time.perf_counter()
-            body = {
-                "model": model,
-                "prompt": prompt,
-                "max_tokens": tokens,
-                "min_tokens": tokens,
-                "temperature": 0,
-                "ignore_eos": True,
-            }
-            httpx.post(f"{base}/v1/completions", json=body, timeout=300).raise_for_status()
-            return time.perf_counter() - t
-
-        _, tokens = responses()
-        completions(tokens)
-        r = sorted(responses()[0] for _ in range(reps))[reps // 2]
-        c = sorted(completions(tokens) for _ in range(reps))[reps // 2]
+        _, tokens = _vllm_responses(base, model, n)
+        _vllm_completions(base, model, prompt, tokens)
+        r = sorted(_vllm_responses(base, model, n)[0] for _ in range(reps))[reps // 2]
+        c = sorted(_vllm_completions(base, model, prompt, tokens) for _ in range(reps))[reps // 2]
     return {
         "name": "vLLM /v1/responses over /v1/completions (tiny CPU worker, same tokens, median)",
         "tokens": tokens,
@@ -360,6 +330,41 @@ def bench_vllm() -> dict[str, Any]:
         "value": round(r / c, 3),
         "unit": "ratio",
     }
+
+
+def _vllm_responses(base: str, model: str, n: int) -> tuple[float, int]:
+    """One `/v1/responses` of vLLM's own: its seconds and output tokens."""
+    import httpx
+
+    t = time.perf_counter()
+    body = {
+        "model": model,
+        "input": "Say hello.",
+        "max_output_tokens": n,
+        "temperature": 0,
+        "reasoning": {"effort": "low"},
+        "store": False,
+    }
+    resp = httpx.post(f"{base}/v1/responses", json=body, timeout=300)
+    resp.raise_for_status()
+    return time.perf_counter() - t, resp.json()["usage"]["output_tokens"]
+
+
+def _vllm_completions(base: str, model: str, prompt: list[int], tokens: int) -> float:
+    """The same number of tokens, straight from the engine: its seconds."""
+    import httpx
+
+    t = time.perf_counter()
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": tokens,
+        "min_tokens": tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+    }
+    httpx.post(f"{base}/v1/completions", json=body, timeout=300).raise_for_status()
+    return time.perf_counter() - t
 
 
 def bench_vllm_chat() -> dict[str, Any]:

@@ -56,29 +56,14 @@ class GatewayMetrics:
             ["namespace", "code"],
             registry=self.registry,
         )
-        self.sessions = Gauge(
-            "toolfleet_gateway_sessions_active",
-            "Pinned sessions per replica",
-            ["namespace", "replica"],
-            registry=self.registry,
+        self.sessions = self._per_replica("toolfleet_gateway_sessions_active", "Pinned sessions per replica")
+        self.healthy = self._per_replica("toolfleet_gateway_upstream_healthy", "1 when the replica is taking traffic")
+        self.room = self._per_replica(
+            "toolfleet_gateway_replica_room", "Sessions the replica last said it can still open (-1: not told)"
         )
-        self.healthy = Gauge(
-            "toolfleet_gateway_upstream_healthy",
-            "1 when the replica is taking traffic",
-            ["namespace", "replica"],
-            registry=self.registry,
-        )
-        self.room = Gauge(
-            "toolfleet_gateway_replica_room",
-            "Sessions the replica last said it can still open (-1: not told)",
-            ["namespace", "replica"],
-            registry=self.registry,
-        )
-        self.draining = Gauge(
+        self.draining = self._per_replica(
             "toolfleet_gateway_replica_draining",
             "1 while the replica drains (told to stop, or gone from discovery): no new session goes there",
-            ["namespace", "replica"],
-            registry=self.registry,
         )
         self.tool_changes = Counter(
             "toolfleet_gateway_tool_definition_changes",
@@ -87,6 +72,9 @@ class GatewayMetrics:
             registry=self.registry,
         )
         self._children: dict[tuple[str, str, str], tuple[Counter, Histogram]] = {}
+
+    def _per_replica(self, name: str, documentation: str) -> Gauge:
+        return Gauge(name, documentation, ["namespace", "replica"], registry=self.registry)
 
     def observe(self, namespace: str, method: str | None, outcome: str, seconds: float) -> None:
         """One client message. `labels` is most of a sample's cost, so each label set's children are kept."""

@@ -4,7 +4,7 @@ middleware and the lifespan. Every error becomes an OpenAI-shaped body in one pl
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -61,15 +61,7 @@ def create_app(
     """The app; tests pass `generate` / `chat` (e.g. a pool over a scripted worker) and the stores."""
     settings = settings or OrchestratorSettings()
     if generate is None:
-        pool = pool or WorkerPool(
-            settings.worker_urls,
-            model=settings.model,
-            api=settings.worker_api,
-            apis=settings.worker_apis,
-            health_interval_s=settings.health_interval_s,
-            down_after=settings.worker_down_after,
-            keepalive_expiry_s=settings.keepalive_expiry_s,
-        )
+        pool = pool or _pool(settings)
         generate = pool.generate
     stores = stores if stores is not None else open_stores(settings)
     endpoints = Endpoints(settings.tools_url, settings.endpoint_overrides())
@@ -91,6 +83,36 @@ def create_app(
         on_settled=metrics.settled,
     )
     keys = ApiKeys(load_keys(settings))
+    app = FastAPI(
+        title="toolfleet orchestrator", lifespan=_lifespan(settings, keys, stores, pool, service), responses=ERRORS
+    )
+    _wrap(app, settings, keys, service, metrics)
+    app.state.service = service
+    app.state.stores = stores
+    app.state.files = files
+    app.state.containers = containers
+    deps = Deps(settings, service, pool, files, containers, metrics)
+    for resource in RESOURCES:
+        app.include_router(resource.router(deps))
+    return app
+
+
+def _pool(settings: OrchestratorSettings) -> WorkerPool:
+    return WorkerPool(
+        settings.worker_urls,
+        model=settings.model,
+        api=settings.worker_api,
+        apis=settings.worker_apis,
+        health_interval_s=settings.health_interval_s,
+        down_after=settings.worker_down_after,
+        keepalive_expiry_s=settings.keepalive_expiry_s,
+    )
+
+
+def _lifespan(
+    settings: OrchestratorSettings, keys: ApiKeys, stores: Stores, pool: WorkerPool | None, service: ResponsesService
+) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]:
+    """Start-up checks the store and warns of an open service; the pool and the service run while the app does."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -106,23 +128,21 @@ def create_app(
                 await pool.aclose()
             await stores.aclose()
 
-    app = FastAPI(title="toolfleet orchestrator", lifespan=lifespan, responses=ERRORS)
+    return lifespan
+
+
+def _wrap(
+    app: FastAPI, settings: OrchestratorSettings, keys: ApiKeys, service: ResponsesService, metrics: OrchestratorMetrics
+) -> None:
+    """The middleware, each added outside the one before, and the one error handler."""
     app.add_middleware(AuthMiddleware, keys=keys, rate=service.limits.rate, metrics_token=settings.metrics_token)
     app.add_middleware(BodyLimitMiddleware, limits=BodyLimits(settings.max_body_bytes, settings.max_file_bytes))
     app.add_middleware(LatencyMiddleware, metrics=metrics)
     app.add_middleware(TracingMiddleware)  # outermost: every request is a span, auth refusals too
-    app.state.service = service
-    app.state.stores = stores
-    app.state.files = files
-    app.state.containers = containers
-
-    async def _error(request: Request, exc: Exception) -> JSONResponse:
-        return error_response(exc, f"{request.method} {request.url.path}")
-
     # The known kinds are registered apart from `Exception`, whose handler Starlette runs as a 500 path.
     for kind in (RequestError, StoreUnavailable, ValidationError, RequestValidationError, HTTPException, Exception):
         app.add_exception_handler(kind, _error)
-    deps = Deps(settings, service, pool, files, containers, metrics)
-    for resource in RESOURCES:
-        app.include_router(resource.router(deps))
-    return app
+
+
+async def _error(request: Request, exc: Exception) -> JSONResponse:
+    return error_response(exc, f"{request.method} {request.url.path}")

@@ -21,6 +21,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp.types import CONNECTION_CLOSED
+from mcp_types import CallToolResult
 from opentelemetry.trace import SpanKind
 
 from orchestrator.guard.addresses import hide
@@ -92,7 +93,7 @@ async def _trace_context(request: httpx2.Request) -> None:
     """Every MCP HTTP request carries the calling span's `traceparent` and the response's request id (the SDK
     sends each message in its sender's context), so the gateway and tool server join this response's trace
     and logs."""
-    inject(request.headers)  # type: ignore[arg-type]
+    inject(request.headers)
     if (rid := current_request_id()) is not None:
         request.headers[REQUEST_ID_HEADER] = rid
 
@@ -260,16 +261,9 @@ class ToolSessions:
             if not client_named and url not in self.named:
                 self.used.add(url)
             with anyio.fail_after(self.timeout_s):
-                result = await conn.client.call_tool(name, args)
-            texts, images = [], []
-            for part in result.content:
-                if getattr(part, "type", None) == "text":
-                    texts.append(part.text)
-                elif getattr(part, "type", None) == "image":
-                    images.append(f"data:{part.mime_type};base64,{part.data}")
-            outcome = "tool_error" if result.is_error else "ok"
-            structured = result.structured_content if isinstance(result.structured_content, dict) else None
-            return ToolOutcome("\n".join(texts), bool(result.is_error), images, structured, outcome)
+                answered = _answered(await conn.client.call_tool(name, args))
+            outcome = answered.outcome
+            return answered
         except ToolUnavailable as exc:
             outcome = "unavailable"
             return ToolOutcome(f"Error: {exc}", True, outcome=outcome)
@@ -397,3 +391,16 @@ class Discovery:
             if not t["hidden"] and not (name == "python" and t["name"] == "python")
         )
         return Namespace(name, listing.instructions, shown)
+
+
+def _answered(result: CallToolResult) -> ToolOutcome:
+    """A tool's result as the model reads it: its texts joined, its images as data URLs, its structured content."""
+    texts, images = [], []
+    for part in result.content:
+        if getattr(part, "type", None) == "text":
+            texts.append(part.text)
+        elif getattr(part, "type", None) == "image":
+            images.append(f"data:{part.mime_type};base64,{part.data}")
+    outcome = "tool_error" if result.is_error else "ok"
+    structured = result.structured_content if isinstance(result.structured_content, dict) else None
+    return ToolOutcome("\n".join(texts), bool(result.is_error), images, structured, outcome)

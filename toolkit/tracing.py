@@ -16,8 +16,8 @@ import os
 import re
 import threading
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
+from typing import Any, TypeVar
 
 import structlog
 from opentelemetry import context as otel_context
@@ -33,6 +33,8 @@ from structlog.typing import EventDict
 
 from toolkit.settings import ServiceSettings
 from toolkit.wire import REQUEST_ID_HEADER
+
+H = TypeVar("H", bound=MutableMapping[str, str])
 
 TRACE_FILE_ENV = "TOOLFLEET_TRACE_FILE"
 """Path that every process of a test run appends its finished spans to (JSON lines). Test use only:
@@ -108,8 +110,9 @@ def extract(headers: Headers) -> otel_context.Context | None:
     return ctx if trace.get_current_span(ctx).get_span_context().is_valid else None
 
 
-def inject(headers: dict[str, str]) -> dict[str, str]:
-    """Write the current span's context into outgoing `headers` (replacing the caller's) and return them."""
+def inject(headers: H) -> H:
+    """Write the current span's context into outgoing `headers` (a dict or a client's own headers object,
+    replacing the caller's) and return them."""
     headers.pop("traceparent", None)
     headers.pop("tracestate", None)
     _inject(headers)

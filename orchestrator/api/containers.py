@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse, Response
 
 from orchestrator.api.deps import Deps
 from orchestrator.api.files import pruning
-from orchestrator.containers import AddFile
+from orchestrator.containers import AddFile, Containers
 
 Limit = Annotated[int, Query(ge=1, le=100)]
 Order = Literal["asc", "desc"]
@@ -57,6 +57,14 @@ def router(deps: Deps) -> APIRouter:
     async def delete(request: Request, container_id: str) -> Response:
         await containers.delete(container_id, request.state.owner)
         return JSONResponse({"id": container_id, "object": "container.deleted", "deleted": True})
+
+    router.include_router(_file_routes(containers))
+    return router
+
+
+def _file_routes(containers: Containers) -> APIRouter:
+    """`/v1/containers/{id}/files`: a container's files, for the container's owner."""
+    router = APIRouter()
 
     @router.post("/v1/containers/{container_id}/files", openapi_extra=ADD_DOC)
     async def add_file(request: Request, container_id: str) -> Response:

@@ -30,6 +30,8 @@ log = structlog.get_logger(__name__)
 
 Api = Literal["harmony", "chat"]
 API_CHOICES = ("auto", "harmony", "chat")
+_FIXED: dict[str, Api] = {"harmony": "harmony", "chat": "chat"}
+"""The configured apis that fix a worker's path; `auto` is detected."""
 T = TypeVar("T")
 _RESET = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 """How a request fails on a pooled connection its server closed as the request went out (connect errors and
@@ -125,17 +127,11 @@ class WorkerPool:
         for value in (api, *chosen.values()):
             if value not in API_CHOICES:
                 raise ValueError(f"worker api {value!r} is not one of {', '.join(API_CHOICES)}")
-        self.workers = [_Worker(u.rstrip("/")) for u in urls]
-        self._api_config = {w.url: chosen.get(w.url, api) for w in self.workers}
-        for w in self.workers:
-            if self._api_config[w.url] != "auto":
-                w.api = self._api_config[w.url]  # type: ignore[assignment]
+        self.workers = [_Worker(u.rstrip("/"), api=_FIXED.get(chosen.get(u.rstrip("/"), api))) for u in urls]
         self.model = model
         timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
         pooled = httpx.Limits(max_connections=1024, keepalive_expiry=keepalive_expiry_s)
-        self._http = http or httpx.AsyncClient(timeout=timeout, limits=pooled)
-        # keeps no idle connection: each request on it opens its own (the retry after a reset)
-        self._fresh = httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_keepalive_connections=0))
+        self.link = _Link(http or httpx.AsyncClient(timeout=timeout, limits=pooled), timeout)
         self._health_interval_s = health_interval_s
         self._down_after = down_after
         self._affinity: OrderedDict[str, _Worker] = OrderedDict()
@@ -151,8 +147,7 @@ class WorkerPool:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        await self._http.aclose()
-        await self._fresh.aclose()
+        await self.link.aclose()
 
     async def _health_loop(self) -> None:
         while True:
@@ -164,33 +159,11 @@ class WorkerPool:
 
     async def _check(self, worker: _Worker) -> None:
         try:
-            await self._reconnecting(worker, "check", lambda http: self._probe(worker, http))
+            await self.link.probe(worker)
         except Exception as exc:
             self._check_failed(worker, exc)
         else:
             self._passed(worker)
-
-    async def _probe(self, worker: _Worker, http: httpx.AsyncClient) -> None:
-        """One health check: the model the worker serves, and its path once (auto)."""
-        resp = await http.get(f"{worker.url}/v1/models", timeout=5.0)
-        resp.raise_for_status()
-        worker.model = resp.json()["data"][0]["id"]
-        if worker.api is None:
-            worker.api = await self._detect_api(worker, http)
-            log.info("worker.api", url=worker.url, model=worker.model, api=worker.api)
-
-    async def _reconnecting(self, worker: _Worker, what: str, send: Callable[[httpx.AsyncClient], Awaitable[T]]) -> T:
-        """`send` on a pooled connection and, when that fails as a connection its server was closing fails,
-        once more on a new connection: only that second failure says something about the worker."""
-        try:
-            return await send(self._http)
-        except _RESET as exc:
-            self._reconnect(worker, exc, what)
-        return await send(self._fresh)
-
-    def _reconnect(self, worker: _Worker, exc: Exception, what: str) -> None:
-        worker.reconnects[type(exc).__name__] += 1
-        log.info("worker.reconnect", url=worker.url, during=what, error_class=type(exc).__name__, error=_text(exc))
 
     def _passed(self, worker: _Worker) -> None:
         """A check passed or a request was served: the worker is up, and its failed checks count from 0 again."""
@@ -220,16 +193,6 @@ class WorkerPool:
             worker.downs[type(exc).__name__] += 1
             log.warning("worker.down", url=worker.url, reason=reason, error_class=type(exc).__name__, error=_text(exc))
         worker.healthy = False
-
-    async def _detect_api(self, worker: _Worker, http: httpx.AsyncClient) -> Api:
-        """Harmony when the worker's tokenizer has Harmony's `<|start|>` as one special token (id 200006),
-        else chat; a worker without vLLM's `/tokenize` (a completions-only server) is taken as Harmony."""
-        body = {"model": worker.model, "prompt": "<|start|>", "add_special_tokens": False}
-        resp = await http.post(f"{worker.url}/tokenize", json=body, timeout=5.0)
-        if resp.status_code in (404, 405):
-            return "harmony"
-        resp.raise_for_status()
-        return "harmony" if resp.json().get("tokens") == [START] else "chat"
 
     def api_for(self, model: str | None) -> Api | None:
         """The path a request for `model` takes: the api of the workers up that serve that model name, else of
@@ -281,22 +244,12 @@ class WorkerPool:
         def open_stream(worker: _Worker) -> AsyncIterator[dict[str, Any]]:
             sent = {**body, "model": worker.model or self.model or "default"}
             if stream:
-                return self._post_stream(worker, "/v1/chat/completions", sent)
-            return self._post_json(worker, "/v1/chat/completions", sent)
+                return self.link.post_stream(worker, "/v1/chat/completions", sent)
+            return self.link.post_json(worker, "/v1/chat/completions", sent)
 
         chunks = self._balanced(None, api, open_stream, lambda obj: not stream or _has_delta(obj))
         async for chunk in chunks:
             yield chunk
-
-    async def _post_json(self, worker: _Worker, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        with outgoing(f"worker {path}", worker=worker.url, model=body.get("model")) as headers:
-            url = f"{worker.url}{path}"
-            resp = await self._reconnecting(worker, "request", lambda http: http.post(url, json=body, headers=headers))
-        if resp.status_code >= 500 or resp.status_code == 429:
-            raise _RetryableStatus(f"HTTP {resp.status_code}")
-        if resp.status_code != 200:
-            raise WorkerRefused(resp.status_code, resp.text[:500])
-        yield resp.json()
 
     async def count_chat(self, req: ChatRequest) -> int:
         """vLLM's `/tokenize` of a chat body's messages and tools on a chat worker: its template decides."""
@@ -315,7 +268,7 @@ class WorkerPool:
             body["tools"] = req.body["tools"]
         url = f"{worker.url}/tokenize"
         try:
-            resp = await self._reconnecting(worker, "count", lambda http: http.post(url, json=body, timeout=30.0))
+            resp = await self.link.reconnecting(worker, "count", lambda http: http.post(url, json=body, timeout=30.0))
         except httpx.TransportError as exc:
             raise WorkerUnavailable(f"{worker.url}: {_text(exc)}") from exc
         if resp.status_code != 200:
@@ -350,7 +303,7 @@ class WorkerPool:
                     raise WorkerError(f"worker {worker.url} failed mid-generation: {_text(exc)}") from exc
                 worker.failures_before += 1
                 last_error = f"{worker.url}: {_text(exc)}"
-                if isinstance(exc, httpx.TransportError):  # not a pooled connection closing: `_reconnecting` took that
+                if isinstance(exc, httpx.TransportError):  # not a pooled connection closing: `reconnecting` took that
                     self._down(worker, exc, "a request failed on a new connection, or once the worker answered")
                 log.warning("worker.retry", url=worker.url, error=last_error)
             finally:
@@ -375,7 +328,7 @@ class WorkerPool:
             body["structured_outputs"] = req.structured
         if req.logprobs is not None:
             body["logprobs"] = req.logprobs
-        async for obj in self._post_stream(worker, "/v1/completions", body):
+        async for obj in self.link.post_stream(worker, "/v1/completions", body):
             for chunk in _completion_chunks(obj):
                 yield chunk
 
@@ -383,10 +336,69 @@ class WorkerPool:
         if worker.model is None:
             await self._check(worker)
         body = {"model": worker.model or self.model or "default", **req.body}
-        async for obj in self._post_stream(worker, "/v1/chat/completions", body):
+        async for obj in self.link.post_stream(worker, "/v1/chat/completions", body):
             yield obj
 
-    async def _post_stream(self, worker: _Worker, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+
+class _Link:
+    """The HTTP to the workers: pooled connections, a request that meets a closing connection sent once more on a
+    new one (`reconnecting`), the health probe and the streamed and plain posts."""
+
+    def __init__(self, http: httpx.AsyncClient, timeout: httpx.Timeout) -> None:
+        self._http = http
+        # keeps no idle connection: each request on it opens its own (the retry after a reset)
+        self._fresh = httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_keepalive_connections=0))
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+        await self._fresh.aclose()
+
+    async def probe(self, worker: _Worker) -> None:
+        await self.reconnecting(worker, "check", lambda http: self._probe(worker, http))
+
+    async def _probe(self, worker: _Worker, http: httpx.AsyncClient) -> None:
+        """One health check: the model the worker serves, and its path once (auto)."""
+        resp = await http.get(f"{worker.url}/v1/models", timeout=5.0)
+        resp.raise_for_status()
+        worker.model = resp.json()["data"][0]["id"]
+        if worker.api is None:
+            worker.api = await self._detect_api(worker, http)
+            log.info("worker.api", url=worker.url, model=worker.model, api=worker.api)
+
+    async def reconnecting(self, worker: _Worker, what: str, send: Callable[[httpx.AsyncClient], Awaitable[T]]) -> T:
+        """`send` on a pooled connection and, when that fails as a connection its server was closing fails,
+        once more on a new connection: only that second failure says something about the worker."""
+        try:
+            return await send(self._http)
+        except _RESET as exc:
+            self._reconnect(worker, exc, what)
+        return await send(self._fresh)
+
+    def _reconnect(self, worker: _Worker, exc: Exception, what: str) -> None:
+        worker.reconnects[type(exc).__name__] += 1
+        log.info("worker.reconnect", url=worker.url, during=what, error_class=type(exc).__name__, error=_text(exc))
+
+    async def _detect_api(self, worker: _Worker, http: httpx.AsyncClient) -> Api:
+        """Harmony when the worker's tokenizer has Harmony's `<|start|>` as one special token (id 200006),
+        else chat; a worker without vLLM's `/tokenize` (a completions-only server) is taken as Harmony."""
+        body = {"model": worker.model, "prompt": "<|start|>", "add_special_tokens": False}
+        resp = await http.post(f"{worker.url}/tokenize", json=body, timeout=5.0)
+        if resp.status_code in (404, 405):
+            return "harmony"
+        resp.raise_for_status()
+        return "harmony" if resp.json().get("tokens") == [START] else "chat"
+
+    async def post_json(self, worker: _Worker, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        with outgoing(f"worker {path}", worker=worker.url, model=body.get("model")) as headers:
+            url = f"{worker.url}{path}"
+            resp = await self.reconnecting(worker, "request", lambda http: http.post(url, json=body, headers=headers))
+        if resp.status_code >= 500 or resp.status_code == 429:
+            raise _RetryableStatus(f"HTTP {resp.status_code}")
+        if resp.status_code != 200:
+            raise WorkerRefused(resp.status_code, resp.text[:500])
+        yield resp.json()
+
+    async def post_stream(self, worker: _Worker, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         with outgoing(f"worker {path}", worker=worker.url, model=body.get("model")) as headers:
             async for obj in self._post_traced(worker, path, body, headers):
                 yield obj
@@ -395,7 +407,7 @@ class WorkerPool:
         self, worker: _Worker, path: str, body: dict[str, Any], headers: dict[str, str]
     ) -> AsyncIterator[dict[str, Any]]:
         request = self._http.build_request("POST", f"{worker.url}{path}", json=body, headers=headers)
-        resp = await self._reconnecting(worker, "request", lambda http: http.send(request, stream=True))
+        resp = await self.reconnecting(worker, "request", lambda http: http.send(request, stream=True))
         try:
             if resp.status_code >= 500 or resp.status_code == 429:
                 raise _RetryableStatus(f"HTTP {resp.status_code}")

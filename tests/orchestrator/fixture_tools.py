@@ -10,7 +10,8 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent
 
-from toolkit.server import HIDDEN, ToolServer, session_key
+from toolkit.callers import session_key
+from toolkit.server import HIDDEN, ToolServer
 from toolkit.settings import ToolServerSettings
 
 

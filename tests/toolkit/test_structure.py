@@ -1,4 +1,5 @@
-"""The tree's shape, read from the source: no import cycle between product modules.
+"""The tree's shape, read from the source: no import cycle between product modules, and no function or class
+past its size.
 
 Imports. Every `import` and `from ... import` statement counts, wherever it stands: at the top, inside a
 function (a lazy import is still a dependency, only a later one) and under `if TYPE_CHECKING:` (it never runs,
@@ -8,6 +9,9 @@ else to `pkg`; relative imports are resolved against the importing module. Impor
 `a/__init__.py`, but that implicit edge is left out: a package's `__init__` re-exporting its own modules is
 no circle in the design. Modules named by string (`toolkit.registry`'s `"module:Class"` tables) are not
 statements and are not read.
+
+Sizes. A function (methods and nested functions included) has at most 50 lines and a class at most 250,
+counted from its `def` or `class` line to its last line, decorators left out.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("gateway", "orchestrator", "toolkit", "tools")
+SIZED = (*PRODUCT, "bench")
+LIMITS: dict[type[ast.AST], int] = {ast.FunctionDef: 50, ast.AsyncFunctionDef: 50, ast.ClassDef: 250}
 
 
 def _sources(packages: tuple[str, ...]) -> Iterator[tuple[str, Path]]:
@@ -140,3 +146,16 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     graph = {"a": {"b": 1}, "b": {"c": 2}, "c": {"a": 3, "d": 4}, "d": {}}
     assert components(graph) == [["a", "b", "c"]]
     assert a_cycle(graph, ["a", "b", "c"]) == "a (line 1) -> b (line 2) -> c (line 3) -> a"
+
+
+def _oversized() -> Iterator[str]:
+    for _, path in _sources(SIZED):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            limit = LIMITS.get(type(node))
+            if limit is not None and (lines := (node.end_lineno or node.lineno) - node.lineno + 1) > limit:
+                yield f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {lines} lines (at most {limit})"
+
+
+def test_no_function_or_class_is_over_its_size() -> None:
+    too_long = list(_oversized())
+    assert not too_long, "too long:\n" + "\n".join(too_long)
