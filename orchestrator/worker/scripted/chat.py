@@ -86,7 +86,9 @@ class ScriptedChatModel:
 
     def answer(self, body: dict[str, Any], rule: Rule | None) -> Answer:
         reply = rule.reply if rule is not None else self.scenario.default
-        done = answer_of(body, self.prompt(body), self.deltas(reply), self._seen, self.scenario.model)
+        prompt = self.prompt(body)
+        done = answer_of(body, prompt, self.deltas(reply), cached_prefix(self._seen, prompt), self.scenario.model)
+        self._seen.append(prompt + done.output)
         self.usages.append(done.usage)
         return done
 
@@ -126,6 +128,10 @@ class Answer:
     model: str
     with_ids: bool
 
+    @property
+    def output(self) -> list[int]:
+        return [t for _, ids in self.steps for t in ids]
+
     def chunk(self, choices: list[dict[str, Any]], **extra: Any) -> str:
         obj = {
             "id": self.id,
@@ -138,9 +144,8 @@ class Answer:
         return sse(obj)
 
 
-def answer_of(body: dict[str, Any], prompt: list[int], steps: Steps, seen: deque[list[int]], model: str) -> Answer:
-    """The reply as steps, cut at `max_tokens` (finish `length`); `seen`, the prompts a prefix cache holds,
-    gets this one."""
+def answer_of(body: dict[str, Any], prompt: list[int], steps: Steps, cached: int, model: str) -> Answer:
+    """The reply as steps, cut at `max_tokens` (finish `length`); `cached`: the prompt tokens a prefix cache held."""
     limit = int(body.get("max_tokens") or body.get("max_completion_tokens") or 1 << 30)
     finish = "tool_calls" if any("tool_calls" in delta for delta, _ in steps) else "stop"
     if sum(len(ids) for _, ids in steps) > limit:
@@ -151,14 +156,13 @@ def answer_of(body: dict[str, Any], prompt: list[int], steps: Steps, seen: deque
             kept.append((delta, ids))
             n += len(ids)
         steps, finish = kept, "length"
-    output = [t for _, ids in steps for t in ids]
+    output = sum(len(ids) for _, ids in steps)
     usage = {
         "prompt_tokens": len(prompt),
-        "completion_tokens": len(output),
-        "total_tokens": len(prompt) + len(output),
-        "prompt_tokens_details": {"cached_tokens": cached_prefix(seen, prompt)},
+        "completion_tokens": output,
+        "total_tokens": len(prompt) + output,
+        "prompt_tokens_details": {"cached_tokens": cached},
     }
-    seen.append(prompt + output)
     cid = f"chatcmpl-{uuid.uuid4().hex}"
     return Answer(prompt, steps, finish, usage, cid, int(time.time()), model, bool(body.get("return_token_ids")))
 
@@ -258,6 +262,6 @@ def _whole(a: Answer) -> dict[str, Any]:
         "usage": a.usage,
     }
     if a.with_ids:
-        choice["token_ids"] = [t for _, ids in a.steps for t in ids]
+        choice["token_ids"] = a.output
         body["prompt_token_ids"] = a.prompt
     return body

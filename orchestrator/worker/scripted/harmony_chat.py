@@ -157,6 +157,6 @@ class HarmonyChat:
         prompt = prompt_of(body)
         reply = self.model.reply_for(rule)
         end = next((i + 1 for i, token in enumerate(reply) if token in h.STOP_TOKENS), len(reply))
-        done = answer_of(body, prompt, steps_of(reply[:end]), self.model._seen, self.scenario.model)
-        self.model.prompts.append(prompt)
+        done = answer_of(body, prompt, steps_of(reply[:end]), self.model.cached(prompt), self.scenario.model)
+        self.model.remember(prompt, done.output)
         return done
