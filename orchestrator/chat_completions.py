@@ -17,7 +17,7 @@ tools included, and its tool calls are the client's to run.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -139,14 +139,27 @@ class ChatRelay:
             return answer
         raise UpstreamError("the worker sent no answer", None, 502)
 
-    async def stream(self, body: dict[str, Any]) -> AsyncIterator[str]:
-        """The worker's chunks as Server-Sent Events; a failure after the first chunk is an error chunk."""
+    async def opened(self, body: dict[str, Any]) -> tuple[AsyncIterator[str], Callable[[], Awaitable[None]]]:
+        """The stream once the worker's first chunk came, and what closes it (the caller's, however the response
+        ends): a failure before that chunk is raised, the HTTP error OpenAI answers (a worker's 404 a 404); one
+        after it is the stream's error chunk."""
+        chunks = self._relay(body, stream=True)
         try:
-            async for chunk in self._relay(body, stream=True):
-                yield f"data: {json.dumps(chunk, separators=(',', ':'))}\n\n"
+            first = await anext(chunks)
+        except StopAsyncIteration:
+            raise UpstreamError("the worker sent no answer", None, 502) from None
+        return self._events(first, chunks), chunks.aclose
+
+    @staticmethod
+    async def _events(first: dict[str, Any], chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[str]:
+        """The chunks as Server-Sent Events, an error chunk for a failure mid-stream, then `[DONE]`."""
+        try:
+            yield _event(first)
+            async for chunk in chunks:
+                yield _event(chunk)
         except RequestError as exc:
             error = {"message": str(exc), "type": exc.etype, "param": exc.param, "code": exc.code}
-            yield f"data: {json.dumps({'error': error})}\n\n"
+            yield _event({"error": error})
         yield "data: [DONE]\n\n"
 
     async def _relay(self, body: dict[str, Any], *, stream: bool) -> AsyncIterator[dict[str, Any]]:
@@ -186,6 +199,10 @@ def refusal(exc: WorkerRefused, model: Any, roles: dict[str, str]) -> RequestErr
         return RequestError(f"model {name}'s worker refused the request: {said}", param, 400, "worker_refused")
     message = f"model {name}'s worker failed the request (HTTP {exc.status}: {said})"
     return UpstreamError(message, None, 502, "worker_error")
+
+
+def _event(obj: dict[str, Any]) -> str:
+    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
 
 
 def _name(model: Any) -> str:
