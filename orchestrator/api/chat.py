@@ -1,9 +1,9 @@
-"""`POST /v1/chat/completions`: the body checked and relayed to the workers by `chat_completions.ChatRelay`,
+"""`POST /v1/chat/completions`: the body checked and relayed to the workers by `chat.completions.ChatRelay`,
 each completion holding one of its key's running slots until its last chunk."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -17,18 +17,19 @@ from orchestrator.request.schema import read_json
 
 
 class _HeldStream(StreamingResponse):
-    """A streamed answer that gives its slot back once the response is over, however it ends (even when
-    the client leaves before the first chunk, and the body is never iterated)."""
+    """A streamed answer that gives its slot back and closes the worker's stream once the response is over,
+    however it ends (even when the client leaves before the first chunk, and the body is never iterated)."""
 
-    def __init__(self, content: AsyncIterator[str], slot: Slot) -> None:
+    def __init__(self, content: AsyncIterator[str], slot: Slot, close: Callable[[], Awaitable[None]]) -> None:
         super().__init__(content, media_type="text/event-stream")
-        self.slot = slot
+        self.slot, self.close = slot, close
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
             self.slot.release()
+            await self.close()
 
 
 def router(deps: Deps) -> APIRouter:
@@ -45,7 +46,12 @@ def router(deps: Deps) -> APIRouter:
         sent = relay.checked(await read_json(await request.body()))
         slot = running.take(request.state.owner)
         if sent.get("stream"):
-            return _HeldStream(relay.stream(sent), slot)
+            try:  # the worker's verdict before the response begins: a refusal is an HTTP error, as OpenAI's
+                events, close = await relay.opened(sent)
+            except BaseException:
+                slot.release()
+                raise
+            return _HeldStream(events, slot, close)
         with slot:
             return JSONResponse(await relay.complete(sent))
 

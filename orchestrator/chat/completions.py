@@ -17,7 +17,7 @@ tools included, and its tool calls are the client's to run.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -139,14 +139,27 @@ class ChatRelay:
             return answer
         raise UpstreamError("the worker sent no answer", None, 502)
 
-    async def stream(self, body: dict[str, Any]) -> AsyncIterator[str]:
-        """The worker's chunks as Server-Sent Events; a failure after the first chunk is an error chunk."""
+    async def opened(self, body: dict[str, Any]) -> tuple[AsyncIterator[str], Callable[[], Awaitable[None]]]:
+        """The stream once the worker's first chunk came, and what closes it (the caller's, however the response
+        ends): a failure before that chunk is raised, the HTTP error OpenAI answers (a worker's 404 a 404); one
+        after it is the stream's error chunk."""
+        chunks = self._relay(body, stream=True)
         try:
-            async for chunk in self._relay(body, stream=True):
-                yield f"data: {json.dumps(chunk, separators=(',', ':'))}\n\n"
+            first = await anext(chunks)
+        except StopAsyncIteration:
+            raise UpstreamError("the worker sent no answer", None, 502) from None
+        return self._events(first, chunks), chunks.aclose
+
+    @staticmethod
+    async def _events(first: dict[str, Any], chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[str]:
+        """The chunks as Server-Sent Events, an error chunk for a failure mid-stream, then `[DONE]`."""
+        try:
+            yield _event(first)
+            async for chunk in chunks:
+                yield _event(chunk)
         except RequestError as exc:
             error = {"message": str(exc), "type": exc.etype, "param": exc.param, "code": exc.code}
-            yield f"data: {json.dumps({'error': error})}\n\n"
+            yield _event({"error": error})
         yield "data: [DONE]\n\n"
 
     async def _relay(self, body: dict[str, Any], *, stream: bool) -> AsyncIterator[dict[str, Any]]:
@@ -158,13 +171,42 @@ class ChatRelay:
                     obj["model"] = asked
                 yield obj
         except WorkerRefused as exc:
-            raise RequestError(_worker_message(exc.text), None, exc.status) from None
+            raise refusal(exc, asked, self.roles) from None
         except WorkerUnavailable as exc:
             log.warning("chat.relay_unavailable", error=str(exc))
-            raise UpstreamError(hide(str(exc), self.roles), None, 503, "worker_unavailable") from None
+            message = f"model {_name(asked)}: {hide(str(exc), self.roles)}"
+            raise UpstreamError(message, None, 503, "worker_unavailable") from None
         except WorkerError as exc:
             log.warning("chat.relay_failed", error=str(exc))
-            raise UpstreamError(hide(str(exc), self.roles), None, 502, "worker_error") from None
+            message = f"model {_name(asked)}: {hide(str(exc), self.roles)}"
+            raise UpstreamError(message, None, 502, "worker_error") from None
+
+
+def refusal(exc: WorkerRefused, model: Any, roles: dict[str, str]) -> RequestError:
+    """A worker's 4xx in OpenAI's error shape, naming the model and the cause, never the worker's address: a 404
+    is a worker without chat completions (the model is not served on this route), a 400/422 the worker's
+    verdict on the request (its message), any other 4xx the worker's fault, not the caller's (502)."""
+    log.warning("chat.relay_refused", status=exc.status, error=str(exc))
+    said, param = _worker_error(exc.text)
+    said, name = hide(said, roles), _name(model)
+    if exc.status == 404:
+        message = (
+            f"model {name} is not served on /v1/chat/completions: its worker has no chat completions "
+            f"(HTTP 404: {said}); /v1/responses serves it"
+        )
+        return RequestError(message, "model", 404, "model_not_supported")
+    if exc.status in (400, 422):
+        return RequestError(f"model {name}'s worker refused the request: {said}", param, 400, "worker_refused")
+    message = f"model {name}'s worker failed the request (HTTP {exc.status}: {said})"
+    return UpstreamError(message, None, 502, "worker_error")
+
+
+def _event(obj: dict[str, Any]) -> str:
+    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
+
+
+def _name(model: Any) -> str:
+    return repr(model) if model is not None else "(the default)"
 
 
 def _check_field(name: str, value: Any) -> None:
@@ -253,11 +295,13 @@ _VALUES = {
 """The values each field takes beyond its type, where the relay decides rather than the worker."""
 
 
-def _worker_message(text: str) -> str:
-    """The message of vLLM's error body (OpenAI's shape), else its text."""
+def _worker_error(text: str) -> tuple[str, str | None]:
+    """The message and `param` of vLLM's error body (OpenAI's shape), else its text and no param."""
     try:
         error = json.loads(text).get("error")
     except (json.JSONDecodeError, AttributeError):
-        return text
-    message = error.get("message") if isinstance(error, dict) else None
-    return message if isinstance(message, str) else text
+        return text.strip() or "(no body)", None
+    if not isinstance(error, dict) or not isinstance(error.get("message"), str):
+        return text, None
+    param = error.get("param")
+    return error["message"], param if isinstance(param, str) else None

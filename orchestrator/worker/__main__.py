@@ -32,7 +32,9 @@ class WorkerSettings(ServiceSettings):
     scenario: str | None = Field(None, description="scenario file (YAML/JSON); default: one canned answer")
     token_delay_s: float | None = Field(None, description="pause before each streamed token")
     api: Literal["harmony", "chat"] = Field(
-        "harmony", description="harmony: /v1/completions (token ids); chat: /v1/chat/completions (parsed deltas)"
+        "harmony",
+        description="harmony: /v1/completions (token ids) and /v1/chat/completions (Harmony parsed, as vLLM "
+        "serves gpt-oss); chat: /v1/chat/completions (a chat-template model's parsed deltas)",
     )
 
 

@@ -74,6 +74,11 @@ def chat_script(model: ScriptedChatModel, rules: list[tuple[str, dict]]) -> None
 
 def run_python(clients: Clients, code: str, base_url: str, timeout: float = 120, **env_vars: str) -> dict:
     """`code` run by the clients' interpreter with `BASE_URL`; its last stdout line is the JSON it printed."""
+    return json.loads(run_script(clients, code, base_url, timeout, **env_vars).strip().splitlines()[-1])
+
+
+def run_script(clients: Clients, code: str, base_url: str, timeout: float = 120, **env_vars: str) -> str:
+    """`code` run by the clients' interpreter with `BASE_URL` (and the openai SDK's variables): its stdout."""
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     env.update(
         BASE_URL=base_url,
@@ -85,7 +90,7 @@ def run_python(clients: Clients, code: str, base_url: str, timeout: float = 120,
     )
     proc = subprocess.run([str(clients.python), "-c", code], capture_output=True, text=True, timeout=timeout, env=env)
     assert proc.returncode == 0, f"client failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return proc.stdout
 
 
 @pytest.fixture

@@ -1,5 +1,7 @@
-"""LangChain's `ChatOpenAI` and LiteLLM against the fleet, on their default paths (chat completions, relayed
-to a worker) and on the Responses API. The scripted workers stand in for the model's choices."""
+"""LangChain's `ChatOpenAI` and LiteLLM against a fleet with a chat-template model beside the Harmony one: their
+default path (chat completions) relayed by model name to the SCRIPTED chat-template stand-in (`scripted-chat`,
+`toolfleet worker --scripted --api chat`, which the default fleet does not run), and the Responses API. The same
+clients' defaults against the default fleet (the Harmony stand-in alone): `test_readme.py`."""
 
 from __future__ import annotations
 

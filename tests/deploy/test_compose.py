@@ -53,6 +53,31 @@ def test_one_request_uses_browser_python_and_container_through_the_openai_sdk(fl
     assert citation.type == "url_citation" and citation.url.startswith("corpus://local/")
 
 
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+
+
+def test_the_default_fleet_serves_chat_completions_whole_and_streamed_with_a_tool_call(fleet) -> None:
+    """The default path of LangChain and LiteLLM: chat completions, answered by the SCRIPTED Harmony stand-in
+    (tests/clients/test_readme.py runs those clients themselves against the same worker command)."""
+    client = fleet.openai()
+    hello = client.chat.completions.create(model="scripted-gpt-oss", messages=[{"role": "user", "content": "Hello!"}])
+    assert hello.choices[0].message.content == "Hello from the scripted worker." and hello.usage.completion_tokens > 0
+    weather = [{"role": "user", "content": "What is the weather in Paris?"}]
+    chunks = list(
+        client.chat.completions.create(
+            model="scripted-gpt-oss",
+            messages=weather,
+            tools=[WEATHER],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    calls = [call for c in chunks if c.choices for call in c.choices[0].delta.tool_calls or []]
+    assert calls[0].function.name == "get_weather"
+    assert "".join(call.function.arguments or "" for call in calls) == '{"city": "Paris"}'
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+
+
 def _pins(fleet) -> dict[str, str]:
     """The gateway's session pins for python (session id -> replica URL), read from the fleet's Redis."""
     raw = docker(

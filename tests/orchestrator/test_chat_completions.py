@@ -6,7 +6,8 @@ import httpx
 import openai
 import pytest
 
-from orchestrator.worker.scripted import ChatScenario, ScriptedChatModel, build_chat_app
+from orchestrator.worker.scripted import ChatScenario, Scenario, ScriptedChatModel, ScriptedModel, build_chat_app
+from orchestrator.worker.scripted.routes import build
 from tests.support.asgi import serve_asgi
 
 
@@ -30,8 +31,14 @@ def test_a_chat_completion_is_relayed_with_the_callers_model_name_streaming_and_
 
 def test_a_request_the_worker_refuses_keeps_its_status_and_bad_bodies_are_a_400(relay):
     stack, _ = relay
-    with pytest.raises(openai.BadRequestError):
+    with pytest.raises(openai.BadRequestError) as refused:
         stack.client.chat.completions.create(model="m", messages=[{"role": "user", "content": "busy"}])
+    assert refused.value.body == {
+        "message": "model 'm''s worker refused the request: scripted failure (HTTP 400)",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": "worker_refused",
+    }
     with pytest.raises(openai.BadRequestError) as caught:
         stack.client.chat.completions.create(model="m", messages=[])
     assert caught.value.body["param"] == "messages"
@@ -44,3 +51,27 @@ def test_models_by_id_answer_the_served_model_or_a_404(relay):
     with pytest.raises(openai.NotFoundError) as caught:
         stack.client.models.retrieve("gpt-nothing")
     assert caught.value.body["code"] == "model_not_found"
+
+
+def test_a_worker_without_chat_completions_is_a_404_naming_the_model_and_never_the_workers_address(make_stack):
+    bare = build(ScriptedModel(Scenario()), [])  # a worker whose /v1/chat/completions is a bare 404
+    with serve_asgi(bare) as url:
+        stack = make_stack(worker_urls=[url], max_concurrent_per_key=1)
+        hi = [{"role": "user", "content": "hi"}]
+        with pytest.raises(openai.NotFoundError) as caught:
+            stack.client.chat.completions.create(model="gpt-x", messages=hi)
+        for _ in range(2):  # the refusal gave its running slot back (one per key): no 429 the second time
+            with pytest.raises(openai.NotFoundError) as streamed:  # the worker refused before the stream began
+                list(stack.client.chat.completions.create(model="gpt-x", messages=hi, stream=True))
+    expected = (
+        "model 'gpt-x' is not served on /v1/chat/completions: its worker has no chat completions "
+        "(HTTP 404: Not Found); /v1/responses serves it"
+    )
+    assert caught.value.body == {
+        "message": expected,
+        "type": "invalid_request_error",
+        "param": "model",
+        "code": "model_not_supported",
+    }
+    assert streamed.value.body == caught.value.body
+    assert url.rsplit(":", 1)[1] not in str(caught.value.body)  # the worker's port, so its address

@@ -5,6 +5,8 @@ file, never by a model. It is the default worker of the compose and Kubernetes f
 - `rules`: the one rule engine (a scenario's rules, the first whose `match` is found) and the counters.
 - `completions`: the `/v1/completions` adapter (Harmony token ids), `toolfleet worker --scripted`.
 - `chat`: the `/v1/chat/completions` adapter (a chat-template model's parsed deltas), `--api chat`.
+- `harmony_chat`: `/v1/chat/completions` beside `/v1/completions` for a Harmony scenario, as vLLM serves
+  gpt-oss: the messages rendered to Harmony, the scripted reply parsed into reasoning, content, tool calls.
 - `routes`: what both answer alike: `/v1/models`, `/health`, `/healthz`, `/debug/stats` (requests and how
   they ended: `aborted` are streams whose client went away before the end, as vLLM aborts those), the
   error bodies, a streamed answer counted.

@@ -31,7 +31,7 @@ import uuid
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -39,7 +39,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from orchestrator.worker.scripted.routes import MAX_MODEL_LEN, bad_request, build, counted, scripted_status, sse
-from orchestrator.worker.scripted.rules import ChatScenario, Rule, Stats, cached_prefix
+from orchestrator.worker.scripted.rules import ChatScenario, Rule, Scenario, Stats, cached_prefix
 
 _PIECE = re.compile(r"\s*\S+|\s+")
 
@@ -84,6 +84,14 @@ class ScriptedChatModel:
     def rule(self, body: dict[str, Any]) -> Rule | None:
         return self.scenario.first(tail(body.get("messages") or [], body.get("tool_choice")))
 
+    def answer(self, body: dict[str, Any], rule: Rule | None) -> Answer:
+        reply = rule.reply if rule is not None else self.scenario.default
+        prompt = self.prompt(body)
+        done = answer_of(body, prompt, self.deltas(reply), cached_prefix(self._seen, prompt), self.scenario.model)
+        self._seen.append(prompt + done.output)
+        self.usages.append(done.usage)
+        return done
+
     def deltas(self, reply: dict[str, Any]) -> list[tuple[dict[str, Any], list[int]]]:
         """The reply as vLLM streams it: (delta, token ids) per step."""
         out: list[tuple[dict[str, Any], list[int]]] = []
@@ -108,7 +116,7 @@ Steps = list[tuple[dict[str, Any], list[int]]]
 
 
 @dataclass
-class _Answer:
+class Answer:
     """One chat completion: its steps (delta, token ids), how it finishes, and its usage."""
 
     prompt: list[int]
@@ -119,6 +127,10 @@ class _Answer:
     created: int
     model: str
     with_ids: bool
+
+    @property
+    def output(self) -> list[int]:
+        return [t for _, ids in self.steps for t in ids]
 
     def chunk(self, choices: list[dict[str, Any]], **extra: Any) -> str:
         obj = {
@@ -132,11 +144,10 @@ class _Answer:
         return sse(obj)
 
 
-def _answer(model: ScriptedChatModel, body: dict[str, Any], reply: dict[str, Any]) -> _Answer:
-    """The reply as steps, cut at `max_tokens` (finish `length`)."""
-    prompt, steps = model.prompt(body), model.deltas(reply)
+def answer_of(body: dict[str, Any], prompt: list[int], steps: Steps, cached: int, model: str) -> Answer:
+    """The reply as steps, cut at `max_tokens` (finish `length`); `cached`: the prompt tokens a prefix cache held."""
     limit = int(body.get("max_tokens") or body.get("max_completion_tokens") or 1 << 30)
-    finish = "tool_calls" if reply.get("tool_calls") else "stop"
+    finish = "tool_calls" if any("tool_calls" in delta for delta, _ in steps) else "stop"
     if sum(len(ids) for _, ids in steps) > limit:
         kept, n = [], 0
         for delta, ids in steps:
@@ -145,21 +156,18 @@ def _answer(model: ScriptedChatModel, body: dict[str, Any], reply: dict[str, Any
             kept.append((delta, ids))
             n += len(ids)
         steps, finish = kept, "length"
-    output = [t for _, ids in steps for t in ids]
+    output = sum(len(ids) for _, ids in steps)
     usage = {
         "prompt_tokens": len(prompt),
-        "completion_tokens": len(output),
-        "total_tokens": len(prompt) + len(output),
-        "prompt_tokens_details": {"cached_tokens": cached_prefix(model._seen, prompt)},
+        "completion_tokens": output,
+        "total_tokens": len(prompt) + output,
+        "prompt_tokens_details": {"cached_tokens": cached},
     }
-    model._seen.append(prompt + output)
-    model.usages.append(usage)
     cid = f"chatcmpl-{uuid.uuid4().hex}"
-    with_ids = bool(body.get("return_token_ids"))
-    return _Answer(prompt, steps, finish, usage, cid, int(time.time()), model.scenario.model, with_ids)
+    return Answer(prompt, steps, finish, usage, cid, int(time.time()), model, bool(body.get("return_token_ids")))
 
 
-async def _stream(a: _Answer, body: dict[str, Any], delay: float) -> AsyncIterator[str]:
+async def _stream(a: Answer, body: dict[str, Any], delay: float) -> AsyncIterator[str]:
     """The role chunk, one chunk per step (the last with the finish reason), a usage chunk when asked, [DONE]."""
     first = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
     yield a.chunk([first], **({"prompt_token_ids": a.prompt} if a.with_ids else {}))
@@ -178,26 +186,48 @@ async def _stream(a: _Answer, body: dict[str, Any], delay: float) -> AsyncIterat
     yield sse("[DONE]")
 
 
-def build_chat_app(model: ScriptedChatModel) -> Starlette:
-    """`/v1/chat/completions`, `/tokenize` and the shared routes."""
+class ChatStandIn(Protocol):
+    """What `chat_route` needs of a stand-in: its rules, its counters, and the answer a rule (or none) gives."""
+
+    requests: deque[dict[str, Any]]
+
+    @property
+    def scenario(self) -> Scenario: ...
+
+    @property
+    def stats(self) -> Stats: ...
+
+    def rule(self, body: dict[str, Any]) -> Rule | None: ...
+
+    def answer(self, body: dict[str, Any], rule: Rule | None) -> Answer: ...
+
+
+def chat_route(model: ChatStandIn) -> Route:
+    """`POST /v1/chat/completions`: a scripted status, or the answer whole or streamed."""
 
     async def completions(request: Request) -> Response:
         try:
             body = await request.json()
             if not isinstance(body.get("messages"), list) or not body["messages"]:
                 raise ValueError("messages must be a non-empty list")
+            rule = model.rule(body)
         except Exception as exc:
             return bad_request(exc)
         model.stats.requests += 1
         model.requests.append(body)
-        rule = model.rule(body)
         if rule is not None and rule.status:
             return scripted_status(model.stats, rule.status)
-        answer = _answer(model, body, rule.reply if rule is not None else model.scenario.default)
+        reply = model.answer(body, rule)
         if not body.get("stream"):
             model.stats.completed += 1
-            return JSONResponse(_whole(answer))
-        return counted(model.stats, _stream(answer, body, model.scenario.token_delay_s), answer.id)
+            return JSONResponse(_whole(reply))
+        return counted(model.stats, _stream(reply, body, model.scenario.token_delay_s), reply.id)
+
+    return Route("/v1/chat/completions", completions, methods=["POST"])
+
+
+def build_chat_app(model: ScriptedChatModel) -> Starlette:
+    """`/v1/chat/completions`, `/tokenize` and the shared routes."""
 
     async def tokenize(request: Request) -> Response:
         body = await request.json()
@@ -206,14 +236,10 @@ def build_chat_app(model: ScriptedChatModel) -> Starlette:
             {"count": len(tokens), "max_model_len": MAX_MODEL_LEN, "tokens": tokens, "token_strs": None}
         )
 
-    routes = [
-        Route("/v1/chat/completions", completions, methods=["POST"]),
-        Route("/tokenize", tokenize, methods=["POST"]),
-    ]
-    return build(model, routes)
+    return build(model, [chat_route(model), Route("/tokenize", tokenize, methods=["POST"])])
 
 
-def _whole(a: _Answer) -> dict[str, Any]:
+def _whole(a: Answer) -> dict[str, Any]:
     """The non-streaming body: the same steps folded into one assistant message."""
     message: dict[str, Any] = {"role": "assistant", "content": "", "reasoning": None, "tool_calls": []}
     for delta, _ in a.steps:
@@ -236,6 +262,6 @@ def _whole(a: _Answer) -> dict[str, Any]:
         "usage": a.usage,
     }
     if a.with_ids:
-        choice["token_ids"] = [t for _, ids in a.steps for t in ids]
+        choice["token_ids"] = a.output
         body["prompt_token_ids"] = a.prompt
     return body

@@ -27,6 +27,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from orchestrator.harmony import START, STOP_TOKENS, encoding
+from orchestrator.worker.scripted.chat import chat_route
+from orchestrator.worker.scripted.harmony_chat import HarmonyChat
 from orchestrator.worker.scripted.routes import (
     DroppedConnection,
     ScriptedEnd,
@@ -58,7 +60,10 @@ class ScriptedModel:
         return self._encoded[text]
 
     def reply(self, prompt: list[int]) -> list[int]:
-        rule = self.rule(prompt)
+        return self.reply_for(self.rule(prompt))
+
+    def reply_for(self, rule: Rule | None) -> list[int]:
+        """The reply's token ids: the rule's (its `tokens`, or its Harmony text encoded), else the default's."""
         if rule is None:
             return self._tokens(self.scenario.default)
         return list(rule.tokens) if rule.tokens is not None else self._tokens(rule.reply)
@@ -190,7 +195,8 @@ def _whole(a: _Answer) -> dict[str, Any]:
 
 
 def build_app(model: ScriptedModel) -> Starlette:
-    """`/v1/completions` (token-id prompts, `return_token_ids`, streaming or not) and the shared routes."""
+    """`/v1/completions` (token-id prompts, `return_token_ids`, streaming or not), `/v1/chat/completions` (the
+    same rules on the messages rendered to Harmony, `harmony_chat`) and the shared routes."""
 
     async def completions(request: Request) -> Response:
         try:
@@ -212,4 +218,5 @@ def build_app(model: ScriptedModel) -> Starlette:
         delay = rule.delay_s if rule is not None and rule.delay_s is not None else model.scenario.token_delay_s
         return counted(model.stats, _stream(answer, rule, body, delay), answer.id)
 
-    return build(model, [Route("/v1/completions", completions, methods=["POST"])])
+    routes = [Route("/v1/completions", completions, methods=["POST"]), chat_route(HarmonyChat(model))]
+    return build(model, routes)
