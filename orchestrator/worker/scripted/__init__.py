@@ -13,7 +13,8 @@ file, never by a model. It is the default worker of the compose and Kubernetes f
 """
 
 from orchestrator.worker.scripted.chat import ScriptedChatModel, build_chat_app
-from orchestrator.worker.scripted.completions import ScriptedModel, build_app, fake_logprob
+from orchestrator.worker.scripted.completions import build_app, fake_logprob
+from orchestrator.worker.scripted.model import ScriptedModel
 from orchestrator.worker.scripted.rules import ChatScenario, Rule, Scenario, Stats, cached_prefix
 
 __all__ = [

@@ -18,16 +18,14 @@ from __future__ import annotations
 import time
 import uuid
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from openai_harmony import Message
 
 from orchestrator import harmony as h
 from orchestrator.worker.scripted.chat import Answer, Steps, answer_of
+from orchestrator.worker.scripted.model import ScriptedModel
 from orchestrator.worker.scripted.rules import Rule, Scenario, Stats
-
-if TYPE_CHECKING:
-    from orchestrator.worker.scripted.completions import ScriptedModel
 
 FUNCTIONS = "functions."
 
