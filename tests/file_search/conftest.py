@@ -23,6 +23,7 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def file_search(model_dir: Path, data_dir: Path) -> Iterator[Service]:
-    args = ["-m", "tools.file_search", "--data-dir", str(data_dir), "--model-dir", str(model_dir)]
+    # --drain-s 0: its sessions hold nothing, so a stop need not wait for their callers
+    args = ["-m", "tools.file_search", "--data-dir", str(data_dir), "--model-dir", str(model_dir), "--drain-s", "0"]
     with running_service(args) as svc:
         yield svc

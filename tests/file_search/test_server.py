@@ -20,7 +20,7 @@ BOB = {OWNER_HEADER: sign_owner("test-bob")}
 FACTS = {
     "otters.md": "# Otters\n\nSea otters hold hands while they sleep so that they do not drift apart.",
     "volcano.txt": "Mount Erebus in Antarctica has a persistent lava lake at its summit crater.",
-    "bread.html": "<html><body><h1>Bread</h1><p>Sourdough rises because wild yeast ferments the dough.</p></body>",
+    "bread.html": "<h1>Bread</h1><p>Sourdough rises because <a href='https://b.test/'>wild yeast</a> ferments it.",
 }
 
 
@@ -72,7 +72,8 @@ async def test_index_search_filter_and_delete(file_search: Service) -> None:
         assert done["chunks"] == 1
 
         text, data = await call(s, "search", vector_store_ids=["vs_a"], query="why does sourdough rise?")
-        assert data["results"][0]["file_id"] == "file-2" and "wild yeast" in data["results"][0]["text"]
+        assert data["results"][0]["file_id"] == "file-2"
+        assert "because wild yeast ferments" in data["results"][0]["text"]  # the link's text, not its marker
         assert text.startswith("[0] bread.html (file_id file-2")
         _, data = await call(s, "search", vector_store_ids=["vs_a"], query="how much did revenue grow")
         assert data["results"][0]["filename"] == "report.pdf"

@@ -4,6 +4,7 @@ PDF through pypdf. Anything else, or a file that does not parse, is refused with
 from __future__ import annotations
 
 import io
+import re
 from pathlib import PurePosixPath
 
 from charset_normalizer import from_bytes
@@ -14,6 +15,8 @@ from tools.browser.extract import html_document
 
 TEXT_SUFFIXES = {".txt", ".md", ".markdown", ".rst", ".csv", ".json", ".py", ".log"}
 HTML_SUFFIXES = {".html", ".htm"}
+LINK = re.compile(r"【\d+†([^†】]*)(?:†[^】]*)?】")
+"""The browser's link marker (`【3†text†host】`, for the model to follow): an index keeps the link's text."""
 
 
 class UnparsableFile(ValueError):
@@ -27,7 +30,7 @@ def extract_text(filename: str, data: bytes) -> str:
         text = _pdf(data)
     elif suffix in HTML_SUFFIXES:
         document = html_document(_decode(data), None)
-        text = "\n".join(document.lines)
+        text = LINK.sub(r"\1", "\n".join(document.lines))
     elif suffix in TEXT_SUFFIXES:
         text = _decode(data)
     else:
