@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -53,5 +53,5 @@ class Compound(BaseModel):
         return all(results) if self.type == "and" else any(results)
 
 
-Filter = Annotated[Union[Comparison, Compound], Field(discriminator="type")]  # noqa: UP007 - the forward ref
+Filter = Annotated[Comparison | Compound, Field(discriminator="type")]
 Compound.model_rebuild()

