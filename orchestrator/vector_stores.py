@@ -29,6 +29,9 @@ log = structlog.get_logger(__name__)
 FOREVER_S = 10 * 365 * 86400
 """A store without `expires_after` is kept until deleted (the object store wants an expiry)."""
 Attributes = dict[str, str | float | bool]
+STALE_MARGIN_S = 60
+"""Past the tool call's timeout, how long before a file still `in_progress` (and not queued here) is deemed cut
+off by a stop of the replica that indexed it."""
 
 
 class CreateStore(BaseModel):
@@ -148,6 +151,8 @@ class VectorStores:
         self.timeout_s = timeout_s
         self.limiter = anyio.CapacityLimiter(concurrency)
         self.tasks: set[asyncio.Task[None]] = set()
+        self.pending: set[str] = set()
+        """File records this replica has queued or is indexing."""
 
     async def tool(self, owner: str, name: str, args: dict[str, Any]) -> ToolOutcome:
         """One call to the file_search tool server for `owner` (one tool session per key, which holds nothing)."""
@@ -180,7 +185,18 @@ class VectorStores:
         return record.body(await self.store_files(record.id))
 
     async def store_files(self, store_id: str) -> list[FileRecord]:
-        return [FileRecord(**o) for o in await self.objects.owned("vector_store_file", store_id)]
+        return [await self._current(o) for o in await self.objects.owned("vector_store_file", store_id)]
+
+    async def _current(self, obj: dict[str, Any]) -> FileRecord:
+        """A file record as it stands: one `in_progress` that no replica can still be indexing (not queued here,
+        and older than a call may last) was cut off by a stop, and is failed so that its store settles."""
+        record = FileRecord(**obj)
+        interrupted = time.time() - record.created_at > self.timeout_s + STALE_MARGIN_S
+        if record.status == "in_progress" and record.id not in self.pending and interrupted:
+            message = "indexing was interrupted (the server running it stopped); add the file again"
+            record.status, record.last_error = "failed", {"code": "server_error", "message": message}
+            await self.objects.put("vector_store_file", asdict(record))
+        return record
 
     async def listing(self, owner: str, *, limit: int, order: str, after: str | None) -> dict[str, Any]:
         records = [StoreRecord(**o) for o in await self.objects.owned("vector_store", owner)]
@@ -223,7 +239,9 @@ class VectorStores:
             chunking=chunking,
         )
         await self.objects.put("vector_store_file", asdict(record))
+        self.pending.add(record.id)
         task = asyncio.create_task(self._ingest(record, owner, source.filename))
+        task.add_done_callback(lambda _: self.pending.discard(record.id))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         return record
@@ -263,7 +281,7 @@ class VectorStores:
         found = await self.objects.get("vector_store_file", f"{store_id}/{file_id}")
         if found is None:
             raise RequestError(f"No such file in vector store {store_id}: {file_id}", "file_id", 404, "not_found")
-        return FileRecord(**found)
+        return await self._current(found)
 
     async def files_page(
         self, store_id: str, owner: str, *, limit: int, order: str, after: str | None, status: str | None

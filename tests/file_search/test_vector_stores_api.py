@@ -5,7 +5,10 @@ strictly against the SDK's types; another key's store is a 404; a file that cann
 from __future__ import annotations
 
 import tempfile
+import time
 from collections.abc import Callable, Iterator
+from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,8 +18,10 @@ from openai.types import VectorStore, VectorStoreSearchResponse
 from openai.types.vector_stores import VectorStoreFile
 
 from orchestrator.app import create_app
+from orchestrator.files import Files
 from orchestrator.persist.sqlite import SQLiteStores
 from orchestrator.settings import OrchestratorSettings
+from orchestrator.vector_stores import STALE_MARGIN_S, FileRecord, StoreRecord, VectorStores
 from tests.support.asgi import serve_asgi
 from tests.support.gateway import gateway_config, running_gateway
 from tests.support.service import Service
@@ -133,3 +138,31 @@ def test_a_file_that_cannot_be_parsed_fails_alone_with_its_reason(orchestrator: 
     with pytest.raises(openai.NotFoundError):
         sdk.vector_stores.files.create("vs_missing", file_id=good.id)
     assert sdk.vector_stores.delete(store.id).deleted
+
+
+async def test_a_file_whose_indexing_was_cut_off_by_a_stop_fails_and_its_store_settles(tmp_path: Path) -> None:
+    """A record left `in_progress` by a replica that stopped (no replica queues it, and it is older than a call
+    may last) reads as failed with its reason; one queued here stays in progress."""
+    stores = SQLiteStores()
+    try:
+        vector_stores = VectorStores(Files(stores.objects, tmp_path, max_bytes=1024, retention_s=3600), None)
+        now = int(time.time())
+        await stores.objects.put("vector_store", asdict(StoreRecord("vs_x", "key", "s", now, now, None, now + 3600)))
+        old = now - int(vector_stores.timeout_s) - STALE_MARGIN_S - 1
+        for file_id in ("file-cut", "file-queued"):
+            await stores.objects.put(
+                "vector_store_file", asdict(FileRecord(f"vs_x/{file_id}", "vs_x", file_id, old, now + 3600))
+            )
+        vector_stores.pending.add("vs_x/file-queued")
+        cut = await vector_stores.find_file("vs_x", "file-cut", "key")
+        assert cut.status == "failed" and cut.last_error is not None and "interrupted" in cut.last_error["message"]
+        body = await vector_stores.body(await vector_stores.find("vs_x", "key"))
+        assert body["file_counts"] | {"total": 0} == {
+            "in_progress": 1,
+            "completed": 0,
+            "failed": 1,
+            "cancelled": 0,
+            "total": 0,
+        }
+    finally:
+        await stores.aclose()
