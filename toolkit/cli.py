@@ -16,6 +16,10 @@ SERVICES: dict[str, tuple[str, str]] = {
         "tools.container.__main__",
         "container MCP tool server: exec in a per-session container (8803)",
     ),
+    "file_search": (
+        "tools.file_search.__main__",
+        "file_search MCP tool server: retrieval over vector stores (port 8804)",
+    ),
     "gateway": ("gateway.__main__", "MCP gateway in front of every tool namespace (port 8800)"),
     "orchestrator": ("orchestrator.__main__", "OpenAI Responses API over a vLLM worker (port 8080)"),
     "worker": (

@@ -54,7 +54,7 @@ def test_every_service_selects_a_deployment_and_targets_a_named_port_of_it() -> 
 def test_the_gateway_discovers_each_tool_through_a_headless_service_on_its_port() -> None:
     routes = parse_config(by_kind("ConfigMap")["gateway-routes"]["data"]["gateway.yaml"])
     services = by_kind("Service")
-    assert set(routes.namespaces) == {"browser", "python", "container"}
+    assert set(routes.namespaces) == {"browser", "python", "container", "file_search"}
     for ns, cfg in routes.namespaces.items():
         service = cfg.discover.dns.split(".")[0]
         assert services[service]["spec"].get("clusterIP") == "None", f"{service} must be headless"
@@ -74,6 +74,6 @@ def test_only_the_orchestrator_takes_traffic_from_outside_the_fleet() -> None:
 
 def test_every_fleet_service_reads_the_one_fleet_secret() -> None:
     """The orchestrator signs the owner header with it and the gateway and tools check it: one Secret for all."""
-    for name in ("orchestrator", "gateway", "browser", "python", "container"):
+    for name in ("orchestrator", "gateway", "browser", "python", "container", "file-search"):
         (container,) = by_kind("Deployment")[name]["spec"]["template"]["spec"]["containers"]
         assert {"secretRef": {"name": "toolfleet-fleet-secret"}} in container.get("envFrom", []), name

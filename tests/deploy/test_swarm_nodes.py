@@ -32,6 +32,7 @@ CORE_IMAGES = ["toolfleet/toolfleet:latest", "toolfleet/redis:latest"]
 TOOL_IMAGES = [
     "toolfleet/toolfleet:latest",
     "toolfleet/browser:latest",
+    "toolfleet/file-search:latest",
     "toolfleet/python-sandbox:latest",
     "toolfleet/container-sandbox:latest",
 ]

@@ -1,0 +1,1 @@
+"""The file_search tool server: retrieval over a key's own files (parse, chunk, embed, hybrid index, search)."""

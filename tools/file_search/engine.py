@@ -1,0 +1,112 @@
+"""Retrieval for every owner: index a file into a store (parse, chunk, embed, add), delete, search.
+
+Stores live under `<data_dir>/stores/<owner>/<store_id>/`, so one owner's ids never reach another's files.
+Parsing, the store's disk work and the model all run in worker threads; one file of a store is written at a time
+(an asyncio lock here, an `flock` between replicas)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import structlog
+
+from tools.file_search.chunking import Chunker, StaticChunking
+from tools.file_search.embedders import Embedder
+from tools.file_search.filters import Filter
+from tools.file_search.parse import extract_text
+from tools.file_search.store import Hit, Ranking, Store
+
+log = structlog.get_logger(__name__)
+_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
+
+
+class BadRequest(ValueError):
+    """The caller's mistake (a bad id, an unknown store): answered in these words."""
+
+
+@dataclass(frozen=True, slots=True)
+class Indexed:
+    chunks: int
+    usage_bytes: int
+    seconds: float
+
+
+def checked_id(value: str, what: str) -> str:
+    if not _ID.fullmatch(value):
+        raise BadRequest(f"{what} must be 1-128 letters, digits, '_' or '-', not {value!r}")
+    return value
+
+
+class Engine:
+    def __init__(self, data_dir: Path, embedder: Embedder, chunker: Chunker) -> None:
+        self.root = data_dir / "stores"
+        self.embedder = embedder
+        self.chunker = chunker
+        self._stores: dict[Path, Store] = {}
+        self._locks: defaultdict[Path, asyncio.Lock] = defaultdict(asyncio.Lock)
+
+    def _path(self, owner: str, store_id: str) -> Path:
+        return self.root / owner / checked_id(store_id, "vector_store_id")
+
+    async def _store(self, path: Path) -> Store:
+        if path not in self._stores:
+            self._stores[path] = await anyio.to_thread.run_sync(Store, path)
+        return self._stores[path]
+
+    async def index_file(
+        self, owner: str, store_id: str, file: dict[str, Any], data: bytes, rule: StaticChunking
+    ) -> Indexed:
+        """Index one file (replacing an earlier copy of the same id): its text's chunks, embedded, added."""
+        started = time.perf_counter()
+        text = await anyio.to_thread.run_sync(extract_text, file["filename"], data)
+        texts = await anyio.to_thread.run_sync(self.chunker.chunks, text, rule)
+        vectors = await self.embedder.embed(texts)
+        usage = sum(len(t.encode()) for t in texts) + vectors.nbytes
+        path = self._path(owner, store_id)
+        async with self._locks[path]:
+            store = await self._store(path)
+            meta = {**file, "bytes": usage}
+            await anyio.to_thread.run_sync(store.add, file["file_id"], meta, texts, vectors)
+        elapsed = time.perf_counter() - started
+        log.info("file.indexed", owner=owner, store=store_id, file_id=file["file_id"], chunks=len(texts), s=elapsed)
+        return Indexed(len(texts), usage, elapsed)
+
+    async def delete_file(self, owner: str, store_id: str, file_id: str) -> bool:
+        path = self._path(owner, store_id)
+        if not path.exists():
+            return False
+        async with self._locks[path]:
+            store = await self._store(path)
+            return await anyio.to_thread.run_sync(store.delete, checked_id(file_id, "file_id"))
+
+    async def delete_store(self, owner: str, store_id: str) -> bool:
+        path = self._path(owner, store_id)
+        if not path.exists():
+            return False
+        async with self._locks[path]:
+            store = await self._store(path)
+            await anyio.to_thread.run_sync(store.destroy)
+            self._stores.pop(path, None)
+        return True
+
+    async def search(
+        self, owner: str, store_ids: list[str], query: str, limit: int, where: Filter | None, ranking: Ranking
+    ) -> list[Hit]:
+        """The best `limit` chunks over the named stores (a store never indexed into is empty)."""
+        if not query.strip():
+            raise BadRequest("query must not be empty")
+        paths = [self._path(owner, s) for s in store_ids]
+        vector = (await self.embedder.embed([query]))[0]
+        hits: list[Hit] = []
+        for path in paths:
+            if path.exists():
+                store = await self._store(path)
+                hits += await anyio.to_thread.run_sync(store.search, vector, query, limit, where, ranking)
+        return sorted(hits, key=lambda h: -h.score)[:limit]

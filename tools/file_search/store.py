@@ -1,0 +1,170 @@
+"""One vector store on disk: BM25 over the chunks (tantivy) and exact vector search (numpy over a memory-mapped
+float32 matrix), fused by reciprocal rank.
+
+Layout of a store's directory: `vectors.npy` (one row per chunk ever added), `text/` (the tantivy index: row,
+file_id, text), and `files.json` (each live file: name, attributes, its row range, bytes). `files.json` is written
+last when a file is added and first when one is deleted, each time by an atomic rename, so a reader (another
+replica on the same volume too) never sees half a file: a row no live file claims is not found. Writers hold an
+exclusive `flock` on `lock`, so replicas sharing the volume take turns. All of it is blocking: callers run it in a
+worker thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tantivy
+
+from tools.file_search.filters import Filter
+
+RRF_K = 60
+"""The rank constant of reciprocal rank fusion (the usual 60): a hit at rank r adds weight / (RRF_K + r)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    file_id: str
+    filename: str
+    score: float
+    attributes: dict[str, Any]
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    """How hits are fused: the weights of the vector and the BM25 ranks, and the least score kept."""
+
+    embedding_weight: float = 1.0
+    text_weight: float = 1.0
+    score_threshold: float = 0.0
+    depth: int = 50
+    """Candidates taken from each ranking before fusion."""
+
+
+def _schema() -> tantivy.Schema:
+    b = tantivy.SchemaBuilder()
+    b.add_integer_field("row", stored=True, indexed=True)
+    b.add_text_field("file_id", stored=True, tokenizer_name="raw")
+    b.add_text_field("text", stored=True)
+    return b.build()
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_bytes(data)
+    os.replace(partial, path)
+
+
+class Store:
+    """A store's directory, opened; its methods block."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        (directory / "text").mkdir(parents=True, exist_ok=True)
+        self.index = tantivy.Index(_schema(), path=str(directory / "text"), reuse=True)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        with open(self.directory / "lock", "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            yield
+
+    def files(self) -> dict[str, dict[str, Any]]:
+        path = self.directory / "files.json"
+        return json.loads(path.read_bytes()) if path.exists() else {}
+
+    def _vectors(self) -> np.ndarray | None:
+        path = self.directory / "vectors.npy"
+        return np.load(path, mmap_mode="r") if path.exists() else None
+
+    def add(self, file_id: str, meta: dict[str, Any], texts: list[str], vectors: np.ndarray) -> None:
+        """Add (or replace) one file's chunks and their vectors."""
+        with self._locked():
+            files = self.files()
+            if file_id in files:
+                self._forget(files, file_id)
+            old = self._vectors()
+            start = 0 if old is None else len(old)
+            matrix = vectors if old is None else np.concatenate([old, vectors])
+            partial = self.directory / ".vectors.partial.npy"
+            np.save(partial, matrix.astype(np.float32))
+            os.replace(partial, self.directory / "vectors.npy")
+            writer = self.index.writer(heap_size=32 * 1024 * 1024)
+            for offset, text in enumerate(texts):
+                writer.add_document(tantivy.Document(row=start + offset, file_id=file_id, text=text))
+            writer.commit()
+            writer.wait_merging_threads()
+            files[file_id] = {**meta, "start": start, "end": start + len(texts)}
+            _write_atomic(self.directory / "files.json", json.dumps(files).encode())
+
+    def delete(self, file_id: str) -> bool:
+        """Remove one file from the store: out of search as soon as this returns. False: it was not there."""
+        with self._locked():
+            files = self.files()
+            if file_id not in files:
+                return False
+            self._forget(files, file_id)
+            return True
+
+    def _forget(self, files: dict[str, dict[str, Any]], file_id: str) -> None:
+        del files[file_id]
+        _write_atomic(self.directory / "files.json", json.dumps(files).encode())
+        writer = self.index.writer(heap_size=16 * 1024 * 1024)
+        writer.delete_documents_by_term("file_id", file_id)
+        writer.commit()
+        writer.wait_merging_threads()
+
+    def destroy(self) -> None:
+        with self._locked():
+            shutil.rmtree(self.directory)
+
+    def search(self, vector: np.ndarray, query: str, limit: int, where: Filter | None, ranking: Ranking) -> list[Hit]:
+        """The best `limit` chunks of files that pass `where`, by fused rank, at least `score_threshold`."""
+        files = {k: v for k, v in self.files().items() if where is None or where.matches(v["attributes"])}
+        owner = self._row_owners(files)
+        if not files:
+            return []
+        fused: dict[int, float] = {}
+        for rank, row in enumerate(self._vector_rows(vector, owner, ranking.depth)):
+            fused[row] = fused.get(row, 0.0) + ranking.embedding_weight / (RRF_K + rank + 1)
+        for rank, row in enumerate(self._text_rows(query, owner, ranking.depth)):
+            fused[row] = fused.get(row, 0.0) + ranking.text_weight / (RRF_K + rank + 1)
+        best = (ranking.embedding_weight + ranking.text_weight) / (RRF_K + 1)
+        ranked = sorted(((score / best, row) for row, score in fused.items()), reverse=True)
+        kept = [(score, row) for score, row in ranked if score >= ranking.score_threshold][:limit]
+        return [self._hit(row, score, files[owner[row]]) for score, row in kept]
+
+    def _row_owners(self, files: dict[str, dict[str, Any]]) -> dict[int, str]:
+        return {row: file_id for file_id, meta in files.items() for row in range(meta["start"], meta["end"])}
+
+    def _vector_rows(self, vector: np.ndarray, owner: dict[int, str], depth: int) -> list[int]:
+        matrix = self._vectors()
+        if matrix is None:
+            return []
+        rows = np.fromiter(owner, dtype=np.int64)
+        scores = matrix[rows] @ vector if len(rows) < len(matrix) // 2 else (matrix @ vector)[rows]
+        top = np.argsort(-scores)[:depth] if len(scores) <= depth else np.argpartition(-scores, depth)[:depth]
+        return [int(r) for r in rows[top[np.argsort(-scores[top])]]]
+
+    def _text_rows(self, query: str, owner: dict[int, str], depth: int) -> list[int]:
+        self.index.reload()
+        parsed, _errors = self.index.parse_query_lenient(query, ["text"])
+        searcher = self.index.searcher()
+        hits = searcher.search(parsed, limit=depth * 4, count=False).hits
+        rows = (int(searcher.doc(address)["row"][0]) for _, address in hits)
+        return [row for row in rows if row in owner][:depth]
+
+    def _hit(self, row: int, score: float, meta: dict[str, Any]) -> Hit:
+        searcher = self.index.searcher()
+        found = searcher.search(tantivy.Query.term_query(self.index.schema, "row", row), limit=1).hits
+        text = searcher.doc(found[0][1])["text"][0] if found else ""
+        return Hit(meta["file_id"], meta["filename"], round(score, 6), meta["attributes"], text)
