@@ -26,6 +26,7 @@ from orchestrator.bodies import BodyLimitMiddleware, BodyLimits
 from orchestrator.containers import Containers
 from orchestrator.errors import ERRORS, RequestError, StoreUnavailable, error_response
 from orchestrator.files import Files
+from orchestrator.kinds import SANDBOX_NAMESPACES
 from orchestrator.mcp_policy import McpPolicy
 from orchestrator.metrics import LatencyMiddleware, OrchestratorMetrics
 from orchestrator.persist import Stores, open_stores
@@ -73,7 +74,7 @@ def create_app(
         generate = pool.generate
     stores = stores if stores is not None else open_stores(settings)
     endpoints = Endpoints(settings.tools_url, settings.endpoint_overrides())
-    sandboxes = {url for ns in ("python", "container") if (url := endpoints.url_for(ns)) is not None}
+    sandboxes = {url for ns in SANDBOX_NAMESPACES if (url := endpoints.url_for(ns)) is not None}
     files = Files.from_settings(stores.objects, settings)
     # a container's tool sessions (in its sandboxes) go with it
     containers = Containers.from_settings(files, settings, on_drop=lambda cid: cleanup_sessions(cid, sandboxes))
