@@ -30,7 +30,6 @@ from toolkit.wire import MEMORY_HEADER
 
 log = structlog.get_logger(__name__)
 
-CHUNK = MAX_CHUNK  # the largest chunk a sandbox's file tools move
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp")
 DEFAULT_MEMORY = "1g"  # OpenAI's default memory_limit: the tool servers' own `--memory-mb` (1024 by default)
 
@@ -63,7 +62,7 @@ class SandboxFiles:
 
     async def read(self, name: str, offset: int) -> tuple[bytes, bool]:
         """The chunk at `offset`, and whether it is the file's last."""
-        result = await self._tool("read_file", {"path": name, "offset": offset, "max_bytes": CHUNK})
+        result = await self._tool("read_file", {"path": name, "offset": offset, "max_bytes": MAX_CHUNK})
         return base64.b64decode(str(result.get("data") or "")), bool(result.get("eof"))
 
 
@@ -119,10 +118,10 @@ class Workspace:
         offset = 0
         async with await anyio.open_file(source, "rb") as f:
             while True:
-                chunk = await f.read(CHUNK)
+                chunk = await f.read(MAX_CHUNK)
                 await self.files.write(name, chunk, offset)
                 offset += len(chunk)
-                if len(chunk) < CHUNK:  # the last chunk (an empty file: the one write that creates it)
+                if len(chunk) < MAX_CHUNK:  # the last chunk (an empty file: the one write that creates it)
                     return
 
     async def _pull(self) -> list[dict[str, Any]]:

@@ -6,8 +6,11 @@ inside real sandboxes (tests/python_sandbox/test_files.py, tests/container/test_
 from __future__ import annotations
 
 import base64
+import json
 import os
 import random
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +20,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from toolkit.sandbox.file_tools import program
 from toolkit.sandbox.files import LIST_LIMIT, MAX_CHUNK, answer
 
 NAMES = st.sampled_from(["a", "b", "data.bin", ".hidden", "x y", "é"])
@@ -163,3 +167,28 @@ def test_bad_requests_name_what_is_wrong() -> None:
         assert "max_bytes must be" in read(root, "f", max_bytes=MAX_CHUNK + 1)["error"]
         assert "No such file" in read(root, "missing")["error"]
         assert "unknown file op" in answer({"op": "chmod"}, root)["error"]
+
+
+def test_the_shipped_program_answers_file_requests_without_the_tree(tmp_path: Path) -> None:
+    """What a sandbox runs: the kernel's program (`file_tools.program`) on a bare `python3 -I -S` (no
+    site-packages, no path of ours), so `toolkit` is importable only as the module the program installs."""
+    work = tmp_path / "work"
+    work.mkdir()
+    cfg = {"timeout_s": 5, "max_output_chars": 100, "max_images": 0, "workdir": str(work)}
+    cfg["capture_path"] = str(tmp_path / "capture")
+    kernel = Path(__file__).parents[2] / "tools" / "python_sandbox" / "kernel.py"
+    requests = [
+        {"id": 1, "op": "write", "path": "a/b.txt", "data": base64.b64encode(b"shipped").decode()},
+        {"id": 2, "op": "read", "path": "a/b.txt", "max_bytes": 3},
+        {"id": 3, "code": "open('a/b.txt').read()"},
+        {"id": 4, "op": "read", "path": "/etc/passwd", "max_bytes": 3},
+    ]
+    lines = "".join(json.dumps(r) + "\n" for r in requests)
+    argv = [sys.executable, "-I", "-S", "-u", "-c", program(kernel), json.dumps(cfg)]
+    done = subprocess.run(argv, input=lines, capture_output=True, text=True, cwd=tmp_path, timeout=60, check=True)
+    ready, *replies = [json.loads(line) for line in done.stdout.splitlines()]
+    assert ready == {"ready": True}
+    assert replies[0] == {"size": 7, "id": 1}
+    assert replies[1] == {"data": base64.b64encode(b"shi").decode(), "size": 7, "eof": False, "id": 2}
+    assert replies[2]["result"] == "'shipped'"
+    assert replies[3] == {"error": f"path '/etc/passwd' is outside {work}", "id": 4}
