@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 from bench.report import print_rows, save  # noqa: E402
 from tests.support.mcp2 import mcp_session  # noqa: E402
 from tests.support.service import running_service  # noqa: E402
-from tools.python_sandbox.core import MAX_CHUNK  # noqa: E402
+from toolkit.sandbox.files import MAX_CHUNK  # noqa: E402
 
 
 def peak_rss_mb(pid: int) -> float:

@@ -28,6 +28,7 @@ from orchestrator.files import Files
 from orchestrator.guard.auth import ApiKeys, AuthMiddleware, load_keys, warn_if_open
 from orchestrator.guard.bodies import BodyLimitMiddleware, BodyLimits
 from orchestrator.guard.mcp_policy import McpPolicy
+from orchestrator.kinds import SANDBOX_NAMESPACES
 from orchestrator.metrics import LatencyMiddleware, OrchestratorMetrics
 from orchestrator.persist import Stores, open_stores
 from orchestrator.responses.service import ResponsesService
@@ -67,7 +68,7 @@ def create_app(
         generate = pool.generate
     stores = stores if stores is not None else open_stores(settings)
     endpoints = Endpoints(settings.tools_url, settings.endpoint_overrides())
-    sandboxes = {url for ns in ("python", "container") if (url := endpoints.url_for(ns)) is not None}
+    sandboxes = {url for ns in SANDBOX_NAMESPACES if (url := endpoints.url_for(ns)) is not None}
     files = Files.from_settings(stores.objects, settings)
     # a container's tool sessions (in its sandboxes) go with it
     containers = Containers.from_settings(files, settings, on_drop=lambda cid: cleanup_sessions(cid, sandboxes))

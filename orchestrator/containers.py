@@ -26,6 +26,7 @@ from starlette.requests import Request
 from orchestrator.errors import RequestError
 from orchestrator.files import Files, page, receive_upload
 from orchestrator.request.schema import read_json
+from toolkit.sandbox.files import ROOT
 
 if TYPE_CHECKING:
     from orchestrator.settings import OrchestratorSettings
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 MEMORY_LIMITS = ("1g", "4g", "16g", "64g")
-DATA_DIR = "/mnt/data"
+DATA_DIR = ROOT  # where a container's files are in every sandbox (`toolkit/sandbox/files.py`)
 
 
 class ExpiresAfter(BaseModel):

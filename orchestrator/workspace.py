@@ -17,7 +17,7 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import anyio
 import structlog
@@ -25,11 +25,11 @@ import structlog
 from orchestrator.containers import DATA_DIR, ContainerRecord, Containers, CreateContainer
 from orchestrator.errors import RequestError
 from orchestrator.tools import ToolOutcome, ToolSessions
+from toolkit.sandbox.files import MAX_CHUNK
 from toolkit.wire import MEMORY_HEADER
 
 log = structlog.get_logger(__name__)
 
-CHUNK = 256 * 1024  # the python tool's largest chunk (its results carry the base64 twice, under 1 MiB)
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp")
 DEFAULT_MEMORY = "1g"  # OpenAI's default memory_limit: the tool servers' own `--memory-mb` (1024 by default)
 
@@ -38,40 +38,32 @@ class WorkspaceError(Exception):
     """A file could not be moved between the platform and the sandbox."""
 
 
-class PythonFiles:
-    """The python tool's hidden file tools: paths relative to /mnt/data, base64 `data`, `eof`."""
+@dataclass(frozen=True)
+class SandboxFiles:
+    """One namespace's sandbox files, through the hidden file tools every sandbox tool server serves alike
+    (`toolkit.sandbox.file_tools`): paths under /mnt/data, base64 chunks, `eof` after the last."""
 
-    list_args: ClassVar[dict[str, Any]] = {}
+    sessions: ToolSessions
+    url: str  # the namespace's MCP endpoint, whose session for the container is named by its id
 
-    def write_args(self, name: str, chunk: bytes, offset: int) -> dict[str, Any]:
-        return {"path": name, "data": base64.b64encode(chunk).decode(), "offset": offset}
+    async def _tool(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
+        out = await self.sessions.call(self.url, name, args)
+        if out.is_error or out.structured is None:
+            raise WorkspaceError(out.text or f"{name} gave no result")
+        return out.structured
 
-    def read_args(self, name: str, offset: int) -> dict[str, Any]:
-        return {"path": name, "offset": offset, "max_bytes": CHUNK}
+    async def listing(self) -> dict[str, tuple[int, int]]:
+        """name -> (size, mtime_ns) of the regular files under /mnt/data."""
+        found = (await self._tool("list_files", {})).get("files") or []
+        return {str(f["path"]): (int(f["size"]), int(f["mtime_ns"])) for f in found}
 
-    def chunk(self, result: dict[str, Any]) -> tuple[bytes, bool]:
+    async def write(self, name: str, chunk: bytes, offset: int) -> None:
+        await self._tool("write_file", {"path": name, "data": base64.b64encode(chunk).decode(), "offset": offset})
+
+    async def read(self, name: str, offset: int) -> tuple[bytes, bool]:
+        """The chunk at `offset`, and whether it is the file's last."""
+        result = await self._tool("read_file", {"path": name, "offset": offset, "max_bytes": MAX_CHUNK})
         return base64.b64decode(str(result.get("data") or "")), bool(result.get("eof"))
-
-
-class ContainerFiles:
-    """The container tool's: absolute paths, `content` as text or base64, `truncated` while more follows."""
-
-    list_args: ClassVar[dict[str, Any]] = {"path": DATA_DIR}
-
-    def write_args(self, name: str, chunk: bytes, offset: int) -> dict[str, Any]:
-        data = base64.b64encode(chunk).decode()
-        return {"path": f"{DATA_DIR}/{name}", "content": data, "encoding": "base64", "offset": offset}
-
-    def read_args(self, name: str, offset: int) -> dict[str, Any]:
-        return {"path": f"{DATA_DIR}/{name}", "offset": offset, "max_bytes": CHUNK}
-
-    def chunk(self, result: dict[str, Any]) -> tuple[bytes, bool]:
-        content = str(result.get("content") or "")
-        data = content.encode() if result.get("encoding") == "text" else base64.b64decode(content)
-        return data, not result.get("truncated")
-
-
-FILE_TOOLS: dict[str, PythonFiles | ContainerFiles] = {"python": PythonFiles(), "container": ContainerFiles()}
 
 
 @dataclass
@@ -81,9 +73,7 @@ class Workspace:
     record: ContainerRecord
     owner: str
     containers: Containers
-    sessions: ToolSessions
-    url: str  # the namespace's MCP endpoint, whose session for this container is named by its id
-    tools: PythonFiles | ContainerFiles
+    files: SandboxFiles
     seen: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (size, mtime_ns) after the last call
     held: dict[str, str] | None = None  # name -> the container file id the sandbox holds; None: not compared yet
     made: dict[str, dict[str, Any]] = field(default_factory=dict)  # path -> container file written in this response
@@ -109,44 +99,34 @@ class Workspace:
             outcome.text += f"\n[container {self.container_id} is gone: the files written were not saved]"
         return outcome
 
-    async def _tool(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
-        out = await self.sessions.call(self.url, name, args)
-        if out.is_error or out.structured is None:
-            raise WorkspaceError(out.text or f"{name} gave no result")
-        return out.structured
-
-    async def _listing(self) -> dict[str, tuple[int, int]]:
-        found = (await self._tool("list_files", self.tools.list_args)).get("files") or []
-        return {str(f["path"]): (int(f["size"]), int(f["mtime_ns"])) for f in found}
-
     async def _push(self) -> None:
         """The container files the sandbox does not hold: all the first time (but those it already has at
         their size, from an earlier response), then those added since (by the API or another tool)."""
         files = {f.path.removeprefix(DATA_DIR + "/"): f for f in await self.containers.files_of(self.container_id)}
         if self.held is None:
-            self.seen = await self._listing()
+            self.seen = await self.files.listing()
             self.held = {name: f.id for name, f in files.items() if self.seen.get(name, (-1,))[0] == f.bytes}
         missing = [(name, f) for name, f in files.items() if self.held.get(name) != f.id]
         for name, f in missing:
             await self._send(name, self.containers.files.path(f.id))
             self.held[name] = f.id
         if missing:
-            self.seen = await self._listing()
-            log.info("workspace.pushed", container_id=self.container_id, url=self.url, files=len(missing))
+            self.seen = await self.files.listing()
+            log.info("workspace.pushed", container_id=self.container_id, url=self.files.url, files=len(missing))
 
     async def _send(self, name: str, source: Path) -> None:
         offset = 0
         async with await anyio.open_file(source, "rb") as f:
             while True:
-                chunk = await f.read(CHUNK)
-                await self._tool("write_file", self.tools.write_args(name, chunk, offset))
+                chunk = await f.read(MAX_CHUNK)
+                await self.files.write(name, chunk, offset)
                 offset += len(chunk)
-                if len(chunk) < CHUNK:  # the last chunk (an empty file: the one write that creates it)
+                if len(chunk) < MAX_CHUNK:  # the last chunk (an empty file: the one write that creates it)
                     return
 
     async def _pull(self) -> list[dict[str, Any]]:
         """What the call wrote or changed under /mnt/data, as new container files."""
-        now = await self._listing()
+        now = await self.files.listing()
         saved = []
         for name, (size, _) in now.items():
             if self.seen.get(name) == now[name]:
@@ -165,7 +145,7 @@ class Workspace:
     async def _receive(self, name: str) -> AsyncIterator[bytes]:
         offset = 0
         while True:
-            data, eof = self.tools.chunk(await self._tool("read_file", self.tools.read_args(name, offset)))
+            data, eof = await self.files.read(name, offset)
             offset += len(data)
             if offset > self.containers.files.max_bytes:
                 raise WorkspaceError(f"{DATA_DIR}/{name} grew past the file size limit")
@@ -240,7 +220,7 @@ async def resolve(
             if not isinstance(spec, str):  # the `auto` container made for this request goes with it
                 await containers.delete(record.id, owner)
             raise
-    return Workspace(record, owner, containers, sessions, url, FILE_TOOLS[ns])
+    return Workspace(record, owner, containers, SandboxFiles(sessions, url))
 
 
 def sandbox_mb(memory: str) -> int | None:
@@ -252,7 +232,7 @@ def sandbox_mb(memory: str) -> int | None:
 async def _check_size(ns: str, record: ContainerRecord, sessions: ToolSessions, url: str, field: str) -> None:
     """Start the container's sandbox now (its first call would anyway), so a size above what the tool server
     allows (its `--max-session-memory-mb`) is the request's 400 rather than a failed call mid-response."""
-    out = await sessions.call_once(url, "list_files", FILE_TOOLS[ns].list_args)
+    out = await sessions.call_once(url, "list_files", {})
     if out.is_error and MEMORY_HEADER in out.text:
         message = f"memory_limit {record.memory_limit!r} is larger than the {ns} tool's sandboxes may be: {out.text}"
         raise RequestError(message, field)

@@ -2,7 +2,7 @@
 `tools[]` entries it accepts and `tool_choice` naming it, the namespaces it serves, how its item opens,
 streams and finishes, what the model reads back, and how the item is echoed when a client sends it back as
 input. Adding a tool type: one module with a `Kind` subclass, and one line in `TOOLS` below; the
-dispatch tables and the built-in namespace list are derived from it."""
+dispatch tables and the built-in and sandbox namespace lists are derived from it."""
 
 from __future__ import annotations
 
@@ -45,6 +45,7 @@ TOOLS: tuple[Kind, ...] = (
     McpKind(),
 )
 BUILTIN_NAMESPACES: tuple[str, ...] = tuple(ns for kind in TOOLS for ns in kind.namespaces)
+SANDBOX_NAMESPACES: tuple[str, ...] = tuple(ns for kind in TOOLS if kind.sandboxed for ns in kind.namespaces)
 _TYPES = {t: kind for kind in TOOLS for t in kind.tool_types}
 _ECHOING = (MESSAGE, REASONING, CompactionKind(), CompactionTriggerKind(), *TOOLS)
 _ECHOES = {t: kind for kind in _ECHOING for t in kind.echoes}
@@ -181,6 +182,7 @@ def to_messages(items: list[dict[str, Any]], ctx: EchoContext) -> list[Message]:
 
 __all__ = [
     "BUILTIN_NAMESPACES",
+    "SANDBOX_NAMESPACES",
     "TOOLS",
     "EchoContext",
     "Kind",

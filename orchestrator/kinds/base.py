@@ -113,6 +113,8 @@ class Kind:
     executed: ClassVar[bool] = True  # False: the client runs the call (functions)
     json_arguments: ClassVar[bool] = True  # the call's text is a JSON object (False: free text, custom tools)
     namespaces: ClassVar[tuple[str, ...]] = ()  # built-in namespaces this kind serves (system message, chat)
+    # its namespaces' tool servers hold sandboxes that a platform container's files move into (`workspace.py`)
+    sandboxed: ClassVar[bool] = False
     # the fields of its `tools[]` entries besides `type` (any other is a 400; README table from these)
     fields: ClassVar[dict[str, Field]] = {}
 

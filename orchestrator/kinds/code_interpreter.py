@@ -34,7 +34,7 @@ class CodeStream(ToolStream):
             "id": new_id("ci"),
             "type": "code_interpreter_call",
             "code": "",
-            "container_id": r.container_id,
+            "container_id": space.container_id if (space := r.workspaces.get("python")) is not None else "auto",
             "outputs": None,
             "status": "in_progress",
         }
@@ -48,6 +48,7 @@ class CodeInterpreterKind(Kind):
     tool_types = ("code_interpreter",)
     echoes = ("code_interpreter_call",)
     namespaces = ("python",)
+    sandboxed = True
 
     fields = {
         "container": Field(HONOURED, '`{"type": "auto"}` (a container id or file_ids: 400, see below)'),

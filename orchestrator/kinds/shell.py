@@ -27,6 +27,7 @@ class ShellKind(Kind):
     tool_types = ("shell",)
     echoes = ("shell_call", "shell_call_output")
     namespaces = ("container",)
+    sandboxed = True
 
     fields = {
         "environment": Field(HONOURED, "`container_auto` (the container tool) or `local` (the client runs it)"),

@@ -168,8 +168,6 @@ class Preparer:
             space = await workspace.resolve(ns, spec, where, owner, self.containers, r.sessions, url)
             if space is not None:
                 r.workspaces[ns] = space
-        if (space := r.workspaces.get("python")) is not None:
-            r.container_id = space.container_id
         r.public_url = public_url.rstrip("/")
 
     async def _previous(

@@ -165,7 +165,6 @@ class Run:
     sampling: dict[str, float] = field(default_factory=dict)  # temperature, top_p, penalties (the values used)
     effort: str | None = None  # reasoning.effort as asked: in Harmony's system message; chat path: `reasoning_effort`
     new_input: list[Message] = field(default_factory=list)  # appended after pending approvals are answered
-    container_id: str = "auto"
     # namespace -> the container its calls work in (`workspace.py`); absent: the conversation's own sandbox
     workspaces: dict[str, Workspace] = field(default_factory=dict)
     public_url: str = ""  # the orchestrator as clients reach it: links to container file content

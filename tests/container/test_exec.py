@@ -296,55 +296,58 @@ async def test_long_commands_send_progress_notifications(server: Service, sessio
     assert result.content[0].text == "[exit code 0]" and seen[:2] == [1, 2]
 
 
-async def test_hidden_file_tools_write_and_read_text_and_binary(server: Service, session_id: str) -> None:
-    async with mcp_session(server.url, "streamable-http", {"x-session-id": session_id}) as session:
-        wrote = await session.call_tool("write_file", {"path": "notes/a.txt", "content": "hello"})
-        assert wrote.is_error and "No such file or directory" in wrote.content[0].text
-        await session.call_tool("exec", {"cmd": ["mkdir", "notes"]})
-        wrote = await session.call_tool("write_file", {"path": "notes/a.txt", "content": "hello"})
-        assert wrote.structured_content == {"path": "/workspace/notes/a.txt", "size": 5}
-        blob = base64.b64encode(bytes(range(256))).decode()
-        await session.call_tool("write_file", {"path": "/tmp/b.bin", "content": blob, "encoding": "base64"})
-        back = (await session.call_tool("read_file", {"path": "/tmp/b.bin"})).structured_content
-        assert back["encoding"] == "base64" and base64.b64decode(back["content"]) == bytes(range(256))
-        part = (await session.call_tool("read_file", {"path": "notes/a.txt", "max_bytes": 2})).structured_content
-        assert part == {
-            "path": "/workspace/notes/a.txt",
-            "content": "he",
-            "encoding": "text",
-            "size": 5,
-            "truncated": True,
-        }
-        cat = await session.call_tool("exec", {"cmd": ["cat", "notes/a.txt"]})
-        assert cat.content[0].text == "hello\n[exit code 0]"
-        bad = await session.call_tool("write_file", {"path": "x", "content": "!!", "encoding": "base64"})
-        assert bad.is_error and "not valid base64" in bad.content[0].text
-        missing = await session.call_tool("read_file", {"path": "nope"})
-        assert missing.is_error and "No such file or directory" in missing.content[0].text
-        await session.call_tool("cleanup_session", {})
+async def test_hidden_file_tools_take_the_python_tools_arguments(server: Service) -> None:
+    """One contract for both sandboxes (`toolkit/sandbox/file_tools.py`): the same names and arguments."""
+    async with mcp_session(server.url, "sse") as session:
+        tools = {t.name: t for t in (await session.list_tools()).tools}
+    shapes = {name: set(tools[name].input_schema["properties"]) for name in ("write_file", "read_file", "list_files")}
+    assert shapes == {
+        "write_file": {"path", "data", "offset"},
+        "read_file": {"path", "offset", "max_bytes"},
+        "list_files": set(),
+    }
 
 
 async def test_files_in_mnt_data_move_in_chunks_and_are_listed(server: Service, session_id: str) -> None:
-    """How a platform container's files reach a shell: chunks written at offsets, read back from offsets, and
-    a listing of /mnt/data's regular files (a symlink out of it is not one)."""
+    """How a platform container's files reach a shell: chunks written at offsets (the directories above made),
+    read back from offsets until `eof`, and a listing of /mnt/data's regular files (a symlink out of it is
+    not one)."""
     blob = bytes(range(256)) * 40
     async with mcp_session(server.url, "streamable-http", {"x-session-id": session_id}) as session:
         for offset in range(0, len(blob), 4096):
             chunk = base64.b64encode(blob[offset : offset + 4096]).decode()
-            args = {"path": "/mnt/data/sub/b.bin", "content": chunk, "encoding": "base64", "offset": offset}
-            if offset == 0:
-                await session.call_tool("exec", {"cmd": ["mkdir", "/mnt/data/sub"]})
-            assert not (await session.call_tool("write_file", args)).is_error
+            args = {"path": "/mnt/data/sub/b.bin", "data": chunk, "offset": offset}
+            assert (await session.call_tool("write_file", args)).structured_content == {
+                "size": min(len(blob), offset + 4096)
+            }
         await session.call_tool("exec", {"cmd": ["ln", "-s", "/etc/passwd", "/mnt/data/leak"]})
         listed = (await session.call_tool("list_files", {})).structured_content
         assert [(f["path"], f["size"]) for f in listed["files"]] == [("sub/b.bin", len(blob))]
         back = b""
         while True:
-            args = {"path": "/mnt/data/sub/b.bin", "offset": len(back), "max_bytes": 4096}
-            part = await session.call_tool("read_file", args)
-            assert part.structured_content["encoding"] == "base64"  # bytes 128-255 are not UTF-8 alone
-            back += base64.b64decode(part.structured_content["content"])
-            if not part.structured_content["truncated"]:
+            args = {"path": "sub/b.bin", "offset": len(back), "max_bytes": 4096}
+            part = (await session.call_tool("read_file", args)).structured_content
+            back += base64.b64decode(part["data"])
+            if part["eof"]:
                 break
         assert back == blob
+        await session.call_tool("cleanup_session", {})
+
+
+async def test_file_tools_stay_in_mnt_data_and_follow_no_symlink(server: Service, session_id: str) -> None:
+    payload = base64.b64encode(b"x").decode()
+    async with mcp_session(server.url, "streamable-http", {"x-session-id": session_id}) as session:
+        await session.call_tool("exec", {"cmd": ["ln", "-s", "/tmp", "/mnt/data/out"]})
+        await session.call_tool("exec", {"cmd": ["ln", "-s", "/etc/passwd", "/mnt/data/leak"]})
+        for path in ("/tmp/x", "../x", "out/x", "leak", "/workspace/x", "/mnt/data"):
+            wrote = await session.call_tool("write_file", {"path": path, "data": payload})
+            assert wrote.is_error and "path" in wrote.content[0].text, (path, wrote.content)
+        refused = await session.call_tool("read_file", {"path": "leak"})
+        assert refused.is_error and "symlink" in refused.content[0].text
+        missing = await session.call_tool("read_file", {"path": "nope"})
+        assert missing.is_error and "No such file or directory" in missing.content[0].text
+        bad = await session.call_tool("write_file", {"path": "x", "data": "!!"})
+        assert bad.is_error and "not valid base64" in bad.content[0].text
+        seen = await session.call_tool("exec", {"cmd": ["ls", "-A", "/tmp", "/workspace"]})
+        assert "x" not in seen.content[0].text.split()  # nothing written through a link or outside /mnt/data
         await session.call_tool("cleanup_session", {})

@@ -1,5 +1,6 @@
 """The python tool's hidden file tools (how container files travel over MCP): chunks in and out of
-/mnt/data, a listing, and paths that leave /mnt/data refused; on both backends, through the mcp 2.x client."""
+/mnt/data, a listing, and paths that leave /mnt/data or go through a symlink refused; on both backends,
+through the mcp 2.x client. The rules themselves: tests/toolkit/test_sandbox_files.py."""
 
 from __future__ import annotations
 
@@ -54,14 +55,15 @@ async def test_chunks_in_code_sees_them_chunks_out(server: Service, session_id: 
 
 async def test_paths_outside_mnt_data_are_refused(server: Service, session_id: str) -> None:
     async with mcp_session(server.url, "streamable", {"x-session-id": session_id}) as session:
-        await session.call_tool("python", {"code": "import os; os.symlink('/etc', 'out')"})
+        code = "import os; os.symlink('/etc', 'out'); os.symlink('/etc/passwd', 'leak')"
+        await session.call_tool("python", {"code": code})
         payload = base64.b64encode(b"x").decode()
-        for path in ("../etc/x", "/etc/passwd", "a/../../x", "out/passwd", "", "/mnt/data"):
+        for path in ("../etc/x", "/etc/passwd", "a/../../x", "out/passwd", "leak", "", "/mnt/data"):
             assert "path" in await refused(session, "write_file", path=path, data=payload)
             assert "path" in await refused(session, "read_file", path=path)
         assert "max_bytes must be" in await refused(session, "read_file", path="x", max_bytes=10 * CHUNK)
         names = {f["path"] for f in (await call(session, "list_files"))["files"]}
-        assert names == set()  # the symlink is not a file of /mnt/data, and nothing was written
+        assert names == set()  # a symlink is not a file of /mnt/data, and nothing was written
         await session.call_tool("cleanup_session", {})
 
 

@@ -9,4 +9,10 @@ container tool).
 - `stream`: a started container's attached stdin/stdout;
 - `pool`: the warm pool;
 - `backend`: the pooled sandbox whose process speaks JSON lines, which both Docker backends build on.
+
+And the one file contract of every sandbox, Docker or not (the python tool's bubblewrap one too):
+
+- `files`: write, read and list under /mnt/data, from inside the sandbox (stdlib only);
+- `file_tools`: the hidden MCP file tools both sandbox tool servers serve, and the program that ships
+  `files` into a sandbox ahead of its kernel or agent.
 """

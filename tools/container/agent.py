@@ -1,16 +1,14 @@
 """The resident agent inside each session container (stdlib only; any image with `python3` runs it).
 
-Run as the container's main process (`python3 -u -c SOURCE`), it reads one JSON request per line
+Run as the container's main process (`python3 -u -c PROGRAM`: this source after the kit's stdlib-only
+`files.py`, which it imports as in the tree; `toolkit.sandbox.file_tools.program`), it reads one JSON request per line
 on stdin and answers one JSON line per request on stdout, in any order (requests carry an `id`;
 each runs in a thread of its own, started or reused, so a long command in one shell does not hold
-up another). Run as `python3 -c SOURCE --once JSON` (through `docker exec --user ...`) it answers one
+up another). Run as `python3 -c PROGRAM --once JSON` (through `docker exec --user ...`) it answers one
 request and exits.
 
 Requests: `{"id", "op": "exec", "argv", "cwd", "env", "timeout_s", "max_bytes", "in_shell", "functions"}`,
-`{"id", "op": "write", "path", "data", "offset", "parents"}` (base64; offset 0 truncates first; parents:
-create the directories above it),
-`{"id", "op": "read", "path", "max_bytes", "offset"}` and `{"id", "op": "list", "path"}` (the regular files
-under a directory, symlinks not followed, at most LIST_LIMIT).
+and the file requests `write`, `read` and `list` under /mnt/data (`files.py` states them).
 Why a resident process: a `docker exec` costs several engine round trips per command (figures in
 the backend's docstring); a line on an already attached stream costs none.
 
@@ -25,7 +23,6 @@ where the image has it), so a named shell keeps its state whatever form the comm
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import queue
@@ -33,16 +30,17 @@ import selectors
 import shlex
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import threading
 import time
 
+from toolkit.sandbox.files import answer
+
 TAG = "TOOLFLEET_EXEC_TAG"
 STATE_FD = "TOOLFLEET_STATE_FD"
 SHELLS = ("sh", "bash", "dash", "zsh")
-LIST_LIMIT = 1000  # files one listing names, as the python tool's
+FILE_OPS = ("write", "read", "list")  # answered by the kit's `files.py`, as in the python tool
 WRAPPER = (
     'trap \'__tf_rc=$?; { pwd; printf "\\000"; declare -f; printf "\\000"; env -0; } >&"$'
     + STATE_FD
@@ -282,53 +280,12 @@ def _state_change(raw: bytes, start_env: dict, cwd: str) -> dict:
     return change
 
 
-def run_write(req: dict) -> dict:
-    data = base64.b64decode(req["data"])
-    offset = int(req.get("offset") or 0)
-    if req.get("parents"):
-        os.makedirs(os.path.dirname(req["path"]), exist_ok=True)
-    fd = os.open(req["path"], os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if offset == 0 else 0), 0o644)
-    try:
-        os.pwrite(fd, data, offset)
-        return {"size": os.fstat(fd).st_size}
-    finally:
-        os.close(fd)
-
-
-def run_read(req: dict) -> dict:
-    limit = int(req["max_bytes"])
-    with open(req["path"], "rb") as f:
-        f.seek(int(req.get("offset") or 0))
-        data = f.read(limit + 1)
-    return {
-        "data": base64.b64encode(data[:limit]).decode(),
-        "size": os.path.getsize(req["path"]),
-        "cut": len(data) > limit,
-    }
-
-
-def run_list(req: dict) -> dict:
-    root, found = os.path.realpath(req["path"]), []
-    for top, dirs, names in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for name in sorted(names):
-            st = os.lstat(os.path.join(top, name))
-            if len(found) < LIST_LIMIT and stat.S_ISREG(st.st_mode):
-                path = os.path.relpath(os.path.join(top, name), root)
-                found.append({"path": path, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
-    return {"files": found}
-
-
 def handle(req: dict) -> dict:
     try:
         if req["op"] == "exec":
             reply = run_exec(req, f"{os.getpid()}-{req.get('id')}")
-        elif req["op"] == "write":
-            reply = run_write(req)
-        elif req["op"] == "read":
-            reply = run_read(req)
-        elif req["op"] == "list":
-            reply = run_list(req)
+        elif req["op"] in FILE_OPS:
+            reply = answer(req)
         else:
             reply = {"error": f"unknown op {req['op']!r}"}
     except OSError as exc:

@@ -20,20 +20,21 @@ Empty parts are left out; output cut in the middle carries `[... N bytes cut her
 
 from __future__ import annotations
 
-import base64
-import binascii
 import posixpath
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from toolkit.sandbox.engine import SandboxError as SandboxError  # the kit's "our side broke"
+from toolkit.sandbox.file_tools import program
+from toolkit.sandbox.files import ROOT
 from toolkit.sandbox.runtime import ContainerRuntime
 
-AGENT_SOURCE = Path(__file__).with_name("agent.py").read_text()
+AGENT_SOURCE = program(Path(__file__).with_name("agent.py"))
 READER_LIMIT = 16 * 1024 * 1024
-DATA_DIR = "/mnt/data"  # where a platform container's files are (shell with container_reference), as in the python tool
-"""Largest reply line accepted from an agent (two capped streams, or one bounded file as base64)."""
+"""Largest reply line accepted from an agent (two capped streams, or one file chunk as base64)."""
+DATA_DIR = ROOT  # where a platform container's files are (shell with container_reference), as in the python tool
+FILE_OP_TIMEOUT_S = 30.0  # one chunk of at most files.MAX_CHUNK bytes in or out of /mnt/data
 
 
 class UsageError(Exception):
@@ -103,17 +104,11 @@ class Shell:
 class ContainerSession:
     """One session: its sandbox and its shells; commands go to the sandbox with the shell's state."""
 
-    def __init__(self, sandbox: Sandbox, *, workdir: str, max_output_bytes: int, max_file_bytes: int) -> None:
+    def __init__(self, sandbox: Sandbox, *, workdir: str, max_output_bytes: int) -> None:
         self.sandbox = sandbox
         self._workdir = workdir
         self._max_output = max_output_bytes
-        self._max_file = max_file_bytes
         self.shells: dict[str, Shell] = {}
-
-    def _path(self, path: str) -> str:
-        if not path or "\0" in path:
-            raise UsageError("path must be a non-empty string without NUL characters")
-        return posixpath.normpath(posixpath.join(self._workdir, path))
 
     async def exec(
         self,
@@ -162,60 +157,9 @@ class ContainerSession:
             )
         return result
 
-    async def write_file(self, path: str, content: str, encoding: str, offset: int = 0) -> dict[str, Any]:
-        """A whole file, or (offset > 0) a chunk of a larger one written in order; each write is at most the
-        file limit. Under /mnt/data the directories above the file are made (a container's files have paths)."""
-        if encoding == "text":
-            data = content.encode()
-        elif encoding == "base64":
-            try:
-                data = base64.b64decode(content, validate=True)
-            except binascii.Error as exc:
-                raise UsageError(f"content is not valid base64: {exc}") from exc
-        else:
-            raise UsageError("encoding must be text or base64")
-        if len(data) > self._max_file:
-            raise UsageError(f"content is {len(data)} bytes; the limit is {self._max_file}")
-        full = self._path(path)
-        if offset < 0:
-            raise UsageError("offset must be >= 0")
-        payload = {"op": "write", "path": full, "data": base64.b64encode(data).decode(), "offset": offset}
-        payload["parents"] = full.startswith(DATA_DIR + "/")  # as python's: a container file's directories
-        reply = await self.sandbox.request(payload, user=None, timeout_s=30)
-        if "error" in reply:
-            raise UsageError(f"cannot write {full}: {reply['error']}")
-        return {"path": full, "size": reply["size"]}
-
-    async def read_file(self, path: str, max_bytes: int | None, offset: int = 0) -> dict[str, Any]:
-        """Up to max_bytes from offset; `truncated`: more bytes follow."""
-        limit = min(max_bytes or self._max_file, self._max_file)
-        if limit <= 0 or offset < 0:
-            raise UsageError("max_bytes must be positive, offset >= 0")
-        full = self._path(path)
-        request = {"op": "read", "path": full, "max_bytes": limit, "offset": offset}
-        reply = await self.sandbox.request(request, user=None, timeout_s=30)
-        if "error" in reply:
-            raise UsageError(f"cannot read {full}: {reply['error']}")
-        data = base64.b64decode(reply["data"])
-        try:
-            content, encoding = data.decode("utf-8"), "text"
-        except UnicodeDecodeError:
-            content, encoding = reply["data"], "base64"
-        return {
-            "path": full,
-            "content": content,
-            "encoding": encoding,
-            "size": reply["size"],
-            "truncated": reply["cut"],
-        }
-
-    async def list_files(self, path: str) -> dict[str, Any]:
-        """The regular files under a directory (relative paths, size, mtime_ns); a missing one holds none."""
-        full = self._path(path)
-        reply = await self.sandbox.request({"op": "list", "path": full}, user=None, timeout_s=30)
-        if "error" in reply:
-            raise UsageError(f"cannot list {full}: {reply['error']}")
-        return {"path": full, "files": reply["files"]}
+    async def files(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A file request (`toolkit.sandbox.files`) answered by the agent, as the default user."""
+        return await self.sandbox.request(request, user=None, timeout_s=FILE_OP_TIMEOUT_S)
 
     async def aclose(self) -> None:
         await self.sandbox.aclose()

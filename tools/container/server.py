@@ -1,16 +1,16 @@
-"""The MCP shell around the container sessions: `exec`, the hidden file tools, instructions, bad input."""
+"""The MCP shell around the container sessions: `exec`, the kit's hidden file tools, instructions, bad input."""
 
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-from toolkit.server import HIDDEN, Faults, Reply, Sizing, ToolServer, backend_lifespan
+from toolkit.sandbox.file_tools import serve_files
+from toolkit.server import Faults, Reply, Sizing, ToolServer, backend_lifespan
 from toolkit.signature import Op
-from tools.container.core import DATA_DIR, Backend, ContainerSession, SandboxError, SandboxGone, UsageError
+from tools.container.core import Backend, ContainerSession, SandboxError, SandboxGone, UsageError
 from tools.container.settings import ContainerSettings
 
 FAULTS = Faults("container", usage=(UsageError,), unavailable=(SandboxError,), gone=(SandboxGone,))
@@ -69,20 +69,7 @@ def build_server(settings: ContainerSettings, backend: Backend) -> ToolServer[Co
 
         return run
 
-    @tool("write_file", meta=HIDDEN, description="Write a file (or a chunk at offset) in the container.")
-    def write_file(
-        path: str, content: str, encoding: str = "text", offset: int = 0
-    ) -> Op[ContainerSession, dict[str, Any]]:
-        return lambda s: s.write_file(path, content, encoding, offset)
-
-    @tool("read_file", meta=HIDDEN, description="Read a file (from offset) in the container, text or base64.")
-    def read_file(path: str, max_bytes: int | None = None, offset: int = 0) -> Op[ContainerSession, dict[str, Any]]:
-        return lambda s: s.read_file(path, max_bytes, offset)
-
-    @tool("list_files", meta=HIDDEN, description="The regular files under a directory: path, size, mtime_ns.")
-    def list_files(path: str = DATA_DIR) -> Op[ContainerSession, dict[str, Any]]:
-        return lambda s: s.list_files(path)
-
+    serve_files(kit, FAULTS, lambda s, request: s.files(request), step=STEP)
     return kit
 
 
@@ -103,7 +90,6 @@ async def _new_session(
         await backend.new_sandbox(key, memory_mb),
         workdir=settings.workdir,
         max_output_bytes=settings.max_output_bytes,
-        max_file_bytes=settings.max_file_bytes,
     )
 
 

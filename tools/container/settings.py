@@ -29,4 +29,3 @@ class ContainerSettings(DockerSandboxSettings):
         20_000, description="stdout and stderr beyond this are cut in the middle, with a note"
     )
     progress_s: float = Field(15.0, description="a long command sends an MCP progress notification this often")
-    max_file_bytes: int = Field(4 * 1024 * 1024, description="largest file write_file accepts and read_file returns")

@@ -14,14 +14,13 @@ from typing import Any, Protocol
 
 from toolkit.sandbox.backend import wait_ready
 from toolkit.sandbox.engine import SandboxError as SandboxError  # the kit's "our side broke", raised by both backends
+from toolkit.sandbox.file_tools import program
 from toolkit.sandbox.runtime import ContainerRuntime
 
-KERNEL_SOURCE = (Path(__file__).with_name("kernel.py")).read_text()
+KERNEL_SOURCE = program(Path(__file__).with_name("kernel.py"))
 READER_LIMIT = 64 * 1024 * 1024
-FILE_OP_TIMEOUT_S = 30.0  # one chunk of at most MAX_CHUNK bytes in or out of the work dir
-MAX_CHUNK = 256 * 1024
-"""A chunk's base64 appears twice in a result (text and structured): under the mcp client's 1 MiB event limit."""
 """Largest reply frame accepted from a kernel (capped text plus a few PNGs)."""
+FILE_OP_TIMEOUT_S = 30.0  # one chunk of at most files.MAX_CHUNK bytes in or out of the work dir
 
 
 class KernelDied(Exception):

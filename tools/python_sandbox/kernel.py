@@ -1,12 +1,13 @@
 """The resident interpreter that runs *inside* a sandbox: one per session, state kept between calls.
 
 Stdlib only, so it runs in any image with a `python3`. It is started as
-`python3 -u -c <this source> <config json>` and speaks JSON lines on the fds it was given as
+`python3 -u -c <program> <config json>` (`toolkit.sandbox.file_tools.program`: this source after the kit's
+stdlib-only `files.py`, which it imports as in the tree) and speaks JSON lines on the fds it was given as
 stdin/stdout; it then points fds 0-2 away from the protocol, so user code (even a subprocess
 writing to fd 1) can never corrupt a reply. Each request `{"id", "code", "timeout_s"}` gets one
 reply `{"id", "output", "result", "error", "images", "timed_out", "truncated"}`. A request with an `op`
 (`write`, `read`, `list`) moves file bytes in and out of the work dir instead, in chunks, without
-touching the user's namespace: `{"id", "error"}` plus what the op answers.
+touching the user's namespace: `files.answer`'s reply plus the `id`.
 """
 
 import ast
@@ -18,6 +19,8 @@ import resource
 import signal
 import sys
 import traceback
+
+from toolkit.sandbox.files import answer
 
 
 class Timeout(BaseException):
@@ -175,62 +178,6 @@ def handle(request, namespace, cfg, fd_capture):
 
 
 KERNEL_PID = os.getpid()
-LIST_LIMIT = 1000
-
-
-def data_path(root, path):
-    """`path` (relative to the work dir, or absolute inside it) resolved, symlinks included; never outside it."""
-    if not isinstance(path, str) or not path or "\0" in path or ".." in path.split("/"):
-        raise ValueError(f"invalid path {path!r}: a file under {root}, without '..'")
-    real_root = os.path.realpath(root)
-    full = os.path.realpath(os.path.join(real_root, path))
-    if not full.startswith(real_root + os.sep):
-        raise ValueError(f"path {path!r} is outside {root}")
-    return full
-
-
-def file_op(request, cfg):
-    """One chunk in or out of the work dir, or a listing of it (at most LIST_LIMIT files)."""
-    root = cfg["workdir"]
-    reply = {"id": request.get("id"), "error": None}
-    try:
-        if request["op"] == "list":
-            found = []
-            for top, dirs, names in os.walk(os.path.realpath(root)):
-                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-                for name in sorted(names):
-                    st = os.lstat(os.path.join(top, name))
-                    if len(found) < LIST_LIMIT and os.path.stat.S_ISREG(st.st_mode):
-                        path = os.path.relpath(os.path.join(top, name), os.path.realpath(root))
-                        found.append({"path": path, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
-            reply["files"] = found
-            return reply
-        full = data_path(root, request["path"])
-        offset = int(request.get("offset") or 0)
-        if request["op"] == "write":
-            data = base64.b64decode(request["data"], validate=True)
-            os.makedirs(os.path.dirname(full), exist_ok=True)
-            flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_TRUNC if offset == 0 else 0)
-            fd = os.open(full, flags, 0o644)
-            try:
-                os.pwrite(fd, data, offset)
-                reply["size"] = os.fstat(fd).st_size
-            finally:
-                os.close(fd)
-        elif request["op"] == "read":
-            fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW)
-            try:
-                data = os.pread(fd, int(request["max_bytes"]), offset)
-                reply["size"] = os.fstat(fd).st_size
-            finally:
-                os.close(fd)
-            reply["data"] = base64.b64encode(data).decode()
-            reply["eof"] = offset + len(data) >= reply["size"]
-        else:
-            raise ValueError(f"unknown op {request['op']!r}")
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        reply["error"] = f"{type(exc).__name__}: {exc}"
-    return reply
 
 
 def main():
@@ -252,7 +199,10 @@ def main():
     for line in proto_in:
         try:
             request = json.loads(line)
-            reply = file_op(request, cfg) if "op" in request else handle(request, namespace, cfg, fd_capture)
+            if "op" in request:
+                reply = {**answer(request, cfg["workdir"]), "id": request.get("id")}
+            else:
+                reply = handle(request, namespace, cfg, fd_capture)
         except Exception as exc:
             reply = {
                 "id": None,

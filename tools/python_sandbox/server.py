@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ImageContent
 from openai_harmony import ToolNamespaceConfig
 
+from toolkit.sandbox.file_tools import serve_files
 from toolkit.server import HIDDEN, Faults, Reply, Sizing, ToolServer, backend_lifespan
 from toolkit.signature import Op
-from tools.python_sandbox.core import MAX_CHUNK, Backend, Kernel, KernelDied, SandboxError
+from tools.python_sandbox.core import Backend, Kernel, KernelDied, SandboxError
 from tools.python_sandbox.settings import PythonSandboxSettings
 
 RUN = Faults(
@@ -66,22 +66,7 @@ def build_server(settings: PythonSandboxSettings, backend: Backend) -> ToolServe
             raise ToolError(f"code is {len(code)} characters; the limit is {settings.max_code_chars}")
         return lambda kernel: _run(kernel, code, settings.timeout_s)
 
-    @kit.tool("write_file", FILES, meta=HIDDEN, description="Write base64 bytes at an offset of a file in /mnt/data.")
-    def write_file(path: str, data: str, offset: int = 0) -> Op[Kernel, dict[str, Any]]:
-        if len(data) > MAX_CHUNK * 4 // 3 + 4 or offset < 0:
-            raise ToolError(f"a chunk holds at most {MAX_CHUNK} bytes (base64), at an offset >= 0")
-        return _files({"op": "write", "path": path, "data": data, "offset": offset})
-
-    @kit.tool("read_file", FILES, meta=HIDDEN, description="Read up to max_bytes of a file in /mnt/data, as base64.")
-    def read_file(path: str, offset: int = 0, max_bytes: int = MAX_CHUNK) -> Op[Kernel, dict[str, Any]]:
-        if not 0 < max_bytes <= MAX_CHUNK or offset < 0:
-            raise ToolError(f"max_bytes must be in 1..{MAX_CHUNK}, offset >= 0")
-        return _files({"op": "read", "path": path, "offset": offset, "max_bytes": max_bytes})
-
-    @kit.tool("list_files", FILES, meta=HIDDEN, description="The files under /mnt/data: path, size, mtime_ns.")
-    def list_files() -> Op[Kernel, dict[str, Any]]:
-        return _files({"op": "list"})
-
+    serve_files(kit, FILES, lambda kernel, request: kernel.files(request))
     return kit
 
 
@@ -89,15 +74,3 @@ async def _run(kernel: Kernel, code: str, timeout_s: float) -> Reply:
     result = await kernel.run(code, timeout_s)
     images = [ImageContent(type="image", data=png, mime_type="image/png") for png in result.images]
     return Reply(result.render(timeout_s), more=images)
-
-
-def _files(op: dict[str, Any]) -> Op[Kernel, dict[str, Any]]:
-    """A file op on the session's interpreter; a refused path or a failed op is an error result."""
-
-    async def run(kernel: Kernel) -> dict[str, Any]:
-        reply = await kernel.files(op)
-        if reply.get("error"):
-            raise ToolError(reply["error"])
-        return {k: v for k, v in reply.items() if k not in ("id", "error")}
-
-    return run
