@@ -294,6 +294,7 @@ def _body(req: ResponsesRequest, rid: str, prev: Record | None, default_model: s
         created_at=int(time.time()),
         model=model,
         status="queued",
+        completed_at=None,  # every snapshot carries it (the open Responses spec); a timestamp once completed
         output=[],
         instructions=req.instructions,
         tools=[kinds.echo_tool(t) for t in req.tools],
