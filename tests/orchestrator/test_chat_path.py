@@ -207,6 +207,20 @@ def test_an_apply_patch_call_on_the_chat_path_is_an_apply_patch_call_item(chat_s
     assert [t["function"]["name"] for t in chat_stack.model.requests[-1]["tools"]] == ["apply_patch"]
 
 
+def test_tool_choice_apply_patch_on_the_chat_path_names_the_function_and_needs_the_tool(chat_stack):
+    operation = {"type": "delete_file", "path": "a.txt"}
+    script(chat_stack.model, [("^user: ", {"tool_calls": [{"name": "apply_patch", "arguments": operation}]})])
+    tools = [{"type": "apply_patch"}, WEATHER_TOOL]
+    forced = {"type": "apply_patch"}
+    response = chat_stack.client.responses.create(model="m", input="go", tools=tools, tool_choice=forced)
+    assert response.output[0].type == "apply_patch_call" and response.tool_choice.type == "apply_patch"
+    sent = chat_stack.model.requests[-1]
+    assert sent["tool_choice"] == {"type": "function", "function": {"name": "apply_patch"}}
+    with pytest.raises(openai.BadRequestError) as err:
+        chat_stack.client.responses.create(model="m", input="go", tools=[WEATHER_TOOL], tool_choice=forced)
+    assert err.value.body["param"] == "tool_choice" and "apply_patch, which is not in tools" in err.value.message
+
+
 def test_a_client_tool_search_on_the_chat_path_is_a_tool_search_call_and_its_output_comes_back(chat_stack):
     model = chat_stack.model
     search = {"name": "tool_search", "arguments": {"query": "weather"}}
