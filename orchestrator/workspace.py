@@ -26,7 +26,7 @@ from orchestrator.containers import DATA_DIR, ContainerRecord, Containers, Creat
 from orchestrator.errors import RequestError
 from orchestrator.tools import ToolOutcome, ToolSessions
 from toolkit.sandbox.files import MAX_CHUNK
-from toolkit.wire import MEMORY_HEADER
+from toolkit.wire import refused_cap
 
 log = structlog.get_logger(__name__)
 
@@ -233,6 +233,9 @@ async def _check_size(ns: str, record: ContainerRecord, sessions: ToolSessions, 
     """Start the container's sandbox now (its first call would anyway), so a size above what the tool server
     allows (its `--max-session-memory-mb`) is the request's 400 rather than a failed call mid-response."""
     out = await sessions.call_once(url, "list_files", {})
-    if out.is_error and MEMORY_HEADER in out.text:
-        message = f"memory_limit {record.memory_limit!r} is larger than the {ns} tool's sandboxes may be: {out.text}"
+    if out.is_error and (cap := refused_cap(out.text)) is not None:  # in the request's words, not the tool's
+        message = (
+            f"memory_limit {record.memory_limit!r} is larger than this fleet's {ns} sandboxes may be "
+            f"(at most {cap} MiB)"
+        )
         raise RequestError(message, field)

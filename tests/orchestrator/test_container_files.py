@@ -180,6 +180,18 @@ def test_another_key_s_container_or_files_are_missing_and_nothing_is_made(fleet)
     assert sorted(os.listdir(fleet.app.state.files.directory)) == before
 
 
+def test_a_memory_limit_above_the_tools_cap_is_a_400_in_the_requests_words(fleet) -> None:
+    """4g passes the API's cap (4g by default) but not the python tool's (its --memory-mb, 1024): the error
+    names the request's field and the cap, not the internal call that found it; the `auto` container is gone."""
+    with pytest.raises(openai.BadRequestError) as refused:
+        ask(fleet.client, {"type": "auto", "memory_limit": "4g"})
+    error = refused.value.body
+    assert error["param"] == "tools[0].container.memory_limit"
+    expected = "memory_limit '4g' is larger than this fleet's python sandboxes may be (at most 1024 MiB)"
+    assert error["message"] == expected
+    assert list(fleet.client.containers.list()) == []
+
+
 @pytest.fixture(scope="module")
 def both_tools() -> Iterator[str]:
     """A gateway in front of the real python tool (local backend) and the real container tool (docker)."""
