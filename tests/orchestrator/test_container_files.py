@@ -97,12 +97,11 @@ def test_a_container_s_files_go_in_and_what_the_code_writes_comes_back_cited(fle
     assert image.url == f"{fleet.url}/v1/containers/{box.id}/files/{png.id}/content"
     got = httpx.get(image.url, headers={"Authorization": "Bearer ka"})
     assert got.content.startswith(b"\x89PNG")
-    # the answer cites both files where it names them
+    # the answer cites both files where it names them, the link once
     text = resp.output[-1].content[0]
     assert text.text == ANSWER
     cited = [(a.file_id, a.filename, text.text[a.start_index : a.end_index]) for a in text.annotations]
-    assert cited == [
-        (png.id, "plot.png", "plot.png"),
+    assert cited == [  # a link to a file is one citation, over its target
         (png.id, "plot.png", "sandbox:/mnt/data/plot.png"),
         (files["/mnt/data/summary.csv"].id, "summary.csv", "summary.csv"),
     ]
