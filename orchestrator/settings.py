@@ -68,6 +68,9 @@ class OrchestratorSettings(ServiceSettings):
         description="largest JSON request body and WebSocket message (larger: 413, before it is read); uploads:"
         " --max-file-bytes",
     )
+    max_input_file_chars: int = Field(
+        200_000, ge=1, description="most characters of text one input_file may give the model (more: 400)"
+    )
     max_conversation_items: int = Field(10_000, description="items one conversation may hold (more: 400)")
     max_conversation_bytes: int = Field(
         64 * 1024 * 1024, description="bytes of JSON one conversation's items may hold together (more: 400)"

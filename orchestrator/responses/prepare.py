@@ -24,7 +24,7 @@ from orchestrator.kinds import EchoContext, custom
 from orchestrator.kinds.compaction import is_triggered
 from orchestrator.kinds.mcp import check_issued
 from orchestrator.persist import Conversation, Record, Store
-from orchestrator.request import references
+from orchestrator.request import attachments, references
 from orchestrator.request.items import normalize
 from orchestrator.request.schema import McpServer, ResponsesRequest, TextConfig, Toolset, check_include
 from orchestrator.responses import compaction
@@ -137,6 +137,9 @@ class Preparer:
         stored = await self.conversations.history(conv) if conv else []
         earlier = compaction.window(stored)
         items = await references.resolve(self.store, owner, normalize(req.input), earlier)
+        files = self.containers.files if self.containers is not None else None
+        limits = attachments.Limits(self.settings.max_input_file_chars, self.settings.max_body_bytes)
+        items = await attachments.inline(items, owner, files, limits)
         echo = EchoContext(dict(state.get("calls", {})), await self._results(owner, kinds.kept_ids(earlier + items)))
         history = kinds.to_messages(earlier, echo) if conv else h.load(prev.messages) if prev else []
         new_input = kinds.to_messages(compaction.window(items), echo)
