@@ -1,4 +1,5 @@
-"""`input_file` content parts as the text a text-only model reads.
+"""`input_file` content parts as the text a text-only model reads, and `input_image` parts for models that
+take images.
 
 gpt-oss and the chat-template models served here read text only, so a file a message carries is given to
 them as its extracted text: plain text and Markdown as they are, HTML through selectolax (the parser the
@@ -170,3 +171,48 @@ def _pdf_text(data: bytes, max_chars: int) -> str | None:
     except Exception as exc:  # pypdf raises its own errors and, on a damaged file, builtin ones too
         raise RequestError(f"input_file could not be read as a PDF ({type(exc).__name__})") from None
     return "\n\n".join(p.strip() for p in pages).strip()
+
+
+IMAGE_START, IMAGE_END = "\ue000image:", "\ue001"
+"""An `input_image` part inside a user message's text (private-use characters): Harmony messages carry text
+only, so the image's URL rides in the text, stored with it, until the chat path makes it an `image_url` part
+again (`split_images`). Only a model named in `--vision-models`, served on the chat path, is sent one."""
+_IMAGE = re.compile(re.escape(IMAGE_START) + "(.*?)" + re.escape(IMAGE_END), re.DOTALL)
+
+
+def image_marker(part: dict[str, Any], where: str) -> str:
+    """An `input_image` part (`image_url`: an http(s) or data URL) as its marker in the message text."""
+    url = part.get("image_url")
+    if "file_id" in part or not isinstance(url, str) or not url.startswith(("http://", "https://", "data:image/")):
+        raise RequestError("input_image needs image_url, an http(s) URL or a data:image/ URL", where)
+    if IMAGE_END in url:
+        raise RequestError("input_image image_url is not a URL", where)
+    return f"{IMAGE_START}{url}{IMAGE_END}"
+
+
+def split_images(text: str) -> str | list[dict[str, Any]]:
+    """A user message's text as chat content: the text itself, or text and `image_url` parts in order."""
+    if IMAGE_START not in text:
+        return text
+    parts: list[dict[str, Any]] = []
+    for n, piece in enumerate(_IMAGE.split(text)):
+        if n % 2:
+            parts.append({"type": "image_url", "image_url": {"url": piece}})
+        elif piece:
+            parts.append({"type": "text", "text": piece})
+    return parts
+
+
+def check_images(items: list[dict[str, Any]], model: str, takes_images: bool) -> None:
+    """A 400 naming the model for an `input_image` a model that takes no images would be sent."""
+    if takes_images:
+        return
+    for i, item in enumerate(items):
+        content = item.get("content")
+        for j, part in enumerate(content if item.get("type") == "message" and isinstance(content, list) else []):
+            if isinstance(part, dict) and part.get("type") == "input_image":
+                raise RequestError(
+                    f"model {model!r} does not take image input (input_image); a model named in the "
+                    "orchestrator's --vision-models and served on the chat path does",
+                    f"input[{i}].content[{j}]",
+                )

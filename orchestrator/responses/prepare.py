@@ -103,7 +103,9 @@ class Preparer:
         if conv is not None:
             body["conversation"] = {"id": conv.id}
         builder = ResponseBuilder(body)
-        past = await self._history(req, owner, prev, conv)
+        name = req.model or self.settings.model or ""
+        vision = model is not HARMONY and name in self.settings.vision_models
+        past = await self._history(req, owner, prev, conv, (name, vision))
         head = self._head(req, namespaces, tools)
         sessions = ToolSessions(
             session_id=conversation,
@@ -129,7 +131,12 @@ class Preparer:
         return Prepared(r, listings, len(head), past.items, conv, past.stored)
 
     async def _history(
-        self, req: ResponsesRequest, owner: str, prev: Record | None, conv: Conversation | None
+        self,
+        req: ResponsesRequest,
+        owner: str,
+        prev: Record | None,
+        conv: Conversation | None,
+        vision: tuple[str, bool],
     ) -> _History:
         """The history the response continues (a conversation's items, or the previous response's messages),
         its input with references resolved, and the tool state both carry."""
@@ -140,6 +147,7 @@ class Preparer:
         files = self.containers.files if self.containers is not None else None
         limits = attachments.Limits(self.settings.max_input_file_chars, self.settings.max_body_bytes)
         items = await attachments.inline(items, owner, files, limits)
+        attachments.check_images(items, *vision)
         echo = EchoContext(dict(state.get("calls", {})), await self._results(owner, kinds.kept_ids(earlier + items)))
         history = kinds.to_messages(earlier, echo) if conv else h.load(prev.messages) if prev else []
         new_input = kinds.to_messages(compaction.window(items), echo)

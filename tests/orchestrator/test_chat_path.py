@@ -256,3 +256,31 @@ def test_a_custom_tool_on_the_chat_path_takes_its_text_as_input_and_streams_it(c
     grammar = {**tool, "format": {"type": "grammar", "syntax": "regex", "definition": "[a-z]+"}}
     with pytest.raises(openai.BadRequestError, match="grammar"):
         chat_stack.client.responses.create(model="m", input="x", tools=[grammar])
+
+
+IMAGE = {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="}
+
+
+def test_images_go_to_a_vision_model_as_image_url_parts_and_other_models_refuse_naming_the_model(
+    make_stack, chat_worker, stack
+):
+    url, model = chat_worker
+    vision = make_stack(worker_urls=[url], vision_models="m")
+    script(model, [("^user: ", {"content": "A logo."})])
+    content = [{"type": "input_text", "text": "What is it?"}, IMAGE, {"type": "input_text", "text": " Briefly."}]
+    resp = vision.client.responses.create(model="m", input=[{"role": "user", "content": content}])
+    assert resp.output_text == "A logo."
+    sent = model.requests[-1]["messages"][-1]
+    assert sent == {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "What is it?"},
+            {"type": "image_url", "image_url": {"url": IMAGE["image_url"]}},
+            {"type": "text", "text": " Briefly."},
+        ],
+    }
+    for client, name in ((make_stack(worker_urls=[url]).client, "m"), (stack.client, "gpt-oss")):
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.responses.create(model=name, input=[{"role": "user", "content": content}])
+        assert refused.value.body["param"] == "input[0].content[1]"
+        assert f"model {name!r} does not take image input" in refused.value.message
