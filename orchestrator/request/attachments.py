@@ -21,9 +21,11 @@ from typing import Any
 import anyio
 import anyio.to_thread
 from charset_normalizer import from_bytes
+from openai_harmony import Message
 from pypdf import PdfReader
 from selectolax.lexbor import LexborHTMLParser
 
+from orchestrator import harmony as h
 from orchestrator.errors import RequestError
 from orchestrator.files import Files
 
@@ -216,3 +218,15 @@ def check_images(items: list[dict[str, Any]], model: str, takes_images: bool) ->
                     "orchestrator's --vision-models and served on the chat path does",
                     f"input[{i}].content[{j}]",
                 )
+
+
+def check_history(messages: list[Message], model: str, takes_images: bool, param: str) -> None:
+    """A 400 naming the model when the history a response continues (a conversation's items or a previous
+    response) holds an image that a model taking no images would be sent."""
+    if takes_images:
+        return
+    if any(m.author.role == h.Role.USER and IMAGE_START in h.text_of(m) for m in messages):
+        raise RequestError(
+            f"model {model!r} does not take image input, and the history this response continues has an image",
+            param,
+        )

@@ -150,6 +150,7 @@ class Preparer:
         attachments.check_images(items, *vision)
         echo = EchoContext(dict(state.get("calls", {})), await self._results(owner, kinds.kept_ids(earlier + items)))
         history = kinds.to_messages(earlier, echo) if conv else h.load(prev.messages) if prev else []
+        attachments.check_history(history, *vision, "conversation" if conv else "previous_response_id")
         new_input = kinds.to_messages(compaction.window(items), echo)
         check_issued(echo, history + new_input)
         return _History(history, new_input, items, stored, _tool_state(state, echo))

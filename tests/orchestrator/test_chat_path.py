@@ -284,3 +284,7 @@ def test_images_go_to_a_vision_model_as_image_url_parts_and_other_models_refuse_
             client.responses.create(model=name, input=[{"role": "user", "content": content}])
         assert refused.value.body["param"] == "input[0].content[1]"
         assert f"model {name!r} does not take image input" in refused.value.message
+    conv = stack.client.conversations.create(items=[{"type": "message", "role": "user", "content": content}])
+    with pytest.raises(openai.BadRequestError) as refused:  # an image kept in the history it continues
+        stack.client.responses.create(model="gpt-oss", input="and now?", conversation=conv.id)
+    assert refused.value.body["param"] == "conversation" and "history" in refused.value.message
