@@ -183,10 +183,15 @@ _IMAGE = re.compile(re.escape(IMAGE_START) + "(.*?)" + re.escape(IMAGE_END), re.
 
 
 def image_marker(part: dict[str, Any], where: str) -> str:
-    """An `input_image` part (`image_url`: an http(s) or data URL) as its marker in the message text."""
+    """An `input_image` part (`image_url`: a `data:image/` URL) as its marker in the message text. An http(s)
+    URL is refused: the worker would fetch it from inside the fleet's network, for whoever sent it."""
     url = part.get("image_url")
-    if "file_id" in part or not isinstance(url, str) or not url.startswith(("http://", "https://", "data:image/")):
-        raise RequestError("input_image needs image_url, an http(s) URL or a data:image/ URL", where)
+    if "file_id" in part or not isinstance(url, str) or not url.startswith("data:image/"):
+        raise RequestError(
+            "input_image needs image_url as a data:image/ URL (the image's bytes, base64); an http(s) URL is "
+            "not fetched here",
+            where,
+        )
     if IMAGE_END in url:
         raise RequestError("input_image image_url is not a URL", where)
     return f"{IMAGE_START}{url}{IMAGE_END}"

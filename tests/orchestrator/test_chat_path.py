@@ -279,6 +279,10 @@ def test_images_go_to_a_vision_model_as_image_url_parts_and_other_models_refuse_
             {"type": "text", "text": " Briefly."},
         ],
     }
+    fetched = {"type": "input_image", "image_url": "http://127.0.0.1:9/inside.png"}
+    with pytest.raises(openai.BadRequestError) as refused:  # never a URL the worker would fetch in the fleet
+        vision.client.responses.create(model="m", input=[{"role": "user", "content": [fetched]}])
+    assert refused.value.body["param"] == "input[0].content" and "data:image/" in refused.value.message
     for client, name in ((make_stack(worker_urls=[url]).client, "m"), (stack.client, "gpt-oss")):
         with pytest.raises(openai.BadRequestError) as refused:
             client.responses.create(model=name, input=[{"role": "user", "content": content}])
