@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 import structlog
+from mcp_types import CallToolResult, TextContent
 
 log = structlog.get_logger(__name__)
 
@@ -67,8 +68,15 @@ class UnknownSession(GatewayError):
     code, status = SESSION_NOT_FOUND, 404
 
 
-class UnknownHandle(GatewayError):
-    """A call names a session handle no replica of the namespace holds (answers the request: HTTP 200)."""
+class ToolRefusal(GatewayError):
+    """A call's arguments the gateway cannot act on: answered as the tool's error result (`isError`), which
+    the model reads and can correct, as the MCP spec asks for argument errors and as the tool server itself
+    answers them; `code` only counts it."""
+
+
+class UnknownHandle(ToolRefusal):
+    """A call names a session handle no replica of the namespace holds, or one that cannot be this
+    namespace's."""
 
     code = SESSION_NOT_FOUND
 
@@ -151,8 +159,13 @@ def to_error(exc: BaseException) -> GatewayError:
 
 
 def error_body(request_id: Any, exc: BaseException) -> tuple[int, bytes]:
-    """The HTTP status and JSON-RPC error body for `exc` answering the request `request_id`."""
+    """The HTTP status and JSON-RPC body for `exc` answering the request `request_id`: an error, or for a
+    `ToolRefusal` the tool's error result."""
     err = to_error(exc)
+    if isinstance(err, ToolRefusal):
+        result = CallToolResult(content=[TextContent(type="text", text=err.message)], is_error=True)
+        answer = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+        return 200, json.dumps({"jsonrpc": "2.0", "id": request_id, "result": answer}).encode()
     error: dict[str, Any] = {"code": err.code, "message": err.message}
     if err.data is not None:
         error["data"] = err.data

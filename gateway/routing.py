@@ -29,6 +29,7 @@ from gateway.keys import SessionKey
 from gateway.messages import SAFE_METHODS, tool_name
 from gateway.store import SessionRecord, Store
 from gateway.upstream import Replica
+from toolkit.handles import misdirected
 
 log = structlog.get_logger(__name__)
 
@@ -212,18 +213,17 @@ class Router:
         return replica is not None and replica.said_draining and not replica.healthy
 
     async def _by_handle(self, ns: Namespace, handle: str, msg: dict[str, Any]) -> Target:
-        """The target of a call naming a session handle: the replica that minted it, from the pin store."""
+        """The target of a call naming a session handle: the replica that minted it, from the pin store. A
+        handle that cannot be routed is the call's argument error (the tool's error result), in the words the
+        tool server would use."""
+        if (why := misdirected(handle, ns.name)) is not None:
+            raise UnknownHandle(why, data={"session": handle[:80], "namespace": ns.name})
         key = SessionKey.handle(handle)
         pin = await self.store.get_pin(ns.name, key)
         if pin is None:
-            owner = handle.partition(".")[0]
-            why = (
-                f"it belongs to the {owner!r} tools"
-                if owner != ns.name and owner
-                else "it was never issued here, or it ended (cleanup_session) or expired idle"
-            )
             raise UnknownHandle(
-                f"unknown session handle {handle!r} for {ns.name!r}: {why}; pass {NEW_HANDLE!r} to start a session",
+                f"unknown session handle {handle!r} for {ns.name!r}: it was never issued here, or it ended "
+                f"(cleanup_session) or expired idle; pass {NEW_HANDLE!r} to start a session",
                 data={"session": handle, "namespace": ns.name},
             )
         return Target(ns, await self._pinned(ns, key, pin.replica, msg), key)

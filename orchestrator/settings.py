@@ -33,6 +33,11 @@ class OrchestratorSettings(ServiceSettings):
         "token ids), chat (/v1/chat/completions) or auto (per worker: Harmony when its "
         "tokenizer has Harmony's <|start|> token)",
     )
+    vision_models: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="models (as requests name them) that take image input, comma-separated; served on the chat"
+        " path, their input_image parts go to the worker as image_url parts (any other model: 400)",
+    )
     worker_apis: dict[str, WorkerApi] = Field({}, description='per-worker --worker-api, JSON {"URL": "chat"}')
     tools_url: str | None = Field(
         "http://127.0.0.1:8800", description="gateway base URL: namespace NS is at {url}/NS/mcp; '' = no gateway"
@@ -67,6 +72,9 @@ class OrchestratorSettings(ServiceSettings):
         16 * 1024 * 1024,
         description="largest JSON request body and WebSocket message (larger: 413, before it is read); uploads:"
         " --max-file-bytes",
+    )
+    max_input_file_chars: int = Field(
+        200_000, ge=1, description="most characters of text one input_file may give the model (more: 400)"
     )
     max_conversation_items: int = Field(10_000, description="items one conversation may hold (more: 400)")
     max_conversation_bytes: int = Field(
@@ -143,7 +151,7 @@ class OrchestratorSettings(ServiceSettings):
         0.5, description="a refused or unreachable MCP server is answered no sooner than this (timing oracle)"
     )
 
-    @field_validator("api_keys", "mcp_allow", "mcp_deny", mode="before")
+    @field_validator("api_keys", "mcp_allow", "mcp_deny", "vision_models", mode="before")
     @classmethod
     def _comma_list(cls, value: object) -> object:
         """A flag or environment value `a,b` (or a JSON list) as a list; keys never hold commas or spaces."""

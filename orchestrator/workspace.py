@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,10 +26,11 @@ from orchestrator.containers import DATA_DIR, ContainerRecord, Containers, Creat
 from orchestrator.errors import RequestError
 from orchestrator.tools import ToolOutcome, ToolSessions
 from toolkit.sandbox.files import MAX_CHUNK
-from toolkit.wire import MEMORY_HEADER
+from toolkit.wire import refused_cap
 
 log = structlog.get_logger(__name__)
 
+MARKDOWN_LINK = re.compile(r"\[([^\]\n]*)\]\(([^)\s]+)\)")  # [text](target): the spans of text and target
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp")
 DEFAULT_MEMORY = "1g"  # OpenAI's default memory_limit: the tool servers' own `--memory-mb` (1024 by default)
 
@@ -155,23 +156,36 @@ class Workspace:
 
     def citations(self, text: str) -> list[dict[str, Any]]:
         """`container_file_citation`s of the files written in this response that the text names (as
-        `sandbox:/mnt/data/NAME`, `/mnt/data/NAME` or `NAME`), each mention spanned."""
-        found = []
+        `sandbox:/mnt/data/NAME`, `/mnt/data/NAME` or `NAME`), each mention spanned once.
+
+        A markdown link to a file, `[NAME](sandbox:/mnt/data/NAME)`, is one citation, over its target: the
+        span a client swaps for the file's download URL, as OpenAI's `file_path` annotation of a `sandbox:`
+        link spanned that path; the same file named in the link's text is not cited again."""
+        found = list(self._mentions(text))
+        targets = {m.span(): file_id for m, file_id, _ in found}
+        linked = [
+            (link.span(1), targets[link.span(2)]) for link in MARKDOWN_LINK.finditer(text) if link.span(2) in targets
+        ]
+        return [
+            {
+                "type": "container_file_citation",
+                "container_id": self.container_id,
+                "file_id": file_id,
+                "filename": filename,
+                "start_index": m.start(),
+                "end_index": m.end(),
+            }
+            for m, file_id, filename in sorted(found, key=lambda f: f[0].start())
+            if not any(start <= m.start() < end and linked_id == file_id for (start, end), linked_id in linked)
+        ]
+
+    def _mentions(self, text: str) -> Iterator[tuple[re.Match[str], str, str]]:
+        """Each mention of a file written in this response: (its match, the file's id, its file name)."""
         for path, body in self.made.items():
             name = path.removeprefix(DATA_DIR + "/")
             mention = rf"(?<![\w./-])(?:sandbox:)?(?:{re.escape(DATA_DIR)}/)?{re.escape(name)}(?![\w/-])"
             for m in re.finditer(mention, text):
-                found.append(
-                    {
-                        "type": "container_file_citation",
-                        "container_id": self.container_id,
-                        "file_id": body["id"],
-                        "filename": name.rpartition("/")[2],
-                        "start_index": m.start(),
-                        "end_index": m.end(),
-                    }
-                )
-        return sorted(found, key=lambda a: a["start_index"])
+                yield m, body["id"], name.rpartition("/")[2]
 
     def images(self, files: list[dict[str, Any]], public_url: str) -> list[dict[str, Any]]:
         """`image` outputs of a call: its image files, each a URL to the container file's content."""
@@ -233,6 +247,9 @@ async def _check_size(ns: str, record: ContainerRecord, sessions: ToolSessions, 
     """Start the container's sandbox now (its first call would anyway), so a size above what the tool server
     allows (its `--max-session-memory-mb`) is the request's 400 rather than a failed call mid-response."""
     out = await sessions.call_once(url, "list_files", {})
-    if out.is_error and MEMORY_HEADER in out.text:
-        message = f"memory_limit {record.memory_limit!r} is larger than the {ns} tool's sandboxes may be: {out.text}"
+    if out.is_error and (cap := refused_cap(out.text)) is not None:  # in the request's words, not the tool's
+        message = (
+            f"memory_limit {record.memory_limit!r} is larger than this fleet's {ns} sandboxes may be "
+            f"(at most {cap} MiB)"
+        )
         raise RequestError(message, field)

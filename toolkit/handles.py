@@ -41,6 +41,20 @@ def _b64(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
+def misdirected(handle: str, namespace: str) -> str | None:
+    """Why `handle` cannot be one of `namespace`'s, from its shape alone (so the gateway, which holds no
+    secret, says the same as the tool server); None: it may be."""
+    owner, _, _ = handle.partition(".")
+    if handle.count(".") != 2 or not all(handle.split(".")):
+        return f"{handle[:80]!r} is not a session handle: pass one a call answered, or {NEW!r}"
+    if owner != namespace:
+        return (
+            f"session handle {handle!r} belongs to the {owner!r} tools, not {namespace!r}: "
+            f"pass {NEW!r} for a handle of this tool"
+        )
+    return None
+
+
 class BadHandle(ToolError):
     """A handle this server cannot use: malformed, forged, another namespace's, or no longer held."""
 
@@ -68,14 +82,8 @@ class Handles:
 
     def check(self, handle: str) -> None:
         """Refuse a handle this server did not mint, naming why."""
-        namespace, _, _ = handle.partition(".")
-        if handle.count(".") != 2:
-            raise BadHandle(f"{handle[:80]!r} is not a session handle: pass one a call answered, or {NEW!r}")
-        if namespace != self.namespace:
-            raise BadHandle(
-                f"session handle {handle!r} belongs to the {namespace!r} tools, not {self.namespace!r}: "
-                f"pass {NEW!r} for a handle of this tool"
-            )
+        if (why := misdirected(handle, self.namespace)) is not None:
+            raise BadHandle(why)
         if not self.owns(handle):
             raise BadHandle(
                 f"session handle {handle!r} was not issued by this server (mistyped, forged, or from before a "

@@ -32,7 +32,7 @@ from toolkit.sessions import S, SessionRegistry
 from toolkit.settings import ToolServerSettings
 from toolkit.signature import Body, ToolSignature
 from toolkit.tracing import annotate, extract, request_context, span
-from toolkit.wire import MEMORY_HEADER, REQUEST_ID_HEADER, fleet_secret
+from toolkit.wire import MEMORY_HEADER, REQUEST_ID_HEADER, fleet_secret, size_refusal
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -82,10 +82,7 @@ class Sizing(Generic[S]):
             raise SizeRefused(f"{MEMORY_HEADER} must be a whole number of MiB, not {raw!r}")
         size = int(raw)
         if size > self.cap_mb:
-            raise SizeRefused(
-                f"{MEMORY_HEADER}: a sandbox of {size} MiB was asked for; this server's sandboxes may have at most "
-                f"{self.cap_mb} MiB (its --max-session-memory-mb)"
-            )
+            raise SizeRefused(size_refusal(size, self.cap_mb))
         if size == self.default_mb:
             return None
         return lambda key: self.factory(key, size)

@@ -30,6 +30,8 @@ OWNER_HEADER = "toolfleet-owner"
 MEMORY_HEADER = "x-sandbox-memory-mb"
 """A caller's size for the sandbox of a session it starts (MiB): the orchestrator's, for a platform container whose
 `memory_limit` is above the default 1g. Absent: the tool server's `--memory-mb`."""
+SIZE_REFUSED = re.compile(rf"^(?:Error executing tool \S+: )?{MEMORY_HEADER}: .* at most (\d+) MiB")
+"""A tool's refusal of a `MEMORY_HEADER` size above its cap (`size_refusal`), as its caller reads the cap back."""
 DRAINING_HEADER = "toolfleet-draining"
 """On a tool replica's answer: it drains (`toolkit.drain`), so the gateway places no new session on it."""
 ROOM_HEADER = "toolfleet-room"
@@ -103,3 +105,17 @@ def read_owner(value: str | None, secret: bytes | None = None) -> str:
     ):
         return ANONYMOUS
     return owner
+
+
+def size_refusal(size_mb: int, cap_mb: int) -> str:
+    """A tool server's refusal of a sandbox size above its cap; `refused_cap` reads the cap back from it."""
+    return (
+        f"{MEMORY_HEADER}: a sandbox of {size_mb} MiB was asked for; this server's sandboxes may have at most "
+        f"{cap_mb} MiB (its --max-session-memory-mb)"
+    )
+
+
+def refused_cap(text: str) -> int | None:
+    """The cap (MiB) of a tool's `size_refusal` (the MCP SDK may prefix the tool's name); None: not one."""
+    match = SIZE_REFUSED.match(text)
+    return int(match.group(1)) if match else None

@@ -73,6 +73,8 @@ def router(deps: Deps) -> APIRouter:
     @router.post("/v1/responses/compact", openapi_extra=OBJECT_DOC)
     async def compact(request: Request) -> JSONResponse:
         req = _checked(await read_json(await request.body()), COMPACTED, "compact")
+        if not req.model:  # required by the SDK's compact parameters and the open Responses spec
+            raise RequestError("parameter 'model' is required by compact", "model")
         return JSONResponse(await _on_worker(service.compact(req, request.state.owner), service))
 
     return router

@@ -17,6 +17,7 @@ from orchestrator import harmony as h
 from orchestrator import kinds
 from orchestrator.errors import RequestError
 from orchestrator.kinds.base import tool_args
+from orchestrator.request.attachments import split_images
 from orchestrator.request.schema import Requirement
 
 
@@ -115,7 +116,7 @@ def to_chat(messages: list[Message], freeform: set[str] | frozenset[str] = froze
             if text:
                 out.append({"role": "system", "content": text})
         elif role == h.Role.USER:
-            out.append({"role": "user", "content": h.text_of(msg)})
+            out.append({"role": "user", "content": split_images(h.text_of(msg))})
         elif role == h.Role.TOOL:
             name = msg.author.name or ""
             match = next((k for k, (r, _) in enumerate(open_calls) if r == name), None)

@@ -99,7 +99,7 @@ class ApplyPatchKind(Kind):
 
     def requirement(self, choice: dict[str, Any], tools: Toolset) -> Requirement | None:
         if NAME not in tools.shown:
-            return None
+            raise RequestError("tool_choice names apply_patch, which is not in tools", "tool_choice")
         return Requirement(RECIPIENT, f"<|channel|>commentary to={RECIPIENT}", exact=True)
 
     def claims(self, toolset: Toolset, ns: str, fn: str) -> bool:

@@ -11,6 +11,7 @@ from orchestrator import harmony as h
 from orchestrator.errors import RequestError
 from orchestrator.kinds.base import EchoContext, Kind, Stream
 from orchestrator.kinds.web_search import cite
+from orchestrator.request.attachments import image_marker
 from orchestrator.responses.events import new_id
 from orchestrator.responses.run import Run
 from orchestrator.worker.client import TokenLogprob
@@ -91,7 +92,8 @@ class MessageKind(Kind):
         return MessageStream(r)
 
     def echo(self, item: dict[str, Any], where: str, ctx: EchoContext) -> list[Message]:
-        role, text = item.get("role"), content_text(item.get("content"), f"{where}.content")
+        role = item.get("role")
+        text = content_text(item.get("content"), f"{where}.content", images=role == "user")
         if role == "user":
             return [h.user(text)]
         if role == "assistant":
@@ -101,8 +103,9 @@ class MessageKind(Kind):
         raise RequestError(f"unknown message role {role!r}", f"{where}.role")
 
 
-def content_text(content: Any, where: str) -> str:
-    """The text of a message's (or reasoning item's) content: a string or a list of text parts."""
+def content_text(content: Any, where: str, *, images: bool = False) -> str:
+    """The text of a message's (or reasoning item's) content: a string or a list of text parts (`images`: and
+    `input_image` parts, as their markers; whether the model may be sent them is decided by `prepare`)."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
@@ -113,6 +116,8 @@ def content_text(content: Any, where: str) -> str:
             parts.append(str(part.get("text", "")))
         elif isinstance(part, dict) and part.get("type") == "refusal":
             parts.append(str(part.get("refusal", "")))
+        elif images and isinstance(part, dict) and part.get("type") == "input_image":
+            parts.append(image_marker(part, where))
         else:
             kind = part.get("type") if isinstance(part, dict) else type(part).__name__
             raise RequestError(f"content part type {kind!r} is not supported by this model", where)

@@ -79,7 +79,8 @@ class WebSearchKind(Kind):
                 action["sources"] = [{"type": "url", "url": hit["url"]} for hit in page["hits"]]
         r.tools.results[item.id] = outcome.text  # kept with the response: history may cite it
         status = "failed" if outcome.is_error else "completed"
-        item.finish(status, "response.web_search_call.completed", action=action)
+        shown = {"results": read_results(fn, page, outcome.text)} if "web_search_call.results" in r.include else {}
+        item.finish(status, "response.web_search_call.completed", action=action, **shown)
 
     def chat_functions(self, ns: h.Namespace) -> list[dict[str, Any]]:
         if ns.tools:
@@ -135,6 +136,18 @@ def _action(r: Run, fn: str, args: dict[str, Any]) -> dict[str, Any]:
     return {"type": "open_page", "url": target if isinstance(target, str) else url or None}
 
 
+def read_results(fn: str, page: dict[str, Any] | None, text: str) -> list[dict[str, str]]:
+    """`include: web_search_call.results`: what the call read, as `{url, title, text}` entries (the shape of a
+    file_search result; the SDK's web_search_call type has no such field, so it is ours): a search's hits, each
+    with its snippet, or the page an open or find read, with the text the model was shown. A failed call read
+    nothing."""
+    if page is None:
+        return []
+    if fn == "search":
+        return [{"url": hit["url"], "title": hit["title"], "text": hit["snippet"]} for hit in page["hits"]]
+    return [{"url": page["url"] or "", "title": page["title"], "text": text}]
+
+
 def _kept_text(item: dict[str, Any], results: dict[str, str]) -> str:
     """What the model saw for an earlier web_search_call the client sends back in its own history."""
     if (kept := results.get(str(item.get("id")))) is not None:
@@ -158,6 +171,7 @@ def browser_page(structured: dict[str, Any] | None) -> dict[str, Any] | None:
         return None
     hits = [
         {"url": h["url"], "title": str(h.get("title") or h["url"]), "lines": h.get("lines")}
+        | {"snippet": str(h.get("snippet") or "")}
         for h in s.get("hits") or []
         if isinstance(h, dict) and isinstance(h.get("url"), str)
     ]

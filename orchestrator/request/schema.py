@@ -282,6 +282,7 @@ INCLUDABLE = (
 INCLUDE_SUPPORTED = {
     "code_interpreter_call.outputs",
     "web_search_call.action.sources",
+    "web_search_call.results",
     "reasoning.encrypted_content",
     "message.output_text.logprobs",
 }

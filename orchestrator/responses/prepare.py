@@ -24,7 +24,7 @@ from orchestrator.kinds import EchoContext, custom
 from orchestrator.kinds.compaction import is_triggered
 from orchestrator.kinds.mcp import check_issued
 from orchestrator.persist import Conversation, Record, Store
-from orchestrator.request import references
+from orchestrator.request import attachments, references
 from orchestrator.request.items import normalize
 from orchestrator.request.schema import McpServer, ResponsesRequest, TextConfig, Toolset, check_include
 from orchestrator.responses import compaction
@@ -103,7 +103,9 @@ class Preparer:
         if conv is not None:
             body["conversation"] = {"id": conv.id}
         builder = ResponseBuilder(body)
-        past = await self._history(req, owner, prev, conv)
+        name = req.model or self.settings.model or ""
+        vision = model is not HARMONY and name in self.settings.vision_models
+        past = await self._history(req, owner, prev, conv, (name, vision))
         head = self._head(req, namespaces, tools)
         sessions = ToolSessions(
             session_id=conversation,
@@ -129,7 +131,12 @@ class Preparer:
         return Prepared(r, listings, len(head), past.items, conv, past.stored)
 
     async def _history(
-        self, req: ResponsesRequest, owner: str, prev: Record | None, conv: Conversation | None
+        self,
+        req: ResponsesRequest,
+        owner: str,
+        prev: Record | None,
+        conv: Conversation | None,
+        vision: tuple[str, bool],
     ) -> _History:
         """The history the response continues (a conversation's items, or the previous response's messages),
         its input with references resolved, and the tool state both carry."""
@@ -137,8 +144,13 @@ class Preparer:
         stored = await self.conversations.history(conv) if conv else []
         earlier = compaction.window(stored)
         items = await references.resolve(self.store, owner, normalize(req.input), earlier)
+        files = self.containers.files if self.containers is not None else None
+        limits = attachments.Limits(self.settings.max_input_file_chars, self.settings.max_body_bytes)
+        items = await attachments.inline(items, owner, files, limits)
+        attachments.check_images(items, *vision)
         echo = EchoContext(dict(state.get("calls", {})), await self._results(owner, kinds.kept_ids(earlier + items)))
         history = kinds.to_messages(earlier, echo) if conv else h.load(prev.messages) if prev else []
+        attachments.check_history(history, *vision, "conversation" if conv else "previous_response_id")
         new_input = kinds.to_messages(compaction.window(items), echo)
         check_issued(echo, history + new_input)
         return _History(history, new_input, items, stored, _tool_state(state, echo))
@@ -294,6 +306,7 @@ def _body(req: ResponsesRequest, rid: str, prev: Record | None, default_model: s
         created_at=int(time.time()),
         model=model,
         status="queued",
+        completed_at=None,  # every snapshot carries it (the open Responses spec); a timestamp once completed
         output=[],
         instructions=req.instructions,
         tools=[kinds.echo_tool(t) for t in req.tools],

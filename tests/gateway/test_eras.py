@@ -105,8 +105,8 @@ STATEFUL = {
 
 
 async def _call(client: Any, tool: str, args: dict[str, Any]) -> tuple[str, dict[str, Any] | None, bool]:
-    """A call's text, structured content and whether it failed: a tool's error result, or the gateway's
-    JSON-RPC error for a handle it cannot route."""
+    """A call's text, structured content and whether it failed: a tool's error result (a bad handle's too, on
+    both routes), or the gateway's JSON-RPC error for a session it lost."""
     try:
         result = await client.call_tool(tool, args)
     except MCPError as exc:
@@ -203,6 +203,40 @@ async def test_forged_and_other_namespace_handles_get_clear_errors(fleet: Fleet,
         text, _, error = await _call(client, "python", {"code": "1", "session_handle": real})
         assert error and real in text and ("ended or expired" in text or "ended (cleanup_session)" in text)
     assert fleet.sessions("python") == 0
+
+
+@pytest.fixture(scope="module")
+def browser_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    """One browser replica (no docker needed) and a gateway in front of it."""
+    corpus = write_corpus(tmp_path_factory.mktemp("corpus"))
+    argv = browser_args("http://127.0.0.1:9", corpus, tmp_path_factory.mktemp("index"))
+    with running_service(argv) as replica, running_gateway(gateway_config({"browser": [f"{replica.url}/mcp"]})) as gw:
+        yield Fleet(gw, {"browser": [replica]}, {"browser": []})
+
+
+@pytest.mark.parametrize("route", ["direct", "gateway"])
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_bad_handle_is_a_tool_error_the_model_reads_on_both_routes(
+    browser_fleet: Fleet, mode: str, route: str
+) -> None:
+    """MCP: argument errors are tool execution errors. A malformed handle, another namespace's and one never
+    issued are each the call's `isError` result (not a JSON-RPC error), saying why and what to pass instead."""
+    cases = {
+        "forged-0123": "'forged-0123' is not a session handle: pass one a call answered, or 'new'",
+        "python.abc.def": "belongs to the 'python' tools, not 'browser': pass 'new'",
+        "browser.abc.def": "pass 'new'",
+    }
+    async with connect(browser_fleet.url("browser", route), "streamable-http", mode=mode) as client:
+        await client.list_tools()
+        for handle, words in cases.items():
+            result = await client.call_tool("search", {"query": "tea", "session_handle": handle})
+            text = result.content[0].text  # type: ignore[union-attr]
+            assert result.is_error and words in text and "forged-0123' tools" not in text, text
+        good = await client.call_tool("search", {"query": "tea", "session_handle": "new"})
+    assert not good.is_error and browser_fleet.sessions("browser") == 1
+    async with connect(browser_fleet.url("browser", route), "streamable-http", mode=mode) as client:
+        await client.call_tool("cleanup_session", {"session_handle": good.structured_content["session_handle"]})  # type: ignore[index]
+    assert browser_fleet.sessions("browser") == 0
 
 
 @pytest.mark.parametrize("route", ["direct", "gateway"])

@@ -9,6 +9,7 @@ from urllib.parse import unquote
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from mcp_types import CallToolResult
 from pydantic import ValidationError
 
 from gateway.config import HeaderPolicy, parse_config
@@ -22,6 +23,7 @@ from gateway.errors import (
     SessionLost,
     Unauthorized,
     Unavailable,
+    UnknownHandle,
     UnknownNamespace,
     UnknownSession,
     UpstreamTimeout,
@@ -134,6 +136,14 @@ def test_every_exception_maps_to_one_jsonrpc_error(exc: BaseException, status: i
     assert (got_status, answer["error"]["code"], answer["id"]) == (status, code, 7)
     assert "secret detail" not in answer["error"]["message"]
     assert to_error(exc).code == code
+
+
+def test_a_handle_the_gateway_cannot_route_is_the_tools_error_result_not_a_jsonrpc_error() -> None:
+    status, body = error_body(7, UnknownHandle("unknown session handle 'x'", data={"session": "x"}))
+    answer = json.loads(body)
+    assert status == 200 and answer["id"] == 7 and "error" not in answer
+    result = CallToolResult.model_validate(answer["result"])
+    assert result.is_error and result.content[0].text == "unknown session handle 'x'"  # type: ignore[union-attr]
 
 
 def test_sse_parser_handles_crlf_split_across_chunks() -> None:

@@ -44,11 +44,23 @@ def check_stream(events: list[Any]) -> Response:
         elif "item_id" in d and "output_index" in d:
             assert open_items.get(d["output_index"]) == d["item_id"], f"{t} for an item not open"
     assert not open_items, "items added but never done"
+    for d in dicts:
+        if d["type"].count(".") == 1 and "response" in d:
+            check_completed_at(d["response"])
     final = Response.model_validate(terminals[0]["response"])
     assert [o.model_dump(mode="json", exclude_unset=True)["id"] for o in final.output] == [
         done_items[i]["id"] for i in range(len(done_items))
     ]
     return final
+
+
+def check_completed_at(body: dict) -> None:
+    """`completed_at` is in every snapshot (the open Responses spec): null until completed, a unix time after."""
+    assert "completed_at" in body, f"completed_at missing from a {body.get('status')} snapshot"
+    if body["status"] == "completed":
+        assert isinstance(body["completed_at"], int | float) and body["completed_at"] >= body["created_at"]
+    else:
+        assert body["completed_at"] is None
 
 
 def _validate(d: dict) -> None:

@@ -207,6 +207,20 @@ def test_an_apply_patch_call_on_the_chat_path_is_an_apply_patch_call_item(chat_s
     assert [t["function"]["name"] for t in chat_stack.model.requests[-1]["tools"]] == ["apply_patch"]
 
 
+def test_tool_choice_apply_patch_on_the_chat_path_names_the_function_and_needs_the_tool(chat_stack):
+    operation = {"type": "delete_file", "path": "a.txt"}
+    script(chat_stack.model, [("^user: ", {"tool_calls": [{"name": "apply_patch", "arguments": operation}]})])
+    tools = [{"type": "apply_patch"}, WEATHER_TOOL]
+    forced = {"type": "apply_patch"}
+    response = chat_stack.client.responses.create(model="m", input="go", tools=tools, tool_choice=forced)
+    assert response.output[0].type == "apply_patch_call" and response.tool_choice.type == "apply_patch"
+    sent = chat_stack.model.requests[-1]
+    assert sent["tool_choice"] == {"type": "function", "function": {"name": "apply_patch"}}
+    with pytest.raises(openai.BadRequestError) as err:
+        chat_stack.client.responses.create(model="m", input="go", tools=[WEATHER_TOOL], tool_choice=forced)
+    assert err.value.body["param"] == "tool_choice" and "apply_patch, which is not in tools" in err.value.message
+
+
 def test_a_client_tool_search_on_the_chat_path_is_a_tool_search_call_and_its_output_comes_back(chat_stack):
     model = chat_stack.model
     search = {"name": "tool_search", "arguments": {"query": "weather"}}
@@ -242,3 +256,39 @@ def test_a_custom_tool_on_the_chat_path_takes_its_text_as_input_and_streams_it(c
     grammar = {**tool, "format": {"type": "grammar", "syntax": "regex", "definition": "[a-z]+"}}
     with pytest.raises(openai.BadRequestError, match="grammar"):
         chat_stack.client.responses.create(model="m", input="x", tools=[grammar])
+
+
+IMAGE = {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="}
+
+
+def test_images_go_to_a_vision_model_as_image_url_parts_and_other_models_refuse_naming_the_model(
+    make_stack, chat_worker, stack
+):
+    url, model = chat_worker
+    vision = make_stack(worker_urls=[url], vision_models="m")
+    script(model, [("^user: ", {"content": "A logo."})])
+    content = [{"type": "input_text", "text": "What is it?"}, IMAGE, {"type": "input_text", "text": " Briefly."}]
+    resp = vision.client.responses.create(model="m", input=[{"role": "user", "content": content}])
+    assert resp.output_text == "A logo."
+    sent = model.requests[-1]["messages"][-1]
+    assert sent == {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "What is it?"},
+            {"type": "image_url", "image_url": {"url": IMAGE["image_url"]}},
+            {"type": "text", "text": " Briefly."},
+        ],
+    }
+    fetched = {"type": "input_image", "image_url": "http://127.0.0.1:9/inside.png"}
+    with pytest.raises(openai.BadRequestError) as refused:  # never a URL the worker would fetch in the fleet
+        vision.client.responses.create(model="m", input=[{"role": "user", "content": [fetched]}])
+    assert refused.value.body["param"] == "input[0].content" and "data:image/" in refused.value.message
+    for client, name in ((make_stack(worker_urls=[url]).client, "m"), (stack.client, "gpt-oss")):
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.responses.create(model=name, input=[{"role": "user", "content": content}])
+        assert refused.value.body["param"] == "input[0].content[1]"
+        assert f"model {name!r} does not take image input" in refused.value.message
+    conv = stack.client.conversations.create(items=[{"type": "message", "role": "user", "content": content}])
+    with pytest.raises(openai.BadRequestError) as refused:  # an image kept in the history it continues
+        stack.client.responses.create(model="gpt-oss", input="and now?", conversation=conv.id)
+    assert refused.value.body["param"] == "conversation" and "history" in refused.value.message

@@ -85,7 +85,7 @@ def test_required_code_interpreter_runs_python(stack):
         ({"tool_choice": {"type": "mcp", "server_label": "ghost"}}, "'ghost'", "tool_choice"),
         ({"tool_choice": {"type": "code_interpreter"}}, "unsupported tool_choice", "tool_choice"),
         ({"include": ["bogus.field"]}, "Invalid value: 'bogus.field'", "include[0]"),
-        ({"include": ["web_search_call.results"]}, "not supported by this server", "include[0]"),
+        ({"include": ["file_search_call.results"]}, "not supported by this server", "include[0]"),
     ],
 )
 def test_bad_tool_choice_and_include_values_are_400s(stack, body, fragment, param):
@@ -106,6 +106,21 @@ def test_web_search_sources_are_included_only_when_asked(stack):
     sources = asked.output[0].action.sources
     assert [s.url for s in sources] == ["https://example.com/tea", "https://example.org/coffee"]
     assert {s.type for s in sources} == {"url"}
+
+
+def test_web_search_results_are_included_only_when_asked_and_sent_back_as_history(stack):
+    stack.script([("†Tea facts†example.com", DIRECT), ("tea", SEARCH)])
+    tools = [{"type": "web_search"}]
+    plain = stack.client.responses.create(model="gpt-oss", input="tea?", tools=tools)
+    assert "results" not in plain.output[0].model_dump(exclude_unset=True)
+    both = ["web_search_call.results", "web_search_call.action.sources"]
+    asked = stack.client.responses.create(model="gpt-oss", input="tea?", tools=tools, include=both)
+    item = asked.output[0].model_dump(exclude_unset=True)
+    assert [r["url"] for r in item["results"]] == ["https://example.com/tea", "https://example.org/coffee"]
+    assert item["results"][0]["title"] == "Tea facts" and item["results"][0]["text"]
+    assert [s["url"] for s in item["action"]["sources"]] == [r["url"] for r in item["results"]]
+    again = stack.client.responses.create(model="gpt-oss", input=[{"role": "user", "content": "tea?"}, item])
+    assert again.status == "completed"
 
 
 def test_a_web_search_call_in_client_kept_history_keeps_its_earlier_result(stack):

@@ -3,6 +3,7 @@ prompt shrinks (measured by `input_tokens.count` and by the worker's own prompt)
 
 from __future__ import annotations
 
+import httpx
 import openai
 import pytest
 from invariants import check_stream
@@ -108,3 +109,10 @@ def test_a_compaction_trigger_makes_the_response_one_compaction_item_and_continu
     with pytest.raises(openai.BadRequestError) as refused:
         client.responses.create(model="m", input=misplaced)
     assert refused.value.body["param"] == "input[0]"
+
+
+@pytest.mark.parametrize("body", [{"input": "hi"}, {"model": None, "input": "hi"}])
+def test_compact_without_a_model_is_a_400_naming_the_field(stack, body):
+    answer = httpx.post(f"{stack.url}/v1/responses/compact", json=body, timeout=30)
+    assert answer.status_code == 400
+    assert answer.json()["error"]["param"] == "model" and "'model' is required" in answer.json()["error"]["message"]

@@ -97,12 +97,11 @@ def test_a_container_s_files_go_in_and_what_the_code_writes_comes_back_cited(fle
     assert image.url == f"{fleet.url}/v1/containers/{box.id}/files/{png.id}/content"
     got = httpx.get(image.url, headers={"Authorization": "Bearer ka"})
     assert got.content.startswith(b"\x89PNG")
-    # the answer cites both files where it names them
+    # the answer cites both files where it names them, the link once
     text = resp.output[-1].content[0]
     assert text.text == ANSWER
     cited = [(a.file_id, a.filename, text.text[a.start_index : a.end_index]) for a in text.annotations]
-    assert cited == [
-        (png.id, "plot.png", "plot.png"),
+    assert cited == [  # a link to a file is one citation, over its target
         (png.id, "plot.png", "sandbox:/mnt/data/plot.png"),
         (files["/mnt/data/summary.csv"].id, "summary.csv", "summary.csv"),
     ]
@@ -178,6 +177,18 @@ def test_another_key_s_container_or_files_are_missing_and_nothing_is_made(fleet)
         assert missing.value.body["param"] == param
     assert list(b.containers.list()) == []
     assert sorted(os.listdir(fleet.app.state.files.directory)) == before
+
+
+def test_a_memory_limit_above_the_tools_cap_is_a_400_in_the_requests_words(fleet) -> None:
+    """4g passes the API's cap (4g by default) but not the python tool's (its --memory-mb, 1024): the error
+    names the request's field and the cap, not the internal call that found it; the `auto` container is gone."""
+    with pytest.raises(openai.BadRequestError) as refused:
+        ask(fleet.client, {"type": "auto", "memory_limit": "4g"})
+    error = refused.value.body
+    assert error["param"] == "tools[0].container.memory_limit"
+    expected = "memory_limit '4g' is larger than this fleet's python sandboxes may be (at most 1024 MiB)"
+    assert error["message"] == expected
+    assert list(fleet.client.containers.list()) == []
 
 
 @pytest.fixture(scope="module")

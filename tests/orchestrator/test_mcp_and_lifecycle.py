@@ -7,7 +7,7 @@ import json
 import httpx
 import openai
 import pytest
-from invariants import check_stream
+from invariants import check_completed_at, check_stream
 from openai.types.responses import Response
 from openai.types.responses.response_output_item import McpCall
 
@@ -122,6 +122,19 @@ def test_background_response_can_be_polled_cancelled_and_replayed(stack):
     assert final.status == "cancelled"
     tail = list(stack.client.responses.retrieve(resp.id, stream=True, starting_after=3))
     assert [e.sequence_number for e in tail] == [e.sequence_number for e in events[4:]]
+
+
+def test_completed_at_is_null_in_every_snapshot_until_the_response_completes(stack):
+    stack.script([], default="<|channel|>final<|message|>" + "tick " * 40 + "<|return|>", token_delay_s=0.005)
+    created = httpx.post(f"{stack.url}/v1/responses", json={"input": "hi", "background": True}, timeout=30).json()
+    check_completed_at(created)
+    get = f"{stack.url}/v1/responses/{created['id']}"
+    assert wait_until(lambda: httpx.get(get, timeout=30).json()["status"] == "in_progress")
+    check_completed_at(httpx.get(get, timeout=30).json())  # may have completed meanwhile: checked either way
+    assert wait_until(lambda: httpx.get(get, timeout=30).json()["status"] == "completed")
+    done = httpx.get(get, timeout=30).json()
+    check_completed_at(done)
+    assert Response.model_validate(done).completed_at == done["completed_at"]
 
 
 def test_background_stream_can_be_resumed_while_running(stack):
