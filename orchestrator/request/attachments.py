@@ -13,21 +13,18 @@ from __future__ import annotations
 
 import base64
 import binascii
-import io
 import re
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import anyio.to_thread
-from charset_normalizer import from_bytes
 from openai_harmony import Message
-from pypdf import PdfReader
-from selectolax.lexbor import LexborHTMLParser
 
 from orchestrator import harmony as h
 from orchestrator.errors import RequestError
 from orchestrator.files import Files
+from toolkit.extract import Unreadable, decoded, html_text, pdf_text
 
 FIELDS = frozenset({"type", "file_data", "file_id", "filename", "detail"})
 """`detail` is how a vision model renders a file: no effect on extracted text."""
@@ -35,7 +32,6 @@ SUFFIXES = {".txt": "text", ".text": "text", ".md": "markdown", ".markdown": "ma
 SUFFIXES |= {".htm": "html", ".pdf": "pdf"}
 MEDIA_TYPES = {"text/plain": "text", "text/markdown": "markdown", "text/html": "html", "application/pdf": "pdf"}
 DATA_URL = re.compile(r"data:([\w.+/-]*)(?:;[\w=.-]+)*;base64,(.*)", re.DOTALL)
-SKIPPED = "script, style, noscript, template, svg, head"
 
 
 @dataclass(frozen=True)
@@ -138,41 +134,13 @@ def _kind(found: Attachment) -> str | None:
 
 def _extract(kind: str, data: bytes, max_chars: int) -> str | None:
     """The text of `data`; None: more than `max_chars` (a PDF stops being read once past it)."""
-    if kind == "pdf":
-        return _pdf_text(data, max_chars)
-    text = _decoded(data)
-    if kind == "html":
-        tree = LexborHTMLParser(text)
-        tree.strip_tags([t.strip() for t in SKIPPED.split(",")])
-        root = tree.body or tree.root
-        text = root.text(separator="\n") if root is not None else ""
-        text = re.sub(r"\n\s*\n+", "\n\n", text).strip()
-    return text
-
-
-def _decoded(data: bytes) -> str:
     try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        best = from_bytes(data).best()
-        return str(best) if best is not None else data.decode("utf-8", errors="replace")
-
-
-def _pdf_text(data: bytes, max_chars: int) -> str | None:
-    try:
-        reader = PdfReader(io.BytesIO(data))
-        if reader.is_encrypted:
-            raise RequestError("input_file is an encrypted PDF; send one without a password")
-        pages: list[str] = []
-        for page in reader.pages:
-            pages.append(page.extract_text() or "")
-            if sum(map(len, pages)) > max_chars:
-                return None
-    except RequestError:
-        raise
-    except Exception as exc:  # pypdf raises its own errors and, on a damaged file, builtin ones too
-        raise RequestError(f"input_file could not be read as a PDF ({type(exc).__name__})") from None
-    return "\n\n".join(p.strip() for p in pages).strip()
+        if kind == "pdf":
+            return pdf_text(data, max_chars)
+        text = decoded(data)
+    except Unreadable as exc:
+        raise RequestError(f"input_file could not be read: {exc}") from None
+    return html_text(text) if kind == "html" else text
 
 
 IMAGE_START, IMAGE_END = "\ue000image:", "\ue001"
