@@ -150,7 +150,7 @@ def _answer(model: ScriptedChatModel, body: dict[str, Any], reply: dict[str, Any
         "prompt_tokens": len(prompt),
         "completion_tokens": len(output),
         "total_tokens": len(prompt) + len(output),
-        "prompt_tokens_details": {"cached_tokens": cached_prefix(model._seen, prompt)},
+        "prompt_tokens_details": {"cached_tokens": model.stats.cache(len(prompt), cached_prefix(model._seen, prompt))},
     }
     model._seen.append(prompt + output)
     model.usages.append(usage)
