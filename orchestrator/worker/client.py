@@ -306,12 +306,13 @@ class WorkerPool:
             worker.outstanding += 1
             try:
                 async for chunk in open_stream(worker):
-                    if not started and begun(chunk):
+                    first = not started and begun(chunk)
+                    if first:
                         started = True  # from here on the tokens are the client's: no retry
-                        if affinity:
-                            await self.affinity.pin(affinity, worker.url)
                         self._passed(worker)
                     yield chunk
+                    if first and affinity:  # pinned once the first token is out: its round trip delays none
+                        await self.affinity.pin(affinity, worker.url)
                 return
             except (httpx.TransportError, _RetryableStatus, _StreamError) as exc:
                 if started:
