@@ -34,6 +34,7 @@ from orchestrator.persist import Stores, open_stores
 from orchestrator.responses.service import ResponsesService
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.tools import Endpoints, cleanup_sessions
+from orchestrator.worker.affinity import Affinity, MemoryAffinity, NoAffinity, RedisAffinity
 from orchestrator.worker.client import Chat, Generate, WorkerPool
 from toolkit.tracing import TracingMiddleware
 
@@ -109,7 +110,19 @@ def _pool(settings: OrchestratorSettings) -> WorkerPool:
         health_interval_s=settings.health_interval_s,
         down_after=settings.worker_down_after,
         keepalive_expiry_s=settings.keepalive_expiry_s,
+        affinity=_affinity(settings),
+        spill_at=settings.affinity_spill_at,
     )
+
+
+def _affinity(settings: OrchestratorSettings) -> Affinity:
+    """The affinity map: none when off, Redis's (shared by the replicas) with a Redis store, else in memory."""
+    if not settings.affinity:
+        return NoAffinity()
+    if settings.store == "redis":
+        url = settings.redis_url or "redis://127.0.0.1:6379/0"
+        return RedisAffinity(url, settings.redis_prefix, settings.affinity_size, settings.affinity_ttl_s)
+    return MemoryAffinity(settings.affinity_size, settings.affinity_ttl_s)
 
 
 def _lifespan(

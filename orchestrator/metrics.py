@@ -103,7 +103,30 @@ class _WorkerCollector(Collector):
             for key, family in families.items():
                 for error, n in getattr(w, key).items():
                     family.add_metric([w.url, error], n)
-        yield from (healthy, outstanding, failures, *families.values())
+        yield from (healthy, outstanding, failures, *families.values(), *self._affinity())
+
+    def _affinity(self) -> Iterator[Metric]:
+        """Affinity outcomes per worker, and the worker's own prefix-cache counters (scraped by the health
+        check from the first read of these metrics on)."""
+        self.pool.scrape_cache = True
+        affinity = CounterMetricFamily(
+            "toolfleet_orchestrator_worker_affinity",
+            "Requests by affinity outcome: hit (sent to its pinned worker), miss (no pin: the least loaded), spill"
+            " (its pinned worker was saturated: counted on that worker)",
+            labels=["worker", "outcome"],
+        )
+        cache = CounterMetricFamily(
+            "toolfleet_orchestrator_worker_prefix_cache",
+            "The worker's own prefix-cache counters in tokens (vLLM's vllm:prefix_cache_hits / _queries)",
+            labels=["worker", "kind"],
+        )
+        for w in self.pool.workers:
+            for outcome in ("hit", "miss", "spill"):
+                affinity.add_metric([w.url, outcome], w.affinity[outcome])
+            for kind in ("hits", "queries"):
+                if kind in w.prefix_cache:
+                    cache.add_metric([w.url, kind], w.prefix_cache[kind])
+        yield from (affinity, cache)
 
 
 class LatencyMiddleware:

@@ -109,6 +109,19 @@ class OrchestratorSettings(ServiceSettings):
     identity: str | None = Field(None, description="model identity line of the system message")
     date: str | None = Field(None, description="conversation start date (default: today)")
     health_interval_s: float = Field(5.0, description="worker health-check period")
+    affinity: bool = Field(
+        True,
+        description="keep a conversation on the worker holding its prefix (its turns, its previous_response_id"
+        " chain, its prompt_cache_key, or its opening); the map is in Redis with --store redis, shared by replicas",
+    )
+    affinity_size: int = Field(100_000, ge=1, description="affinity keys kept at most (least recently used dropped)")
+    affinity_ttl_s: float = Field(3600.0, gt=0, description="an affinity pin lapses this long after its last use")
+    affinity_spill_at: int = Field(
+        32,
+        ge=1,
+        description="a pinned worker with this many requests in flight from this replica is saturated: the request"
+        " goes to the least loaded worker instead and is pinned there",
+    )
     worker_down_after: int = Field(
         WORKER_DOWN_AFTER,
         ge=1,

@@ -33,8 +33,7 @@ COUNTED = frozenset(
 """The SDK's count parameters this server renders (`truncation: auto` drops what a response would drop); the
 others (`text`, `personality`) are a 400."""
 COMPACTED = frozenset({"model", "input", "instructions", "previous_response_id", "prompt_cache_key"})
-"""The SDK's compact parameters; `prompt_cache_key` is a cache hint, a no-op here (the worker is chosen by
-conversation); the others are a 400."""
+"""The SDK's compact parameters (`prompt_cache_key` an affinity key, as on a response); the others are a 400."""
 OBJECT_DOC = {"requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}}}
 """The bodies are read by the handlers (`read_json`: depth, surrogates), so the document names them."""
 
@@ -44,7 +43,7 @@ def _checked(body: Any, allowed: frozenset[str], route: str) -> ResponsesRequest
         raise RequestError("the request body must be a JSON object")
     if unknown := sorted(set(body) - allowed):
         raise RequestError(f"parameter {unknown[0]!r} is not supported by {route} here", unknown[0])
-    return ResponsesRequest.model_validate({k: v for k, v in body.items() if k != "prompt_cache_key"})
+    return ResponsesRequest.model_validate(body)
 
 
 async def _on_worker(call: Awaitable[T], service: ResponsesService) -> T:

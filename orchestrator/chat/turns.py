@@ -32,7 +32,7 @@ class ChatTurns:
     async def count(self, r: Run) -> int:
         if self.count_chat is None:
             raise RequestError("this orchestrator has no worker pool to count chat-path tokens with", None, 503)
-        return await self.count_chat(ChatRequest(self.body(r, 1), r.conversation))
+        return await self.count_chat(ChatRequest(self.body(r, 1), r.affinity))
 
     def body(self, r: Run, budget: int) -> dict[str, Any]:
         tools, choice = self.tools.choice(r.turn.required)
@@ -61,7 +61,7 @@ class ChatTurns:
         }
         text: list[str] = []
         usage: dict[str, Any] = {}
-        async with contextlib.aclosing(self.chat(ChatRequest(body, r.conversation))) as chunks:
+        async with contextlib.aclosing(self.chat(ChatRequest(body, r.affinity))) as chunks:
             async for obj in chunks:
                 usage = obj.get("usage") or usage
                 text += [(c.get("delta") or {}).get("content") or "" for c in obj.get("choices") or []]
@@ -71,7 +71,7 @@ class ChatTurns:
     async def turn(self, r: Run, budget: int) -> Turn:
         stream = _Deltas(r, self.tools)
         try:
-            async with contextlib.aclosing(self.chat(ChatRequest(self.body(r, budget), r.conversation))) as chunks:
+            async with contextlib.aclosing(self.chat(ChatRequest(self.body(r, budget), r.affinity))) as chunks:
                 async for obj in chunks:
                     stream.feed(obj)
         except BaseException:

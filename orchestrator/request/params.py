@@ -34,7 +34,11 @@ PARAMS: dict[str, tuple[str, str]] = {
     "presence_penalty": (HONOURED, "sent to the worker; echoed (OpenResponses)"),
     "previous_response_id": (HONOURED, "continues a stored response of the same key"),
     "prompt": (REFUSED, "there is no prompt-template store here"),
-    "prompt_cache_key": (NO_OP, "echoed; the worker's prefix cache keys on the prompt itself"),
+    "prompt_cache_key": (
+        HONOURED,
+        "echoed; an affinity key: requests sharing it go to the same worker, whose prefix cache holds their prompt"
+        " (after the conversation or `previous_response_id` chain, before a hash of the prompt's opening)",
+    ),
     "prompt_cache_options": (NO_OP, "echoed; prefix caching is automatic on the worker"),
     "prompt_cache_retention": (NO_OP, "echoed; the worker's prefix cache evicts least recently used"),
     "reasoning": (

@@ -34,6 +34,7 @@ from orchestrator.responses.run import Run, ToolState, TurnModel
 from orchestrator.responses.turns import HARMONY
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.tools import Discovery, Endpoints, Listing, ToolSessions, ToolUnavailable, loggable
+from orchestrator.worker.affinity import OPENING_MESSAGES, keys_for
 from orchestrator.worker.client import Chat, CountChat, Generate
 
 log = structlog.get_logger(__name__)
@@ -128,6 +129,8 @@ class Preparer:
             tools=past.tools,
             compact_only=is_triggered(past.items),
         )
+        opening = [m.to_dict() for m in (r.messages + r.new_input)[: len(head) + OPENING_MESSAGES]]
+        r.affinity = keys_for(conversation, req.prompt_cache_key, owner, opening)
         return Prepared(r, listings, len(head), past.items, conv, past.stored)
 
     async def _history(

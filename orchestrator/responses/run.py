@@ -176,6 +176,7 @@ class Run:
     turn: TurnState = field(default_factory=TurnState)
     compact_threshold: int | None = None  # context_management: compact before a turn whose prompt is larger
     context_tokens: int | None = None  # truncation auto: drop the oldest items before a turn whose prompt is larger
+    affinity: tuple[str, ...] = ()  # the keys that keep it on the worker holding its prefix (`worker/affinity.py`)
     warm_only: bool = False  # WebSocket `generate: false`: prefill the worker's cache, make no output
     compact_only: bool = False  # a `compaction_trigger` input item: the output is one compaction item
 

@@ -37,7 +37,7 @@ class HarmonyTurns:
         prompt = await h.render_off_loop(messages)
         tokens: list[int] = []
         prompt_tokens = 0
-        req = GenerateRequest(prompt, budget, r.sampling, r.conversation)
+        req = GenerateRequest(prompt, budget, r.sampling, r.affinity)
         async with contextlib.aclosing(r.generate(req)) as chunks:
             async for chunk in chunks:
                 prompt_tokens = chunk.prompt_tokens or prompt_tokens
@@ -148,7 +148,7 @@ async def _turn(r: Run, budget: int) -> tuple[str, Stream | None]:
     if t.answer_format is not None and constrained is None:
         budget = max(1, budget // 2)  # the free part (reasoning, calls) leaves room for the constrained answer
     structured = constrained.structured if constrained is not None else None
-    req = GenerateRequest(prompt, budget, r.sampling, r.conversation, r.logprobs, structured)
+    req = GenerateRequest(prompt, budget, r.sampling, r.affinity, r.logprobs, structured)
     try:
         async with contextlib.aclosing(r.generate(req)) as chunks:
             async for chunk in chunks:

@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections import Counter, OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -24,6 +24,7 @@ import structlog
 
 from orchestrator.harmony import START, STOP_TOKENS
 from orchestrator.settings import KEEPALIVE_EXPIRY_S, WORKER_DOWN_AFTER
+from orchestrator.worker.affinity import Affinity, MemoryAffinity
 from toolkit.tracing import outgoing
 
 log = structlog.get_logger(__name__)
@@ -51,7 +52,7 @@ class GenerateRequest:
     prompt: list[int]
     max_tokens: int
     sampling: dict[str, float] = field(default_factory=dict)  # temperature, top_p, penalties: sent as they are
-    affinity: str | None = None  # conversation id: stays on the worker holding its prefix
+    affinity: Sequence[str] = ()  # its affinity keys (`affinity.keys_for`): stays on the worker holding its prefix
     logprobs: int | None = None  # top logprobs per token (vLLM `logprobs`); None: none asked
     structured: dict[str, Any] | None = None  # vLLM `structured_outputs`: the constraint on what is generated
 
@@ -78,7 +79,7 @@ Generate = Callable[[GenerateRequest], AsyncIterator[Chunk]]
 @dataclass
 class ChatRequest:
     body: dict[str, Any]  # a `/v1/chat/completions` body without `model` (the worker's name is filled in)
-    affinity: str | None = None
+    affinity: Sequence[str] = ()
 
 
 Chat = Callable[[ChatRequest], AsyncIterator[dict[str, Any]]]
@@ -101,6 +102,8 @@ class _Worker:
     check_failures: Counter[str] = field(default_factory=Counter)  # failed health checks, by error class
     downs: Counter[str] = field(default_factory=Counter)  # times taken out, by the error class that did it
     reconnects: Counter[str] = field(default_factory=Counter)  # errors on a pooled connection, retried on a new one
+    affinity: Counter[str] = field(default_factory=Counter)  # hit (its pin), miss (sent here unpinned), spill (left)
+    prefix_cache: dict[str, float] = field(default_factory=dict)  # its own vLLM counters, hits and queries, scraped
 
 
 class WorkerPool:
@@ -113,7 +116,8 @@ class WorkerPool:
         model: str | None = None,
         http: httpx.AsyncClient | None = None,
         health_interval_s: float = 5.0,
-        affinity_size: int = 10_000,
+        affinity: Affinity | None = None,
+        spill_at: int = 32,
         connect_timeout_s: float = 5.0,
         read_timeout_s: float = 600.0,
         api: str = "auto",
@@ -134,8 +138,9 @@ class WorkerPool:
         self.link = _Link(http or httpx.AsyncClient(timeout=timeout, limits=pooled), timeout)
         self._health_interval_s = health_interval_s
         self._down_after = down_after
-        self._affinity: OrderedDict[str, _Worker] = OrderedDict()
-        self._affinity_size = affinity_size
+        self.affinity = affinity if affinity is not None else MemoryAffinity(10_000, 3600.0)
+        self._spill_at = spill_at
+        self.scrape_cache = False  # set once /metrics is read: only then are the workers' own metrics scraped
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -148,6 +153,7 @@ class WorkerPool:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         await self.link.aclose()
+        await self.affinity.aclose()
 
     async def _health_loop(self) -> None:
         while True:
@@ -164,6 +170,8 @@ class WorkerPool:
             self._check_failed(worker, exc)
         else:
             self._passed(worker)
+            if self.scrape_cache:
+                await self.link.scrape_cache(worker)
 
     def _passed(self, worker: _Worker) -> None:
         """A check passed or a request was served: the worker is up, and its failed checks count from 0 again."""
@@ -207,22 +215,29 @@ class WorkerPool:
         names = {w.model for w in _up(self.workers) if w.model}
         return sorted(names) or ([self.model] if self.model else [])
 
-    def _candidates(self, affinity: str | None, api: Api) -> list[_Worker]:
-        """The workers of `api` to try in order: the conversation's own first, then the least loaded; while
-        none is up, the down ones (a request tries them anyway and reports what failed)."""
-        ordered = sorted(_up([w for w in self.workers if w.api in (api, None)]), key=lambda w: w.outstanding)
-        pinned = self._affinity.get(affinity) if affinity else None
-        if pinned is not None and pinned in ordered:
+    def _ordered(self, api: Api) -> list[_Worker]:
+        return sorted(_up([w for w in self.workers if w.api in (api, None)]), key=lambda w: w.outstanding)
+
+    async def _candidates(self, affinity: Sequence[str], api: Api) -> list[_Worker]:
+        """The workers of `api` to try in order: the conversation's pinned worker first unless it is saturated
+        (`spill_at` requests in flight from this replica, and another has fewer), then the least loaded; while
+        none is up, the down ones (a request tries them anyway and reports what failed). Nothing awaits after
+        the map is read, so the caller counts its request on the first worker before another request sorts."""
+        url = await self.affinity.find(affinity) if affinity else None
+        ordered = self._ordered(api)
+        pinned = next((w for w in ordered if w.url == url), None)
+        if not affinity or not ordered:
+            return ordered
+        if pinned is None:
+            ordered[0].affinity["miss"] += 1
+        elif pinned.outstanding >= self._spill_at and ordered[0].outstanding < pinned.outstanding:
+            pinned.affinity["spill"] += 1  # re-pinned to where it goes once that worker answers
+            log.info("affinity.spill", pinned=pinned.url, to=ordered[0].url, outstanding=pinned.outstanding)
+        else:
+            pinned.affinity["hit"] += 1
             ordered.remove(pinned)
             ordered.insert(0, pinned)
         return ordered
-
-    def _pin(self, affinity: str | None, worker: _Worker) -> None:
-        if affinity:
-            self._affinity[affinity] = worker
-            self._affinity.move_to_end(affinity)
-            while len(self._affinity) > self._affinity_size:
-                self._affinity.popitem(last=False)
 
     async def generate(self, req: GenerateRequest) -> AsyncIterator[Chunk]:
         """Stream the completion; retried on another worker only while no token has been received."""
@@ -247,13 +262,13 @@ class WorkerPool:
                 return self.link.post_stream(worker, "/v1/chat/completions", sent)
             return self.link.post_json(worker, "/v1/chat/completions", sent)
 
-        chunks = self._balanced(None, api, open_stream, lambda obj: not stream or _has_delta(obj))
+        chunks = self._balanced((), api, open_stream, lambda obj: not stream or _has_delta(obj))
         async for chunk in chunks:
             yield chunk
 
     async def count_chat(self, req: ChatRequest) -> int:
         """vLLM's `/tokenize` of a chat body's messages and tools on a chat worker: its template decides."""
-        candidates = self._candidates(req.affinity, "chat")
+        candidates = self._ordered("chat")
         if not candidates:
             raise WorkerUnavailable("no vLLM worker for the chat path")
         worker = candidates[0]
@@ -277,12 +292,12 @@ class WorkerPool:
 
     async def _balanced(
         self,
-        affinity: str | None,
+        affinity: Sequence[str],
         api: Api,
         open_stream: Callable[[_Worker], AsyncIterator[T]],
         begun: Callable[[T], bool],
     ) -> AsyncIterator[T]:
-        candidates = self._candidates(affinity, api)
+        candidates = await self._candidates(affinity, api)
         if not candidates:
             raise WorkerUnavailable(f"no vLLM worker for the {api} path")
         last_error = "no worker answered"
@@ -291,11 +306,13 @@ class WorkerPool:
             worker.outstanding += 1
             try:
                 async for chunk in open_stream(worker):
-                    if not started and begun(chunk):
+                    first = not started and begun(chunk)
+                    if first:
                         started = True  # from here on the tokens are the client's: no retry
-                        self._pin(affinity, worker)
                         self._passed(worker)
                     yield chunk
+                    if first and affinity:  # pinned once the first token is out: its round trip delays none
+                        await self.affinity.pin(affinity, worker.url)
                 return
             except (httpx.TransportError, _RetryableStatus, _StreamError) as exc:
                 if started:
@@ -365,6 +382,22 @@ class _Link:
             worker.api = await self._detect_api(worker, http)
             log.info("worker.api", url=worker.url, model=worker.model, api=worker.api)
 
+    async def scrape_cache(self, worker: _Worker) -> None:
+        """The worker's own prefix-cache counters from its `/metrics` (vLLM's, or the stand-in's), read as the
+        health check runs; at most `METRICS_BYTES` of it, and never again from a worker that has none."""
+        if worker.prefix_cache.get("absent"):
+            return
+        try:
+            async with self._http.stream("GET", f"{worker.url}/metrics", timeout=5.0) as resp:
+                if resp.status_code != 200:
+                    worker.prefix_cache = {"absent": 1.0}
+                    return
+                text = await _bounded(resp.aiter_bytes(), METRICS_BYTES)
+        except httpx.HTTPError as exc:
+            log.info("worker.metrics_failed", url=worker.url, error=_text(exc))
+            return
+        worker.prefix_cache = prefix_cache_counters(text)
+
     async def reconnecting(self, worker: _Worker, what: str, send: Callable[[httpx.AsyncClient], Awaitable[T]]) -> T:
         """`send` on a pooled connection and, when that fails as a connection its server was closing fails,
         once more on a new connection: only that second failure says something about the worker."""
@@ -430,6 +463,33 @@ class WorkerRefused(WorkerError):
 
 class _RetryableStatus(Exception):
     """HTTP 5xx or 429 before any token: another worker may serve the request."""
+
+
+METRICS_BYTES = 4 << 20
+"""The most of a worker's `/metrics` read (vLLM's is some tens of KiB; its histograms grow with engines)."""
+CACHE_COUNTERS = {"vllm:prefix_cache_hits_total": "hits", "vllm:prefix_cache_queries_total": "queries"}
+"""vLLM 0.32's prefix-cache counters (in tokens, one sample per engine) and what they are called here."""
+
+
+async def _bounded(chunks: AsyncIterator[bytes], limit: int) -> str:
+    body = bytearray()
+    async for chunk in chunks:
+        body += chunk
+        if len(body) >= limit:
+            break
+    return body[:limit].decode(errors="replace")
+
+
+def prefix_cache_counters(text: str) -> dict[str, float]:
+    """The prefix-cache counters of a Prometheus text body, summed over their label sets (engines)."""
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition("{") if "{" in line else line.partition(" ")
+        if name in CACHE_COUNTERS:
+            value = rest.rsplit(" ", 1)[-1]
+            with contextlib.suppress(ValueError):
+                found[CACHE_COUNTERS[name]] = found.get(CACHE_COUNTERS[name], 0.0) + float(value)
+    return found
 
 
 def _up(workers: list[_Worker]) -> list[_Worker]:

@@ -9,7 +9,7 @@ import pytest
 from openai.types.responses import response_create_params
 
 from orchestrator.request import tables
-from orchestrator.request.params import NO_OP, PARAMS, REFUSED
+from orchestrator.request.params import HONOURED, NO_OP, PARAMS, REFUSED
 
 SDK_PARAMS = set(typing.get_type_hints(response_create_params.ResponseCreateParamsBase)) | {"stream"}
 
@@ -56,4 +56,5 @@ def test_the_response_echoes_the_sampling_values_used_and_the_no_op_hints(stack)
     }
     assert resp["service_tier"] == "default" and resp["safety_identifier"] == "u1" and resp["prompt_cache_key"] == "k1"
     assert resp["reasoning"] == {"effort": "xhigh", "summary": "auto", "generate_summary": None}
-    assert all(PARAMS[k][0] == NO_OP for k in ("service_tier", "safety_identifier", "prompt_cache_key"))
+    assert all(PARAMS[k][0] == NO_OP for k in ("service_tier", "safety_identifier"))
+    assert PARAMS["prompt_cache_key"][0] == HONOURED

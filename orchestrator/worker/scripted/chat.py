@@ -87,7 +87,8 @@ class ScriptedChatModel:
     def answer(self, body: dict[str, Any], rule: Rule | None) -> Answer:
         reply = rule.reply if rule is not None else self.scenario.default
         prompt = self.prompt(body)
-        done = answer_of(body, prompt, self.deltas(reply), cached_prefix(self._seen, prompt), self.scenario.model)
+        cached = self.stats.cache(len(prompt), cached_prefix(self._seen, prompt))
+        done = answer_of(body, prompt, self.deltas(reply), cached, self.scenario.model)
         self._seen.append(prompt + done.output)
         self.usages.append(done.usage)
         return done

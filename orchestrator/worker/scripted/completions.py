@@ -89,7 +89,7 @@ def _answer(model: ScriptedModel, body: dict[str, Any], prompt: list[int]) -> _A
     max_tokens = int(body.get("max_tokens") or 16)
     if len(output) > max_tokens:
         output, finish, stop_reason = output[:max_tokens], "length", None
-    cached = model.cached(prompt)
+    cached = model.stats.cache(len(prompt), model.cached(prompt))
     model.remember(prompt, output)
     usage = {
         "prompt_tokens": len(prompt),

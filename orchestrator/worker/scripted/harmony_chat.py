@@ -155,6 +155,7 @@ class HarmonyChat:
         prompt = prompt_of(body)
         reply = self.model.reply_for(rule)
         end = next((i + 1 for i, token in enumerate(reply) if token in h.STOP_TOKENS), len(reply))
-        done = answer_of(body, prompt, steps_of(reply[:end]), self.model.cached(prompt), self.scenario.model)
+        cached = self.model.stats.cache(len(prompt), self.model.cached(prompt))
+        done = answer_of(body, prompt, steps_of(reply[:end]), cached, self.scenario.model)
         self.model.remember(prompt, done.output)
         return done

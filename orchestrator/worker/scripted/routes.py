@@ -34,7 +34,8 @@ class ScriptedEnd(Exception):
 
 
 def build(model: StandIn, routes: list[Route]) -> Starlette:
-    """The adapter's routes plus the shared `/v1/models` (labelled scripted), `/health`, `/healthz`, `/debug/stats`."""
+    """The adapter's routes plus the shared `/v1/models` (labelled scripted), `/health`, `/healthz`, `/debug/stats`,
+    `/metrics` (the prefix-cache counters)."""
 
     async def models(request: Request) -> Response:
         name = model.scenario.model
@@ -56,6 +57,17 @@ def build(model: StandIn, routes: list[Route]) -> Starlette:
     async def debug_stats(request: Request) -> Response:
         return JSONResponse(dataclasses.asdict(model.stats))
 
+    async def metrics(request: Request) -> Response:
+        """vLLM's two prefix-cache counters, in its names: what the orchestrator scrapes per worker."""
+        stats, labels = model.stats, f'{{engine="0",model_name="{model.scenario.model}"}}'
+        lines = [
+            "# TYPE vllm:prefix_cache_queries counter",
+            f"vllm:prefix_cache_queries_total{labels} {stats.prefix_cache_queries}",
+            "# TYPE vllm:prefix_cache_hits counter",
+            f"vllm:prefix_cache_hits_total{labels} {stats.prefix_cache_hits}",
+        ]
+        return Response("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
+
     return Starlette(
         routes=[
             *routes,
@@ -63,6 +75,7 @@ def build(model: StandIn, routes: list[Route]) -> Starlette:
             Route("/health", health),  # what vLLM answers
             Route("/healthz", health),  # what every toolfleet service answers (tests/support/service.py waits on it)
             Route("/debug/stats", debug_stats),
+            Route("/metrics", metrics),
         ]
     )
 

@@ -88,6 +88,14 @@ class Stats:
     aborted: int = 0  # the client went away before the end of the stream
     failed: int = 0  # a scripted failure (status, drop or error chunk)
     in_flight: int = 0
+    prefix_cache_queries: int = 0  # prompt tokens asked of the prefix cache (vLLM's counter of the same name)
+    prefix_cache_hits: int = 0  # of them, those found cached
+
+    def cache(self, prompt_tokens: int, cached: int) -> int:
+        """Count one prompt's prefix-cache lookup as vLLM does (in tokens) and give back `cached`."""
+        self.prefix_cache_queries += prompt_tokens
+        self.prefix_cache_hits += cached
+        return cached
 
 
 def cached_prefix(seen: Iterable[list[int]], prompt: list[int]) -> int:
