@@ -14,12 +14,10 @@ import openai
 import pytest
 from openai.types.responses import ResponseFileSearchToolCall
 
-from orchestrator import kinds
 from orchestrator.app import create_app
-from orchestrator.chat import chat_tools
 from orchestrator.persist.sqlite import SQLiteStores
 from orchestrator.settings import OrchestratorSettings
-from orchestrator.worker.scripted import Scenario, ScriptedModel
+from orchestrator.worker.scripted import ChatScenario, Scenario, ScriptedChatModel, ScriptedModel, build_chat_app
 from orchestrator.worker.scripted import build_app as build_worker
 from tests.clients.conftest import Clients, clients, run_python  # noqa: F401
 from tests.orchestrator.conftest import scenario
@@ -41,16 +39,23 @@ RULES = [("<\\|start\\|>file_search.search to=assistant", ANSWER), ("otters", CA
 
 
 @pytest.fixture(scope="module")
-def stack(file_search: Service) -> Iterator[tuple[str, ScriptedModel]]:
+def chat_model() -> ScriptedChatModel:
+    return ScriptedChatModel()
+
+
+@pytest.fixture(scope="module")
+def stack(file_search: Service, chat_model: ScriptedChatModel) -> Iterator[tuple[str, ScriptedModel]]:
+    """The orchestrator before a scripted Harmony worker and a scripted chat worker (`scripted-chat`)."""
     model = ScriptedModel(Scenario())
     cfg = gateway_config({"file_search": [f"{file_search.url}/mcp"]})
     with (
         running_gateway(cfg) as gateway,
         serve_asgi(build_worker(model)) as worker,
+        serve_asgi(build_chat_app(chat_model)) as chat_worker,
         tempfile.TemporaryDirectory(prefix="toolfleet-test-") as scratch,
     ):
         settings = OrchestratorSettings(
-            worker_urls=[worker],
+            worker_urls=[worker, chat_worker],
             tools_url=gateway.base,
             api_keys=["key-a", "key-b"],
             store_path=f"{scratch}/store.sqlite3",
@@ -208,8 +213,36 @@ def test_the_agents_sdk_file_search_tool(stack, store, clients: Clients) -> None
     assert citation["file_id"] == store[1]["otters.md"] and got["final"] == "They hold hands  so as not to drift."
 
 
-def test_the_chat_path_offers_the_kinds_one_function() -> None:
-    """What a chat-template model is offered: the kind's one function, not the server's store-writing tools."""
-    offered = chat_tools([kinds.fallback("file_search")], []).functions
-    assert [f["function"]["name"] for f in offered] == ["file_search_search"]
-    assert offered[0]["function"]["parameters"]["required"] == ["queries"]
+def test_the_chat_path_calls_the_same_function_and_cites(stack, store, chat_model: ScriptedChatModel) -> None:
+    """A chat-template model is offered the kind's one function (not the server's store-writing tools); its
+    call runs the same search and its answer's marker becomes the same file_citation."""
+    call = {"name": "file_search_search", "arguments": {"queries": ["otters sleep"]}}
+    answer = {"content": "They hold hands 【3:0†otters.md】 so as not to drift."}
+    rules = [{"match": "^tool [^:]*: 【3:0", "reply": answer}, {"match": "^user: ", "reply": {"tool_calls": [call]}}]
+    chat_model.scenario = ChatScenario.from_dict({"rules": rules})
+    resp = client(stack[0]).responses.create(model="scripted-chat", input="otters?", tools=[tool(store[0])])
+    offered = [t["function"]["name"] for t in chat_model.requests[-2]["tools"]]
+    assert offered == ["file_search_search"]
+    assert [o.type for o in resp.output][-2:] == ["file_search_call", "message"]
+    assert resp.output[-2].queries == ["otters sleep"]
+    [citation] = resp.output[-1].content[0].annotations
+    assert (citation.file_id, citation.index) == (store[1]["otters.md"], len("They hold hands "))
+
+
+def test_an_earlier_file_search_call_sent_back_as_input_is_what_the_model_reads(stack, store) -> None:
+    """A client keeping its own history sends the call back: the model reads its queries and results again."""
+    url, model = stack
+    model.scenario = scenario(RULES)
+    sdk = client(url)
+    first = sdk.responses.create(
+        model="gpt-oss", input="otters?", tools=[tool(store[0])], include=["file_search_call.results"], store=False
+    )
+    call = first.output[0].model_dump(mode="json", exclude_none=True)  # an answer after it: Harmony drops the call
+    model.scenario = scenario([("and\\?", "<|channel|>final<|message|>Seen.<|return|>")])
+    again = sdk.responses.create(
+        model="gpt-oss", input=[{"role": "user", "content": "otters?"}, call, {"role": "user", "content": "and?"}]
+    )
+    assert again.output_text == "Seen."
+    prompt = model.encode_prompt_text(-1)
+    assert "to=file_search.search" in prompt and '{"queries": ["otters sleep"]}' in prompt
+    assert "otters.md:\nSea otters hold hands" in prompt
