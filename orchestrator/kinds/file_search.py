@@ -11,7 +11,9 @@ Citations: the model reads each result under a marker `【M:I†filename】` (M:
 the conversation, I: the result's number in it) and is asked to copy the marker after what the passage
 supports. In the answer each marker of a result this response found is removed and becomes a `file_citation`
 annotation (`file_id`, `filename`, `index`: where the marker stood); a marker of no such result is removed
-without one.
+without one. The markers are this response's (`ToolState.sources`, not stored): a `file_search_call` sent back
+as input is shown with its results (when it carries them) but no markers, so a later answer cites only what
+its own response found.
 """
 
 from __future__ import annotations
@@ -152,7 +154,7 @@ class FileSearchKind(Kind):
         if not isinstance(queries, list):
             raise RequestError("a file_search_call needs its queries", f"{where}.queries")
         results = item.get("results") or []
-        text = "\n\n".join(f"{r.get('filename')}:\n{r.get('text')}" for r in results if isinstance(r, dict))
+        text = "\n\n".join(f"{x.get('filename')}:\n{x.get('text')}" for x in results if isinstance(x, dict))
         return [
             h.assistant(json.dumps({"queries": queries}), "analysis", f"{NS}.search", "json"),
             h.tool_result(f"{NS}.search", text or "(earlier results not kept)", "analysis"),
@@ -205,9 +207,7 @@ def _ranking(value: Any, where: str) -> dict[str, Any] | None:
     if value.get("ranker") not in (None, *RANKERS):
         raise RequestError(f"ranker must be one of {', '.join(RANKERS)}", f"{where}.ranker")
     threshold = value.get("score_threshold")
-    if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int | float)):
-        raise RequestError("score_threshold must be a number from 0 to 1", f"{where}.score_threshold")
-    if threshold is not None and not 0 <= threshold <= 1:
+    if threshold is not None and not (_number(threshold) and 0 <= threshold <= 1):
         raise RequestError("score_threshold must be a number from 0 to 1", f"{where}.score_threshold")
     if (hybrid := value.get("hybrid_search")) is not None:
         _weights(hybrid, f"{where}.hybrid_search")
@@ -219,11 +219,14 @@ def _weights(value: Any, where: str) -> None:
     if not isinstance(value, dict) or set(value) != set(keys):
         raise RequestError("hybrid_search has `embedding_weight` and `text_weight`, and nothing else", where)
     for key in keys:
-        weight = value[key]
-        if isinstance(weight, bool) or not isinstance(weight, int | float) or weight < 0:
+        if not (_number(value[key]) and value[key] >= 0):
             raise RequestError(f"{key} must be a number of at least 0", f"{where}.{key}")
     if value["embedding_weight"] + value["text_weight"] == 0:
         raise RequestError("the two hybrid_search weights must not both be 0", where)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _result(hit: dict[str, Any]) -> dict[str, Any]:
