@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.errors import RequestError
 from orchestrator.files import Files, page
+from orchestrator.persist import Objects
 from orchestrator.tools import ToolOutcome, ToolSessions
 
 log = structlog.get_logger(__name__)
@@ -143,6 +144,14 @@ def failure(outcome: ToolOutcome) -> dict[str, str]:
     return {"code": code, "message": outcome.text}
 
 
+async def owned_store(objects: Objects, store_id: str, owner: str, where: str) -> StoreRecord:
+    """The store `store_id` if `owner` made it; another key's or a missing one: the same 404 naming `where`."""
+    found = await objects.get("vector_store", store_id)
+    if found is None or found["owner"] != owner:
+        raise RequestError(f"No such vector store: {store_id}", where, 404, "not_found")
+    return StoreRecord(**found)
+
+
 class VectorStores:
     """Every key's vector stores; the index lives in the file_search tool server at `url`."""
 
@@ -176,10 +185,7 @@ class VectorStores:
 
     async def find(self, store_id: str, owner: str) -> StoreRecord:
         """The caller's store; another key's or a missing one: the same 404."""
-        found = await self.objects.get("vector_store", store_id)
-        if found is None or found["owner"] != owner:
-            raise RequestError(f"No such vector store: {store_id}", "vector_store_id", 404, "not_found")
-        return StoreRecord(**found)
+        return await owned_store(self.objects, store_id, owner, "vector_store_id")
 
     async def body(self, record: StoreRecord) -> dict[str, Any]:
         return record.body(await self.store_files(record.id))

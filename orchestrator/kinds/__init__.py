@@ -18,6 +18,7 @@ from orchestrator.kinds.base import EchoContext, Kind, Parsing, Stream, check_fi
 from orchestrator.kinds.code_interpreter import CodeInterpreterKind
 from orchestrator.kinds.compaction import CompactionKind, CompactionTriggerKind
 from orchestrator.kinds.custom import CustomKind
+from orchestrator.kinds.file_search import FileSearchKind
 from orchestrator.kinds.function import FunctionKind
 from orchestrator.kinds.local_shell import LocalShellKind
 from orchestrator.kinds.mcp import McpKind
@@ -41,6 +42,7 @@ TOOLS: tuple[Kind, ...] = (
     NamespaceKind(),
     WebSearchKind(),
     CodeInterpreterKind(),
+    FileSearchKind(),
     ShellKind(),
     McpKind(),
 )
@@ -134,6 +136,11 @@ def fallback(ns: str) -> h.Namespace:
     return _NAMESPACES[ns].fallback(ns)
 
 
+def listed(ns: str) -> bool:
+    """Whether the model is shown a built-in namespace as its tool server lists it (else as its kind shows it)."""
+    return _NAMESPACES[ns].listed
+
+
 def kept_ids(items: list[dict[str, Any]]) -> list[str]:
     """Ids of the input items whose echo reads the tool text kept for them (web_search_call)."""
     return [str(i.get("id")) for i in items if (k := _typed(_ECHOES, i.get("type"))) is not None and k.reads_kept_text]
@@ -194,6 +201,7 @@ __all__ = [
     "fallback",
     "from_chat",
     "kept_ids",
+    "listed",
     "open_stream",
     "to_messages",
     "toolset",

@@ -115,6 +115,7 @@ class Kind:
     namespaces: ClassVar[tuple[str, ...]] = ()  # built-in namespaces this kind serves (system message, chat)
     # its namespaces' tool servers hold sandboxes that a platform container's files move into (`workspace.py`)
     sandboxed: ClassVar[bool] = False
+    listed: ClassVar[bool] = True  # False: the model is shown `fallback`, never its server's tool listing
     # the fields of its `tools[]` entries besides `type` (any other is a 400; README table from these)
     fields: ClassVar[dict[str, Field]] = {}
 

@@ -1,5 +1,5 @@
-"""`message` items: the model's final answer (its `output_text`, logprobs and url_citation annotations), and
-client messages of any role sent as input."""
+"""`message` items: the model's final answer (its `output_text`, logprobs, url_citation and file_citation
+annotations), and client messages of any role sent as input."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from openai_harmony import Message
 from orchestrator import harmony as h
 from orchestrator.errors import RequestError
 from orchestrator.kinds.base import EchoContext, Kind, Stream
-from orchestrator.kinds.web_search import cite
+from orchestrator.kinds.file_search import cite as cite_files
+from orchestrator.kinds.web_search import cite as cite_web
 from orchestrator.request.attachments import image_marker
 from orchestrator.responses.events import new_id
 from orchestrator.responses.run import Run
@@ -61,16 +62,16 @@ class MessageStream(Stream):
             return text  # no citation in it (`cite` would give it back as it is), the common delta
         if "】" not in text[start:] and len(text) - start < HOLD_LIMIT and not self.closing:
             text, self.held = text[:start], text[start:]
-        return cite(self.r, text)[0]
+        return cited(self.r, text)[0]
 
     def close(self, msg: Message | None, *, complete: bool = True) -> None:
         self.closing = True
         self.delta("")  # what was held back
         item = self.item
-        text, found = cite(self.r, h.text_of(msg)) if msg is not None else ("", [])
+        text, found = cited(self.r, h.text_of(msg)) if msg is not None else ("", [])
         if self.r.workspaces:  # files the tools wrote, where the answer names them
             found += [a for space in self.r.workspaces.values() for a in space.citations(text)]
-            found.sort(key=lambda a: a.get("start_index", 0))
+        found.sort(key=lambda a: a.get("start_index", a.get("index", 0)))
         part = {"type": "output_text", "text": text, "annotations": [], "logprobs": self.logprobs}
         for i, ann in enumerate(found):
             part["annotations"].append(ann)
@@ -101,6 +102,14 @@ class MessageKind(Kind):
         if role in ("system", "developer"):
             return [Message.from_role_and_content(h.Role.DEVELOPER, text)]
         raise RequestError(f"unknown message role {role!r}", f"{where}.role")
+
+
+def cited(r: Run, text: str) -> tuple[str, list[dict[str, Any]]]:
+    """The answer as the client reads it, with its annotations: web citations become links, file_search
+    markers are removed (`web_search.cite`, `file_search.cite`)."""
+    text, urls = cite_web(r, text)
+    text, files = cite_files(r, text, urls)
+    return text, urls + files
 
 
 def content_text(content: Any, where: str, *, images: bool = False) -> str:

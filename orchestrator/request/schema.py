@@ -285,6 +285,7 @@ INCLUDE_SUPPORTED = {
     "web_search_call.results",
     "reasoning.encrypted_content",
     "message.output_text.logprobs",
+    "file_search_call.results",
 }
 
 
@@ -366,3 +367,6 @@ class Toolset:
     # `auto` with file_ids) for python, shell's `container_reference` for container; the service resolves each
     # to a `Workspace` once the caller is known (`workspace.py`)
     containers: dict[str, tuple[str, str | dict[str, Any]]] = field(default_factory=dict)
+    # the file_search tool's search options and where it stands (`kinds/file_search.py`); its
+    # `vector_store_ids` are checked to be the caller's once the caller is known (`responses/prepare.py`)
+    file_search: dict[str, Any] | None = None

@@ -23,7 +23,7 @@ from orchestrator.guard.mcp_policy import McpPolicy, ServerRefused, refusal
 from orchestrator.kinds import EchoContext, custom
 from orchestrator.kinds.compaction import is_triggered
 from orchestrator.kinds.mcp import check_issued
-from orchestrator.persist import Conversation, Record, Store
+from orchestrator.persist import Conversation, Objects, Record, Store
 from orchestrator.request import attachments, references
 from orchestrator.request.items import normalize
 from orchestrator.request.schema import McpServer, ResponsesRequest, TextConfig, Toolset, check_include
@@ -34,6 +34,7 @@ from orchestrator.responses.run import Run, ToolState, TurnModel
 from orchestrator.responses.turns import HARMONY
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.tools import Discovery, Endpoints, Listing, ToolSessions, ToolUnavailable, loggable
+from orchestrator.vector_stores import owned_store
 from orchestrator.worker.affinity import OPENING_MESSAGES, keys_for
 from orchestrator.worker.client import Chat, CountChat, Generate
 
@@ -78,6 +79,7 @@ class Preparer:
         endpoints: Endpoints,
         policy: McpPolicy,
         live: dict[str, Live],
+        objects: Objects,
         containers: Containers | None = None,
         chat: Chat | None = None,
         count_chat: CountChat | None = None,
@@ -85,6 +87,7 @@ class Preparer:
     ) -> None:
         self.settings, self.generate, self.store, self.conversations = settings, generate, store, conversations
         self.endpoints, self.policy, self.live, self.containers = endpoints, policy, live, containers
+        self.objects = objects  # vector stores' records (file_search's stores are the caller's)
         self.chat, self.count_chat = chat, count_chat
         self.api_for = api_for or (lambda model: None)  # model name -> "harmony" | "chat" | None (not known)
         self.discovery = Discovery()
@@ -95,6 +98,7 @@ class Preparer:
         conv = await self.conversation(req, owner)
         include = check_include(req.include)
         tools = kinds.toolset(req.tools, req.tool_choice, self._gateway_url)
+        await self._vector_stores(tools, owner)
         namespaces, listings = await self._namespaces(tools)
         model = self._turn_model(req, include, namespaces, tools)
         rid = new_id("resp")
@@ -243,6 +247,12 @@ class Preparer:
         functions = tools.functions + list(tools.shown.values())  # tool_search, apply_patch: functions here too
         return ChatTurns(self.chat, chat_tools(namespaces, functions, list(tools.custom.values())), self.count_chat)
 
+    async def _vector_stores(self, tools: Toolset, owner: str) -> None:
+        """The stores a file_search tool names: each the caller's (another key's or a missing one: a 404 naming it)."""
+        spec = tools.file_search
+        for j, store_id in enumerate(spec["vector_store_ids"] if spec is not None else []):
+            await owned_store(self.objects, store_id, owner, f"{spec['where']}.vector_store_ids[{j}]")
+
     def _gateway_url(self, label: str) -> str | None:
         return self.endpoints.url_for(label) if self.settings.tools_url else None
 
@@ -250,6 +260,9 @@ class Preparer:
         out, listings = [], {}
         for ns in kinds.BUILTIN_NAMESPACES:
             if ns not in tools.builtins:
+                continue
+            if not kinds.listed(ns):  # the kind's own form (file_search: the server lists more than it shows)
+                out.append(kinds.fallback(ns))
                 continue
             url = self.endpoints.url_for(ns)
             try:

@@ -80,6 +80,7 @@ class ToolState:
     approvals: dict[str, bool] = field(default_factory=dict)  # mcp_approval_response decisions
     pages: dict[int, dict[str, Any]] = field(default_factory=dict)  # browser cursor -> web_search.browser_page
     results: dict[str, str] = field(default_factory=dict)  # output item id -> the tool's text
+    sources: dict[str, dict[str, str]] = field(default_factory=dict)  # file_search marker "M:I" -> file (this response)
     log: list[tuple[str, str]] = field(default_factory=list)  # (namespace, outcome) per call, for metrics
 
     def admit(self, limits: Limits) -> bool:

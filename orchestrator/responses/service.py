@@ -75,6 +75,7 @@ class ResponsesService:
             endpoints=endpoints,
             policy=policy or McpPolicy.from_settings(settings),
             live=self.live,
+            objects=stores.objects,
             containers=containers,  # code_interpreter's and shell's containers
             chat=chat,
             count_chat=count_chat,

@@ -11,7 +11,7 @@ from openai.types.responses.tool_param import ToolParam
 
 from orchestrator.kinds import TOOLS
 
-UNSUPPORTED = {"computer", "computer_use_preview", "file_search", "image_generation", "programmatic_tool_calling"}
+UNSUPPORTED = {"computer", "computer_use_preview", "image_generation", "programmatic_tool_calling"}
 OWNERS = {t: kind for kind in TOOLS for t in kind.tool_types}
 
 
