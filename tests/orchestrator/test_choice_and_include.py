@@ -85,7 +85,7 @@ def test_required_code_interpreter_runs_python(stack):
         ({"tool_choice": {"type": "mcp", "server_label": "ghost"}}, "'ghost'", "tool_choice"),
         ({"tool_choice": {"type": "code_interpreter"}}, "unsupported tool_choice", "tool_choice"),
         ({"include": ["bogus.field"]}, "Invalid value: 'bogus.field'", "include[0]"),
-        ({"include": ["file_search_call.results"]}, "not supported by this server", "include[0]"),
+        ({"include": ["computer_call_output.output.image_url"]}, "not supported by this server", "include[0]"),
     ],
 )
 def test_bad_tool_choice_and_include_values_are_400s(stack, body, fragment, param):
