@@ -1,0 +1,78 @@
+"""What the session registry calls to save a session's state as it goes and to bring it back on its next call.
+
+The state's own `snapshot`/`restore` run inside its sandbox; this side only moves the opaque bytes between the
+sandbox and the store, and words what happened for the model: a restore notice, or why none was possible.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol, runtime_checkable
+
+import structlog
+
+from toolkit.snapshots.base import Snapshot, SnapshotId, SnapshotRefused, SnapshotStore
+
+log = structlog.get_logger(__name__)
+
+NEVER_RESTORED = "running processes, open files"
+
+
+@runtime_checkable
+class Snapshottable(Protocol):
+    async def snapshot(self) -> tuple[bytes, list[str]]: ...
+    async def restore(self, payload: bytes) -> list[str]: ...
+
+
+class SnapshotKeeper:
+    """Saves and restores sessions of one tool namespace in `store`."""
+
+    def __init__(self, store: SnapshotStore, namespace: str) -> None:
+        self.store = store
+        self.namespace = namespace
+
+    def _id(self, key: str, owner: str) -> SnapshotId:
+        return SnapshotId(self.namespace, owner, key)
+
+    async def keep(self, key: str, owner: str, state: object) -> None:
+        """Save the session before its sandbox goes; a failure is logged (its next call then says it was lost)."""
+        if not self.store.enabled or not isinstance(state, Snapshottable):
+            return
+        start = time.perf_counter()
+        try:
+            payload, unsaved = await state.snapshot()
+            await self.store.save(Snapshot(self._id(key, owner), payload, unsaved=tuple(unsaved)))
+        except SnapshotRefused as exc:
+            log.warning("snapshot.refused", session_id=key, reason=exc.reason, error=str(exc))
+            return
+        except Exception as exc:  # the sandbox could not pickle, or died: the session goes unsaved
+            log.warning("snapshot.failed", session_id=key, error=f"{type(exc).__name__}: {exc}")
+            return
+        ms = round((time.perf_counter() - start) * 1000, 1)
+        log.info("snapshot.saved", session_id=key, bytes=len(payload), unsaved=unsaved, ms=ms)
+
+    async def bring_back(self, key: str, owner: str, state: object) -> tuple[str | None, str | None]:
+        """Restore the session's snapshot into its new `state`: (the notice line, None) when restored, (None,
+        why not) when a snapshot was there but refused, (None, None) when there was none."""
+        if not self.store.enabled or not isinstance(state, Snapshottable):
+            return None, None
+        try:
+            snap = await self.store.load(self._id(key, owner))
+            if snap is None:
+                return None, None
+            missing = await state.restore(snap.payload)
+        except SnapshotRefused as exc:
+            log.warning("snapshot.refused", session_id=key, reason=exc.reason, error=str(exc))
+            return None, str(exc)
+        except Exception as exc:  # the sandbox could not load it
+            log.warning("snapshot.failed", session_id=key, error=f"{type(exc).__name__}: {exc}")
+            return None, f"the sandbox could not load it ({type(exc).__name__})"
+        log.info("snapshot.restored", session_id=key, bytes=len(snap.payload))
+        when = time.strftime("%H:%M:%S", time.gmtime(snap.taken_at))
+        lost = ", ".join([*snap.unsaved, *missing, NEVER_RESTORED])
+        return f"[restored from a snapshot of {when} UTC; not restored: {lost}]\n", None
+
+    async def forget(self, key: str, owner: str) -> None:
+        """The session was ended on purpose: its snapshot goes too."""
+        if self.store.enabled:
+            await self.store.delete(self._id(key, owner))
