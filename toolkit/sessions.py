@@ -9,7 +9,6 @@ is saved before eviction, idle reaping or the server's stop takes it, and brough
 
 from __future__ import annotations
 
-import functools
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable
@@ -34,7 +33,7 @@ S = TypeVar("S", bound=SessionState)
 class Keeper(Protocol):
     """Saves a session's state as it goes and restores it into the next (`toolkit.snapshots.keeper`)."""
 
-    async def keep(self, key: str, owner: str, state: object) -> None: ...
+    async def keep(self, key: str, owner: str, state: object) -> str | None: ...
     async def bring_back(self, key: str, owner: str, state: object) -> tuple[str | None, str | None]: ...
 
 
@@ -245,21 +244,24 @@ class SessionRegistry(Generic[S]):
         entry = self._entries[key]
         idle_s = round(time.monotonic() - entry.last_used, 1)
         log.info(event, session_id=key, owner=entry.owner, idle_s=idle_s, sessions=len(self._entries))
-        if await self._save_and_close(key):
-            self._remember_gone(key, why)
+        await self._save_and_close(key, why)
 
-    async def _save_and_close(self, key: str, *, stopping: bool = False) -> bool:
-        """Snapshot an idle session (with a keeper) and close it, holding its key: a call for it meanwhile waits,
-        then starts from the snapshot. False when a call took the session first (unless the server is stopping:
-        then a session still in a call is closed unsaved, for its state is mid-change)."""
+    async def _save_and_close(self, key: str, why: str | None) -> None:
+        """Snapshot an idle session (with a keeper) and close it, holding its key so a call for it meanwhile waits,
+        then starts from the snapshot; `why` (None: the server is stopping) is what its next call hears when no
+        snapshot brings it back. A session a call took first is left be, unless the server is stopping: then it
+        is closed unsaved, for its state is mid-change."""
         async with self._locks.setdefault(key, anyio.Lock()):
             entry = self._entries.get(key)
-            if entry is None or (entry.busy > 0 and not stopping):
-                return False
+            if entry is None or (entry.busy > 0 and why is not None):
+                return
+            unsaved = None
             if self.keeper is not None and entry.busy <= 0:
                 with anyio.CancelScope(shield=True):
-                    await self.keeper.keep(key, entry.owner, entry.state)
-            return await self.close(key)
+                    unsaved = await self.keeper.keep(key, entry.owner, entry.state)
+            await self.close(key)
+            if why is not None:
+                self._remember_gone(key, why if unsaved is None else f"{why}; it could not be saved ({unsaved})")
 
     def _remember_gone(self, key: str, why: str) -> None:
         self._gone[key] = why
@@ -272,7 +274,7 @@ class SessionRegistry(Generic[S]):
         stopping server has a deadline."""
         async with anyio.create_task_group() as group:
             for key in list(self._entries):
-                group.start_soon(functools.partial(self._save_and_close, key, stopping=True))
+                group.start_soon(self._save_and_close, key, None)
 
     async def reap_forever(self, interval_s: float) -> None:
         while True:

@@ -1,4 +1,4 @@
-"""Sessions saved to a dir snapshot store survive eviction, idle reaping and a SIGTERM restart (local backend).
+"""Sessions saved to a dir snapshot store survive eviction, idle reaping and a SIGTERM restart (both backends).
 
 What cannot be pickled (a socket, a thread) is named in the restore notice; a planted unsigned snapshot is
 refused with the reset notice and a fresh session; cleanup_session deletes the session's snapshot.
@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.python_sandbox.conftest import require_backend, server_args
+from tests.python_sandbox.conftest import containers_of, require_backend, server_args
 from tests.support.mcp2 import mcp_session
 from tests.support.service import Service, running_service, wait_until
 from toolkit.snapshots import Snapshot, SnapshotId
@@ -33,10 +33,16 @@ CHECK = "print(x, f(3), open('/mnt/data/note.txt').read(), json.dumps([1]))"
 CHECKED = "{'a': [1, 2]} 6 kept [1]"
 
 
-def snapshot_args(store: Path, *extra: str) -> list[str]:
+def snapshot_args(backend: str, store: Path, *extra: str) -> list[str]:
     instance = f"pytest-snap-{uuid.uuid4().hex[:8]}"
     snapshots = ["--snapshots", "dir", "--snapshot-dir", str(store)]
-    return server_args("local", instance, *snapshots, "--drain-s", "0", *extra)
+    return server_args(backend, instance, *snapshots, "--drain-s", "0", *extra)
+
+
+def assert_nothing_left(backend: str, args: list[str]) -> None:
+    """A stopped docker server left none of its containers (saving sessions must not keep any)."""
+    if backend == "docker":
+        assert containers_of(args[args.index("--instance") + 1]) == []
 
 
 async def call(server: Service, session: str, code: str) -> str:
@@ -53,17 +59,26 @@ def sessions_held(server: Service) -> int:
     return int(httpx.get(f"{server.url}/healthz").json()["sessions"])
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    require_backend("local")
-    return tmp_path_factory.mktemp("snapshots")
+@pytest.fixture(scope="module", params=["local", "docker"])
+def backend(request: pytest.FixtureRequest) -> str:
+    require_backend(request.param)
+    return str(request.param)
 
 
 @pytest.fixture(scope="module")
-def server(store: Path) -> Iterator[Service]:
+def store(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One store per backend's server: a stopping server saves its sessions, which a store shared by the next
+    server would restore (as it should, on the same store)."""
+    return tmp_path_factory.mktemp(f"snapshots-{backend}")
+
+
+@pytest.fixture(scope="module")
+def server(backend: str, store: Path) -> Iterator[Service]:
     """Two sessions per owner: a third evicts the least recently used (all these callers are one owner)."""
-    with running_service(snapshot_args(store, "--max-sessions-per-owner", "2")) as svc:
+    args = snapshot_args(backend, store, "--max-sessions-per-owner", "2", "--snapshot-max-mib", "1")
+    with running_service(args) as svc:
         yield svc
+    assert_nothing_left(backend, args)
 
 
 async def evict(server: Service) -> None:
@@ -97,6 +112,17 @@ async def test_a_planted_unsigned_snapshot_gives_a_fresh_session_and_says_why(se
     assert not path.exists()
 
 
+async def test_a_state_over_the_cap_is_not_saved_and_its_next_call_says_why(server: Service, store: Path) -> None:
+    await call(server, "big", "big = bytes(2 * 2**20)")
+    await evict(server)
+    assert not snapshot_file(store, "big").exists()
+    assert await call(server, "big", "'fresh' if 'big' not in globals() else 'restored'") == (
+        "[this session's state was evicted (this owner's session limit of 2 on this server); it could not be saved "
+        "(the session's state is larger than the snapshot cap (1 MiB)): everything earlier calls made in it is "
+        "gone]\n'fresh'"
+    )
+
+
 async def test_cleanup_session_deletes_the_snapshot(server: Service, store: Path) -> None:
     await call(server, "cleaned", "y = 1")
     await evict(server)
@@ -106,22 +132,23 @@ async def test_cleanup_session_deletes_the_snapshot(server: Service, store: Path
     assert not snapshot_file(store, "cleaned").exists()
 
 
-async def test_variables_and_files_survive_idle_reaping(tmp_path: Path) -> None:
-    require_backend("local")
-    with running_service(snapshot_args(tmp_path, "--session-ttl-s", "1", "--reap-interval-s", "0.2")) as server:
+async def test_variables_and_files_survive_idle_reaping(backend: str, tmp_path: Path) -> None:
+    args = snapshot_args(backend, tmp_path, "--session-ttl-s", "1", "--reap-interval-s", "0.2")
+    with running_service(args) as server:
         assert await call(server, "idle", SETUP) == "'set'"
         assert wait_until(lambda: sessions_held(server) == 0, 10)
         text = await call(server, "idle", CHECK)
+    assert_nothing_left(backend, args)
     assert text.startswith("[restored from a snapshot of ") and text.endswith(CHECKED)
     assert "not restored: running processes, open files]" in text
 
 
-async def test_variables_and_files_survive_a_sigterm_restart(tmp_path: Path) -> None:
-    require_backend("local")
-    args = snapshot_args(tmp_path)
+async def test_variables_and_files_survive_a_sigterm_restart(backend: str, tmp_path: Path) -> None:
+    args = snapshot_args(backend, tmp_path)
     with running_service(args) as server:
         assert await call(server, "drained", SETUP) == "'set'"
         server.stop(signal.SIGTERM)  # drains: the session is saved before its sandbox goes
     with running_service(args) as server:
         text = await call(server, "drained", CHECK)
+    assert_nothing_left(backend, args)
     assert text.startswith("[restored from a snapshot of ") and text.endswith(CHECKED)

@@ -34,22 +34,24 @@ class SnapshotKeeper:
     def _id(self, key: str, owner: str) -> SnapshotId:
         return SnapshotId(self.namespace, owner, key)
 
-    async def keep(self, key: str, owner: str, state: object) -> None:
-        """Save the session before its sandbox goes; a failure is logged (its next call then says it was lost)."""
+    async def keep(self, key: str, owner: str, state: object) -> str | None:
+        """Save the session before its sandbox goes; why it was not saved (oversized, the sandbox could not pickle
+        it), for its next call to hear, or None."""
         if not self.store.enabled or not isinstance(state, Snapshottable):
-            return
+            return None
         start = time.perf_counter()
         try:
             payload, unsaved = await state.snapshot()
             await self.store.save(Snapshot(self._id(key, owner), payload, unsaved=tuple(unsaved)))
         except SnapshotRefused as exc:
             log.warning("snapshot.refused", session_id=key, reason=exc.reason, error=str(exc))
-            return
-        except Exception as exc:  # the sandbox could not pickle, or died: the session goes unsaved
+            return str(exc)
+        except Exception as exc:  # the sandbox could not pickle, or died
             log.warning("snapshot.failed", session_id=key, error=f"{type(exc).__name__}: {exc}")
-            return
+            return f"the sandbox could not snapshot it ({type(exc).__name__})"
         ms = round((time.perf_counter() - start) * 1000, 1)
         log.info("snapshot.saved", session_id=key, bytes=len(payload), unsaved=unsaved, ms=ms)
+        return None
 
     async def bring_back(self, key: str, owner: str, state: object) -> tuple[str | None, str | None]:
         """Restore the session's snapshot into its new `state`: (the notice line, None) when restored, (None,

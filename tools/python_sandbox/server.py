@@ -58,7 +58,7 @@ def build_server(settings: PythonSandboxSettings, backend: Backend) -> ToolServe
         lifespan=backend_lifespan(backend),
         sizing=sizing,
         runtime=backend.runtime,
-        keeper=keeper(settings, backend),
+        keeper=keeper(settings),
     )
 
     @kit.tool(
@@ -77,13 +77,10 @@ def build_server(settings: PythonSandboxSettings, backend: Backend) -> ToolServe
     return kit
 
 
-def keeper(settings: PythonSandboxSettings, backend: Backend) -> SnapshotKeeper | None:
-    """The session saver `--snapshots` asks for; refused on the docker backend, whose image is not yet proven to
-    restore (a later step), rather than accepted and silently lossy."""
+def keeper(settings: PythonSandboxSettings) -> SnapshotKeeper | None:
+    """The session saver `--snapshots` asks for; None keeps a session's state only as long as its sandbox."""
     if settings.snapshots == "none":
         return None
-    if backend.name != "local":
-        raise ValueError(f"--snapshots {settings.snapshots} needs the local backend for now, not {backend.name}")
     return SnapshotKeeper(settings.snapshot_store(), "python")
 
 

@@ -31,8 +31,7 @@ class PythonSandboxSettings(DockerSandboxSettings):
     snapshots: str = Field(
         "none",
         description="where sessions are saved as eviction, idle reaping or a stop (SIGTERM) takes them, to be "
-        "restored on their next call: none (lost, as before), dir (--snapshot-dir) or redis (--snapshot-url); "
-        "local backend only for now",
+        "restored on their next call: none (lost, as before), dir (--snapshot-dir) or redis (--snapshot-url)",
     )
     snapshot_dir: str = Field("/var/lib/toolfleet/snapshots", description="the dir store's folder (--snapshots dir)")
     snapshot_url: str = Field("redis://127.0.0.1:6379/0", description="the redis store's URL (--snapshots redis)")
