@@ -6,7 +6,9 @@ refused with the reset notice and a fresh session; cleanup_session deletes the s
 
 from __future__ import annotations
 
+import os
 import signal
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -132,9 +134,16 @@ async def test_cleanup_session_deletes_the_snapshot(server: Service, store: Path
     assert not snapshot_file(store, "cleaned").exists()
 
 
-async def test_variables_and_files_survive_idle_reaping(backend: str, tmp_path: Path) -> None:
+async def test_variables_and_files_survive_idle_reaping_and_expired_ones_are_swept(
+    backend: str, tmp_path: Path
+) -> None:
+    stale = snapshot_file(tmp_path, "stale")
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"an expired snapshot")
+    os.utime(stale, (time.time() - 8 * 24 * 3600,) * 2)  # older than the 7-day TTL
     args = snapshot_args(backend, tmp_path, "--session-ttl-s", "1", "--reap-interval-s", "0.2")
     with running_service(args) as server:
+        assert wait_until(lambda: not stale.exists(), 10)  # the sweeper's first round, as the server starts
         assert await call(server, "idle", SETUP) == "'set'"
         assert wait_until(lambda: sessions_held(server) == 0, 10)
         text = await call(server, "idle", CHECK)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from typing import Protocol, runtime_checkable
 
+import anyio
 import structlog
 
 from toolkit.snapshots.base import Snapshot, SnapshotId, SnapshotRefused, SnapshotStore
@@ -16,6 +17,8 @@ from toolkit.snapshots.base import Snapshot, SnapshotId, SnapshotRefused, Snapsh
 log = structlog.get_logger(__name__)
 
 NEVER_RESTORED = "running processes, open files"
+SWEEP_INTERVAL_S = 3600.0
+"""How often expired snapshots are deleted (a TTL is days long: an hour late is no matter)."""
 
 
 @runtime_checkable
@@ -78,3 +81,15 @@ class SnapshotKeeper:
         """The session was ended on purpose: its snapshot goes too."""
         if self.store.enabled:
             await self.store.delete(self._id(key, owner))
+
+    async def sweep_forever(self, interval_s: float = SWEEP_INTERVAL_S) -> None:
+        """Delete expired snapshots, such as those of sessions never called again (a dir store keeps them
+        otherwise; Redis expires its own). A failed sweep is logged and tried again: it must not stop the server."""
+        while True:
+            try:
+                removed = await self.store.sweep()
+            except Exception as exc:
+                log.warning("snapshot.sweep_failed", error=f"{type(exc).__name__}: {exc}")
+            else:
+                log.info("snapshot.swept", removed=removed)
+            await anyio.sleep(interval_s)
