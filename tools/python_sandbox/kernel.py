@@ -208,7 +208,8 @@ def untar_dir(data, workdir):
             if member.name.startswith("/") or ".." in parts:
                 raise ValueError(f"unsafe path in snapshot: {member.name!r}")
             member.mode &= 0o755
-        tar.extractall(workdir, members=members)
+        safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Pythons that have it check again
+        tar.extractall(workdir, members=members, **safe)
 
 
 def take_snapshot(namespace, workdir):
