@@ -21,7 +21,7 @@ from tests.support.mcp2 import mcp_session
 from tests.support.service import Service, running_service, wait_until
 from toolkit.snapshots import Snapshot, SnapshotId
 from toolkit.snapshots.base import seal
-from toolkit.wire import ANONYMOUS
+from toolkit.wire import ANONYMOUS, fleet_secret
 
 SETUP = (
     "import json, socket, threading\n"
@@ -112,6 +112,18 @@ async def test_a_planted_unsigned_snapshot_gives_a_fresh_session_and_says_why(se
         "everything earlier calls made in it is gone]\n'fresh'"
     )
     assert not path.exists()
+
+
+async def test_a_signed_snapshot_the_sandbox_cannot_load_gives_a_fresh_session(server: Service, store: Path) -> None:
+    """The server seals and moves bytes only: a payload that is no pickle fails inside the sandbox, not in it."""
+    path = snapshot_file(store, "garbled")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(seal(Snapshot(SnapshotId("python", ANONYMOUS, "garbled"), b"not a pickle"), fleet_secret()))
+    text = await call(server, "garbled", "'fresh' if 'x' not in globals() else 'restored'")
+    assert text == (
+        "[this session's state was lost; its snapshot was refused (the sandbox could not load it "
+        "(SnapshotFailed)): everything earlier calls made in it is gone]\n'fresh'"
+    )
 
 
 async def test_a_state_over_the_cap_is_not_saved_and_its_next_call_says_why(server: Service, store: Path) -> None:
