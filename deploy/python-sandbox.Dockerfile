@@ -11,6 +11,9 @@ COPY ca.crt /tmp/ca.crt
 RUN export PIP_CERT=/tmp/ca.crt PIP_DISABLE_PIP_VERSION_CHECK=1 \
  && python3 -m venv /opt/venv \
  && /opt/venv/bin/pip install --no-cache-dir numpy==2.4.6 matplotlib==3.11.2 pandas==3.1.1
+# cloudpickle: session snapshots are pickled and loaded inside the sandbox (a layer of its own, so adding it kept
+# the scientific stack's layer)
+RUN PIP_CERT=/tmp/ca.crt PIP_DISABLE_PIP_VERSION_CHECK=1 /opt/venv/bin/pip install --no-cache-dir cloudpickle==3.1.1
 
 FROM ${BASE}
 COPY --from=build /opt/venv /opt/venv

@@ -33,6 +33,7 @@ from toolkit.metrics import ToolMetrics
 from toolkit.sandbox.runtime import ContainerRuntime
 from toolkit.sessions import SessionRegistry
 from toolkit.settings import ToolServerSettings
+from toolkit.snapshots.keeper import SnapshotKeeper
 
 log = structlog.get_logger(__name__)
 
@@ -54,6 +55,7 @@ class Served(Protocol):
     runtime: ContainerRuntime | None
     backend: Callable[[], contextlib.AbstractAsyncContextManager[None]] | None
     callers: Callers[Any]
+    keeper: SnapshotKeeper | None
 
 
 def build_app(server: Served) -> Front:
@@ -101,6 +103,8 @@ def _lifespan(
             await stack.enter_async_context(manager.run())
             tg = await stack.enter_async_context(anyio.create_task_group())
             server.loops.start(tg, "reaper", server.sessions.reap_forever, server.settings.reap_interval_s)
+            if server.keeper is not None:
+                server.loops.start(tg, "snapshot-sweeper", server.keeper.sweep_forever)
             if server.runtime is not None and server.runtime.samples_memory:
                 server.loops.start(tg, "memory-sampler", server.runtime.sample_memory_forever)
             log.info("server.started", namespace=server.namespace, port=server.settings.port)

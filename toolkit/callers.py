@@ -115,7 +115,7 @@ class Callers(Generic[S]):
     def notice(self, key: str) -> str:
         """The lines the model reads first: that this session's state went since its last call, and why (so a
         fresh state is never mistaken for the old one), or the handle this call minted."""
-        text = ""
+        text = self.sessions.take_restored(key) or ""
         if (reason := self.sessions.take_reset(key)) is not None:
             text = f"[this session's state was {reason}: everything earlier calls made in it is gone]\n"
         if key in self._minted:

@@ -31,6 +31,7 @@ from toolkit.sandbox.runtime import ContainerRuntime
 from toolkit.sessions import S, SessionRegistry
 from toolkit.settings import ToolServerSettings
 from toolkit.signature import Body, ToolSignature
+from toolkit.snapshots.keeper import SnapshotKeeper
 from toolkit.tracing import annotate, extract, request_context, span
 from toolkit.wire import MEMORY_HEADER, REQUEST_ID_HEADER, fleet_secret, size_refusal
 
@@ -159,6 +160,7 @@ class ToolServer(Generic[S]):
         progress_interval_s: float = 20.0,
         sizing: Sizing[S] | None = None,
         runtime: ContainerRuntime | None = None,
+        keeper: SnapshotKeeper | None = None,
     ) -> None:
         self.mcp = mcp
         logging.getLogger(MCPServer.__module__).addFilter(_TOLD)  # once per process: a filter is added once
@@ -176,6 +178,8 @@ class ToolServer(Generic[S]):
             max_sessions=settings.max_sessions,
             max_per_owner=settings.max_sessions_per_owner,
         )
+        self.sessions.keeper = self.keeper = keeper
+        """Saves sessions as they go and restores them (`--snapshots`); None: a session's state ends with it."""
         fleet_secret()  # read (or made) now, not on the event loop by the first call
         self.loops = Loops()
         self.drain = Drain(
@@ -204,6 +208,8 @@ class ToolServer(Generic[S]):
             raise BadHandle(f"cleanup_session ends a session: pass its handle, not {handles.NEW!r}")
         async with self.observed("cleanup_session", ctx, session_handle) as who:
             freed = not who.once and await self.sessions.close(who.key)
+            if self.keeper is not None and not who.once:
+                await self.keeper.forget(who.key, who.owner)
         if who.once:
             return "this call names no session (no x-session-id, MCP session or session_handle): nothing to clean up"
         return f"session {who.key} cleaned up" if freed else f"session {who.key} held nothing"

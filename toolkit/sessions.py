@@ -4,7 +4,8 @@ Sessions are bounded per owner (the API key a call is made for, `toolkit.wire`):
 new session takes the place of that owner's least recently used idle one, so one key's burst of sessions
 never costs another key its state. The server's limit stays as a last resort, and it refuses a new session
 rather than evicting anyone's. A session whose state went (evicted, reaped after idle, or lost with the replica
-that held it) is told once, on its next call, in words that say which."""
+that held it) is told once, on its next call, in words that say which. With a `Keeper` (snapshots), a session
+is saved before eviction, idle reaping or the server's stop takes it, and brought back on its next call."""
 
 from __future__ import annotations
 
@@ -29,6 +30,13 @@ class SessionState(Protocol):
 S = TypeVar("S", bound=SessionState)
 
 
+class Keeper(Protocol):
+    """Saves a session's state as it goes and restores it into the next (`toolkit.snapshots.keeper`)."""
+
+    async def keep(self, key: str, owner: str, state: object) -> str | None: ...
+    async def bring_back(self, key: str, owner: str, state: object) -> tuple[str | None, str | None]: ...
+
+
 class TooManySessions(Exception):
     """A new session was refused: its owner holds its limit, every one busy in a call, or the server is full."""
 
@@ -44,6 +52,7 @@ class _Entry(Generic[S]):
     last_used: float = field(default_factory=time.monotonic)
     busy: int = 0
     reset: str | None = None  # why the state this one replaces went (evicted, reaped, a lost replica): told once
+    restored: str | None = None  # the notice of a snapshot this state was restored from: told once
 
 
 REAPED_MEMORY = 4096
@@ -77,6 +86,7 @@ class SessionRegistry(Generic[S]):
         self._gone: OrderedDict[str, str] = OrderedDict()  # key -> why its state went, oldest first
         self._creating: Counter[str] = Counter()  # owner -> sessions being made: they count against the limits
         self.on_change: Callable[[int], None] = lambda n: None
+        self.keeper: Keeper | None = None
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -113,12 +123,12 @@ class SessionRegistry(Generic[S]):
         await self._make_room(owner)
         self._creating[owner] += 1  # no await since the room was made: nobody took it meanwhile
         try:
-            state = await (factory or self.factory)(key)
+            entry = _Entry(await (factory or self.factory)(key), owner, reset=self._gone.pop(key, None))
+            await self._bring_back(key, entry)
         finally:
             self._creating[owner] -= 1
             if not self._creating[owner]:
                 del self._creating[owner]
-        entry = _Entry(state, owner, reset=self._gone.pop(key, None))
         self._entries[key] = entry
         self.on_change(len(self._entries))
         log.info("session.created", session_id=key, owner=owner)
@@ -138,6 +148,21 @@ class SessionRegistry(Generic[S]):
                 f"this tool server is full: it holds its limit of {self._max} sessions (of all callers) and takes "
                 "no new one until some end; try again later"
             )
+
+    async def _bring_back(self, key: str, entry: _Entry[S]) -> None:
+        """Restore the session's snapshot, if the keeper has one, into its new state (closed if this fails)."""
+        if self.keeper is None:
+            return
+        try:
+            entry.restored, refused = await self.keeper.bring_back(key, entry.owner, entry.state)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await entry.state.aclose()
+            raise
+        if entry.restored is not None:
+            entry.reset = None
+        elif refused is not None:
+            entry.reset = f"{entry.reset or 'lost'}; its snapshot was refused ({refused})"
 
     def _held_by(self, owner: str) -> int:
         return self._creating[owner] + sum(e.owner == owner for e in self._entries.values())
@@ -160,6 +185,14 @@ class SessionRegistry(Generic[S]):
             return None
         reason, entry.reset = entry.reset, None
         return reason
+
+    def take_restored(self, key: str) -> str | None:
+        """The notice of the snapshot the session's state was restored from; told only once."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        notice, entry.restored = entry.restored, None
+        return notice
 
     def release(self, key: str) -> None:
         entry = self._entries.get(key)
@@ -211,8 +244,24 @@ class SessionRegistry(Generic[S]):
         entry = self._entries[key]
         idle_s = round(time.monotonic() - entry.last_used, 1)
         log.info(event, session_id=key, owner=entry.owner, idle_s=idle_s, sessions=len(self._entries))
-        await self.close(key)
-        self._remember_gone(key, why)
+        await self._save_and_close(key, why)
+
+    async def _save_and_close(self, key: str, why: str | None) -> None:
+        """Snapshot an idle session (with a keeper) and close it, holding its key so a call for it meanwhile waits,
+        then starts from the snapshot; `why` (None: the server is stopping) is what its next call hears when no
+        snapshot brings it back. A session a call took first is left be, unless the server is stopping: then it
+        is closed unsaved, for its state is mid-change."""
+        async with self._locks.setdefault(key, anyio.Lock()):
+            entry = self._entries.get(key)
+            if entry is None or (entry.busy > 0 and why is not None):
+                return
+            unsaved = None
+            if self.keeper is not None and entry.busy <= 0:
+                with anyio.CancelScope(shield=True):
+                    unsaved = await self.keeper.keep(key, entry.owner, entry.state)
+            await self.close(key)
+            if why is not None:
+                self._remember_gone(key, why if unsaved is None else f"{why}; it could not be saved ({unsaved})")
 
     def _remember_gone(self, key: str, why: str) -> None:
         self._gone[key] = why
@@ -221,10 +270,11 @@ class SessionRegistry(Generic[S]):
             self._gone.popitem(last=False)
 
     async def close_all(self) -> None:
-        """Close every session at once: each may remove a sandbox, and a stopping server has a deadline."""
+        """Close every session at once (saving each first, with a keeper): each may remove a sandbox, and a
+        stopping server has a deadline."""
         async with anyio.create_task_group() as group:
             for key in list(self._entries):
-                group.start_soon(self.close, key)
+                group.start_soon(self._save_and_close, key, None)
 
     async def reap_forever(self, interval_s: float) -> None:
         while True:

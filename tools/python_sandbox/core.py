@@ -7,6 +7,7 @@ it over the same JSON-lines channel (`KernelChannel`), so they share the whole c
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,12 @@ KERNEL_SOURCE = program(Path(__file__).with_name("kernel.py"))
 READER_LIMIT = 64 * 1024 * 1024
 """Largest reply frame accepted from a kernel (capped text plus a few PNGs)."""
 FILE_OP_TIMEOUT_S = 30.0  # one chunk of at most files.MAX_CHUNK bytes in or out of the work dir
+SNAPSHOT_TIMEOUT_S = 120.0  # pickling or loading a whole session (hundreds of MiB) inside the sandbox
+SNAPSHOT_CHUNK = 4 * 1024 * 1024  # bytes per restore_write frame (base64 in one JSON line)
+
+
+class SnapshotFailed(Exception):
+    """The sandbox could not make or load a snapshot (cloudpickle missing, a snapshot it cannot read)."""
 
 
 class KernelDied(Exception):
@@ -98,12 +105,38 @@ class ChannelKernel:
     async def files(self, op: dict[str, Any]) -> dict[str, Any]:
         return await self.channel.request(op, FILE_OP_TIMEOUT_S)
 
+    async def snapshot(self) -> tuple[bytes, list[str]]:
+        """The session pickled inside the sandbox, as opaque bytes, and the names it could not pickle."""
+        head = await self._snapshot_op({"op": "snapshot"})
+        size, data = int(head["size"]), bytearray()
+        while len(data) < size:
+            chunk = base64.b64decode((await self._snapshot_op({"op": "snapshot_read", "offset": len(data)}))["data"])
+            if not chunk:
+                raise SnapshotFailed("the sandbox's snapshot ended early")
+            data += chunk
+        return bytes(data), [str(name) for name in head["unsaved"]]
+
+    async def restore(self, payload: bytes) -> list[str]:
+        """Load `payload` inside the sandbox; the names of modules that did not import again are returned."""
+        for start in range(0, len(payload), SNAPSHOT_CHUNK):
+            data = base64.b64encode(payload[start : start + SNAPSHOT_CHUNK]).decode("ascii")
+            await self._snapshot_op({"op": "restore_write", "data": data})
+        return [str(name) for name in (await self._snapshot_op({"op": "restore"}))["missing"]]
+
+    async def _snapshot_op(self, op: dict[str, Any]) -> dict[str, Any]:
+        reply = await self.channel.request(op, SNAPSHOT_TIMEOUT_S)
+        if reply.get("error"):
+            raise SnapshotFailed(str(reply["error"]))
+        return reply
+
 
 class Kernel(Protocol):
     """One session's resident interpreter; `files` moves a chunk in or out of its work dir, or lists it."""
 
     async def run(self, code: str, timeout_s: float) -> RunResult: ...
     async def files(self, op: dict[str, Any]) -> dict[str, Any]: ...
+    async def snapshot(self) -> tuple[bytes, list[str]]: ...
+    async def restore(self, payload: bytes) -> list[str]: ...
     async def aclose(self) -> None: ...
 
 

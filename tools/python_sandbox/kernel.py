@@ -8,17 +8,26 @@ writing to fd 1) can never corrupt a reply. Each request `{"id", "code", "timeou
 reply `{"id", "output", "result", "error", "images", "timed_out", "truncated"}`. A request with an `op`
 (`write`, `read`, `list`) moves file bytes in and out of the work dir instead, in chunks, without
 touching the user's namespace: `files.answer`'s reply plus the `id`.
+
+Snapshots are made and loaded here, never in the tool server (a snapshot is untrusted bytes): `snapshot` pickles
+the user's globals with cloudpickle (bound in read-only by the backend) and a tar of the work dir, keeps the bytes
+and answers their size and the names it could not pickle; `snapshot_read {offset}` hands them out in base64
+chunks. `restore_write {data}` collects a snapshot's chunks and `restore` loads them. Modules are not pickled:
+their names are saved and imported again on restore.
 """
 
 import ast
 import base64
+import importlib
 import io
 import json
 import os
 import resource
 import signal
 import sys
+import tarfile
 import traceback
+import types
 
 from toolkit.sandbox.files import answer
 
@@ -177,6 +186,106 @@ def handle(request, namespace, cfg, fd_capture):
     return reply
 
 
+SNAPSHOT_CHUNK = 4 * 1024 * 1024
+SNAPSHOT_OPS = ("snapshot", "snapshot_read", "restore_write", "restore")
+SKIPPED = ("__builtins__", "__name__")
+
+
+def tar_dir(workdir):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name in sorted(os.listdir(workdir)):
+            tar.add(os.path.join(workdir, name), arcname=name)
+    return buf.getvalue()
+
+
+def untar_dir(data, workdir):
+    """Only plain files and folders inside the work dir: links and devices in a snapshot are dropped."""
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
+        members = [m for m in tar.getmembers() if m.isfile() or m.isdir()]
+        for member in members:
+            parts = member.name.split("/")
+            if member.name.startswith("/") or ".." in parts:
+                raise ValueError(f"unsafe path in snapshot: {member.name!r}")
+            member.mode &= 0o755
+        safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Pythons that have it check again
+        tar.extractall(workdir, members=members, **safe)
+
+
+def take_snapshot(namespace, workdir):
+    """The session as bytes, and the names left out because they cannot be pickled (sockets, threads, locks)."""
+    import cloudpickle
+
+    kept, modules, unsaved = {}, {}, []
+    for name, value in namespace.items():
+        if name in SKIPPED:
+            continue
+        if isinstance(value, types.ModuleType):
+            modules[name] = value.__name__
+            continue
+        try:
+            cloudpickle.dumps(value)
+        except Exception:
+            unsaved.append(name)
+            continue
+        kept[name] = value
+    blob = cloudpickle.dumps({"globals": kept, "modules": modules, "files": tar_dir(workdir)})
+    return blob, sorted(unsaved)
+
+
+def rebind(value, namespace):
+    """A function defined in the session, given the session's globals again (unpickled, it has a copy)."""
+    if not isinstance(value, types.FunctionType) or value.__module__ != "__main__":
+        return value
+    fresh = types.FunctionType(value.__code__, namespace, value.__name__, value.__defaults__, value.__closure__)
+    fresh.__kwdefaults__, fresh.__dict__, fresh.__qualname__ = value.__kwdefaults__, value.__dict__, value.__qualname__
+    return fresh
+
+
+def load_snapshot(blob, namespace, workdir):
+    """Load a snapshot into the session; the names whose module no longer imports are returned."""
+    import cloudpickle
+
+    state = cloudpickle.loads(blob)
+    untar_dir(state["files"], workdir)
+    missing = []
+    for name, module in state["modules"].items():
+        try:
+            namespace[name] = importlib.import_module(module)
+        except Exception:
+            missing.append(name)
+    for name, value in state["globals"].items():
+        namespace[name] = rebind(value, namespace)
+    return missing
+
+
+def snapshot_op(request, namespace, workdir, pending):
+    op = request["op"]
+    if op == "snapshot":
+        pending["out"], unsaved = take_snapshot(namespace, workdir)
+        return {"size": len(pending["out"]), "unsaved": unsaved}
+    if op == "snapshot_read":
+        offset = int(request["offset"])
+        chunk = pending["out"][offset : offset + SNAPSHOT_CHUNK]
+        if offset + len(chunk) >= len(pending["out"]):
+            pending["out"] = b""
+        return {"data": base64.b64encode(chunk).decode("ascii")}
+    if op == "restore_write":
+        pending["in"] += base64.b64decode(request["data"])
+        return {}
+    blob, pending["in"] = bytes(pending["in"]), bytearray()
+    return {"missing": load_snapshot(blob, namespace, workdir)}
+
+
+def answer_snapshot(request, namespace, workdir, pending):
+    """A snapshot op's reply; what fails (cloudpickle missing, a bad snapshot) is an `error`, never a crash."""
+    try:
+        reply = snapshot_op(request, namespace, workdir, pending)
+    except Exception as exc:
+        reply = {"error": f"{type(exc).__name__}: {exc}"}
+    return {**reply, "id": request.get("id")}
+
+
 KERNEL_PID = os.getpid()
 
 
@@ -194,12 +303,15 @@ def main():
     signal.signal(signal.SIGALRM, on_timeout)
     os.chdir(cfg["workdir"])
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+    pending = {"out": b"", "in": bytearray()}
     proto_out.write(b'{"ready": true}\n')
     proto_out.flush()
     for line in proto_in:
         try:
             request = json.loads(line)
-            if "op" in request:
+            if request.get("op") in SNAPSHOT_OPS:
+                reply = answer_snapshot(request, namespace, cfg["workdir"], pending)
+            elif "op" in request:
                 reply = {**answer(request, cfg["workdir"]), "id": request.get("id")}
             else:
                 reply = handle(request, namespace, cfg, fd_capture)

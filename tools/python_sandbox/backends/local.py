@@ -4,6 +4,9 @@ No network (own net namespace), own pid namespace with the kernel as pid 1, the 
 read-only and nothing else of the host visible, size-capped tmpfs for /mnt/data and /tmp,
 no capabilities, rlimits for memory / file size / processes. When the server runs as root each
 session also gets its own unprivileged host uid, so process limits are per session.
+
+cloudpickle (snapshots are pickled inside the sandbox) is the tool server's own pure-python package, bound
+read-only at `/opt/toolfleet/site/cloudpickle` with that folder on the sandbox's PYTHONPATH.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import importlib.util
 import os
 import shutil
 import signal
@@ -42,6 +46,19 @@ _ENV = {
     "PYTHONDONTWRITEBYTECODE": "1",
 }
 
+SITE = "/opt/toolfleet/site"
+"""Where the sandbox finds the tool server's cloudpickle (read-only)."""
+
+
+def cloudpickle_binds() -> list[str]:
+    """bwrap arguments that show the server's cloudpickle package inside the sandbox; none where it is missing
+    (a snapshot then fails inside the sandbox and says so)."""
+    spec = importlib.util.find_spec("cloudpickle")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    folder = next(iter(spec.submodule_search_locations))
+    return ["--ro-bind", folder, f"{SITE}/cloudpickle", "--setenv", "PYTHONPATH", SITE]
+
 
 class LocalKernel(ChannelKernel):
     def __init__(
@@ -68,6 +85,7 @@ class LocalBackend:
         self._limits = settings.limits()
         self._bwrap = shutil.which("bwrap")
         self._as_root = os.geteuid() == 0
+        self._binds = cloudpickle_binds()
         self._free_uids = list(range(settings.local_uid_base + settings.max_sessions, settings.local_uid_base, -1))
 
     async def start(self) -> None:
@@ -124,7 +142,7 @@ class LocalBackend:
         ]
         for key, value in _ENV.items():
             argv += ["--setenv", key, value]
-        return [*argv, self._settings.local_python, "-u", "-c", KERNEL_SOURCE, config]
+        return [*argv, *self._binds, self._settings.local_python, "-u", "-c", KERNEL_SOURCE, config]
 
     async def new_kernel(self, session_id: str, memory_mb: int | None = None) -> LocalKernel:
         """A kernel under bubblewrap; `memory_mb` (another size than `--memory-mb`) sets its address-space rlimit.
