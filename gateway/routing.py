@@ -27,7 +27,7 @@ from gateway.errors import SessionLost, Unavailable, UnknownHandle, UnknownNames
 from gateway.headers import HeaderRules
 from gateway.keys import SessionKey
 from gateway.messages import SAFE_METHODS, tool_name
-from gateway.store import SessionRecord, Store
+from gateway.store import Pin, SessionRecord, Store
 from gateway.upstream import Replica
 from toolkit.handles import misdirected
 
@@ -165,12 +165,14 @@ class Router:
                 raise UnknownSession(f"unknown MCP session {sid!r}: initialize a new one")
             if rec.replica is None:
                 return Degraded(ns, rec.key, sid)
-            if await self._follows_key(ns, rec):
-                target = await self._by_key(ns, rec.key, msg)
+            pin = await self.store.get_pin(ns.name, rec.key)
+            if self._follows_key(ns, rec, pin):
+                target = await self._by_key(ns, rec.key, msg, pin)
                 target.sid, target.reopen = sid, rec.upstream_sid is not None
                 return target
-            replica = await self._pinned(ns, rec.key, rec.replica, msg)
-            return Target(ns, replica, rec.key, sid, rec.upstream_sid)
+            if pin is None:  # cleaned up while its MCP session lives on: pin it again where it was
+                pin = await self.store.claim_pin(ns.name, rec.key, rec.replica)
+            return Target(ns, await self._pinned(ns, rec.key, pin, msg), rec.key, sid, rec.upstream_sid)
         key = SessionKey.header(xsid)
         handle = session_handle(msg)
         if key is None and handle is not None and handle != NEW_HANDLE:
@@ -178,25 +180,23 @@ class Router:
         if key is None and (state := request_state(msg)) is not None:
             retry = SessionKey.retry(state)
             if (pin := await self.store.get_pin(ns.name, retry)) is not None:
-                return Target(ns, await self._pinned(ns, retry, pin.replica, msg), retry)
+                return Target(ns, await self._pinned(ns, retry, pin, msg), retry)
         if key is None:
             return Target(ns, await self.pick(ns), fresh=True)
-        return await self._by_key(ns, key, msg)
+        return await self._by_key(ns, key, msg, await self.store.get_pin(ns.name, key))
 
-    async def _follows_key(self, ns: Namespace, rec: SessionRecord) -> bool:
+    def _follows_key(self, ns: Namespace, rec: SessionRecord, pin: Pin | None) -> bool:
         """Whether an MCP session named by x-session-id goes where its key is now placed, not to the replica it
         opened on: that replica drained (the key is placed again), or another MCP session moved the key."""
-        if not rec.key.by_header:
+        if not rec.key.by_header or pin is None:
             return False
-        pin = await self.store.get_pin(ns.name, rec.key)
-        return pin is not None and (pin.replica != rec.replica or pin.drained or self._drained(ns, pin.replica))
+        return pin.replica != rec.replica or pin.drained or self._drained(ns, pin.replica)
 
-    async def _by_key(self, ns: Namespace, key: SessionKey, msg: dict[str, Any]) -> Target:
-        """The target of session key `key`: where it is pinned, or placed afresh when it is new or its replica
-        drained."""
-        pin = await self.store.get_pin(ns.name, key)
+    async def _by_key(self, ns: Namespace, key: SessionKey, msg: dict[str, Any], pin: Pin | None) -> Target:
+        """The target of session key `key` (pinned by `pin`, as read): where it is pinned, or placed afresh when
+        it is new or its replica drained."""
         if pin is not None and not pin.drained and not self._drained(ns, pin.replica):
-            return Target(ns, await self._pinned(ns, key, pin.replica, msg), key)
+            return Target(ns, await self._pinned(ns, key, pin, msg), key)
         moved = pin is not None
         if pin is not None:  # its replica drained: place the session again
             await self.store.drop_pin(ns.name, key)
@@ -204,7 +204,7 @@ class Router:
         chosen = await self.pick(ns)
         pin = await self.store.claim_pin(ns.name, key, chosen.url)
         fresh = pin.replica == chosen.url
-        return Target(ns, await self._pinned(ns, key, pin.replica, msg), key, fresh=fresh, moved=moved)
+        return Target(ns, await self._pinned(ns, key, pin, msg), key, fresh=fresh, moved=moved)
 
     @staticmethod
     def _drained(ns: Namespace, url: str) -> bool:
@@ -226,7 +226,7 @@ class Router:
                 f"(cleanup_session) or expired idle; pass {NEW_HANDLE!r} to start a session",
                 data={"session": handle, "namespace": ns.name},
             )
-        return Target(ns, await self._pinned(ns, key, pin.replica, msg), key)
+        return Target(ns, await self._pinned(ns, key, pin, msg), key)
 
     async def pin(self, target: Target, key: SessionKey) -> None:
         """Pin a handle the target's replica minted, or the state of its `input_required` answer, to it."""
@@ -234,13 +234,10 @@ class Router:
             await self.store.claim_pin(target.ns.name, key, target.replica.url)
             log.info("session.pinned", namespace=target.ns.name, session_id=key.id, replica=target.replica.url)
 
-    async def _pinned(self, ns: Namespace, key: SessionKey, url: str, msg: dict[str, Any]) -> Replica:
-        """The replica holding `key`. A lost session still answers discovery (from a healthy replica);
-        anything else is refused naming the session, and `cleanup_session` drops the pin so the caller
-        can start over."""
-        pin = await self.store.get_pin(ns.name, key)
-        if pin is None:  # cleaned up while its MCP session lives on: pin it again where it was
-            pin = await self.store.claim_pin(ns.name, key, url)
+    async def _pinned(self, ns: Namespace, key: SessionKey, pin: Pin, msg: dict[str, Any]) -> Replica:
+        """The replica holding `key` by `pin`, as the caller read it (once per message). A lost session still
+        answers discovery (from a healthy replica); anything else is refused naming the session, and
+        `cleanup_session` drops the pin so the caller can start over."""
         replica = ns.replicas.get(pin.replica)
         if pin.lost or replica is None or not replica.healthy:
             if not pin.lost:
