@@ -93,7 +93,11 @@ class Callers(Generic[S]):
         """The state of `who`; only a new handle, never a known one, may create it."""
         try:
             state = await self.sessions.acquire(
-                who.key, owner=who.owner, create=who.minted or not who.handle, factory=factory
+                who.key,
+                owner=who.owner,
+                create=who.minted or not who.handle,
+                restore=not (who.once or who.minted),
+                factory=factory,
             )
         except TooManySessions as exc:
             raise ToolError(str(exc)) from exc

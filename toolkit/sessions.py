@@ -100,14 +100,16 @@ class SessionRegistry(Generic[S]):
         *,
         owner: str = ANONYMOUS,
         create: bool = True,
+        restore: bool = True,
         factory: Callable[[str], Awaitable[S]] | None = None,
     ) -> S:
         """Return the session's state, creating it for `owner` on first use (by `factory`, else the registry's;
-        or raising SessionGone where `create` is False), and mark it busy until `release`."""
+        or raising SessionGone where `create` is False), and mark it busy until `release`. `restore` False: the
+        key can have no snapshot (a one-call session, a handle just minted), so a new state skips the lookup."""
         lock = self._locks.setdefault(key, anyio.Lock())
         try:
             async with lock:
-                entry = self._entries.get(key) or await self._create(key, owner, create, factory)
+                entry = self._entries.get(key) or await self._create(key, owner, create, restore, factory)
                 entry.busy += 1
                 entry.last_used = time.monotonic()
                 return entry.state
@@ -116,7 +118,7 @@ class SessionRegistry(Generic[S]):
                 del self._locks[key]
 
     async def _create(
-        self, key: str, owner: str, create: bool, factory: Callable[[str], Awaitable[S]] | None
+        self, key: str, owner: str, create: bool, restore: bool, factory: Callable[[str], Awaitable[S]] | None
     ) -> _Entry[S]:
         if not create:
             raise SessionGone(key)
@@ -124,7 +126,8 @@ class SessionRegistry(Generic[S]):
         self._creating[owner] += 1  # no await since the room was made: nobody took it meanwhile
         try:
             entry = _Entry(await (factory or self.factory)(key), owner, reset=self._gone.pop(key, None))
-            await self._bring_back(key, entry)
+            if restore:
+                await self._bring_back(key, entry)
         finally:
             self._creating[owner] -= 1
             if not self._creating[owner]:
