@@ -4,7 +4,6 @@ the same one of two scripted stand-in workers; a saturated pinned worker spills 
 from __future__ import annotations
 
 import re
-import time
 import uuid
 
 import httpx
@@ -13,17 +12,10 @@ from conftest import scenario
 
 from orchestrator.worker.affinity import MemoryAffinity, RedisAffinity, keys_for
 from orchestrator.worker.client import prefix_cache_counters
+from tests.support.service import wait_until
 
 SLOW = "<|channel|>final<|message|>" + "slow " * 2000 + "<|return|>"
 FAST = "<|channel|>final<|message|>Done.<|return|>"
-
-
-def wait_for(predicate, what: str, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def metric(url: str, name: str, **labels: str) -> float:
@@ -63,7 +55,9 @@ def test_a_conversations_turns_land_on_one_worker_whichever_replica_takes_them(r
         kind: lambda kind=kind: metric(a.url, "toolfleet_orchestrator_worker_prefix_cache_total", kind=kind, **worker1)
         for kind in ("hits", "queries")
     }  # the first read of /metrics starts the scrapes; the health check (every 0.5 s here) makes them
-    wait_for(lambda: scraped["queries"]() == w1.stats.prefix_cache_queries, "worker 1's counters scraped")
+    assert wait_until(lambda: scraped["queries"]() == w1.stats.prefix_cache_queries, 10.0), (
+        "worker 1's counters scraped"
+    )
     assert 0 < scraped["hits"]() == w1.stats.prefix_cache_hits
 
 
@@ -71,11 +65,11 @@ def test_a_saturated_pinned_worker_spills_and_the_conversation_is_re_pinned(repl
     a, b, ((_, w1), (_, w2)) = replicas
     first = a.client.responses.create(model="gpt-oss", input="conversation S")
     busy = a.client.responses.create(model="gpt-oss", input="busy", background=True)
-    wait_for(lambda: w1.stats.in_flight == 1, "the long generation on worker 1")
+    assert wait_until(lambda: w1.stats.in_flight == 1, 10.0), "the long generation on worker 1"
     second = a.client.responses.create(model="gpt-oss", input="next", previous_response_id=first.id)
     assert (w1.stats.requests, w2.stats.requests) == (2, 1)  # worker 1 is at --affinity-spill-at 1
     assert a.client.responses.cancel(busy.id).status == "cancelled"
-    wait_for(lambda: w1.stats.in_flight == 0, "the cancelled generation to be aborted")
+    assert wait_until(lambda: w1.stats.in_flight == 0, 10.0), "the cancelled generation to be aborted"
     b.client.responses.create(model="gpt-oss", input="and on", previous_response_id=second.id)
     assert (w1.stats.requests, w2.stats.requests) == (2, 2)  # re-pinned where it spilled, seen by the other replica
     spills = metric(a.url, "toolfleet_orchestrator_worker_affinity_total", outcome="spill")
