@@ -1,15 +1,13 @@
 """Text out of a client's document bytes, for every service that reads a file as text (an `input_file` part, a file
 added to a vector store): one text decoder, one PDF reader, one HTML reader, so both say the same of the same file.
-CPU-bound: callers run these in a worker thread. What cannot be read is `Unreadable`, its reason the message."""
+CPU-bound: callers run these in a worker thread. What cannot be read is `Unreadable`, its reason the message.
+The readers are imported when first used: every orchestrator imports this module, few requests carry a file, and
+pypdf alone costs 80 ms at start-up and a larger heap for every full garbage collection to scan."""
 
 from __future__ import annotations
 
 import io
 import re
-
-from charset_normalizer import from_bytes
-from pypdf import PdfReader
-from selectolax.lexbor import LexborHTMLParser
 
 SKIPPED_TAGS = ["script", "style", "noscript", "template", "svg", "head"]
 """HTML elements whose content is not the document's text."""
@@ -26,6 +24,8 @@ def decoded(data: bytes) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
+        from charset_normalizer import from_bytes
+
         best = from_bytes(data).best()
         if best is None:
             raise Unreadable("the file is not text in any encoding recognised") from None
@@ -35,6 +35,8 @@ def decoded(data: bytes) -> str:
 def html_text(html: str) -> str:
     """The visible text of an HTML document: a line per block element, inline markup (`<b>`, `<a>`) kept inside its
     line, runs of blank lines collapsed."""
+    from selectolax.lexbor import LexborHTMLParser
+
     tree = LexborHTMLParser(html)
     tree.strip_tags(SKIPPED_TAGS)
     for block in tree.css(BLOCKS):
@@ -47,6 +49,8 @@ def html_text(html: str) -> str:
 
 def pdf_text(data: bytes, max_chars: int | None = None) -> str | None:
     """The PDF's text, page by page; None once past `max_chars` (the rest is not read)."""
+    from pypdf import PdfReader
+
     try:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted:
