@@ -22,8 +22,10 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.errors import RequestError
+from orchestrator.files import Files
 from orchestrator.kinds import EchoContext, to_messages
 from orchestrator.persist import Conversation, ConversationStore
+from orchestrator.request.attachments import Limits, inline
 from orchestrator.request.items import normalize
 from orchestrator.request.schema import check_include, check_metadata
 from orchestrator.responses.events import new_id
@@ -110,12 +112,22 @@ class Bounds:
 class Conversations:
     """The conversations of every key; another key's conversation answers what a missing one does (404)."""
 
-    def __init__(self, store: ConversationStore, bounds: Bounds) -> None:
+    def __init__(
+        self, store: ConversationStore, bounds: Bounds, files: Files | None = None, limits: Limits | None = None
+    ) -> None:
         self.store, self.bounds = store, bounds
+        self.files, self.limits = files, limits
+
+    async def _inlined(self, items: list[dict[str, Any]], owner: str) -> list[dict[str, Any]]:
+        """Items added to a conversation with their `input_file` parts as text, as a response's input has them:
+        the conversation keeps the text, not the file."""
+        if not items or self.limits is None:
+            return items
+        return await inline(normalize(items), owner, self.files, self.limits, "items")
 
     async def create(self, owner: str, body: ConversationCreate) -> dict[str, Any]:
         conv = Conversation(new_id("conv"), owner, int(time.time()), body.metadata or {}, new_id("conv"))
-        items = await self._checked(conv, [], body.items or [], "items")
+        items = await self._checked(conv, [], await self._inlined(body.items or [], owner), "items")
         await self.store.put(conv)
         if items:
             await self.store.add_items(conv.id, items)
@@ -142,7 +154,8 @@ class Conversations:
         check_include(include)
         conv = await self.find(conv_id, owner)
         calls = conv.tools.get("calls", {})
-        items = await self._checked(conv, await self.store.items(conv_id), body.items, "items")
+        new = await self._inlined(body.items, owner)
+        items = await self._checked(conv, await self.store.items(conv_id), new, "items")
         if conv.tools["calls"] != calls:  # the next add renders its items after these calls
             await self.store.put(conv)
         await self.store.add_items(conv_id, items)

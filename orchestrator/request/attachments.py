@@ -51,14 +51,17 @@ class Limits:
     max_bytes: int
 
 
-async def inline(items: list[dict[str, Any]], owner: str, files: Files | None, limits: Limits) -> list[dict[str, Any]]:
-    """`items` with each message's `input_file` parts replaced by `input_text` parts of their text."""
+async def inline(
+    items: list[dict[str, Any]], owner: str, files: Files | None, limits: Limits, param: str = "input"
+) -> list[dict[str, Any]]:
+    """`items` with each message's `input_file` parts replaced by `input_text` parts of their text (an error names
+    the part as `param[i].content[j]`: a response's `input`, a conversation's `items`)."""
     out = []
     for i, item in enumerate(items):
         content = item.get("content")
         if item.get("type") == "message" and isinstance(content, list) and any(_is_file(p) for p in content):
             parts = [
-                await _as_text(p, owner, files, limits, f"input[{i}].content[{j}]") if _is_file(p) else p
+                await _as_text(p, owner, files, limits, f"{param}[{i}].content[{j}]") if _is_file(p) else p
                 for j, p in enumerate(content)
             ]
             item = {**item, "content": parts}

@@ -21,6 +21,7 @@ from orchestrator.guard.mcp_policy import McpPolicy
 from orchestrator.kinds.compaction import compaction_item
 from orchestrator.kinds.mcp import list_tools_item
 from orchestrator.persist import Record, Stores
+from orchestrator.request import attachments
 from orchestrator.request.schema import ResponsesRequest
 from orchestrator.responses import compaction, truncation
 from orchestrator.responses.events import new_id
@@ -60,7 +61,9 @@ class ResponsesService:
         self.settings = settings
         self.store = stores.responses
         bounds = Bounds(settings.max_conversation_items, settings.max_conversation_bytes)
-        self.conversations = Conversations(stores.conversations, bounds)
+        limits = attachments.Limits(settings.max_input_file_chars, settings.max_body_bytes)
+        files = containers.files if containers is not None else None
+        self.conversations = Conversations(stores.conversations, bounds, files, limits)
         fleet_secret()  # the owner header's key: read (or made) now, not on the event loop by a response
         self.worker_roles = worker_roles(settings.worker_urls)
         self.live: dict[str, Live] = {}

@@ -95,3 +95,21 @@ def test_other_types_and_oversized_text_are_400s_naming_the_part(make_stack, par
     body = refused.value.body
     assert refused.value.status_code == (404 if "file_id" in part else 400)
     assert body["param"] == param and words in body["message"], body
+
+
+def test_a_conversation_keeps_an_added_file_as_its_text_and_names_a_refused_one_by_its_item(stack):
+    upload = stack.client.files.create(file=("notes.md", b"# Notes\n\n*white* tea"), purpose="user_data")
+    conv = stack.client.conversations.create(
+        items=[{"role": "user", "content": [{"type": "input_file", "file_id": upload.id}]}]
+    )
+    part = {"type": "input_file", "filename": "a.txt", "file_data": data_url("text/plain", b"jasmine")}
+    stack.client.conversations.items.create(conv.id, items=[{"role": "user", "content": [part]}])
+    texts = [p.text for i in stack.client.conversations.items.list(conv.id, order="asc").data for p in i.content]
+    assert texts == ["[file notes.md]\n# Notes\n\n*white* tea", "[file a.txt]\njasmine"]
+    stack.script([("And now", ANSWER)])
+    resp = stack.client.responses.create(model="gpt-oss", input="And now?", conversation=conv.id)
+    assert resp.output_text == "Read it." and "*white* tea" in stack.model.encode_prompt_text(-1)
+    with pytest.raises(openai.BadRequestError) as refused:
+        png = {"type": "input_file", "filename": "x.png", "file_data": data_url("image/png", b"\x89PNG")}
+        stack.client.conversations.items.create(conv.id, items=[{"role": "user", "content": [png]}])
+    assert refused.value.body["param"] == "items[0].content[0]", refused.value.body
