@@ -87,6 +87,12 @@ class OrchestratorSettings(ServiceSettings):
     vector_store_concurrency: int = Field(
         2, ge=1, le=64, description="files one replica indexes into vector stores at once (all adds and batches)"
     )
+    max_vector_store_file_bytes: int = Field(
+        16 * 1024 * 1024,
+        ge=1,
+        description="largest file added to a vector store (larger: failed with last_error, its bytes never read);"
+        " keep it at most the file_search tool's --max-file-bytes",
+    )
     max_vector_store_bytes_per_key: int = Field(
         1 << 30,
         ge=0,

@@ -20,6 +20,7 @@ from orchestrator.vector_stores import (
     CreateBatch,
     CreateStore,
     FileBatches,
+    Limits,
     Search,
     UpdateFile,
     UpdateStore,
@@ -36,12 +37,12 @@ def router(deps: Deps) -> APIRouter:
     ingestion in flight at the end."""
     settings = deps.settings
     url = Endpoints(settings.tools_url, settings.endpoint_overrides()).url_for("file_search")
-    stores = VectorStores(
-        deps.files,
-        url,
-        concurrency=settings.vector_store_concurrency,
-        max_bytes_per_key=settings.max_vector_store_bytes_per_key,
+    limits = Limits(
+        settings.vector_store_concurrency,
+        settings.max_vector_store_file_bytes,
+        settings.max_vector_store_bytes_per_key,
     )
+    stores = VectorStores(deps.files, url, limits)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

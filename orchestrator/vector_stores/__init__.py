@@ -10,6 +10,7 @@ prune job then removes its index and files, and the store answers `expired` unti
 """
 
 from orchestrator.vector_stores.batches import CreateBatch, FileBatches
+from orchestrator.vector_stores.ingest import Limits
 from orchestrator.vector_stores.records import (
     AddFile,
     CreateStore,
@@ -30,6 +31,7 @@ __all__ = [
     "CreateStore",
     "FileBatches",
     "FileRecord",
+    "Limits",
     "Search",
     "StoreRecord",
     "UpdateFile",

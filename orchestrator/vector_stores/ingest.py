@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import anyio
@@ -54,13 +54,23 @@ class IndexTool:
         return self.url
 
 
+@dataclass(frozen=True)
+class Limits:
+    """How much one replica indexes at once, and the bounds on a file and on a key's stores."""
+
+    concurrency: int = 2
+    max_file_bytes: int = 16 * 1024 * 1024
+    max_bytes_per_key: int = 1 << 30
+
+
 class Ingestion:
     """The background indexing of one replica: its tasks, the records it has queued or is indexing."""
 
-    def __init__(self, files: Files, tool: IndexTool, *, concurrency: int, max_bytes_per_key: int) -> None:
+    def __init__(self, files: Files, tool: IndexTool, limits: Limits) -> None:
         self.files, self.objects, self.tool = files, files.objects, tool
-        self.concurrency, self.max_bytes_per_key = concurrency, max_bytes_per_key
-        self.limiter = anyio.CapacityLimiter(concurrency)
+        self.concurrency, self.max_bytes_per_key = limits.concurrency, limits.max_bytes_per_key
+        self.max_file_bytes = limits.max_file_bytes
+        self.limiter = anyio.CapacityLimiter(limits.concurrency)
         self.tasks: set[asyncio.Task[None]] = set()
         self.pending: set[str] = set()
         """File records this replica has queued or is indexing."""
@@ -93,8 +103,13 @@ class Ingestion:
         await self._settle(owner, record, outcome)
 
     async def _index(self, owner: str, record: FileRecord, filename: str) -> ToolOutcome:
+        path = anyio.Path(self.files.path(record.file_id))
         try:
-            data = await anyio.Path(self.files.path(record.file_id)).read_bytes()
+            size = (await path.stat()).st_size
+            if size > self.max_file_bytes:  # refused before its bytes are read into memory
+                message = f"the file has {size} bytes; vector stores take files of at most {self.max_file_bytes}"
+                return ToolOutcome(message + " (--max-vector-store-file-bytes)", True, outcome="tool_error")
+            data = await path.read_bytes()
         except OSError as exc:
             return ToolOutcome(f"the file's bytes could not be read: {exc}", True)
         args = {

@@ -11,7 +11,7 @@ import structlog
 
 from orchestrator.errors import RequestError
 from orchestrator.files import Files, page
-from orchestrator.vector_stores.ingest import IndexTool, Ingestion
+from orchestrator.vector_stores.ingest import IndexTool, Ingestion, Limits
 from orchestrator.vector_stores.records import (
     FOREVER_S,
     AddFile,
@@ -28,6 +28,7 @@ from orchestrator.vector_stores.records import (
 )
 
 log = structlog.get_logger(__name__)
+DEFAULT_LIMITS = Limits()
 STALE_MARGIN_S = 60
 """Past the tool call's timeout, how long before a file still `in_progress` (and not queued here) is deemed cut
 off by a stop of the replica that indexed it."""
@@ -40,14 +41,13 @@ class VectorStores:
         self,
         files: Files,
         url: str | None,
+        limits: Limits = DEFAULT_LIMITS,
         *,
-        concurrency: int = 2,
         timeout_s: float = 600.0,
-        max_bytes_per_key: int = 1 << 30,
     ) -> None:
         self.files, self.objects, self.timeout_s = files, files.objects, timeout_s
         self.tool = IndexTool(url, timeout_s)
-        self.ingestion = Ingestion(files, self.tool, concurrency=concurrency, max_bytes_per_key=max_bytes_per_key)
+        self.ingestion = Ingestion(files, self.tool, limits)
 
     async def create(self, spec: CreateStore, owner: str) -> StoreRecord:
         sources = [await self.files.find(fid, owner) for fid in spec.file_ids]  # each the caller's: else 404
