@@ -137,6 +137,8 @@ class VectorStores:
     async def delete(self, store_id: str, owner: str) -> None:
         await self.find(store_id, owner)
         await self._drop_index(store_id, owner)
+        for batch in await self.objects.owned("vector_store_file_batch", store_id):
+            await self.objects.delete("vector_store_file_batch", batch["id"])
         await self.objects.delete("vector_store", store_id)
         await self.objects.delete("vector_store_expiry", store_id)
         log.info("vector_store.deleted", vector_store_id=store_id)
