@@ -33,7 +33,7 @@ from tests.support.service import Service
 
 MAX_FILE_BYTES = 4096
 """--max-vector-store-file-bytes here (default 16 MiB): a 'very large' file is one past it."""
-MAX_KEY_BYTES = 16_000
+MAX_KEY_BYTES = 9_000
 """--max-vector-store-bytes-per-key here (default 1 GiB)."""
 
 
@@ -195,7 +195,7 @@ def test_another_keys_store_file_and_batch_are_the_same_404_as_unknown_ones(flee
 
 def test_a_file_past_the_keys_bytes_fails_whole_and_the_key_keeps_working(fleet: Fleet) -> None:
     sdk = client(fleet, "key-c")
-    words = " ".join(f"word{i}" for i in range(400)).encode()  # 100-token chunks: over 10, 1536 vector bytes each
+    words = " ".join(f"word{i}" for i in range(250)).encode()  # 100-token chunks: about 7, 1536 vector bytes each
     big, small = upload(sdk, "big.txt", words), upload(sdk, "small.txt", b"A small kept fact.")
     store = sdk.vector_stores.create(name="budget")
     chunking: Any = {"type": "static", "static": {"max_chunk_size_tokens": 100, "chunk_overlap_tokens": 0}}
@@ -248,6 +248,23 @@ async def test_a_cancelled_batch_indexes_nothing_it_had_not_finished(direct: Vec
     assert cancelled["status"] == "cancelled" and cancelled["file_counts"]["cancelled"] == 5
     assert (await batches.body(await batches.find(store.id, batch["id"], owner)))["file_counts"]["cancelled"] == 5
     assert (await direct.search(store.id, owner, Search(query="comets")))["data"] == []
+    await direct.delete(store.id, owner)
+
+
+async def test_a_file_cancelled_while_it_was_indexed_is_removed_from_the_index_again(direct: VectorStores) -> None:
+    """The cancel lands between the tool's `index_file` and the record's update (as when another replica runs
+    it): the settled file stays `cancelled` and nothing of it is found."""
+    owner = "test-direct-inflight"
+    store = await direct.create(CreateStore(), owner)
+    fid = await put_upload(direct.files, owner, "geyser.txt", b"Old Faithful erupts about every ninety minutes.")
+    record = direct.new_record(store.id, fid, AddFile(file_id=fid))
+    await direct.objects.put("vector_store_file", asdict(record))
+    outcome = await direct.ingestion._index(owner, record, "geyser.txt")
+    assert not outcome.is_error and (await direct.search(store.id, owner, Search(query="geyser")))["data"]
+    await direct.objects.put("vector_store_file", asdict(record) | {"status": "cancelled"})
+    await direct.ingestion._settle(owner, record, outcome)
+    assert (await direct.find_file(store.id, fid, owner)).status == "cancelled"
+    assert (await direct.search(store.id, owner, Search(query="Old Faithful geyser")))["data"] == []
     await direct.delete(store.id, owner)
 
 
