@@ -125,7 +125,8 @@ class VectorStores:
         return page(shown, limit=limit, order=order, after=after, before=before)
 
     async def update(self, store_id: str, owner: str, spec: UpdateStore) -> StoreRecord:
-        record = await self.find(store_id, owner)
+        """New name, metadata or expiry policy; an update is activity (an expired store stays expired: a 400)."""
+        record = await self.usable(store_id, owner)
         for name in spec.model_fields_set:
             value = getattr(spec, name)
             setattr(record, name, value.model_dump() if name == "expires_after" and value else value)

@@ -26,7 +26,15 @@ from orchestrator.files import FileRecord as Upload
 from orchestrator.files import Files
 from orchestrator.persist.sqlite import SQLiteStores
 from orchestrator.settings import OrchestratorSettings
-from orchestrator.vector_stores import AddFile, CreateBatch, CreateStore, FileBatches, Search, VectorStores
+from orchestrator.vector_stores import (
+    AddFile,
+    CreateBatch,
+    CreateStore,
+    FileBatches,
+    Search,
+    UpdateStore,
+    VectorStores,
+)
 from tests.support.asgi import serve_asgi
 from tests.support.gateway import gateway_config, running_gateway
 from tests.support.service import Service
@@ -290,4 +298,6 @@ async def test_an_expired_store_is_reaped_and_answers_expired(direct: VectorStor
         await direct.search(store.id, owner, Search(query="tide"))
     with pytest.raises(RequestError, match="has expired"):
         await direct.add_file(store.id, owner, AddFile(file_id=fid))
+    with pytest.raises(RequestError, match="has expired"):
+        await direct.update(store.id, owner, UpdateStore(name="revived"))
     await direct.delete(store.id, owner)
