@@ -249,6 +249,7 @@ async def test_a_cancelled_batch_indexes_nothing_it_had_not_finished(direct: Vec
     await limiter.acquire_on_behalf_of("test")  # every file of the batch waits its turn
     try:
         batch = await batches.create(store.id, owner, CreateBatch(files=[AddFile(file_id=f) for f in ids]))
+        assert len(direct.ingestion.tasks) == 1  # the whole batch is one task, not one per file
         cancelled = await batches.cancel(store.id, owner=owner, batch_id=batch["id"])
     finally:
         limiter.release_on_behalf_of("test")
