@@ -26,35 +26,46 @@ from toolkit.snapshots import Snapshot, SnapshotId
 from toolkit.snapshots.base import seal
 from toolkit.wire import ANONYMOUS, fleet_secret
 
-SETUP = [
+SETUP: list[tuple[str | None, str]] = [
     (None, "mkdir -p /workspace/proj && echo work > /workspace/proj/main.txt && ln -s main.txt /workspace/proj/link"),
     (None, "echo data > /mnt/data/note.txt"),
+    (None, "echo private > /workspace/secret && chmod 000 /workspace/secret"),
     ("dev", "cd /workspace/proj && export GREETING=hi && LOCAL=unexported"),
+    ("scratch", "mkdir -p /tmp/s && cd /tmp/s"),
 ]
-"""(session_name, script): files in the work dir and /mnt/data, a symlink, and a named shell's state."""
+"""(session_name, script): files in the work dir and /mnt/data, a symlink, a file even its owner may not read (no
+capabilities in the sandbox), a named shell's state, and a named shell standing in /tmp (not saved)."""
 CHECK = ("dev", 'echo "$(pwd) ${GREETING:-unset} ${LOCAL:-unset}"; cat main.txt /mnt/data/note.txt')
 CHECKED = "/workspace/proj hi unset\nwork\ndata\n[exit code 0]"
 NOT_RESTORED = (
-    "not restored: /workspace/proj/link, files under /tmp, shell variables that were not exported, running "
-    "processes, open files]\n"
+    "not restored: /workspace/secret, /workspace/proj/link, files under /tmp, shell variables that were not "
+    "exported, the directory of shell 'scratch', running processes, open files]\n"
 )
 FRESH = (None, "find /mnt/data /workspace -mindepth 1 | wc -l")
 FRESH_TEXT = "0\n[exit code 0]"
 
 
 async def run(server: Service, session: str, step: tuple[str | None, str], transport: str = "streamable-http") -> str:
-    """One `bash -c` script, in the named shell `step[0]` (None: the unnamed one)."""
-    name, script = step
-    args: dict[str, Any] = {"cmd": ["bash", "-c", script]}
-    if name is not None:
-        args["session_name"] = name
+    return (await run_all(server, session, [step], transport))[0]
+
+
+async def run_all(
+    server: Service, session: str, steps: list[tuple[str | None, str]], transport: str = "streamable-http"
+) -> list[str]:
+    """`bash -c` scripts, each in its named shell `step[0]` (None: the unnamed one), over one connection."""
+    texts = []
     async with mcp_session(server.url, transport, {"x-session-id": session}) as mcp:
-        return str((await mcp.call_tool("exec", args)).content[0].text)  # type: ignore[union-attr]
+        for name, script in steps:
+            args: dict[str, Any] = {"cmd": ["bash", "-c", script]}
+            if name is not None:
+                args["session_name"] = name
+            texts.append(str((await mcp.call_tool("exec", args)).content[0].text))  # type: ignore[union-attr]
+    return texts
 
 
 async def set_up(server: Service, session: str) -> None:
-    for step in SETUP:
-        assert (await run(server, session, step)) == "[exit code 0]"
+    """One connection for all the steps: their gaps stay far below the reap test's idle time."""
+    assert await run_all(server, session, SETUP) == ["[exit code 0]"] * len(SETUP)
 
 
 def snapshot_file(store: Path, session: str) -> Path:
