@@ -240,7 +240,7 @@ def tar_tree(root: str) -> tuple[bytes, list[str]]:
             dirs.sort()
             for name in dirs + sorted(names):
                 path = os.path.join(top, name)
-                if not _tar_one(tar, path, os.path.relpath(path, root), name, top_fd):
+                if not _tar_one(tar, os.path.relpath(path, root), name, top_fd):
                     skipped.append(path)
     return buf.getvalue(), skipped
 
@@ -252,7 +252,7 @@ def _skipped(skipped: list[str]) -> Callable[[OSError], None]:
     return note
 
 
-def _tar_one(tar: tarfile.TarFile, path: str, arcname: str, name: str, top_fd: int) -> bool:
+def _tar_one(tar: tarfile.TarFile, arcname: str, name: str, top_fd: int) -> bool:
     """Add one entry; False when it is not a plain file or folder, or cannot be read."""
     try:
         st = os.stat(name, dir_fd=top_fd, follow_symlinks=False)
@@ -264,10 +264,10 @@ def _tar_one(tar: tarfile.TarFile, path: str, arcname: str, name: str, top_fd: i
             return True
         if not stat.S_ISREG(st.st_mode):
             return False
-        fd = _open_at(top_fd, name, os.O_RDONLY | _FILE)
-        with os.fdopen(fd, "rb") as f:
-            info.size = os.fstat(f.fileno()).st_size
-            tar.addfile(info, f)
+        with os.fdopen(_open_at(top_fd, name, os.O_RDONLY | _FILE), "rb") as f:
+            data = f.read()  # whole, before the tar is touched: a file a running process shrinks meanwhile
+        info.size = len(data)  # must not leave half a member behind
+        tar.addfile(info, io.BytesIO(data))
         return True
     except OSError:
         return False
