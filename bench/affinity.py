@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -214,7 +215,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup = {"workers": worker, "loops": args.loops, "turns": args.turns, "rounds": args.rounds}
     print(f"{worker}: {args.loops} loops x {args.turns} turns, {args.rounds} rounds per fleet")
     print_rows(rows, width=36)
-    print(f"({time.perf_counter() - started:.0f} s in all)")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"({time.perf_counter() - started:.0f} s in all; load average {load} on {os.cpu_count()} cores)")
     save(args.out, rows, **setup)
     return 0
 

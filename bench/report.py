@@ -10,8 +10,10 @@ from typing import Any
 
 
 def environment(**extra: Any) -> dict[str, Any]:
-    """What a figure depends on besides the code: the Python, the machine and its cores (and the bench's own)."""
-    return {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(), **extra}
+    """What a figure depends on besides the code: the Python, the machine, its cores and their load when the
+    figures were saved (1, 5 and 15 minute averages: other work on a shared machine), and the bench's own."""
+    facts = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count()}
+    return facts | {"load_average": [round(x, 2) for x in os.getloadavg()], **extra}
 
 
 def save(path: str | None, rows: list[dict[str, Any]], **extra: Any) -> None:
