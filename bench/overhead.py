@@ -21,6 +21,10 @@ responses with an output event before the terminal one; where it is 0, TTFT is t
 CPU per response, counted to the path that ran meanwhile: vLLM's API server process (its own /v1/responses,
 or the /v1/completions the orchestrator sends) and the orchestrator's process; on a shared machine these swing
 much less with the neighbours than wall time does. The engine's own process is the same work both ways.
+
+Not measured here: a response with a tool call. Random weights call no tool of their own accord, and vLLM's
+own `/v1/responses` has no way to force one, so there is no like-for-like request; `bench.fleet` and
+`bench.websocket` time tool turns through the orchestrator on the stand-in.
 """
 
 from __future__ import annotations
