@@ -188,7 +188,7 @@ class ToolServer(Generic[S]):
             room=lambda: settings.max_sessions - len(self.sessions),
         )
         self.sessions.on_change = self._sessions_changed
-        self.callers = Callers(self.sessions, Handles(self.namespace), settings.session_ttl_s)
+        self.callers = Callers(self.sessions, Handles(self.namespace), settings.session_ttl_s, keeper)
         self.backend = lifespan
         """What runs the backend while the app does (`backend_lifespan`)."""
         self._progress_interval_s = progress_interval_s

@@ -175,10 +175,11 @@ class SessionRegistry(Generic[S]):
         None when it was ended on purpose, never existed, or is forgotten."""
         return self._gone.get(key)
 
-    def moved_here(self, key: str) -> None:
-        """`key` was held by a replica that drained (the gateway says so): its first state here is a reset."""
+    def moved_here(self, key: str, why: str = LOST_WITH_REPLICA) -> None:
+        """`key` was held by a replica that went away (the gateway says so): its first state here is a reset,
+        unless a snapshot restores it."""
         if key not in self._entries:
-            self._remember_gone(key, LOST_WITH_REPLICA)
+            self._remember_gone(key, why)
 
     def take_reset(self, key: str) -> str | None:
         """Why the session's previous state is gone (evicted, reaped after idle, lost with its replica), when
