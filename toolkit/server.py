@@ -186,6 +186,7 @@ class ToolServer(Generic[S]):
             holds=self.sessions.__contains__,
             sessions=self.sessions.__len__,
             room=lambda: settings.max_sessions - len(self.sessions),
+            hand_over=self.sessions.hand_over if keeper is not None and keeper.store.enabled else None,
         )
         self.sessions.on_change = self._sessions_changed
         self.callers = Callers(self.sessions, Handles(self.namespace), settings.session_ttl_s, keeper)
