@@ -10,8 +10,17 @@ from typing import Any
 
 
 def environment(**extra: Any) -> dict[str, Any]:
-    """What a figure depends on besides the code: the Python, the machine and its cores (and the bench's own)."""
-    return {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(), **extra}
+    """What a figure depends on besides the code: the Python, the machine, its cores and their load when the
+    figures were saved (1, 5 and 15 minute averages: other work on a shared machine), and the bench's own."""
+    facts = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count()}
+    return facts | {"load_average": [round(x, 2) for x in os.getloadavg()], **extra}
+
+
+def cpu_seconds(pid: int) -> float:
+    """A process's user + system CPU seconds so far (`/proc/PID/stat` fields 14 and 15, in clock ticks): on a
+    shared machine a process's own CPU time swings much less with the neighbours than wall time does."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def save(path: str | None, rows: list[dict[str, Any]], **extra: Any) -> None:

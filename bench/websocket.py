@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -33,7 +32,7 @@ sys.path.insert(0, str(ROOT / "tests" / "orchestrator"))
 import openai  # noqa: E402
 from test_fleet import _port, _process  # noqa: E402
 
-from bench.report import print_values, save  # noqa: E402
+from bench.report import cpu_seconds, print_values, save  # noqa: E402
 
 STEP = {
     "type": "function",
@@ -113,12 +112,6 @@ async def ws_loop(client: openai.AsyncOpenAI, calls: int) -> list[float]:
     return turns
 
 
-def _cpu_s(pid: int) -> float:
-    """A process's user + system CPU time so far (/proc/PID/stat fields 14 and 15, in clock ticks)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 @contextlib.contextmanager
 def _fleet(calls: int) -> Iterator[tuple[str, int]]:
     """The scripted worker and the orchestrator as processes; yields the orchestrator's URL and pid."""
@@ -139,9 +132,9 @@ def _fleet(calls: int) -> Iterator[tuple[str, int]]:
 
 async def _measured(loop: Callable[[], Awaitable[list[float]]], pid: int) -> tuple[list[float], float]:
     """One loop's turn times and the orchestrator's CPU seconds per turn over it."""
-    before = _cpu_s(pid)
+    before = cpu_seconds(pid)
     turns = await loop()
-    return turns, (_cpu_s(pid) - before) / len(turns)
+    return turns, (cpu_seconds(pid) - before) / len(turns)
 
 
 def _row(name: str, loops: list[tuple[list[float], float]]) -> dict[str, Any]:

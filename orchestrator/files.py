@@ -150,20 +150,22 @@ def _expiry(form: _Form, now: int, retention_s: float) -> int:
     return now + min(int(seconds or 0), int(retention_s))
 
 
-def page(items: list[Any], *, limit: int, order: str, after: str | None) -> dict[str, Any]:
-    """A cursor page (`first_id`, `last_id`, `has_more`) of objects in stored order."""
+def page(items: list[Any], *, limit: int, order: str, after: str | None, before: str | None = None) -> dict[str, Any]:
+    """A cursor page (`first_id`, `last_id`, `has_more`) of objects in stored order: the first `limit` after
+    `after`, or with `before` the `limit` just before it (an unknown cursor: an empty page)."""
     if order == "desc":
         items = items[::-1]
-    if after is not None:
-        ids = [i.id for i in items]
-        items = items[ids.index(after) + 1 :] if after in ids else []
-    shown = items[:limit]
+    ids = [i.id for i in items]
+    start = ids.index(after) + 1 if after in ids else (0 if after is None else len(ids))
+    end = ids.index(before) if before in ids else (len(ids) if before is None else 0)
+    window = items[start:end]
+    shown = window[-limit:] if before is not None else window[:limit]
     return {
         "object": "list",
         "data": [i.body() for i in shown],
         "first_id": shown[0].id if shown else None,
         "last_id": shown[-1].id if shown else None,
-        "has_more": len(items) > limit,
+        "has_more": len(window) > limit,
     }
 
 

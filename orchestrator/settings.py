@@ -81,7 +81,24 @@ class OrchestratorSettings(ServiceSettings):
         64 * 1024 * 1024, description="bytes of JSON one conversation's items may hold together (more: 400)"
     )
     file_retention_s: float = Field(30 * 86400, description="delete uploaded files older than this")
-    prune_interval_s: float = Field(60.0, description="how often expired files and containers are deleted")
+    prune_interval_s: float = Field(
+        60.0, description="how often expired files, containers and vector stores are deleted"
+    )
+    vector_store_concurrency: int = Field(
+        2, ge=1, le=64, description="files one replica indexes into vector stores at once (all adds and batches)"
+    )
+    max_vector_store_file_bytes: int = Field(
+        16 * 1024 * 1024,
+        ge=1,
+        description="largest file added to a vector store (larger: failed with last_error, its bytes never read);"
+        " keep it at most the file_search tool's --max-file-bytes",
+    )
+    max_vector_store_bytes_per_key: int = Field(
+        1 << 30,
+        ge=0,
+        description="bytes (chunks and vectors: usage_bytes) one key's vector stores may hold together; a file"
+        " that would pass it fails with last_error, nothing of it indexed",
+    )
     max_container_memory: Literal["1g", "4g", "16g", "64g"] = Field(
         "4g", description="largest memory_limit a container may ask for (above: 400)"
     )

@@ -34,7 +34,7 @@ from orchestrator.responses.run import Run, ToolState, TurnModel
 from orchestrator.responses.turns import HARMONY
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.tools import Discovery, Endpoints, Listing, ToolSessions, ToolUnavailable, loggable
-from orchestrator.vector_stores import owned_store
+from orchestrator.vector_stores import usable_store
 from orchestrator.worker.affinity import OPENING_MESSAGES, keys_for
 from orchestrator.worker.client import Chat, CountChat, Generate
 
@@ -248,10 +248,11 @@ class Preparer:
         return ChatTurns(self.chat, chat_tools(namespaces, functions, list(tools.custom.values())), self.count_chat)
 
     async def _vector_stores(self, tools: Toolset, owner: str) -> None:
-        """The stores a file_search tool names: each the caller's (another key's or a missing one: a 404 naming it)."""
+        """The stores a file_search tool names: each the caller's (another key's or a missing one: a 404 naming it)
+        and not expired (a 400); each is active now, which moves its expiry on."""
         spec = tools.file_search
         for j, store_id in enumerate(spec["vector_store_ids"] if spec is not None else []):
-            await owned_store(self.objects, store_id, owner, f"{spec['where']}.vector_store_ids[{j}]")
+            await usable_store(self.objects, store_id, owner, f"{spec['where']}.vector_store_ids[{j}]")
 
     def _gateway_url(self, label: str) -> str | None:
         return self.endpoints.url_for(label) if self.settings.tools_url else None

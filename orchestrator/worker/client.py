@@ -507,12 +507,15 @@ class _StreamError(WorkerError):
 
 
 async def sse_objects(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, Any]]:
-    """vLLM's stream framing: `data: {json}` chunks until `data: [DONE]`; an `{"error": ...}` chunk raises."""
+    """vLLM's stream framing: `data: {json}` chunks until `data: [DONE]`; an `{"error": ...}` chunk raises.
+    The body is read to its end after `[DONE]` (`_drained`): a response closed unread closes its connection, and
+    the next request to the worker would pay for a new one."""
     async for line in lines:
         if not line.startswith("data:"):
             continue
         data = line[5:].strip()
         if data == "[DONE]":
+            await _drained(lines)
             return
         try:
             obj = json.loads(data)
@@ -524,6 +527,17 @@ async def sse_objects(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, Any]
             error = obj.get("error") if isinstance(obj.get("error"), dict) else obj
             raise _StreamError(f"worker error: {error.get('message') or error}")
         yield obj
+
+
+DRAIN_LINES = 4
+"""Lines read past `[DONE]` at most (vLLM sends none: only the body's end follows); a worker that sends more
+has its connection closed rather than read on."""
+
+
+async def _drained(lines: AsyncIterator[str]) -> None:
+    for _ in range(DRAIN_LINES):
+        if await anext(lines, None) is None:
+            return
 
 
 def _completion_chunks(obj: dict[str, Any]) -> list[Chunk]:

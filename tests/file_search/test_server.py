@@ -160,3 +160,26 @@ async def test_static_chunking_cuts_long_text_into_overlapping_windows(file_sear
         _, data = await call(s, "search", vector_store_ids=["vs_d"], query="word300", max_num_results=50)
     assert done["chunks"] == len(data["results"]) > 10
     assert any("word300" in r["text"] for r in data["results"][:2])
+
+
+async def test_attributes_change_in_place_content_is_kept_and_a_budget_refuses_before_adding(
+    file_search: Service,
+) -> None:
+    async with mcp_session(file_search.url, "streamable-http", ALICE) as s:
+        await index(s, "vs_attr", "file-m", "moon.md", "# Moon\n\nThe Moon drifts 3.8 cm from Earth each year.")
+        _, done = await call(s, "set_attributes", vector_store_id="vs_attr", file_id="file-m", attributes={"n": 2})
+        assert done == {"file_id": "file-m", "attributes": {"n": 2}}
+        where = {"type": "eq", "key": "n", "value": 2}
+        _, found = await call(s, "search", vector_store_ids=["vs_attr"], query="moon", filters=where)
+        assert [r["attributes"] for r in found["results"]] == [{"n": 2}]
+        _, content = await call(s, "file_content", vector_store_id="vs_attr", file_id="file-m")
+        assert content["text"] == "# Moon\n\nThe Moon drifts 3.8 cm from Earth each year."
+        for name in ("set_attributes", "file_content"):
+            extra = {"attributes": {}} if name == "set_attributes" else {}
+            assert "not indexed" in await error(s, name, vector_store_id="vs_attr", file_id="file-none", **extra)
+        text = "Venus turns backwards."
+        args = {"vector_store_id": "vs_attr", "file_id": "file-v", "filename": "v.txt", "content_base64": b64(text)}
+        assert "max-vector-store-bytes-per-key" in await error(s, "index_file", max_usage_bytes=10, **args)
+        _, gone = await call(s, "search", vector_store_ids=["vs_attr"], query="Venus turns backwards")
+        assert "file-v" not in {r["file_id"] for r in gone["results"]}
+        await call(s, "delete_store", vector_store_id="vs_attr")

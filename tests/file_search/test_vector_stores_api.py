@@ -153,7 +153,7 @@ async def test_a_file_whose_indexing_was_cut_off_by_a_stop_fails_and_its_store_s
             await stores.objects.put(
                 "vector_store_file", asdict(FileRecord(f"vs_x/{file_id}", "vs_x", file_id, old, now + 3600))
             )
-        vector_stores.pending.add("vs_x/file-queued")
+        vector_stores.ingestion.pending.add("vs_x/file-queued")
         cut = await vector_stores.find_file("vs_x", "file-cut", "key")
         assert cut.status == "failed" and cut.last_error is not None and "interrupted" in cut.last_error["message"]
         body = await vector_stores.body(await vector_stores.find("vs_x", "key"))

@@ -7,8 +7,11 @@ import time
 import httpx
 import openai
 import pytest
-from conftest import scenario
+from conftest import scenario, serving
 from invariants import check_stream
+
+from orchestrator.worker.scripted import Scenario, ScriptedModel
+from orchestrator.worker.scripted import build_app as build_worker
 
 SLOW = "<|channel|>final<|message|>" + "slow " * 2000 + "<|return|>"
 FAST = "<|channel|>analysis<|message|>Thinking.<|end|><|start|>assistant<|channel|>final<|message|>Quick.<|return|>"
@@ -108,3 +111,22 @@ def test_a_worker_that_goes_down_is_taken_out_by_health_checks_and_healthz_degra
     dead = make_stack(worker_urls=[url1], health_interval_s=0.05)
     resp = httpx.get(f"{dead.url}/healthz")
     assert resp.status_code == 503 and resp.json()["status"] == "degraded"
+
+
+def test_responses_one_after_another_share_one_connection_to_the_worker(make_stack):
+    """A worker's stream read to its end gives its connection back to the pool: no response pays for a new one."""
+    model, peers = ScriptedModel(Scenario()), []
+    app = build_worker(model)
+
+    async def recording(scope, receive, send):  # the worker, noting the client address of each completion
+        if scope["type"] == "http" and scope["path"] == "/v1/completions":
+            peers.append(scope["client"])
+        await app(scope, receive, send)
+
+    with serving(recording) as url:
+        stack = make_stack(worker_urls=[url], health_interval_s=3600.0)  # no health check shares the pool meanwhile
+        stack.client.responses.create(model="gpt-oss", input="first")
+        events = list(stack.client.responses.create(model="gpt-oss", input="second", stream=True))
+        stack.client.responses.create(model="gpt-oss", input="third")
+    assert events[-1].type == "response.completed" and len(peers) == 3
+    assert len(set(peers)) == 1, peers

@@ -6,10 +6,14 @@ tools (not in the model's prompt), so the orchestrator has one adapter for both:
 `write_file{path, data, offset}` -> `{size}`, `read_file{path, offset, max_bytes}` -> `{data, size, eof}`
 and `list_files{}` -> `{files}`, paths under `/mnt/data`, bytes as base64 (the rules: `files.py`). The
 server checks the sizes before any sandbox is taken; the sandbox checks the paths, where the files are.
+
+A snapshot's bytes travel the same way, in chunks (`pull_snapshot`, `push_snapshot`: the host half of
+`files.Transfer`); the server only carries them, never opens them.
 """
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,6 +28,9 @@ from toolkit.signature import Op
 S = TypeVar("S", bound=SessionState)
 Send = Callable[[S, dict[str, Any]], Awaitable[dict[str, Any]]]
 """Hands one file request (`files.answer`'s) to a session's sandbox and returns the sandbox's reply."""
+
+Request = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+"""Sends one request to a sandbox and returns its reply."""
 
 _MODULE = files.__name__
 _BASE64_MAX = files.MAX_CHUNK * 4 // 3 + 4
@@ -76,3 +83,35 @@ def _op(request: dict[str, Any], send: Send[S]) -> Op[S, dict[str, Any]]:
         return {k: v for k, v in reply.items() if k not in ("id", "error")}
 
     return run
+
+
+class SnapshotFailed(Exception):
+    """The sandbox could not make or load a snapshot (a library missing there, a snapshot it cannot read)."""
+
+
+async def pull_snapshot(request: Request, ask: dict[str, Any]) -> tuple[bytes, dict[str, Any]]:
+    """The snapshot the sandbox makes for `ask` (a `snapshot` op), as opaque bytes, and its first reply
+    (`unsaved`: what it left out)."""
+    head = await _snapshot_op(request, ask)
+    size, data = int(head["size"]), bytearray()
+    while len(data) < size:
+        chunk = base64.b64decode((await _snapshot_op(request, {"op": "snapshot_read", "offset": len(data)}))["data"])
+        if not chunk:
+            raise SnapshotFailed("the sandbox's snapshot ended early")
+        data += chunk
+    return bytes(data), head
+
+
+async def push_snapshot(request: Request, payload: bytes, finish: dict[str, Any]) -> dict[str, Any]:
+    """Hand `payload` to the sandbox in chunks, then `finish` (a `restore` op) loads it there; its reply."""
+    for start in range(0, len(payload), files.SNAPSHOT_CHUNK):
+        data = base64.b64encode(payload[start : start + files.SNAPSHOT_CHUNK]).decode("ascii")
+        await _snapshot_op(request, {"op": "restore_write", "data": data})
+    return await _snapshot_op(request, finish)
+
+
+async def _snapshot_op(request: Request, op: dict[str, Any]) -> dict[str, Any]:
+    reply = await request(op)
+    if reply.get("error"):
+        raise SnapshotFailed(str(reply["error"]))
+    return reply

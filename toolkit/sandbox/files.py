@@ -19,6 +19,12 @@ Requests and replies (base64 for bytes):
   under hidden directories, at most `LIST_LIMIT`, symlinks not followed), sorted by path.
 
 A refused or failed request answers `{"error": TEXT}` instead.
+
+Snapshots are made and loaded here too, inside the sandbox (a snapshot is untrusted bytes; the tool server never
+opens one): `tar_tree` and `untar_tree` move a directory's plain files and folders, and `Transfer` answers the
+chunked ops that carry a snapshot's bytes over the JSON-lines channel: `snapshot` (make it; its size and what was
+left out), `snapshot_read {offset}` (a base64 chunk of it), `restore_write {data}` (collect one) and `restore`
+(load what was collected). Each tool says what its snapshot holds.
 """
 
 from __future__ import annotations
@@ -26,8 +32,12 @@ from __future__ import annotations
 import base64
 import binascii
 import errno
+import io
 import os
 import stat
+import tarfile
+import threading
+from collections.abc import Callable
 from typing import Any
 
 ROOT = "/mnt/data"
@@ -37,6 +47,10 @@ MAX_CHUNK = 256 * 1024
 and must stay under the mcp client's 1 MiB event limit."""
 LIST_LIMIT = 1000
 """Most files one listing names."""
+
+SNAPSHOT_CHUNK = 4 * 1024 * 1024
+"""Most snapshot bytes one `snapshot_read` or `restore_write` line carries (base64 in one JSON line)."""
+SNAPSHOT_OPS = ("snapshot", "snapshot_read", "restore_write", "restore")
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: a FIFO left here is refused, never waited on
@@ -214,3 +228,106 @@ def _os_error(op: Any, path: Any, exc: OSError, root: str) -> str:
     if exc.errno == errno.ENOTDIR:
         return f"path {path!r} goes through something that is not a directory"
     return f"cannot {op} {path!r}: {exc.strerror or exc}"
+
+
+def tar_tree(root: str) -> tuple[bytes, list[str]]:
+    """The plain files and folders under `root` as a tar, and the paths left out: links, devices, FIFOs, sockets
+    and what this user cannot read. Hard links become copies, so a restore needs no link member."""
+    buf = io.BytesIO()
+    skipped: list[str] = []
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for top, dirs, names, top_fd in os.fwalk(root, follow_symlinks=False, onerror=_skipped(skipped)):
+            dirs.sort()
+            for name in dirs + sorted(names):
+                path = os.path.join(top, name)
+                if not _tar_one(tar, os.path.relpath(path, root), name, top_fd):
+                    skipped.append(path)
+    return buf.getvalue(), skipped
+
+
+def _skipped(skipped: list[str]) -> Callable[[OSError], None]:
+    def note(exc: OSError) -> None:
+        skipped.append(str(exc.filename))
+
+    return note
+
+
+def _tar_one(tar: tarfile.TarFile, arcname: str, name: str, top_fd: int) -> bool:
+    """Add one entry; False when it is not a plain file or folder, or cannot be read."""
+    try:
+        st = os.stat(name, dir_fd=top_fd, follow_symlinks=False)
+        info = tarfile.TarInfo(arcname)
+        info.mode, info.mtime = stat.S_IMODE(st.st_mode), int(st.st_mtime)
+        if stat.S_ISDIR(st.st_mode):
+            info.type = tarfile.DIRTYPE
+            tar.addfile(info)
+            return True
+        if not stat.S_ISREG(st.st_mode):
+            return False
+        with os.fdopen(_open_at(top_fd, name, os.O_RDONLY | _FILE), "rb") as f:
+            data = f.read()  # whole, before the tar is touched: a file a running process shrinks meanwhile
+        info.size = len(data)  # must not leave half a member behind
+        tar.addfile(info, io.BytesIO(data))
+        return True
+    except OSError:
+        return False
+
+
+def untar_tree(data: bytes, root: str) -> None:
+    """Extract a `tar_tree` tar into `root`: plain files and folders only (links and devices are dropped), and a
+    member named absolutely or with `..` refuses the whole snapshot."""
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
+        members = [m for m in tar.getmembers() if m.isfile() or m.isdir()]
+        for member in members:
+            if member.name.startswith("/") or ".." in member.name.split("/"):
+                raise ValueError(f"unsafe path in snapshot: {member.name!r}")
+            member.mode &= 0o755
+        safe: dict[str, Any] = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # checked again
+        tar.extractall(root, members=members, **safe)
+
+
+class Transfer:
+    """A snapshot's bytes carried over the JSON-lines channel in base64 chunks, each way; one per sandbox."""
+
+    def __init__(self) -> None:
+        self._out = b""
+        self._in = bytearray()
+        self._lock = threading.Lock()  # the container agent answers each request in a thread of its own
+
+    def answer(
+        self,
+        request: dict[str, Any],
+        take: Callable[[dict[str, Any]], tuple[bytes, list[str]]],
+        load: Callable[[bytes], dict[str, Any]],
+    ) -> dict[str, Any]:
+        """A snapshot op's reply; what fails (a snapshot the sandbox cannot read) is an `error`, never a crash.
+        `take` makes the snapshot the `snapshot` request asks for (its bytes, the names left out); `load` loads
+        one and gives the `restore` reply (`missing`: what did not come back, and what else the tool answers)."""
+        try:
+            with self._lock:
+                reply = self._op(request, take, load)
+        except Exception as exc:
+            reply = {"error": f"{type(exc).__name__}: {exc}"}
+        return {**reply, "id": request.get("id")}
+
+    def _op(
+        self,
+        request: dict[str, Any],
+        take: Callable[[dict[str, Any]], tuple[bytes, list[str]]],
+        load: Callable[[bytes], dict[str, Any]],
+    ) -> dict[str, Any]:
+        op = request["op"]
+        if op == "snapshot":
+            self._out, unsaved = take(request)
+            return {"size": len(self._out), "unsaved": unsaved}
+        if op == "snapshot_read":
+            offset = int(request["offset"])
+            chunk = self._out[offset : offset + SNAPSHOT_CHUNK]
+            if offset + len(chunk) >= len(self._out):
+                self._out = b""
+            return {"data": base64.b64encode(chunk).decode("ascii")}
+        if op == "restore_write":
+            self._in += base64.b64decode(request["data"], validate=True)
+            return {}
+        blob, self._in = bytes(self._in), bytearray()
+        return load(blob)

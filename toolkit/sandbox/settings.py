@@ -1,4 +1,4 @@
-"""The flags every docker-backed tool server shares (`--instance`, `--pool-size`, `--oci-runtime`, ...)."""
+"""The flags every sandbox tool server shares (`--instance`, `--pool-size`, `--oci-runtime`, `--snapshots`, ...)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ import socket
 from pydantic import Field
 
 from toolkit.settings import ToolServerSettings
+from toolkit.snapshots import Limits as SnapshotLimits
+from toolkit.snapshots import SnapshotStore, open_snapshots
+from toolkit.snapshots.keeper import SnapshotKeeper
 from toolkit.wire import MEMORY_HEADER
 
 FLEET_RUNTIME_ENV = "TOOLFLEET_OCI_RUNTIME"
@@ -15,7 +18,8 @@ FLEET_RUNTIME_ENV = "TOOLFLEET_OCI_RUNTIME"
 
 
 class DockerSandboxSettings(ToolServerSettings):
-    """Flags every docker-backed tool server shares (`--instance`, `--pool-size`, `--oci-runtime`, ...)."""
+    """Flags every sandbox tool server shares: its docker sandboxes' (`--instance`, `--pool-size`, `--oci-runtime`,
+    ...) and where its sessions are saved (`--snapshots` and the `--snapshot-*` flags)."""
 
     memory_mb: int = Field(1024, description="memory limit of a session's sandbox (the size of the warm pool's)")
     max_session_memory_mb: int | None = Field(
@@ -42,9 +46,30 @@ class DockerSandboxSettings(ToolServerSettings):
     lease_s: float = Field(30.0, description="an owner whose heartbeat is silent this long loses its sandboxes")
     janitor_interval_s: float = Field(30.0, description="how often sandboxes of dead owners are looked for")
 
+    snapshots: str = Field(
+        "none",
+        description="where sessions are saved as eviction, idle reaping or a stop (SIGTERM) takes them, to be "
+        "restored on their next call: none (lost, as before), dir (--snapshot-dir) or redis (--snapshot-url)",
+    )
+    snapshot_dir: str = Field("/var/lib/toolfleet/snapshots", description="the dir store's folder (--snapshots dir)")
+    snapshot_url: str = Field("redis://127.0.0.1:6379/0", description="the redis store's URL (--snapshots redis)")
+    snapshot_max_mib: int = Field(256, description="largest snapshot of one session; a larger one is not saved")
+    snapshot_ttl_s: float = Field(7 * 24 * 3600.0, description="a snapshot older than this is not restored")
+
     @property
     def session_memory_cap_mb(self) -> int:
         return self.max_session_memory_mb or self.memory_mb
 
     def instance_name(self) -> str:
         return self.instance or f"{socket.gethostname()}-{self.port}"
+
+    def snapshot_store(self) -> SnapshotStore:
+        where = self.snapshot_url if self.snapshots == "redis" else self.snapshot_dir
+        limits = SnapshotLimits(per_session_bytes=self.snapshot_max_mib * 2**20, ttl_s=self.snapshot_ttl_s)
+        return open_snapshots(self.snapshots, where, limits)
+
+    def keeper(self, namespace: str) -> SnapshotKeeper | None:
+        """The session saver `--snapshots` asks for; None keeps a session's state only as long as its sandbox."""
+        if self.snapshots == "none":
+            return None
+        return SnapshotKeeper(self.snapshot_store(), namespace)

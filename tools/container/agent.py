@@ -8,7 +8,10 @@ up another). Run as `python3 -c PROGRAM --once JSON` (through `docker exec --use
 request and exits.
 
 Requests: `{"id", "op": "exec", "argv", "cwd", "env", "timeout_s", "max_bytes", "in_shell", "functions"}`,
-and the file requests `write`, `read` and `list` under /mnt/data (`files.py` states them).
+the file requests `write`, `read` and `list` under /mnt/data (`files.py` states them), and the snapshot ops
+(`files.Transfer` carries the bytes): `snapshot {workdir, shells}` packs /mnt/data and the work dir (each a
+`files.tar_tree` tar) with the shells' state the server sent, in one tar; `restore {workdir}` unpacks one here
+and answers the shells' state and which shells' directories are gone. The server never opens a snapshot.
 Why a resident process: a `docker exec` costs several engine round trips per command (figures in
 the backend's docstring); a line on an already attached stream costs none.
 
@@ -23,6 +26,7 @@ where the image has it), so a named shell keeps its state whatever form the comm
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import queue
@@ -32,10 +36,11 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 
-from toolkit.sandbox.files import answer
+from toolkit.sandbox.files import ROOT, SNAPSHOT_OPS, Transfer, answer, tar_tree, untar_tree
 
 TAG = "TOOLFLEET_EXEC_TAG"
 STATE_FD = "TOOLFLEET_STATE_FD"
@@ -50,6 +55,8 @@ WRAPPER = (
 """Runs a script (`$1`) after the shell's saved functions (`$2`); at exit, writes where it stands, its
 functions (bash's `declare -f`; nothing under dash) and its environment to the state pipe, NUL-separated."""
 _write_lock = threading.Lock()
+TRANSFER = Transfer()
+SHELLS_PART = "shells.json"
 
 
 def shell_script(argv: list[str]) -> tuple[list[str], str] | None:
@@ -280,12 +287,49 @@ def _state_change(raw: bytes, start_env: dict, cwd: str) -> dict:
     return change
 
 
+def take_snapshot(req: dict) -> tuple[bytes, list]:
+    """/mnt/data's and the work dir's trees and the shells' state in one tar; the paths left out."""
+    parts, skipped = {SHELLS_PART: json.dumps(req["shells"]).encode()}, []
+    for part, root in _roots(req["workdir"]).items():
+        parts[part], left_out = tar_tree(root)
+        skipped += left_out
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in parts.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue(), skipped
+
+
+def load_snapshot(blob: bytes, workdir: str) -> dict:
+    """Unpack a `take_snapshot` tar here: the trees into their roots; the shells' state back to the server, with
+    the names of shells whose directory did not come back."""
+    with tarfile.open(fileobj=io.BytesIO(blob), mode="r") as tar:
+        parts = {}
+        for member in tar.getmembers():
+            source = tar.extractfile(member) if member.isfile() else None
+            if source is not None:
+                parts[member.name] = source.read()
+    for part, root in _roots(workdir).items():
+        untar_tree(parts[part], root)
+    shells = json.loads(parts[SHELLS_PART])
+    gone = [name for name, shell in shells.items() if not os.path.isdir(str(shell.get("cwd")))]
+    return {"shells": shells, "gone": gone}
+
+
+def _roots(workdir: str) -> dict:
+    return {"data.tar": ROOT} if workdir == ROOT else {"data.tar": ROOT, "work.tar": workdir}
+
+
 def handle(req: dict) -> dict:
     try:
         if req["op"] == "exec":
             reply = run_exec(req, f"{os.getpid()}-{req.get('id')}")
         elif req["op"] in FILE_OPS:
             reply = answer(req)
+        elif req["op"] in SNAPSHOT_OPS:
+            reply = TRANSFER.answer(req, take_snapshot, lambda blob: load_snapshot(blob, req["workdir"]))
         else:
             reply = {"error": f"unknown op {req['op']!r}"}
     except OSError as exc:

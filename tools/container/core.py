@@ -5,7 +5,9 @@ A `Backend` makes one `Sandbox` per session (a container running the agent of `a
 variables its scripts changed and the functions they defined, and sends each command to the sandbox
 with them. In a named shell every command runs in the shell (an argv list quoted with `shlex.join`), so
 `["cd", "/tmp"]` moves that shell; the unnamed one runs an argv list as a plain process, keeping state
-only from explicit shell scripts (`["bash", "-lc", "..."]`).
+only from explicit shell scripts (`["bash", "-lc", "..."]`). With `--snapshots`, a session is `Snapshottable`:
+its files and its shells' state are packed and unpacked inside the container (`agent.take_snapshot`), and the
+server takes the shells' state back only after checking its shape (a snapshot is untrusted data).
 
 Result layout (what `content[0].text` holds; stable, tests pin it):
 
@@ -20,13 +22,17 @@ Empty parts are left out; output cut in the middle carries `[... N bytes cut her
 
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from pydantic import TypeAdapter
+
 from toolkit.sandbox.engine import SandboxError as SandboxError  # the kit's "our side broke"
-from toolkit.sandbox.file_tools import program
+from toolkit.sandbox.file_tools import SnapshotFailed as SnapshotFailed  # the sandbox could not make or load one
+from toolkit.sandbox.file_tools import program, pull_snapshot, push_snapshot
 from toolkit.sandbox.files import ROOT
 from toolkit.sandbox.runtime import ContainerRuntime
 
@@ -35,6 +41,11 @@ READER_LIMIT = 16 * 1024 * 1024
 """Largest reply line accepted from an agent (two capped streams, or one file chunk as base64)."""
 DATA_DIR = ROOT  # where a platform container's files are (shell with container_reference), as in the python tool
 FILE_OP_TIMEOUT_S = 30.0  # one chunk of at most files.MAX_CHUNK bytes in or out of /mnt/data
+SNAPSHOT_TIMEOUT_S = 120.0  # packing or unpacking a whole session's files (hundreds of MiB) inside the container
+NEVER_SAVED = ("files under /tmp", "shell variables that were not exported")
+"""What a snapshot never holds: /tmp is scratch space, and a shell lives only as long as its command (only its
+exported environment, cwd and functions reach the server)."""
+NAMED_AT_MOST = 10  # paths named in a restore notice; the rest are counted
 
 
 class UsageError(Exception):
@@ -101,6 +112,10 @@ class Shell:
     functions: str = ""
 
 
+SHELLS: TypeAdapter[dict[str, Shell]] = TypeAdapter(dict[str, Shell])
+"""The shells' state a restore hands back from inside the container: checked before it is kept."""
+
+
 class ContainerSession:
     """One session: its sandbox and its shells; commands go to the sandbox with the shell's state."""
 
@@ -161,5 +176,33 @@ class ContainerSession:
         """A file request (`toolkit.sandbox.files`) answered by the agent, as the default user."""
         return await self.sandbox.request(request, user=None, timeout_s=FILE_OP_TIMEOUT_S)
 
+    async def snapshot(self) -> tuple[bytes, list[str]]:
+        """/mnt/data, the work dir and the shells' state, packed inside the container (`agent.take_snapshot`) as
+        opaque bytes; what it left out (links, devices, files this user cannot read) and what no snapshot holds."""
+        shells = {name: dataclasses.asdict(shell) for name, shell in self.shells.items()}
+        ask = {"op": "snapshot", "workdir": self._workdir, "shells": shells}
+        payload, head = await pull_snapshot(self._snapshot_op, ask)
+        return payload, [*_few([str(path) for path in head["unsaved"]]), *NEVER_SAVED]
+
+    async def restore(self, payload: bytes) -> list[str]:
+        """Unpack `payload` inside the container and take its shells back; a shell whose directory did not come
+        back (under /tmp, say) starts in the work dir again, and is named."""
+        reply = await push_snapshot(self._snapshot_op, payload, {"op": "restore", "workdir": self._workdir})
+        self.shells = SHELLS.validate_python(reply["shells"])
+        moved = [name for name in map(str, reply["gone"]) if name in self.shells]
+        for name in moved:
+            self.shells[name].cwd = self._workdir
+        return [f"the directory of shell {name!r}" if name else "the directory of the unnamed shell" for name in moved]
+
+    async def _snapshot_op(self, op: dict[str, Any]) -> dict[str, Any]:
+        return await self.sandbox.request(op, user=None, timeout_s=SNAPSHOT_TIMEOUT_S)
+
     async def aclose(self) -> None:
         await self.sandbox.aclose()
+
+
+def _few(paths: list[str]) -> list[str]:
+    """At most NAMED_AT_MOST paths, then how many more."""
+    if len(paths) <= NAMED_AT_MOST:
+        return paths
+    return [*paths[:NAMED_AT_MOST], f"{len(paths) - NAMED_AT_MOST} more paths"]

@@ -47,6 +47,7 @@ def build_server(settings: ContainerSettings, backend: Backend) -> ToolServer[Co
         progress_interval_s=settings.progress_s,
         sizing=Sizing(settings.memory_mb, settings.session_memory_cap_mb, new_session),
         runtime=backend.runtime,
+        keeper=settings.keeper("container"),
     )
     tool = functools.partial(kit.tool, faults=FAULTS, step=STEP)
 

@@ -31,6 +31,10 @@ class BadRequest(ValueError):
     """The caller's mistake (a bad id, an unknown store): answered in these words."""
 
 
+class OverBudget(BadRequest):
+    """The file would take its owner past the bytes the orchestrator allows a key: refused before it is added."""
+
+
 @dataclass(frozen=True, slots=True)
 class Indexed:
     chunks: int
@@ -61,18 +65,31 @@ class Engine:
         return self._stores[path]
 
     async def index_file(
-        self, owner: str, store_id: str, file: dict[str, Any], data: bytes, rule: StaticChunking
+        self,
+        owner: str,
+        store_id: str,
+        file: dict[str, Any],
+        data: bytes,
+        rule: StaticChunking,
+        max_usage_bytes: int | None = None,
     ) -> Indexed:
-        """Index one file (replacing an earlier copy of the same id): its text's chunks, embedded, added."""
+        """Index one file (replacing an earlier copy of the same id): its text's chunks, embedded, added; one
+        whose chunks and vectors would take more than `max_usage_bytes` is refused before anything is added."""
         started = time.perf_counter()
         text = await anyio.to_thread.run_sync(extract_text, file["filename"], data)
         texts = await anyio.to_thread.run_sync(self.chunker.chunks, text, rule)
         vectors = await self.embedder.embed(texts)
         usage = sum(len(t.encode()) for t in texts) + vectors.nbytes
+        if max_usage_bytes is not None and usage > max_usage_bytes:
+            raise OverBudget(
+                f"the file would use {usage} bytes of vector store storage, past the {max(max_usage_bytes, 0)}"
+                " its key has left under the orchestrator's --max-vector-store-bytes-per-key"
+            )
         path = self._path(owner, store_id)
         async with self._locks[path]:
             store = await self._store(path)
             meta = {**file, "bytes": usage}
+            await anyio.to_thread.run_sync(store.keep_text, file["file_id"], text)
             await anyio.to_thread.run_sync(store.add, file["file_id"], meta, texts, vectors)
         elapsed = time.perf_counter() - started
         log.info("file.indexed", owner=owner, store=store_id, file_id=file["file_id"], chunks=len(texts), s=elapsed)
@@ -84,7 +101,26 @@ class Engine:
             return False
         async with self._locks[path]:
             store = await self._store(path)
-            return await anyio.to_thread.run_sync(store.delete, checked_id(file_id, "file_id"))
+            deleted = await anyio.to_thread.run_sync(store.delete, checked_id(file_id, "file_id"))
+            await anyio.to_thread.run_sync(store.drop_text, file_id)
+            return deleted
+
+    async def set_attributes(self, owner: str, store_id: str, file_id: str, attributes: dict[str, Any]) -> bool:
+        """Replace an indexed file's attributes in place. False: the store or the file is not there."""
+        path = self._path(owner, store_id)
+        if not path.exists():
+            return False
+        async with self._locks[path]:
+            store = await self._store(path)
+            return await anyio.to_thread.run_sync(store.set_attributes, checked_id(file_id, "file_id"), attributes)
+
+    async def text(self, owner: str, store_id: str, file_id: str) -> str | None:
+        """An indexed file's parsed text; None: the store or the file is not there."""
+        path = self._path(owner, store_id)
+        if not path.exists():
+            return None
+        store = await self._store(path)
+        return await anyio.to_thread.run_sync(store.text, checked_id(file_id, "file_id"))
 
     async def delete_store(self, owner: str, store_id: str) -> bool:
         path = self._path(owner, store_id)

@@ -2,7 +2,9 @@
 header), their arguments checked at the edge.
 
 `search` answers the model-readable text (each result with its file, score and text) and the results as
-structured data; `index_file`, `delete_file` and `delete_store` answer structured data only.
+structured data; `index_file` (refused before anything is added past `max_usage_bytes`), `set_attributes`
+(filters see the new attributes at once; nothing is embedded again), `file_content` (the parsed text),
+`delete_file` and `delete_store` answer structured data only.
 """
 
 from __future__ import annotations
@@ -128,6 +130,7 @@ def build_server(settings: FileSearchSettings, engine: Engine) -> ToolServer[Cal
 
     kit: ToolServer[Call] = ToolServer(mcp, settings, new_call, lifespan=lifespan)
     _writes(kit, settings, engine)
+    _file_tools(kit, engine)
     _search(kit, settings, engine)
     return kit
 
@@ -153,6 +156,7 @@ def _writes(kit: ToolServer[Call], settings: FileSearchSettings, engine: Engine)
         content_base64: str,
         attributes: dict[str, Any] | None = None,
         chunking_strategy: dict[str, Any] | None = None,
+        max_usage_bytes: int | None = None,
     ) -> Op[Call, IndexedFile]:
         with refused():
             owner, data = owner_of(ctx), _decoded(content_base64, settings.max_file_bytes)
@@ -165,7 +169,7 @@ def _writes(kit: ToolServer[Call], settings: FileSearchSettings, engine: Engine)
             }
 
         async def op(_: Call) -> IndexedFile:
-            done = await engine.index_file(owner, vector_store_id, file, data, rule)
+            done = await engine.index_file(owner, vector_store_id, file, data, rule, max_usage_bytes)
             return IndexedFile(file_id=file_id, chunks=done.chunks, usage_bytes=done.usage_bytes)
 
         return op
@@ -185,6 +189,46 @@ def _writes(kit: ToolServer[Call], settings: FileSearchSettings, engine: Engine)
 
         async def op(_: Call) -> Deleted:
             return Deleted(id=vector_store_id, deleted=await engine.delete_store(owner, vector_store_id))
+
+        return op
+
+
+class FileText(BaseModel):
+    file_id: str
+    text: str
+
+
+class Updated(BaseModel):
+    file_id: str
+    attributes: Attributes
+
+
+def _file_tools(kit: ToolServer[Call], engine: Engine) -> None:
+    """The tools over one indexed file: its attributes replaced without embedding it again, its parsed text."""
+
+    @kit.tool("set_attributes", FAULTS, description="Replace an indexed file's attributes (filters see them at once).")
+    def set_attributes(
+        ctx: Context, vector_store_id: str, file_id: str, attributes: dict[str, Any] | None
+    ) -> Op[Call, Updated]:
+        with refused():
+            owner, new = owner_of(ctx), _parsed(ATTRIBUTES, attributes, "attributes") or {}
+
+        async def op(_: Call) -> Updated:
+            if not await engine.set_attributes(owner, vector_store_id, file_id, new):
+                raise BadRequest(f"file {file_id} is not indexed in vector store {vector_store_id}")
+            return Updated(file_id=file_id, attributes=new)
+
+        return op
+
+    @kit.tool("file_content", FAULTS, description="The parsed text of one indexed file.")
+    def file_content(ctx: Context, vector_store_id: str, file_id: str) -> Op[Call, FileText]:
+        owner = owner_of(ctx)
+
+        async def op(_: Call) -> FileText:
+            text = await engine.text(owner, vector_store_id, file_id)
+            if text is None:
+                raise BadRequest(f"file {file_id} is not indexed in vector store {vector_store_id}")
+            return FileText(file_id=file_id, text=text)
 
         return op
 

@@ -2,7 +2,8 @@
 float32 matrix), fused by reciprocal rank.
 
 Layout of a store's directory: `vectors.npy` (one row per chunk ever added), `text/` (the tantivy index: row,
-file_id, text), and `files.json` (each live file: name, attributes, its row range, bytes). `files.json` is written
+file_id, text), `parsed/` (each file's parsed text) and `files.json` (each live file: name, attributes, its row
+range, bytes). `files.json` is written
 last when a file is added and first when one is deleted, each time by an atomic rename, so a reader (another
 replica on the same volume too) never sees half a file: a row no live file claims is not found. Writers hold an
 exclusive `flock` on `lock`, so replicas sharing the volume take turns. All of it is blocking: callers run it in a
@@ -122,6 +123,32 @@ class Store:
         writer.delete_documents_by_term("file_id", file_id)
         writer.commit()
         writer.wait_merging_threads()
+
+    def set_attributes(self, file_id: str, attributes: dict[str, Any]) -> bool:
+        """Replace one live file's attributes (filters see them at once; nothing is embedded again). False: the
+        file is not in the store."""
+        with self._locked():
+            files = self.files()
+            if file_id not in files:
+                return False
+            files[file_id]["attributes"] = attributes
+            _write_atomic(self.directory / "files.json", json.dumps(files).encode())
+            return True
+
+    def keep_text(self, file_id: str, text: str) -> None:
+        """Keep a file's parsed text (what the API's file `content` answers), written before the file goes live."""
+        (self.directory / "parsed").mkdir(exist_ok=True)
+        _write_atomic(self.directory / "parsed" / f"{file_id}.txt", text.encode())
+
+    def drop_text(self, file_id: str) -> None:
+        (self.directory / "parsed" / f"{file_id}.txt").unlink(missing_ok=True)
+
+    def text(self, file_id: str) -> str | None:
+        """A live file's parsed text; None: the file is not in the store."""
+        path = self.directory / "parsed" / f"{file_id}.txt"
+        if file_id not in self.files() or not path.exists():
+            return None
+        return path.read_text()
 
     def destroy(self) -> None:
         with self._locked():

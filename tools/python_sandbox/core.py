@@ -7,7 +7,6 @@ it over the same JSON-lines channel (`KernelChannel`), so they share the whole c
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +14,8 @@ from typing import Any, Protocol
 
 from toolkit.sandbox.backend import wait_ready
 from toolkit.sandbox.engine import SandboxError as SandboxError  # the kit's "our side broke", raised by both backends
-from toolkit.sandbox.file_tools import program
+from toolkit.sandbox.file_tools import SnapshotFailed as SnapshotFailed  # the sandbox could not make or load one
+from toolkit.sandbox.file_tools import program, pull_snapshot, push_snapshot
 from toolkit.sandbox.runtime import ContainerRuntime
 
 KERNEL_SOURCE = program(Path(__file__).with_name("kernel.py"))
@@ -23,11 +23,6 @@ READER_LIMIT = 64 * 1024 * 1024
 """Largest reply frame accepted from a kernel (capped text plus a few PNGs)."""
 FILE_OP_TIMEOUT_S = 30.0  # one chunk of at most files.MAX_CHUNK bytes in or out of the work dir
 SNAPSHOT_TIMEOUT_S = 120.0  # pickling or loading a whole session (hundreds of MiB) inside the sandbox
-SNAPSHOT_CHUNK = 4 * 1024 * 1024  # bytes per restore_write frame (base64 in one JSON line)
-
-
-class SnapshotFailed(Exception):
-    """The sandbox could not make or load a snapshot (cloudpickle missing, a snapshot it cannot read)."""
 
 
 class KernelDied(Exception):
@@ -107,27 +102,16 @@ class ChannelKernel:
 
     async def snapshot(self) -> tuple[bytes, list[str]]:
         """The session pickled inside the sandbox, as opaque bytes, and the names it could not pickle."""
-        head = await self._snapshot_op({"op": "snapshot"})
-        size, data = int(head["size"]), bytearray()
-        while len(data) < size:
-            chunk = base64.b64decode((await self._snapshot_op({"op": "snapshot_read", "offset": len(data)}))["data"])
-            if not chunk:
-                raise SnapshotFailed("the sandbox's snapshot ended early")
-            data += chunk
-        return bytes(data), [str(name) for name in head["unsaved"]]
+        payload, head = await pull_snapshot(self._snapshot_op, {"op": "snapshot"})
+        return payload, [str(name) for name in head["unsaved"]]
 
     async def restore(self, payload: bytes) -> list[str]:
         """Load `payload` inside the sandbox; the names of modules that did not import again are returned."""
-        for start in range(0, len(payload), SNAPSHOT_CHUNK):
-            data = base64.b64encode(payload[start : start + SNAPSHOT_CHUNK]).decode("ascii")
-            await self._snapshot_op({"op": "restore_write", "data": data})
-        return [str(name) for name in (await self._snapshot_op({"op": "restore"}))["missing"]]
+        reply = await push_snapshot(self._snapshot_op, payload, {"op": "restore"})
+        return [str(name) for name in reply["missing"]]
 
     async def _snapshot_op(self, op: dict[str, Any]) -> dict[str, Any]:
-        reply = await self.channel.request(op, SNAPSHOT_TIMEOUT_S)
-        if reply.get("error"):
-            raise SnapshotFailed(str(reply["error"]))
-        return reply
+        return await self.channel.request(op, SNAPSHOT_TIMEOUT_S)
 
 
 class Kernel(Protocol):

@@ -10,10 +10,9 @@ reply `{"id", "output", "result", "error", "images", "timed_out", "truncated"}`.
 touching the user's namespace: `files.answer`'s reply plus the `id`.
 
 Snapshots are made and loaded here, never in the tool server (a snapshot is untrusted bytes): `snapshot` pickles
-the user's globals with cloudpickle (bound in read-only by the backend) and a tar of the work dir, keeps the bytes
-and answers their size and the names it could not pickle; `snapshot_read {offset}` hands them out in base64
-chunks. `restore_write {data}` collects a snapshot's chunks and `restore` loads them. Modules are not pickled:
-their names are saved and imported again on restore.
+the user's globals with cloudpickle (bound in read-only by the backend) and a tar of the work dir (`files.tar_tree`),
+and answers the names it could not pickle or read; the kit's `files.Transfer` carries the bytes out and in, in
+chunks, and `restore` loads them. Modules are not pickled: their names are saved and imported again on restore.
 """
 
 import ast
@@ -25,11 +24,10 @@ import os
 import resource
 import signal
 import sys
-import tarfile
 import traceback
 import types
 
-from toolkit.sandbox.files import answer
+from toolkit.sandbox.files import SNAPSHOT_OPS, Transfer, answer, tar_tree, untar_tree
 
 
 class Timeout(BaseException):
@@ -186,30 +184,7 @@ def handle(request, namespace, cfg, fd_capture):
     return reply
 
 
-SNAPSHOT_CHUNK = 4 * 1024 * 1024
-SNAPSHOT_OPS = ("snapshot", "snapshot_read", "restore_write", "restore")
 SKIPPED = ("__builtins__", "__name__")
-
-
-def tar_dir(workdir):
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name in sorted(os.listdir(workdir)):
-            tar.add(os.path.join(workdir, name), arcname=name)
-    return buf.getvalue()
-
-
-def untar_dir(data, workdir):
-    """Only plain files and folders inside the work dir: links and devices in a snapshot are dropped."""
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
-        members = [m for m in tar.getmembers() if m.isfile() or m.isdir()]
-        for member in members:
-            parts = member.name.split("/")
-            if member.name.startswith("/") or ".." in parts:
-                raise ValueError(f"unsafe path in snapshot: {member.name!r}")
-            member.mode &= 0o755
-        safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Pythons that have it check again
-        tar.extractall(workdir, members=members, **safe)
 
 
 def take_snapshot(namespace, workdir):
@@ -229,8 +204,9 @@ def take_snapshot(namespace, workdir):
             unsaved.append(name)
             continue
         kept[name] = value
-    blob = cloudpickle.dumps({"globals": kept, "modules": modules, "files": tar_dir(workdir)})
-    return blob, sorted(unsaved)
+    files, skipped = tar_tree(workdir)
+    blob = cloudpickle.dumps({"globals": kept, "modules": modules, "files": files})
+    return blob, sorted(unsaved) + skipped
 
 
 def rebind(value, namespace):
@@ -247,7 +223,7 @@ def load_snapshot(blob, namespace, workdir):
     import cloudpickle
 
     state = cloudpickle.loads(blob)
-    untar_dir(state["files"], workdir)
+    untar_tree(state["files"], workdir)
     missing = []
     for name, module in state["modules"].items():
         try:
@@ -259,31 +235,13 @@ def load_snapshot(blob, namespace, workdir):
     return missing
 
 
-def snapshot_op(request, namespace, workdir, pending):
-    op = request["op"]
-    if op == "snapshot":
-        pending["out"], unsaved = take_snapshot(namespace, workdir)
-        return {"size": len(pending["out"]), "unsaved": unsaved}
-    if op == "snapshot_read":
-        offset = int(request["offset"])
-        chunk = pending["out"][offset : offset + SNAPSHOT_CHUNK]
-        if offset + len(chunk) >= len(pending["out"]):
-            pending["out"] = b""
-        return {"data": base64.b64encode(chunk).decode("ascii")}
-    if op == "restore_write":
-        pending["in"] += base64.b64decode(request["data"])
-        return {}
-    blob, pending["in"] = bytes(pending["in"]), bytearray()
-    return {"missing": load_snapshot(blob, namespace, workdir)}
-
-
-def answer_snapshot(request, namespace, workdir, pending):
-    """A snapshot op's reply; what fails (cloudpickle missing, a bad snapshot) is an `error`, never a crash."""
-    try:
-        reply = snapshot_op(request, namespace, workdir, pending)
-    except Exception as exc:
-        reply = {"error": f"{type(exc).__name__}: {exc}"}
-    return {**reply, "id": request.get("id")}
+def answer_snapshot(request, namespace, workdir, transfer):
+    """A snapshot op's reply: the globals pickled with the work dir's files, or loaded back."""
+    return transfer.answer(
+        request,
+        lambda _request: take_snapshot(namespace, workdir),
+        lambda blob: {"missing": load_snapshot(blob, namespace, workdir)},
+    )
 
 
 KERNEL_PID = os.getpid()
@@ -303,14 +261,14 @@ def main():
     signal.signal(signal.SIGALRM, on_timeout)
     os.chdir(cfg["workdir"])
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
-    pending = {"out": b"", "in": bytearray()}
+    transfer = Transfer()
     proto_out.write(b'{"ready": true}\n')
     proto_out.flush()
     for line in proto_in:
         try:
             request = json.loads(line)
             if request.get("op") in SNAPSHOT_OPS:
-                reply = answer_snapshot(request, namespace, cfg["workdir"], pending)
+                reply = answer_snapshot(request, namespace, cfg["workdir"], transfer)
             elif "op" in request:
                 reply = {**answer(request, cfg["workdir"]), "id": request.get("id")}
             else:

@@ -12,7 +12,6 @@ from openai_harmony import ToolNamespaceConfig
 from toolkit.sandbox.file_tools import serve_files
 from toolkit.server import HIDDEN, Faults, Reply, Sizing, ToolServer, backend_lifespan
 from toolkit.signature import Op
-from toolkit.snapshots.keeper import SnapshotKeeper
 from tools.python_sandbox.core import Backend, Kernel, KernelDied, SandboxError
 from tools.python_sandbox.settings import PythonSandboxSettings
 
@@ -58,7 +57,7 @@ def build_server(settings: PythonSandboxSettings, backend: Backend) -> ToolServe
         lifespan=backend_lifespan(backend),
         sizing=sizing,
         runtime=backend.runtime,
-        keeper=keeper(settings),
+        keeper=settings.keeper("python"),
     )
 
     @kit.tool(
@@ -75,13 +74,6 @@ def build_server(settings: PythonSandboxSettings, backend: Backend) -> ToolServe
 
     serve_files(kit, FILES, lambda kernel, request: kernel.files(request))
     return kit
-
-
-def keeper(settings: PythonSandboxSettings) -> SnapshotKeeper | None:
-    """The session saver `--snapshots` asks for; None keeps a session's state only as long as its sandbox."""
-    if settings.snapshots == "none":
-        return None
-    return SnapshotKeeper(settings.snapshot_store(), "python")
 
 
 async def _run(kernel: Kernel, code: str, timeout_s: float) -> Reply:

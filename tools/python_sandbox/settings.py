@@ -6,8 +6,6 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from toolkit.sandbox.settings import DockerSandboxSettings
-from toolkit.snapshots import Limits as SnapshotLimits
-from toolkit.snapshots import SnapshotStore, open_snapshots
 from tools.python_sandbox.core import Limits
 
 
@@ -27,21 +25,6 @@ class PythonSandboxSettings(DockerSandboxSettings):
     # local backend
     local_python: str = Field("/usr/bin/python3", description="interpreter run inside bubblewrap (local)")
     local_uid_base: int = Field(200_000, description="first host uid of per-session users when run as root (local)")
-    # snapshots
-    snapshots: str = Field(
-        "none",
-        description="where sessions are saved as eviction, idle reaping or a stop (SIGTERM) takes them, to be "
-        "restored on their next call: none (lost, as before), dir (--snapshot-dir) or redis (--snapshot-url)",
-    )
-    snapshot_dir: str = Field("/var/lib/toolfleet/snapshots", description="the dir store's folder (--snapshots dir)")
-    snapshot_url: str = Field("redis://127.0.0.1:6379/0", description="the redis store's URL (--snapshots redis)")
-    snapshot_max_mib: int = Field(256, description="largest snapshot of one session; a larger one is not saved")
-    snapshot_ttl_s: float = Field(7 * 24 * 3600.0, description="a snapshot older than this is not restored")
-
-    def snapshot_store(self) -> SnapshotStore:
-        where = self.snapshot_url if self.snapshots == "redis" else self.snapshot_dir
-        limits = SnapshotLimits(per_session_bytes=self.snapshot_max_mib * 2**20, ttl_s=self.snapshot_ttl_s)
-        return open_snapshots(self.snapshots, where, limits)
 
     def limits(self) -> Limits:
         return Limits(
