@@ -7,7 +7,10 @@ New sessions go to the healthy replica that is not draining and has the most roo
 it can still open), else the fewest pinned sessions; a pinned session stays on its replica; when that
 replica goes down its sessions are marked lost and their calls get an error naming the session, never a
 silent fresh state. A replica that drained (see `toolkit.drain`) went away on purpose: the next call of
-a session it held is placed afresh and told that the session's state was reset.
+a session it held is placed afresh, and the new replica is told (`Toolfleet-Session-Reset`), so it restores
+the session's snapshot or says the state was reset. A session handle is fleet-signed, so one whose replica
+went away for any reason (drained, killed) is placed afresh too: the new replica restores it from its
+snapshot, or answers that its state was lost with its replica.
 """
 
 from __future__ import annotations
@@ -108,8 +111,9 @@ class Target:
     upstream_sid: str | None = None
     fresh: bool = False
     """The pin was made for this message, so a safe method may be retried elsewhere."""
-    moved: bool = False
-    """The session's replica drained: this message places it afresh, and the new replica hears of it."""
+    moved: str | None = None
+    """Why the session's replica went (`DRAINED` or `LOST`): this message places it afresh, and the new replica
+    hears of it."""
     reopen: bool = False
     """The client's MCP session moved to this replica with its key: its upstream session must be opened here
     before the message goes."""
@@ -125,6 +129,12 @@ class Degraded:
     sid: str | None = None
     upstream_sid: str | None = None
     fresh: bool = False
+
+
+DRAINED = "drained"
+"""A session's replica drained (went away on purpose), as the new replica hears it."""
+LOST = "lost"
+"""A handle's replica went away without a drain (killed, a lost node), as the new replica hears it."""
 
 
 def new_session_id() -> str:
@@ -204,7 +214,7 @@ class Router:
         chosen = await self.pick(ns)
         pin = await self.store.claim_pin(ns.name, key, chosen.url)
         fresh = pin.replica == chosen.url
-        return Target(ns, await self._pinned(ns, key, pin, msg), key, fresh=fresh, moved=moved)
+        return Target(ns, await self._pinned(ns, key, pin, msg), key, fresh=fresh, moved=DRAINED if moved else None)
 
     @staticmethod
     def _drained(ns: Namespace, url: str) -> bool:
@@ -226,7 +236,24 @@ class Router:
                 f"(cleanup_session) or expired idle; pass {NEW_HANDLE!r} to start a session",
                 data={"session": handle, "namespace": ns.name},
             )
+        replica = ns.replicas.get(pin.replica)
+        if pin.lost or replica is None or not replica.healthy:
+            return await self._move_handle(ns, key, pin, msg)
         return Target(ns, await self._pinned(ns, key, pin, msg), key)
+
+    async def _move_handle(self, ns: Namespace, key: SessionKey, pin: Pin, msg: dict[str, Any]) -> Target:
+        """Place a handle whose replica went away on another: handles are fleet-signed, so the new replica takes
+        it up from its snapshot, or says its state was lost with its replica (told why by `moved`)."""
+        gone = ns.replicas.get(pin.replica)
+        drained = pin.drained or (gone is not None and gone.said_draining)
+        if not pin.lost:
+            await self.store.mark_lost(ns.name, pin.replica, drained=drained)
+        await self.store.drop_pin(ns.name, key)
+        log.info("session.moved", namespace=ns.name, session_id=key.id, gone=pin.replica, drained=drained)
+        chosen = await self.pick(ns)
+        pin = await self.store.claim_pin(ns.name, key, chosen.url)
+        fresh, moved = pin.replica == chosen.url, DRAINED if drained else LOST
+        return Target(ns, await self._pinned(ns, key, pin, msg), key, fresh=fresh, moved=moved)
 
     async def pin(self, target: Target, key: SessionKey) -> None:
         """Pin a handle the target's replica minted, or the state of its `input_required` answer, to it."""
@@ -253,15 +280,15 @@ class Router:
         await self.store.touch(ns.name, key)
         return replica
 
-    async def repick(self, target: Target, failed: Replica, *, moved: bool = False) -> Target:
-        """A fresh target for a message whose first replica failed before answering (`moved`: because it
-        drained, and the session it held starts afresh on the new one)."""
+    async def repick(self, target: Target, failed: Replica, *, moved: str | None = None) -> Target:
+        """A fresh target for a message whose first replica failed before answering (`moved`: why it went, and
+        the session it held is taken up, from its snapshot or afresh, on the new one)."""
         ns = target.ns
         chosen = await self.pick(ns, exclude=frozenset({failed.url}))
         if target.key is not None:
             await self.store.drop_pin(ns.name, target.key)
             await self.store.claim_pin(ns.name, target.key, chosen.url)
-        reopen = target.reopen or (moved and target.upstream_sid is not None)
+        reopen = target.reopen or (moved is not None and target.upstream_sid is not None)
         return Target(ns, chosen, target.key, target.sid, target.upstream_sid, fresh=True, moved=moved, reopen=reopen)
 
     async def open_session(self, target: Target | Degraded, upstream_sid: str | None, *, sid: str | None = None) -> str:

@@ -22,7 +22,7 @@ from gateway.keys import SessionKey
 from gateway.messages import SAFE_METHODS, Rewriter, protocol_version, tool_name
 from gateway.metrics import GatewayMetrics
 from gateway.probe import PROBE_VERSION, ProbeSession
-from gateway.routing import Degraded, Namespace, Router, Target
+from gateway.routing import DRAINED, LOST, Degraded, Namespace, Router, Target
 from gateway.store import SessionRecord, Store, open_store
 from gateway.upstream import Replica, make_client, open_stream
 from toolkit.loops import Loops
@@ -150,8 +150,8 @@ class Gateway:
         ns = target.ns
         timeout = Timeouts(connect=ns.cfg.connect_timeout_s, read=ns.cfg.timeout_s)
         for attempt in range(2):
-            if target.moved:
-                headers[RESET_HEADER] = "drained"  # the new replica tells the session's next call of the reset
+            if target.moved is not None:  # the new replica restores the session, or tells its next call why not
+                headers[RESET_HEADER] = target.moved
             try:
                 if target.reopen:
                     await self._reopen(target, headers)
@@ -161,23 +161,32 @@ class Gateway:
                     self.client, target.replica, "POST", headers, body, http_timeout=timeout
                 )
             except Unavailable as exc:
-                # Another replica may take it: a safe method, or any call that never reached the first one
-                # (a replica draining or gone refuses the connection) or that a draining one dropped unanswered
-                # as it stopped (`Unanswered`), on a session no replica holds yet - or
-                # one a replica that drained held: it is moved and hears of it, and a client's MCP session on
-                # it gets a new upstream session on the new replica.
-                stopped = isinstance(exc, Unreached) or (isinstance(exc, Unanswered) and target.replica.said_draining)
-                retry = msg.get("method") in SAFE_METHODS or stopped
-                # only a session named by x-session-id can start afresh elsewhere: a handle or a retry's state
-                # means something to the replica that issued it alone, so that one is lost
-                movable = target.key is None or target.key.by_header
-                moving = retry and movable and target.replica.said_draining
+                retry, moving = self._may_move(target, msg, exc)
                 if (target.fresh or moving) and attempt == 0 and retry and len(ns.replicas) > 1:
                     with contextlib.suppress(Unavailable):
                         target = await self.router.repick(target, target.replica, moved=moving or target.moved)
                         continue
                 raise self.as_lost(target, exc) from exc
         raise AssertionError("unreachable")
+
+    @staticmethod
+    def _may_move(target: Target, msg: dict[str, Any], exc: Unavailable) -> tuple[bool, str | None]:
+        """Whether another replica may take a message its replica failed (retry), and whether its session moves
+        there (why its replica went; None: it does not). A safe method may go anywhere, and so may any call that
+        never reached the first replica (a replica draining or gone refuses the connection) or that a draining
+        one dropped unanswered as it stopped (`Unanswered`). Its session moves when it is named by x-session-id
+        and its replica drained, or by a (fleet-signed) handle and its replica stopped: the new replica restores
+        it or says it was reset, and a client's MCP session gets a new upstream session there. A retry's state
+        means something to the replica that issued it alone, so that one is lost."""
+        replica = target.replica
+        stopped = isinstance(exc, Unreached) or (isinstance(exc, Unanswered) and replica.said_draining)
+        retry = msg.get("method") in SAFE_METHODS or stopped
+        key = target.key
+        by_handle = key is not None and key.kind == "handle"
+        movable = key is None or key.by_header or by_handle
+        if not (retry and movable and (replica.said_draining or (by_handle and stopped))):
+            return retry, None
+        return retry, DRAINED if replica.said_draining else LOST
 
     async def _reopen(self, target: Target, headers: dict[str, str]) -> None:
         """Open the upstream session of a client's MCP session that moved with its key to `target.replica`

@@ -86,7 +86,7 @@ def build_app(server: Served) -> Front:
         ],
         lifespan=_lifespan(server, manager),
     )
-    return Front(mcp=mcp, rest=rest, drain=server.drain, moved=server.sessions.moved_here, rpc_paths=RPC_PATHS)
+    return Front(mcp=mcp, rest=rest, drain=server.drain, moved=server.callers.moved, rpc_paths=RPC_PATHS)
 
 
 def _lifespan(

@@ -2,8 +2,9 @@
 
 A call names its session by `x-session-id`, by a session handle (for clients that carry no session), or by
 its 2025-era MCP session; a call naming none runs in a session of its own. Only a new handle may start a
-session; the answer's first lines say when the session's state went since the last call, or which handle
-this call minted.
+session, or a handle this replica does not hold whose snapshot it finds (its replica drained or died: handles
+are fleet-signed, so any replica may take one up). The answer's first lines say when the session's state went
+since the last call, or was restored, or which handle this call minted.
 """
 
 from __future__ import annotations
@@ -19,10 +20,14 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from toolkit import handles
 from toolkit.handles import BadHandle, Handles
-from toolkit.sessions import S, SessionGone, SessionRegistry, TooManySessions, idle_words
-from toolkit.wire import OWNER_HEADER, SESSION_HEADER, read_owner
+from toolkit.sessions import LOST_WITH_REPLICA, S, SessionGone, SessionRegistry, TooManySessions, idle_words
+from toolkit.snapshots.keeper import SnapshotKeeper
+from toolkit.wire import OWNER_HEADER, RESET_HEADER, SESSION_HEADER, read_owner
 
 _SESSION_ID = re.compile(r"^[\x21-\x7e]{1,256}$")
+MOVED_WORDS = {"drained": LOST_WITH_REPLICA, "lost": "lost with its replica (the server that held it went away)"}
+"""Why a session the gateway moved here (its `RESET_HEADER` value) left its old replica, as its next call hears
+it when no snapshot brings its state back."""
 
 
 def headers(ctx: Context) -> Mapping[str, str]:
@@ -69,15 +74,31 @@ class Identity:
 class Callers(Generic[S]):
     """The calls' sessions over the server's registry: who a call is, its state, and its notice and handle."""
 
-    def __init__(self, sessions: SessionRegistry[S], names: Handles, ttl_s: float) -> None:
+    def __init__(
+        self, sessions: SessionRegistry[S], names: Handles, ttl_s: float, keeper: SnapshotKeeper | None = None
+    ) -> None:
         self.sessions = sessions
         self.handles = names
         self._ttl_s = ttl_s
+        self._keeper = keeper
         self._minted: set[str] = set()
 
+    def moved(self, key: str, why: str) -> None:
+        """The gateway moved `key` here from a replica that went away (`RESET_HEADER`'s value `why`): noted, so
+        that a fresh state is never mistaken for the old one. The front notes an x-session-id as the request
+        comes (it may be any message); a handle, which only a call names, is noted here as the call is told."""
+        self.sessions.moved_here(key, MOVED_WORDS.get(why, LOST_WITH_REPLICA))
+
     def identify(self, ctx: Context, handle: str | None) -> Identity:
-        """The session a call runs in: `x-session-id`, else its handle, else its 2025-era MCP session; a call
-        with none of them gets a session of its own that ends with it (see the README's "MCP protocol eras")."""
+        """The session a call runs in (see `_identify`)."""
+        who = self._identify(ctx, handle)
+        if who.handle and not who.minted and (why := headers(ctx).get(RESET_HEADER)) is not None:
+            self.moved(who.key, why)
+        return who
+
+    def _identify(self, ctx: Context, handle: str | None) -> Identity:
+        """`x-session-id`, else the call's handle, else its 2025-era MCP session; a call with none of them gets a
+        session of its own that ends with it (see the README's "MCP protocol eras")."""
         key = session_key(ctx)
         owner = read_owner(headers(ctx).get(OWNER_HEADER))
         if handle is None:
@@ -90,12 +111,12 @@ class Callers(Generic[S]):
         return Identity(handle, owner, handle=True)
 
     async def acquire(self, who: Identity, factory: Callable[[str], Awaitable[S]]) -> S:
-        """The state of `who`; only a new handle, never a known one, may create it."""
+        """The state of `who`; a handle creates it only when new, or when it is saved (restored from there)."""
         try:
             state = await self.sessions.acquire(
                 who.key,
                 owner=who.owner,
-                create=who.minted or not who.handle,
+                create=who.minted or not who.handle or await self._saved(who),
                 restore=not (who.once or who.minted),
                 factory=factory,
             )
@@ -111,6 +132,12 @@ class Callers(Generic[S]):
         if who.minted:
             self._minted.add(who.key)
         return state
+
+    async def _saved(self, who: Identity) -> bool:
+        """Whether a handle this replica does not hold has a snapshot of its owner's to be restored from."""
+        if self._keeper is None or who.key in self.sessions:
+            return False
+        return await self._keeper.has(who.key, who.owner)
 
     @property
     def idle_lifetime(self) -> str:

@@ -8,13 +8,20 @@ gone or the grace period (`--drain-s`) ends. Then it stops; the gateway moves th
 there to other replicas and says so (`Toolfleet-Session-Reset`), so their next call gets the reset notice
 rather than an error.
 
+With snapshots the sessions need not wait for the stop: the drain hands each idle one over (`hand_over`:
+saved, then let go) at once, and each busy one as its call ends. Its next call is then refused here like a
+new session's, and the gateway moves it to another replica, which restores it before the call runs. A session
+that could not be saved stays, served as above. A replica that handed sessions over still waits out the grace
+period, refusing their calls: the gateway must hear that it drains (from a refusal or its next health probe)
+before it stops, for a replica that vanishes unannounced is taken for killed, and its sessions for lost.
+
 Every answer also carries `Toolfleet-Room` (sessions this replica can still open), from which the gateway
 places a new session on the replica with the most room.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import anyio
 import structlog
@@ -34,27 +41,47 @@ DRAINED_WORDS = "this replica is draining (shutting down): it takes no new sessi
 class Drain:
     """A replica's drain state, shared by its front (`toolkit.front`), its `/readyz` and `toolkit.serve`."""
 
-    def __init__(self, holds: Callable[[str], bool], sessions: Callable[[], int], room: Callable[[], int]) -> None:
-        self._holds, self._sessions, self._room = holds, sessions, room
+    def __init__(
+        self,
+        holds: Callable[[str], bool],
+        sessions: Callable[[], int],
+        room: Callable[[], int],
+        hand_over: Callable[[], Awaitable[int]] | None = None,
+    ) -> None:
+        self._holds, self._sessions, self._room, self._hand_over = holds, sessions, room, hand_over
         self.draining = False
         self.in_flight = 0
-        self._empty: anyio.Event | None = None
-        """Set once nothing is held or in flight, while a drain waits for that."""
+        self._changed: anyio.Event | None = None
+        """Set when a session ends or a call finishes, while a drain waits."""
 
     async def __call__(self, grace_s: float) -> None:
-        """Stop taking sessions and wait, at most `grace_s`, for those held to end and calls in flight to finish."""
+        """Stop taking sessions and wait, at most `grace_s`, for those held to end (or be handed over) and calls in
+        flight to finish."""
         self.draining = True
-        self._empty = anyio.Event()
         log.info("server.draining", sessions=self._sessions(), in_flight=self.in_flight, grace_s=grace_s)
-        self.changed()
+        handed = 0
         with anyio.move_on_after(grace_s) as scope:
-            await self._empty.wait()
-        log.info("server.drained", sessions=self._sessions(), in_flight=self.in_flight, graced=scope.cancel_called)
+            while self._sessions() or self.in_flight:
+                self._changed = anyio.Event()  # before handing over: a change meanwhile is not missed
+                if self._hand_over is not None:
+                    handed += await self._hand_over()
+                if self._sessions() or self.in_flight:
+                    await self._changed.wait()
+            if handed:  # see the module's docstring: the gateway must hear of the drain first
+                await anyio.sleep_forever()
+        log.info(
+            "server.drained",
+            sessions=self._sessions(),
+            in_flight=self.in_flight,
+            handed_over=handed,
+            graced=scope.cancel_called,
+        )
 
     def changed(self) -> None:
-        """A session ended or a call finished: a drain waiting for nothing to be left may be over."""
-        if self._empty is not None and not self._sessions() and not self.in_flight:
-            self._empty.set()
+        """A session ended or a call finished: a waiting drain looks again (it may be over, or have more to hand
+        over)."""
+        if self._changed is not None:
+            self._changed.set()
 
     def opens_session(self, scope: Scope) -> bool:
         """Whether a request would start a session this replica does not hold (what a draining one refuses)."""
@@ -63,12 +90,12 @@ class Drain:
         if scope["path"] != "/mcp" or scope["method"] != "POST":
             return False
         headers = Headers(scope=scope)
-        if headers.get("mcp-session-id"):
-            return False  # an MCP session this replica opened
         if (sid := headers.get(SESSION_HEADER)) is not None:
-            return not self._holds(sid)
+            return not self._holds(sid)  # in an MCP session too: its state was handed over, or never began here
         handle = headers.get(f"mcp-param-{handles.HEADER_TOKEN.lower()}")
-        return handle is None or handle == handles.NEW or not self._holds(handle)
+        if handle is not None:
+            return handle == handles.NEW or not self._holds(handle)
+        return not headers.get("mcp-session-id")  # an MCP session this replica opened holds its own state
 
     def stamp(self, headers: MutableHeaders) -> None:
         headers[ROOM_HEADER] = str(max(self._room(), 0))

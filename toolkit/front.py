@@ -57,7 +57,7 @@ class Front:
         mcp: ASGIApp,
         rest: ASGIApp,
         drain: Drain,
-        moved: Callable[[str], None],
+        moved: Callable[[str, str], None],
         rpc_paths: tuple[str, ...],
     ) -> None:
         self.mcp, self.rest, self.drain, self.moved, self.rpc_paths = mcp, rest, drain, moved, rpc_paths
@@ -78,7 +78,7 @@ class Front:
         for name, value in scope["headers"]:
             if name == _RESET and value:
                 if (sid := Headers(scope=scope).get(SESSION_HEADER)) is not None:
-                    self.moved(sid)
+                    self.moved(sid, value.decode("latin-1"))
                 break
         path = scope["path"]
         answer = _Answer(send, drain, rewrites=self._covers(path))

@@ -19,6 +19,8 @@ from typing import Any
 
 from mcp.server.mcpserver.exceptions import ToolError
 
+from toolkit.wire import fleet_key
+
 ARGUMENT = "session_handle"
 """The tool argument that carries a handle."""
 HEADER_TOKEN = "Session-Handle"
@@ -60,11 +62,11 @@ class BadHandle(ToolError):
 
 
 class Handles:
-    """Mints and checks the handles of one namespace on one server process."""
+    """Mints and checks the handles of one namespace, alike on every replica of the fleet."""
 
     def __init__(self, namespace: str, secret: bytes | None = None) -> None:
         self.namespace = namespace
-        self._secret = secret or secrets.token_bytes(32)
+        self._secret = secret or fleet_key("handles")
 
     def _mac(self, namespace: str, nonce: str) -> str:
         digest = hmac.new(self._secret, f"{namespace}.{nonce}".encode(), hashlib.sha256).digest()
@@ -75,7 +77,7 @@ class Handles:
         return f"{self.namespace}.{nonce}.{self._mac(self.namespace, nonce)}"
 
     def owns(self, handle: str) -> bool:
-        """Whether this server minted `handle` (a constant-time check of its signature)."""
+        """Whether this fleet minted `handle` (a constant-time check of its signature)."""
         namespace, _, rest = handle.partition(".")
         nonce, _, mac = rest.partition(".")
         return namespace == self.namespace and hmac.compare_digest(mac, self._mac(namespace, nonce))
@@ -86,6 +88,6 @@ class Handles:
             raise BadHandle(why)
         if not self.owns(handle):
             raise BadHandle(
-                f"session handle {handle!r} was not issued by this server (mistyped, forged, or from before a "
-                f"restart): pass {NEW!r} to start a new session"
+                f"session handle {handle!r} was not issued by this fleet (mistyped, forged, or signed with "
+                f"another fleet secret): pass {NEW!r} to start a new session"
             )

@@ -186,9 +186,10 @@ class ToolServer(Generic[S]):
             holds=self.sessions.__contains__,
             sessions=self.sessions.__len__,
             room=lambda: settings.max_sessions - len(self.sessions),
+            hand_over=self.sessions.hand_over if keeper is not None and keeper.store.enabled else None,
         )
         self.sessions.on_change = self._sessions_changed
-        self.callers = Callers(self.sessions, Handles(self.namespace), settings.session_ttl_s)
+        self.callers = Callers(self.sessions, Handles(self.namespace), settings.session_ttl_s, keeper)
         self.backend = lifespan
         """What runs the backend while the app does (`backend_lifespan`)."""
         self._progress_interval_s = progress_interval_s

@@ -5,7 +5,8 @@ new session takes the place of that owner's least recently used idle one, so one
 never costs another key its state. The server's limit stays as a last resort, and it refuses a new session
 rather than evicting anyone's. A session whose state went (evicted, reaped after idle, or lost with the replica
 that held it) is told once, on its next call, in words that say which. With a `Keeper` (snapshots), a session
-is saved before eviction, idle reaping or the server's stop takes it, and brought back on its next call."""
+is saved before eviction, idle reaping or the server's stop takes it, or as a drain hands it over to another
+replica, and brought back on its next call."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Generic, Protocol, TypeVar
 
 import anyio
@@ -87,6 +89,7 @@ class SessionRegistry(Generic[S]):
         self._creating: Counter[str] = Counter()  # owner -> sessions being made: they count against the limits
         self.on_change: Callable[[int], None] = lambda n: None
         self.keeper: Keeper | None = None
+        self._unsaved: set[str] = set()  # keys a hand-over could not save: not tried again on every change
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -175,10 +178,11 @@ class SessionRegistry(Generic[S]):
         None when it was ended on purpose, never existed, or is forgotten."""
         return self._gone.get(key)
 
-    def moved_here(self, key: str) -> None:
-        """`key` was held by a replica that drained (the gateway says so): its first state here is a reset."""
+    def moved_here(self, key: str, why: str = LOST_WITH_REPLICA) -> None:
+        """`key` was held by a replica that went away (the gateway says so): its first state here is a reset,
+        unless a snapshot restores it."""
         if key not in self._entries:
-            self._remember_gone(key, LOST_WITH_REPLICA)
+            self._remember_gone(key, why)
 
     def take_reset(self, key: str) -> str | None:
         """Why the session's previous state is gone (evicted, reaped after idle, lost with its replica), when
@@ -215,6 +219,7 @@ class SessionRegistry(Generic[S]):
     async def close(self, key: str) -> bool:
         """Free the session (a deliberate end: its next call gets no reset notice); True when there was one."""
         self._gone.pop(key, None)
+        self._unsaved.discard(key)
         entry = self._entries.pop(key, None)
         self._locks.pop(key, None)
         if entry is None:
@@ -249,11 +254,11 @@ class SessionRegistry(Generic[S]):
         log.info(event, session_id=key, owner=entry.owner, idle_s=idle_s, sessions=len(self._entries))
         await self._save_and_close(key, why)
 
-    async def _save_and_close(self, key: str, why: str | None) -> None:
+    async def _save_and_close(self, key: str, why: str | None, *, unsaved_stays: bool = False) -> None:
         """Snapshot an idle session (with a keeper) and close it, holding its key so a call for it meanwhile waits,
         then starts from the snapshot; `why` (None: the server is stopping) is what its next call hears when no
         snapshot brings it back. A session a call took first is left be, unless the server is stopping: then it
-        is closed unsaved, for its state is mid-change."""
+        is closed unsaved, for its state is mid-change. `unsaved_stays`: one that could not be saved is kept."""
         async with self._locks.setdefault(key, anyio.Lock()):
             entry = self._entries.get(key)
             if entry is None or (entry.busy > 0 and why is not None):
@@ -262,6 +267,9 @@ class SessionRegistry(Generic[S]):
             if self.keeper is not None and entry.busy <= 0:
                 with anyio.CancelScope(shield=True):
                     unsaved = await self.keeper.keep(key, entry.owner, entry.state)
+            if unsaved is not None and unsaved_stays:
+                self._unsaved.add(key)
+                return
             await self.close(key)
             if why is not None:
                 self._remember_gone(key, why if unsaved is None else f"{why}; it could not be saved ({unsaved})")
@@ -278,6 +286,16 @@ class SessionRegistry(Generic[S]):
         async with anyio.create_task_group() as group:
             for key in list(self._entries):
                 group.start_soon(self._save_and_close, key, None)
+
+    async def hand_over(self) -> int:
+        """Save each idle session and let it go (a draining server's, whose next call another replica restores);
+        one that could not be saved stays. Returns how many went. Only for a keeper that saves these states."""
+        before = len(self._entries)
+        async with anyio.create_task_group() as group:
+            for key, entry in list(self._entries.items()):
+                if entry.busy <= 0 and key not in self._unsaved:
+                    group.start_soon(partial(self._save_and_close, key, LOST_WITH_REPLICA, unsaved_stays=True))
+        return max(before - len(self._entries), 0)
 
     async def reap_forever(self, interval_s: float) -> None:
         while True:

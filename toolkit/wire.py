@@ -84,6 +84,12 @@ def fleet_secret() -> bytes:
     return path.read_bytes().strip()
 
 
+def fleet_key(purpose: str) -> bytes:
+    """A key of its own for one use of the fleet secret (`handles`, ...), so that no two uses can stand in for
+    each other: a value signed for one purpose never checks for another."""
+    return hmac.new(fleet_secret(), f"toolfleet key: {purpose}".encode(), hashlib.sha256).digest()
+
+
 def _mac(owner: str, secret: bytes) -> str:
     return hmac.new(secret, b"owner:" + owner.encode(), hashlib.sha256).hexdigest()[:32]
 

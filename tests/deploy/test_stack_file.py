@@ -46,6 +46,9 @@ def test_the_swarm_overrides_win_and_the_rest_is_kept() -> None:
     assert s["services"]["orchestrator"]["ports"][0]["mode"] == "host"
     assert all(spec["deploy"]["endpoint_mode"] == "dnsrr" for spec in s["services"].values())
     assert s["services"]["python"]["read_only"] is True and s["networks"]["fleet"]["internal"] is True
+    # python sessions move between tasks through snapshots in the fleet's Redis, which every node reads
+    assert s["services"]["python"]["environment"]["TOOLFLEET_PYTHON_SNAPSHOTS"] == "redis"
+    assert s["services"]["python"]["environment"]["TOOLFLEET_PYTHON_POOL_SIZE"] == "1"  # compose's kept
 
 
 def test_files_the_repository_mounts_become_swarm_configs_every_node_receives() -> None:

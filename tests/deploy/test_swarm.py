@@ -114,23 +114,32 @@ def test_a_tool_scales_with_docker_service_scale(stack) -> None:
     assert stack.client().responses.create(model="m", **SEARCH).output[0].status == "completed"
 
 
-def test_a_rolling_update_of_every_tool_loses_no_call(stack) -> None:
+def python_logs(resp: Response) -> list[str]:
+    return [o.logs for i in resp.output if i.type == "code_interpreter_call" for o in i.outputs or []]
+
+
+def test_a_rolling_update_of_every_tool_loses_no_call_and_no_python_session(stack) -> None:
     client = stack.client()
-    held = client.responses.create(model="m", **COMPUTE)  # a python session, pinned to one replica
+    held = client.responses.create(model="m", input="please remember a number", tools=COMPUTE["tools"])
+    assert python_logs(held) == ["kept 42"]  # a python session, pinned to one replica
+    recall = {"model": "m", "input": "please recall the number", "tools": COMPUTE["tools"]}
+    after: list[Response] = []
 
     def browser_then_the_others() -> None:
         update(stack, "browser")
         # One tool's update leaves the sessions other tools' replicas hold alone.
-        again = client.responses.create(model="m", previous_response_id=held.id, **COMPUTE)
-        assert [o.logs for i in again.output if i.type == "code_interpreter_call" for o in i.outputs] == ["42"]
+        assert python_logs(client.responses.create(previous_response_id=held.id, **recall)) == ["recalled 42"]
         update(stack, "python")
+        after.append(client.responses.create(previous_response_id=held.id, **recall))
         update(stack, "container")
 
     outcomes = calls_during(stack, browser_then_the_others)
     # A replaced task drains on SIGTERM (toolkit.drain): it takes no new session (the gateway places them on
-    # another replica), serves the sessions it holds through the grace period, and their next call after it
-    # stopped gets the reset notice on another replica: no call is lost.
+    # another replica) and hands the sessions it holds over as snapshots in the stack's Redis (deploy/swarm.yaml);
+    # their next call lands on another replica, which restores them: no call and no python state is lost.
     assert len(outcomes) >= 3 and [o for o in outcomes if o != "ok"] == [], outcomes
+    (logs,) = python_logs(after[0])
+    assert logs.startswith("[restored from a snapshot of ") and logs.endswith("\nrecalled 42"), logs
     stack.wait_up("python", 2)
     assert outcomes_of(stack, 2) == ["ok", "ok"]
 

@@ -8,8 +8,9 @@ or container replica starts its sandboxes on its own node's engine. Checks: a re
 kept by a replica on another node than the gateway's; a worker killed (a lost machine): its tasks come back
 on the other worker, the sessions it held get the "session ... was lost" error, a session on the other
 worker keeps its state, the surviving nodes hold no sandbox of a dead replica; then a rolling update of the
-python tool with a client calling every tool throughout loses no call; `docker stack rm` and the nodes'
-removal leave nothing. The time from the kill to every tool answering again is printed (-s).
+python tool with a client calling every tool throughout loses no call and no python session (snapshots in the
+stack's Redis); `docker stack rm` and the nodes' removal leave nothing. The time from the kill to every tool
+answering again is printed (-s).
 """
 
 from __future__ import annotations
@@ -162,7 +163,10 @@ def test_a_lost_worker_node_loses_only_its_sessions_and_its_tasks_come_back_on_t
         wait_for(f"no orphaned sandbox on {node.name}", lambda n=node: owners(n) <= live_instances(stack, n), 60)
 
 
-def test_a_rolling_update_of_the_python_tool_across_the_overlay_loses_no_call(stack, report) -> None:
+def test_a_rolling_update_of_the_python_tool_across_the_overlay_loses_no_call_and_no_session(stack, report) -> None:
+    client = stack.client()
+    held = client.responses.create(model="m", input="please remember a number", tools=PYTHON)
+    assert python_logs(held) == "kept 42"
     t0 = time.monotonic()
     outcomes = calls_during(stack, lambda: update(stack, "python"))
     failed = [o for o in outcomes if o != "ok"]
@@ -170,10 +174,13 @@ def test_a_rolling_update_of_the_python_tool_across_the_overlay_loses_no_call(st
         f"\n[swarm-nodes] python updated in {time.monotonic() - t0:.0f} s; {len(outcomes)} demo calls meanwhile,"
         f" {len(failed)} lost"
     )
-    # A replaced task drains (toolkit.drain): the gateway places no new session on it, it serves those it holds
-    # through the grace period, and their next call after it stops gets the reset notice on another replica.
+    # A replaced task drains (toolkit.drain): the gateway places no new session on it, and it hands the sessions
+    # it holds over as snapshots in the stack's Redis (deploy/swarm.yaml), which a task on either node restores.
     why = stack.log_lines("python", "kernel.died", "janitor.removed", "lease.", "server.drain") if failed else []
     assert len(outcomes) >= 2 and failed == [], (failed, why)
+    recall = {"model": "m", "input": "please recall the number", "tools": PYTHON}
+    logs = python_logs(client.responses.create(previous_response_id=held.id, **recall))
+    assert logs.startswith("[restored from a snapshot of ") and logs.endswith("\nrecalled 42"), logs
 
 
 def test_stack_rm_and_the_nodes_removal_leave_nothing(cluster, stack) -> None:

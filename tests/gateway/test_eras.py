@@ -195,7 +195,7 @@ async def test_forged_and_other_namespace_handles_get_clear_errors(fleet: Fleet,
         real = structured["session_handle"]  # type: ignore[index]
         forged = real[:-4] + ("AAAA" if not real.endswith("AAAA") else "BBBB")
         text, _, error = await _call(client, "python", {"code": "1", "session_handle": forged})
-        assert error and forged in text and ("not issued by this server" in text or "never issued here" in text)
+        assert error and forged in text and ("not issued by this fleet" in text or "never issued here" in text)
         other = "container" + real[len("python") :]
         text, _, error = await _call(client, "python", {"code": "1", "session_handle": other})
         assert error and "belongs to the 'container' tools" in text
@@ -318,7 +318,9 @@ async def test_a_handle_whose_replica_died_is_lost_and_named_while_others_keep_t
             holder.stop()
             opened = {"id": 0, "cursor": 0}
             text, _, error = await _call(client, "open", {**opened, "session_handle": doomed})
-            assert error and f"session {doomed!r} was lost" in text, text
+            # handles are fleet-signed: it moves to the other replica, which has no snapshot of it (the browser
+            # keeps none) and says it was lost
+            assert error and f"session handle {doomed!r} was lost with its replica" in text, text
             text, _, error = await _call(client, "open", {**opened, "session_handle": kept})
             assert not error and "oxidised" in text
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from toolkit.drain import Drain
 from toolkit.sessions import SessionRegistry, TooManySessions
 
 
@@ -157,6 +158,55 @@ async def test_a_key_a_drained_replica_held_hears_once_that_it_was_lost_with_its
     await registry.close("ended")
     await registry.acquire("ended")
     assert registry.take_reset("ended") is None
+
+
+class Saver:
+    """A keeper in memory whose states named `big-*` cannot be saved."""
+
+    def __init__(self) -> None:
+        self.saved: list[str] = []
+
+    async def keep(self, key: str, owner: str, state: object) -> str | None:
+        if key.startswith("big-"):
+            return "larger than the cap"
+        self.saved.append(key)
+        return None
+
+    async def bring_back(self, key: str, owner: str, state: object) -> tuple[str | None, str | None]:
+        return None, None
+
+
+async def test_a_drain_hands_idle_sessions_over_at_once_busy_ones_as_their_call_ends_and_keeps_unsaved_ones() -> None:
+    registry: SessionRegistry[State] = SessionRegistry(make, ttl_s=60, max_sessions=10)
+    registry.keeper = saver = Saver()
+    states = {key: await registry.acquire(key) for key in ("idle", "busy", "big-one")}
+    registry.release("idle")
+    registry.release("big-one")
+    drain = Drain(registry.__contains__, registry.__len__, lambda: 0, hand_over=registry.hand_over)
+    closed = anyio.Event()
+
+    def changed(count: int) -> None:
+        drain.changed()
+        closed.set()
+
+    async def until_gone(key: str) -> None:
+        nonlocal closed
+        while key in registry:
+            closed = anyio.Event()
+            await closed.wait()
+
+    registry.on_change = changed
+    with anyio.fail_after(30):  # a drain that never hands a session over fails here rather than hanging
+        async with anyio.create_task_group() as group:
+            group.start_soon(drain, 5.0)
+            await until_gone("idle")
+            assert saver.saved == ["idle"] and states["idle"].closed and "busy" in registry
+            registry.release("busy")
+            drain.changed()  # as the front does when a call ends
+            await until_gone("busy")
+            group.cancel_scope.cancel()  # it waits out its grace period once it handed sessions over
+    assert saver.saved == ["idle", "busy"] and "big-one" in registry and not states["big-one"].closed
+    assert registry.gone_reason("idle") == "lost with its replica (the server that held it shut down)"
 
 
 def test_the_default_idle_order_lets_the_conversations_owner_clean_up_first() -> None:

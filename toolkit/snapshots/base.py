@@ -171,6 +171,10 @@ class SnapshotStore(ABC):
             await self._delete(sid.owner_tag, sid.name)
             raise
 
+    async def holds(self, sid: SnapshotId) -> bool:
+        """Whether a snapshot is stored for `sid`, from the owner's listing (no blob is read)."""
+        return any(stored.name == sid.name for stored in await self._owned(sid.owner_tag))
+
     async def delete(self, sid: SnapshotId) -> None:
         await self._delete(sid.owner_tag, sid.name)
 

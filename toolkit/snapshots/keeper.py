@@ -77,6 +77,10 @@ class SnapshotKeeper:
         lost = ", ".join([*snap.unsaved, *missing, NEVER_RESTORED])
         return f"[restored from a snapshot of {when} UTC; not restored: {lost}]\n", None
 
+    async def has(self, key: str, owner: str) -> bool:
+        """Whether the session has a snapshot to restore (not yet checked: restoring it may still refuse it)."""
+        return self.store.enabled and await self.store.holds(self._id(key, owner))
+
     async def forget(self, key: str, owner: str) -> None:
         """The session was ended on purpose: its snapshot goes too."""
         if self.store.enabled:
