@@ -52,6 +52,8 @@ class Autosave:
         self._armed: dict[str, _Armed] = {}
         self._running: dict[str, _Running] = {}
         self._wake = anyio.Event()
+        self._deadline = math.inf
+        """When the loop wakes next by itself: a save due earlier must wake it, one due later need not."""
 
     def changed(self, key: str) -> None:
         """A call changed the session: (re)arm its save `every_s` from now, within its ceiling."""
@@ -60,7 +62,8 @@ class Autosave:
         if armed is None:
             armed = self._armed[key] = _Armed(now + self.every_s, now + CEILING * self.every_s)
         armed.due = min(now + self.every_s, armed.latest)
-        self._wake.set()
+        if armed.due < self._deadline:  # rare: most calls re-arm a save due after one the loop waits for
+            self._wake.set()
 
     def pending(self, key: str) -> bool:
         """Whether the session has a save armed or in flight."""
@@ -81,7 +84,9 @@ class Autosave:
             while True:
                 self._wake = anyio.Event()
                 self._start_due(tg, time.monotonic())
-                with anyio.move_on_after(self._next_wait()):
+                wait = self._next_wait()
+                self._deadline = time.monotonic() + wait
+                with anyio.move_on_after(wait):
                     await self._wake.wait()
 
     def _start_due(self, tg: TaskGroup, now: float) -> None:
