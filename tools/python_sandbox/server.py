@@ -81,7 +81,7 @@ def keeper(settings: PythonSandboxSettings) -> SnapshotKeeper | None:
     """The session saver `--snapshots` asks for; None keeps a session's state only as long as its sandbox."""
     if settings.snapshots == "none":
         return None
-    return SnapshotKeeper(settings.snapshot_store(), "python")
+    return SnapshotKeeper(settings.snapshot_store(), "python", every_s=settings.snapshot_every_s)
 
 
 async def _run(kernel: Kernel, code: str, timeout_s: float) -> Reply:

@@ -37,6 +37,12 @@ class PythonSandboxSettings(DockerSandboxSettings):
     snapshot_url: str = Field("redis://127.0.0.1:6379/0", description="the redis store's URL (--snapshots redis)")
     snapshot_max_mib: int = Field(256, description="largest snapshot of one session; a larger one is not saved")
     snapshot_ttl_s: float = Field(7 * 24 * 3600.0, description="a snapshot older than this is not restored")
+    snapshot_every_s: float = Field(
+        2.0,
+        ge=0,
+        description="with --snapshots, also save a session in the background once it has been quiet this long "
+        "after a call (at the latest 3x this after its first unsaved change): what a killed server loses; 0: off",
+    )
 
     def snapshot_store(self) -> SnapshotStore:
         where = self.snapshot_url if self.snapshots == "redis" else self.snapshot_dir
