@@ -268,11 +268,11 @@ class SessionRegistry(Generic[S]):
     async def close(self, key: str) -> bool:
         """Free the session (a deliberate end: its next call gets no reset notice); True when there was one. Its
         background save is stopped first: whatever follows (its snapshot deleted) lands after that save."""
-        if self.autosave is not None:
-            await self.autosave.settle(key)
         self._gone.pop(key, None)
         entry = self._entries.pop(key, None)
         self._locks.pop(key, None)
+        if self.autosave is not None:
+            await self.autosave.settle(key)
         if entry is None:
             return False
         self.on_change(len(self._entries))
