@@ -105,6 +105,8 @@ def _lifespan(
             server.loops.start(tg, "reaper", server.sessions.reap_forever, server.settings.reap_interval_s)
             if server.keeper is not None:
                 server.loops.start(tg, "snapshot-sweeper", server.keeper.sweep_forever)
+            if server.sessions.autosave is not None:
+                server.loops.start(tg, "snapshot-autosave", server.sessions.autosave.run)
             if server.runtime is not None and server.runtime.samples_memory:
                 server.loops.start(tg, "memory-sampler", server.runtime.sample_memory_forever)
             log.info("server.started", namespace=server.namespace, port=server.settings.port)

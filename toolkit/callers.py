@@ -149,6 +149,11 @@ class Callers(Generic[S]):
         text = self.sessions.take_restored(key) or ""
         if (reason := self.sessions.take_reset(key)) is not None:
             text = f"[this session's state was {reason}: everything earlier calls made in it is gone]\n"
+        if (unsaved := self.sessions.take_unsaved(key)) is not None:
+            text += (
+                f"[this session's state could not be saved ({unsaved}): it keeps running here, but what changed "
+                "since its last snapshot is lost if this server stops or fails]\n"
+            )
         if key in self._minted:
             text += (
                 f"[session handle: {key} - pass it as {handles.ARGUMENT} to keep this session's state; "
@@ -162,9 +167,10 @@ class Callers(Generic[S]):
             return data
         return {**(data or {}), handles.ARGUMENT: key}
 
-    async def release(self, who: Identity) -> None:
-        """The call is over: its session is free for the next call; a session of its own is closed."""
-        self.sessions.release(who.key)
+    async def release(self, who: Identity, *, changed: bool = True) -> None:
+        """The call is over: its session is free for the next call (saved in the background if the call `changed`
+        it); a session of its own is closed."""
+        self.sessions.release(who.key, changed=changed and not who.once)
         self._minted.discard(who.key)
         if who.once:
             await self.sessions.close(who.key)

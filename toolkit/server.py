@@ -31,6 +31,7 @@ from toolkit.sandbox.runtime import ContainerRuntime
 from toolkit.sessions import S, SessionRegistry
 from toolkit.settings import ToolServerSettings
 from toolkit.signature import Body, ToolSignature
+from toolkit.snapshots.autosave import Autosave
 from toolkit.snapshots.keeper import SnapshotKeeper
 from toolkit.tracing import annotate, extract, request_context, span
 from toolkit.wire import MEMORY_HEADER, REQUEST_ID_HEADER, fleet_secret, size_refusal
@@ -178,8 +179,9 @@ class ToolServer(Generic[S]):
             max_sessions=settings.max_sessions,
             max_per_owner=settings.max_sessions_per_owner,
         )
-        self.sessions.keeper = self.keeper = keeper
+        self.keeper = self._kept_by(keeper)
         """Saves sessions as they go and restores them (`--snapshots`); None: a session's state ends with it."""
+        self._reads: set[str] = set()  # tools that never change a session's state: they arm no background save
         fleet_secret()  # read (or made) now, not on the event loop by the first call
         self.loops = Loops()
         self.drain = Drain(
@@ -199,6 +201,16 @@ class ToolServer(Generic[S]):
             meta=HIDDEN,
             description="Free everything this session (or the session of `session_handle`) holds on the server.",
         )
+
+    def _kept_by(self, keeper: SnapshotKeeper | None) -> SnapshotKeeper | None:
+        """Sessions saved by `keeper`, counted in /metrics, and saved in the background after calls where its
+        `every_s` > 0 (the app runs `Autosave.run`)."""
+        self.sessions.keeper = keeper
+        if keeper is not None:
+            keeper.observer = self.metrics.count_snapshots()
+            if keeper.every_s > 0:
+                self.sessions.autosave = Autosave(keeper.every_s, self.sessions.save_in_background)
+        return keeper
 
     def _sessions_changed(self, count: int) -> None:
         self.metrics.sessions.set(count)
@@ -262,7 +274,7 @@ class ToolServer(Generic[S]):
                 async with heartbeat(ctx, self._progress_interval_s):
                     yield who.key, state
             finally:
-                await self.callers.release(who)
+                await self.callers.release(who, changed=tool not in self._reads)
 
     async def call(
         self,
@@ -304,12 +316,15 @@ class ToolServer(Generic[S]):
         step: str | None = None,
         description: str | None = None,
         meta: dict[str, Any] | None = None,
+        reads: bool = False,
     ) -> Callable[[Body], Body]:
         """`@kit.tool(name, faults)`: register a tool whose body states only its operation. The body checks its
         arguments and returns an `Op` on the session's state; the kit adds the rest, named once: the
         `session_handle` argument, the session, the span `step`, the fault handling and, for an operation that
         answers a `Reply`, the notice and the handle (`answer`). The body runs before the session is taken, so
-        an argument it refuses starts no sandbox."""
+        an argument it refuses starts no sandbox. A tool that only `reads` the session arms no background save."""
+        if reads:
+            self._reads.add(name)
 
         def register(body: Body) -> Body:
             shape = ToolSignature.of(body)

@@ -6,7 +6,9 @@ never costs another key its state. The server's limit stays as a last resort, an
 rather than evicting anyone's. A session whose state went (evicted, reaped after idle, or lost with the replica
 that held it) is told once, on its next call, in words that say which. With a `Keeper` (snapshots), a session
 is saved before eviction, idle reaping or the server's stop takes it, or as a drain hands it over to another
-replica, and brought back on its next call."""
+replica, and brought back on its next call; where the keeper asks for it, it is also saved in the background a
+few seconds after a call changed it (`toolkit.snapshots.autosave`), so a replica killed outright loses only
+those seconds."""
 
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ from typing import Generic, Protocol, TypeVar
 import anyio
 import structlog
 
+from toolkit.snapshots.autosave import Autosave
+from toolkit.snapshots.keeper import Taken
 from toolkit.wire import ANONYMOUS
 
 log = structlog.get_logger(__name__)
@@ -35,7 +39,10 @@ S = TypeVar("S", bound=SessionState)
 class Keeper(Protocol):
     """Saves a session's state as it goes and restores it into the next (`toolkit.snapshots.keeper`)."""
 
-    async def keep(self, key: str, owner: str, state: object) -> str | None: ...
+    def saves(self, state: object) -> bool: ...
+    async def keep(self, key: str, owner: str, state: object, trigger: str) -> str | None: ...
+    async def take(self, key: str, owner: str, state: object, trigger: str) -> Taken | str: ...
+    async def put(self, taken: Taken) -> str | None: ...
     async def bring_back(self, key: str, owner: str, state: object) -> tuple[str | None, str | None]: ...
 
 
@@ -55,11 +62,23 @@ class _Entry(Generic[S]):
     busy: int = 0
     reset: str | None = None  # why the state this one replaces went (evicted, reaped, a lost replica): told once
     restored: str | None = None  # the notice of a snapshot this state was restored from: told once
+    unsaved: str | None = None  # why its background save failed, until told (once for each new reason)
+    told_unsaved: str | None = None
 
 
 REAPED_MEMORY = 4096
 """How many gone session keys are remembered, so their next call can say why the state went."""
 LOST_WITH_REPLICA = "lost with its replica (the server that held it shut down)"
+
+
+class _Gone(OrderedDict[str, str]):
+    """Key -> why its state went (evicted, reaped, lost), oldest first: the last `REAPED_MEMORY` keys."""
+
+    def remember(self, key: str, why: str) -> None:
+        self[key] = why
+        self.move_to_end(key)
+        while len(self) > REAPED_MEMORY:
+            self.popitem(last=False)
 
 
 def idle_words(idle_s: float) -> str:
@@ -85,11 +104,13 @@ class SessionRegistry(Generic[S]):
         self._per_owner = min(max_per_owner or max_sessions, max_sessions)
         self._entries: dict[str, _Entry[S]] = {}
         self._locks: dict[str, anyio.Lock] = {}
-        self._gone: OrderedDict[str, str] = OrderedDict()  # key -> why its state went, oldest first
+        self._gone = _Gone()
         self._creating: Counter[str] = Counter()  # owner -> sessions being made: they count against the limits
         self.on_change: Callable[[int], None] = lambda n: None
         self.keeper: Keeper | None = None
         self._unsaved: set[str] = set()  # keys a hand-over could not save: not tried again on every change
+        self.autosave: Autosave | None = None
+        """Saves sessions in the background after calls (`save_in_background`), with a keeper."""
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -182,7 +203,7 @@ class SessionRegistry(Generic[S]):
         """`key` was held by a replica that went away (the gateway says so): its first state here is a reset,
         unless a snapshot restores it."""
         if key not in self._entries:
-            self._remember_gone(key, why)
+            self._gone.remember(key, why)
 
     def take_reset(self, key: str) -> str | None:
         """Why the session's previous state is gone (evicted, reaped after idle, lost with its replica), when
@@ -201,11 +222,41 @@ class SessionRegistry(Generic[S]):
         notice, entry.restored = entry.restored, None
         return notice
 
-    def release(self, key: str) -> None:
+    def take_unsaved(self, key: str) -> str | None:
+        """Why the session's background save failed (it runs on, unsaved); told once for each new reason."""
         entry = self._entries.get(key)
-        if entry is not None:
-            entry.busy -= 1
-            entry.last_used = time.monotonic()
+        if entry is None or entry.unsaved is None:
+            return None
+        entry.told_unsaved, entry.unsaved = entry.unsaved, None
+        return entry.told_unsaved
+
+    def release(self, key: str, *, changed: bool = True) -> None:
+        """The call is over; one that `changed` the session arms its background save (with `autosave`)."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return
+        entry.busy -= 1
+        entry.last_used = time.monotonic()
+        if changed and self.autosave is not None and self.keeper is not None and self.keeper.saves(entry.state):
+            self.autosave.changed(key)
+
+    async def save_in_background(self, key: str) -> None:
+        """The background save (`Autosave`): the state is taken out of its sandbox holding the session's key with
+        no call running, so no call starts or changes it midway; the store write runs after, while calls go on.
+        A session busy in a call is skipped: its release arms the next save."""
+        lock, keeper = self._locks.get(key), self.keeper
+        if lock is None or keeper is None:
+            return
+        async with lock:
+            entry = self._entries.get(key)
+            if entry is None or entry.busy > 0:
+                return
+            taken = await keeper.take(key, entry.owner, entry.state, "background")
+        why = taken if isinstance(taken, str) else await keeper.put(taken)
+        if why is None:
+            entry.unsaved = entry.told_unsaved = None
+        elif why != entry.told_unsaved:
+            entry.unsaved = why
 
     async def replace(self, key: str, state: S) -> None:
         """Swap a session's state (after its sandbox died); the old state is closed."""
@@ -217,11 +268,14 @@ class SessionRegistry(Generic[S]):
             await old.aclose()
 
     async def close(self, key: str) -> bool:
-        """Free the session (a deliberate end: its next call gets no reset notice); True when there was one."""
+        """Free the session (a deliberate end: its next call gets no reset notice); True when there was one. Its
+        background save is stopped first: whatever follows (its snapshot deleted) lands after that save."""
         self._gone.pop(key, None)
         self._unsaved.discard(key)
         entry = self._entries.pop(key, None)
         self._locks.pop(key, None)
+        if self.autosave is not None:
+            await self.autosave.settle(key)
         if entry is None:
             return False
         self.on_change(len(self._entries))
@@ -235,7 +289,8 @@ class SessionRegistry(Generic[S]):
         idle = [k for k, e in self._entries.items() if e.busy <= 0 and now - e.last_used > self._ttl_s]
         for key in idle:
             if (entry := self._entries.get(key)) is not None and entry.busy <= 0:  # not taken by a call meanwhile
-                await self._end(key, "session.reaped", f"reaped after {idle_words(now - entry.last_used)} idle")
+                why = f"reaped after {idle_words(now - entry.last_used)} idle"
+                await self._end(key, "session.reaped", why, "reap")
         return len(idle)
 
     async def _evict_oldest_idle(self, owner: str) -> bool:
@@ -244,17 +299,19 @@ class SessionRegistry(Generic[S]):
         if not idle:
             return False
         words = f"evicted (this owner's session limit of {self._per_owner} on this server)"
-        await self._end(min(idle)[1], "session.evicted", words)
+        await self._end(min(idle)[1], "session.evicted", words, "evict")
         return True
 
-    async def _end(self, key: str, event: str, why: str) -> None:
+    async def _end(self, key: str, event: str, why: str, trigger: str) -> None:
         """Close a session its caller did not end, remembering why so its next call hears of it."""
         entry = self._entries[key]
         idle_s = round(time.monotonic() - entry.last_used, 1)
         log.info(event, session_id=key, owner=entry.owner, idle_s=idle_s, sessions=len(self._entries))
-        await self._save_and_close(key, why)
+        await self._save_and_close(key, why, trigger)
 
-    async def _save_and_close(self, key: str, why: str | None, *, unsaved_stays: bool = False) -> None:
+    async def _save_and_close(
+        self, key: str, why: str | None, trigger: str = "drain", *, unsaved_stays: bool = False
+    ) -> None:
         """Snapshot an idle session (with a keeper) and close it, holding its key so a call for it meanwhile waits,
         then starts from the snapshot; `why` (None: the server is stopping) is what its next call hears when no
         snapshot brings it back. A session a call took first is left be, unless the server is stopping: then it
@@ -266,19 +323,15 @@ class SessionRegistry(Generic[S]):
             unsaved = None
             if self.keeper is not None and entry.busy <= 0:
                 with anyio.CancelScope(shield=True):
-                    unsaved = await self.keeper.keep(key, entry.owner, entry.state)
+                    if self.autosave is not None:
+                        await self.autosave.settle(key)  # its write must not land after this newer one
+                    unsaved = await self.keeper.keep(key, entry.owner, entry.state, trigger)
             if unsaved is not None and unsaved_stays:
                 self._unsaved.add(key)
                 return
             await self.close(key)
             if why is not None:
-                self._remember_gone(key, why if unsaved is None else f"{why}; it could not be saved ({unsaved})")
-
-    def _remember_gone(self, key: str, why: str) -> None:
-        self._gone[key] = why
-        self._gone.move_to_end(key)
-        while len(self._gone) > REAPED_MEMORY:
-            self._gone.popitem(last=False)
+                self._gone.remember(key, why if unsaved is None else f"{why}; it could not be saved ({unsaved})")
 
     async def close_all(self) -> None:
         """Close every session at once (saving each first, with a keeper): each may remove a sandbox, and a

@@ -60,14 +60,26 @@ def serve_files(kit: ToolServer[S], faults: Faults, send: Send[S], step: str | N
             raise ToolError(f"a chunk holds at most {files.MAX_CHUNK} bytes (base64), at an offset >= 0")
         return _op({"op": "write", "path": path, "data": data, "offset": offset}, send)
 
-    @kit.tool("read_file", faults, step=step, meta=HIDDEN, description="Read up to max_bytes of a file, as base64.")
+    @kit.tool(
+        "read_file",
+        faults,
+        step=step,
+        meta=HIDDEN,
+        reads=True,
+        description="Read up to max_bytes of a file, as base64.",
+    )
     def read_file(path: str, offset: int = 0, max_bytes: int = files.MAX_CHUNK) -> Op[S, dict[str, Any]]:
         if not 0 < max_bytes <= files.MAX_CHUNK or offset < 0:
             raise ToolError(f"max_bytes must be in 1..{files.MAX_CHUNK}, offset >= 0")
         return _op({"op": "read", "path": path, "offset": offset, "max_bytes": max_bytes}, send)
 
     @kit.tool(
-        "list_files", faults, step=step, meta=HIDDEN, description="The files under /mnt/data: path, size, mtime_ns."
+        "list_files",
+        faults,
+        step=step,
+        meta=HIDDEN,
+        reads=True,
+        description="The files under /mnt/data: path, size, mtime_ns.",
     )
     def list_files() -> Op[S, dict[str, Any]]:
         return _op({"op": "list"}, send)

@@ -55,6 +55,12 @@ class DockerSandboxSettings(ToolServerSettings):
     snapshot_url: str = Field("redis://127.0.0.1:6379/0", description="the redis store's URL (--snapshots redis)")
     snapshot_max_mib: int = Field(256, description="largest snapshot of one session; a larger one is not saved")
     snapshot_ttl_s: float = Field(7 * 24 * 3600.0, description="a snapshot older than this is not restored")
+    snapshot_every_s: float = Field(
+        2.0,
+        ge=0,
+        description="with --snapshots, also save a session in the background once it has been quiet this long "
+        "after a call (at the latest 3x this after its first unsaved change): what a killed server loses; 0: off",
+    )
 
     @property
     def session_memory_cap_mb(self) -> int:
@@ -72,4 +78,4 @@ class DockerSandboxSettings(ToolServerSettings):
         """The session saver `--snapshots` asks for; None keeps a session's state only as long as its sandbox."""
         if self.snapshots == "none":
             return None
-        return SnapshotKeeper(self.snapshot_store(), namespace)
+        return SnapshotKeeper(self.snapshot_store(), namespace, every_s=self.snapshot_every_s)

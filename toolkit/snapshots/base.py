@@ -1,9 +1,10 @@
 """The snapshot contract: ids, the sealed format, limits, and the store interface every backend fills in.
 
 Sealed format (one blob): `TFSNAP1\\n`, a 4-byte big-endian header length, the header (JSON: namespace, owner, key,
-taken_at, unsaved names, payload size and SHA-256), a 32-byte HMAC-SHA256 of header and payload digest under the
-fleet's secret, then the payload. A writer without the secret cannot plant a snapshot; one session cannot be handed
-another's (the header must name the session asking); truncation and bit flips fail the digest or the HMAC.
+taken_at, unsaved names, what took it, payload size and SHA-256), a 32-byte HMAC-SHA256 of header and payload
+digest under the fleet's secret, then the payload. A writer without the secret cannot plant a snapshot; one session
+cannot be handed another's (the header must name the session asking); truncation and bit flips fail the digest or
+the HMAC.
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ class Snapshot:
     taken_at: float = field(default_factory=time.time)
     unsaved: tuple[str, ...] = ()
     """Names the sandbox could not serialize: the restore notice lists them."""
+    trigger: str = ""
+    """What took it (`toolkit.snapshots.keeper.TRIGGERS`), for the restore's metrics; "" in older snapshots."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +87,7 @@ def seal(snap: Snapshot, secret: bytes) -> bytes:
             "key": snap.id.key,
             "taken_at": snap.taken_at,
             "unsaved": list(snap.unsaved),
+            "trigger": snap.trigger,
             "size": len(snap.payload),
             "sha256": digest,
         },
@@ -99,6 +103,7 @@ def unseal(blob: bytes, expect: SnapshotId, secret: bytes, *, now: float, ttl_s:
     try:
         meta: dict[str, Any] = json.loads(header)
         digest, taken_at, unsaved = str(meta["sha256"]), float(meta["taken_at"]), tuple(map(str, meta["unsaved"]))
+        trigger = str(meta.get("trigger", ""))
         who = SnapshotId(str(meta["namespace"]), str(meta["owner"]), str(meta["key"]))
     except (ValueError, KeyError, TypeError) as exc:
         raise SnapshotRefused("corrupt", "the snapshot's header is not readable") from exc
@@ -110,7 +115,7 @@ def unseal(blob: bytes, expect: SnapshotId, secret: bytes, *, now: float, ttl_s:
         raise SnapshotRefused("foreign", "the snapshot belongs to another session")
     if now - taken_at > ttl_s:
         raise SnapshotRefused("expired", "the snapshot expired")
-    return Snapshot(who, payload, taken_at, unsaved)
+    return Snapshot(who, payload, taken_at, unsaved, trigger)
 
 
 def _split(blob: bytes) -> tuple[bytes, bytes, bytes]:
