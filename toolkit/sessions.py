@@ -87,7 +87,38 @@ def idle_words(idle_s: float) -> str:
     return f"{idle_s / 60:.0f} minutes"
 
 
-class SessionRegistry(Generic[S]):
+class _Notices(Generic[S]):
+    """What a session's next call is told once, each read off its entry: a reset, a restore, a failed save."""
+
+    _entries: dict[str, _Entry[S]]
+
+    def take_reset(self, key: str) -> str | None:
+        """Why the session's previous state is gone (evicted, reaped after idle, lost with its replica), when
+        the state it now has replaces one; told only once."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        reason, entry.reset = entry.reset, None
+        return reason
+
+    def take_restored(self, key: str) -> str | None:
+        """The notice of the snapshot the session's state was restored from; told only once."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        notice, entry.restored = entry.restored, None
+        return notice
+
+    def take_unsaved(self, key: str) -> str | None:
+        """Why the session's background save failed (it runs on, unsaved); told once for each new reason."""
+        entry = self._entries.get(key)
+        if entry is None or entry.unsaved is None:
+            return None
+        entry.told_unsaved, entry.unsaved = entry.unsaved, None
+        return entry.told_unsaved
+
+
+class SessionRegistry(_Notices[S]):
     """Maps a session key to its state; creation is serialized per key so one key never gets two states."""
 
     def __init__(
@@ -204,31 +235,6 @@ class SessionRegistry(Generic[S]):
         unless a snapshot restores it."""
         if key not in self._entries:
             self._gone.remember(key, why)
-
-    def take_reset(self, key: str) -> str | None:
-        """Why the session's previous state is gone (evicted, reaped after idle, lost with its replica), when
-        the state it now has replaces one; told only once."""
-        entry = self._entries.get(key)
-        if entry is None:
-            return None
-        reason, entry.reset = entry.reset, None
-        return reason
-
-    def take_restored(self, key: str) -> str | None:
-        """The notice of the snapshot the session's state was restored from; told only once."""
-        entry = self._entries.get(key)
-        if entry is None:
-            return None
-        notice, entry.restored = entry.restored, None
-        return notice
-
-    def take_unsaved(self, key: str) -> str | None:
-        """Why the session's background save failed (it runs on, unsaved); told once for each new reason."""
-        entry = self._entries.get(key)
-        if entry is None or entry.unsaved is None:
-            return None
-        entry.told_unsaved, entry.unsaved = entry.unsaved, None
-        return entry.told_unsaved
 
     def release(self, key: str, *, changed: bool = True) -> None:
         """The call is over; one that `changed` the session arms its background save (with `autosave`)."""

@@ -166,7 +166,7 @@ class Saver:
     def __init__(self) -> None:
         self.saved: list[str] = []
 
-    async def keep(self, key: str, owner: str, state: object) -> str | None:
+    async def keep(self, key: str, owner: str, state: object, trigger: str) -> str | None:
         if key.startswith("big-"):
             return "larger than the cap"
         self.saved.append(key)
