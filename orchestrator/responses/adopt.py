@@ -99,12 +99,23 @@ class Adopter:
     live: dict[str, Live]
     holder: str  # this replica's name on the holds it takes
     launch: Launch
+    # being adopted here now: the upkeep loop and a reader may race for one, and the hold is this replica's
+    # name, which both would take
+    adopting: set[str] = dataclasses.field(default_factory=set)
 
     async def adopt(self, rid: str) -> None:
         """Take `rid` if its hold lapsed and no other replica took it first; go on with it here, or store it
         ended with the reason it cannot go on."""
-        if rid in self.live or rid not in await self.store.hold_running([rid], self.ttl_s, self.holder):
+        if rid in self.live or rid in self.adopting:
             return
+        self.adopting.add(rid)
+        try:
+            if rid in await self.store.hold_running([rid], self.ttl_s, self.holder):
+                await self._take(rid)
+        finally:
+            self.adopting.discard(rid)
+
+    async def _take(self, rid: str) -> None:
         record = await self.store.get(rid)
         if record is None or record.body.get("status") not in RUNNING:
             return await self.store.release_running(rid, self.holder)  # finished (or deleted) meanwhile

@@ -20,12 +20,17 @@ import yaml
 from conftest import scenario
 from invariants import check_stream
 
+from orchestrator.kinds import classify
+from orchestrator.request.schema import ResponsesRequest, Toolset
+from orchestrator.responses.adopt import disposition
+from orchestrator.responses.events import ResponseBuilder
+from orchestrator.responses.prepare import _body
 from tests.support.asgi import free_port
 from tests.support.service import Service, running_service, wait_until
 
 PY_CALL = "<|channel|>analysis to=python<|message|>{code}<|call|>"
 TOOLS = [{"type": "code_interpreter"}]
-MARKER = "37.25"  # the cancelled call's `sleep` process, found by its arguments
+MARKER = f"37.{uuid.uuid4().int % 10**6:06d}"  # the cancelled call's `sleep` process, found by its arguments
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +96,8 @@ def test_a_replica_killed_mid_tool_call_the_other_adopts_it_and_the_stream_resum
         url = f"{survivor.url}/v1/responses/{rid}?stream=true&starting_after={seen[-1]['sequence_number']}"
         with httpx.stream("GET", url, timeout=60) as resumed:
             rest = list(sse(resumed.iter_lines()))
+        order = [(e["sequence_number"], e["type"]) for e in seen + rest]
+        assert [n for n, _ in order] == list(range(len(order))) and order[-1][1] == "response.completed", order
         final = check_stream(seen + rest)  # gapless, no duplicate, every item closed, one terminal event
         assert final.status == "completed" and final.output_text == "It was interrupted."
         call = final.output[0]
@@ -108,7 +115,7 @@ def test_a_cancel_through_one_replica_stops_the_response_and_its_sandbox_process
     with replicas(scripted, redis_url, gateway) as (running, other):
         body = {"input": "sleep on", "tools": TOOLS, "background": True}
         rid = httpx.post(f"{running.url}/v1/responses", json=body, timeout=30).json()["id"]
-        assert wait_until(lambda: interpreting(other, rid) and sleeping())
+        assert wait_until(lambda: interpreting(other, rid) and sleeping()), stored(other, rid)
         cancelled = httpx.post(f"{other.url}/v1/responses/{rid}/cancel", timeout=30).json()
         assert cancelled["status"] == "cancelled" and cancelled["output"][0]["status"] == "failed"
         assert wait_until(lambda: not sleeping()), "the sandbox's process outlived the cancel"
@@ -118,4 +125,33 @@ def test_a_cancel_through_one_replica_stops_the_response_and_its_sandbox_process
 
 def sleeping() -> bool:
     """Whether the cancelled call's `sleep` runs (the host sees the sandbox's processes)."""
-    return subprocess.run(["pgrep", "-f", f"sleep {MARKER}"], capture_output=True).returncode == 0
+    pattern = f"^sleep {MARKER.replace('.', '[.]')}$"
+    return subprocess.run(["pgrep", "-f", pattern], capture_output=True).returncode == 0
+
+
+def test_a_restored_builder_ends_the_text_cut_off_with_what_was_written_and_numbers_on_gaplessly():
+    before = ResponseBuilder(_body(ResponsesRequest(input="hi", background=True), "resp_1", None, "gpt-oss"))
+    before.start(queued=True)
+    before.in_progress()
+    item = before.add_item(
+        {"id": "msg_1", "type": "message", "role": "assistant", "status": "in_progress", "content": []}
+    )
+    item.event(
+        "response.content_part.added", content_index=0, part={"type": "output_text", "text": "", "annotations": []}
+    )
+    for word in ("Half ", "an answer"):
+        item.event("response.output_text.delta", content_index=0, delta=word, logprobs=[])
+    adopted = ResponseBuilder.restore(before.snapshot(), before.events)
+    adopted.close_open()
+    adopted.finish("completed")
+    assert adopted.events[: len(before.events)] == before.events
+    final = check_stream(adopted.events)
+    assert final.output[0].status == "incomplete" and final.output[0].content[0].text == "Half an answer"
+
+
+def test_only_a_call_its_kind_declares_safe_to_repeat_is_run_again():
+    tools = Toolset(builtins={"browser": {}, "python": {}})
+    for recipient, becomes in [("browser.search", "rerun"), ("browser.open", "rerun"), ("python", "interrupt")]:
+        kind, _, fn = classify(tools, recipient)
+        assert kind is not None and disposition(kind, fn) == becomes, recipient
+    assert disposition(None, "search") == "interrupt"  # no tool of the request: nothing to run again
