@@ -211,8 +211,9 @@ class ResponsesService:
         try:
             await begin()
         except asyncio.CancelledError:
-            if not b.finished and self.closing and live.checkpoint is not None:  # left to another replica
-                live.checkpoint.lost = True  # nothing more written: it is adopted once its hold lapses
+            held = live.checkpoint
+            if not b.finished and held is not None and (self.closing or held.lost):  # another replica goes on
+                held.lost = True  # nothing more written, its tool sessions left to it: adopted once its hold lapses
             elif not b.finished and self.closing:  # nobody asked: the replica stops (SIGTERM)
                 error = {"code": "server_error", "message": "the orchestrator replica running it shut down"}
                 b.finish("failed", usage=r.usage.as_dict(), error=error)

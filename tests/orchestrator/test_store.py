@@ -231,7 +231,7 @@ def test_a_background_response_cut_off_mid_generation_by_a_killed_replica_is_gen
     model.scenario = scenario(
         [{"match": "", "reply": "<|channel|>final<|message|>" + "slow " * 300 + "<|return|>", "delay_s": 0.01}]
     )
-    flags = redis_orchestrator(worker_url, redis_url, "--background-hold-s", "1.5")
+    flags = redis_orchestrator(worker_url, redis_url, "--background-hold-s", "3")
     with running_service(flags) as doomed, running_service(flags) as survivor:
         bg = httpx.post(f"{doomed.url}/v1/responses", json={"input": "long job", "background": True}, timeout=30).json()
         client = openai.OpenAI(base_url=f"{survivor.url}/v1", api_key="unused", max_retries=0)
