@@ -127,6 +127,9 @@ class Adopter:
             await self.end(record, "failed", str(exc))
         except RequestError as exc:  # what the request names is gone or refused now (a server, a store)
             await self.end(record, "failed", f"it cannot be continued here: {exc}")
+        except Exception as exc:  # a checkpoint this replica cannot read: failed once, not retried every round
+            log.exception("response.adoption_crashed", response_id=rid)
+            await self.end(record, "failed", f"internal error while adopting it: {type(exc).__name__}")
 
     @property
     def ttl_s(self) -> float:
