@@ -121,7 +121,7 @@ class OrchestratorSettings(ServiceSettings):
     background_hold_s: float = Field(
         30.0,
         description="a background response holds its place in the shared store this long, renewed every third;"
-        " one whose replica stopped (killed, a lost node) reads as failed once its hold lapses",
+        " one whose replica stopped (killed, a lost node) is adopted by another replica once its hold lapses",
     )
     identity: str | None = Field(None, description="model identity line of the system message")
     date: str | None = Field(None, description="conversation start date (default: today)")

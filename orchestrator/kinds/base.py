@@ -111,6 +111,8 @@ class Kind:
     echoes: ClassVar[tuple[str, ...]] = ()  # the input item types `echo` reads
     reads_kept_text: ClassVar[bool] = False  # `echo` wants the tool text kept (by item id) for its items
     executed: ClassVar[bool] = True  # False: the client runs the call (functions)
+    # functions with no effect to repeat: a call of one in flight when its replica stopped runs again there
+    rerun_safe: ClassVar[frozenset[str]] = frozenset()
     json_arguments: ClassVar[bool] = True  # the call's text is a JSON object (False: free text, custom tools)
     namespaces: ClassVar[tuple[str, ...]] = ()  # built-in namespaces this kind serves (system message, chat)
     # its namespaces' tool servers hold sandboxes that a platform container's files move into (`workspace.py`)

@@ -32,6 +32,7 @@ class WebSearchKind(Kind):
     echoes = ("web_search_call",)
     reads_kept_text = True
     namespaces = ("browser",)
+    rerun_safe = frozenset(("search", "open", "find"))  # reads of the web or the local corpus, nothing written
 
     fields = {
         "filters": Field(HONOURED, "`allowed_domains`: the browser searches and opens only those"),

@@ -4,6 +4,8 @@ the three over one connection of one backend (`sqlite.py`, `redis.py`).
 The response store keeps a response's body (what GET returns), its input items, the Harmony messages of
 the conversation so far (what `previous_response_id` continues from) and its events (for replay).
 Conversations record which tool servers hold session state for them, so idle ones can be cleaned up.
+A running background response is held (a lease with a holder and an expiry, renewed by its replica) and
+indexed until released, so a lapsed one can be found and adopted by another replica.
 The conversation store keeps the Conversations API's records and items, and each conversation's lease.
 The object store keeps owned objects with an expiry (files, containers, container files).
 
@@ -51,6 +53,7 @@ class Record:
     events: list[dict[str, Any]] = field(default_factory=list)
     tools: dict[str, Any] = field(default_factory=dict)  # request's tools, for chained approvals and mcp lists
     owner: str = "anonymous"  # the creating API key's id (orchestrator.guard.auth.key_id): other keys get 404
+    resume: dict[str, Any] | None = None  # a running background response's checkpoint (`responses/adopt.py`)
 
 
 @dataclass
@@ -79,7 +82,16 @@ class Store(Protocol):
     async def put_results(self, results: dict[str, str]) -> None: ...
     async def request_cancel(self, response_id: str) -> None: ...
     async def cancel_requested(self, response_ids: list[str]) -> set[str]: ...
-    async def hold_running(self, response_ids: list[str], ttl_s: float) -> None: ...
+    async def hold_running(self, response_ids: list[str], ttl_s: float, holder: str) -> set[str]:
+        """Take (when free or lapsed) or renew (when `holder`'s) each response's hold, atomically per id;
+        the ids `holder` holds afterwards. A hold another holder has is left alone."""
+        ...
+
+    async def release_running(self, response_id: str, holder: str) -> None: ...
+    async def orphaned(self) -> list[str]:
+        """Background responses whose hold lapsed before they were released: nobody runs them."""
+        ...
+
     async def is_held(self, response_id: str) -> bool: ...
     async def get_results(self, item_ids: list[str]) -> dict[str, str]: ...
 

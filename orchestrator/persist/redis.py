@@ -149,11 +149,30 @@ class RedisResponses:
             values = await self._r.mget([f"{self._p}cancel:{i}" for i in response_ids])
         return {i for i, v in zip(response_ids, values, strict=True) if v is not None}
 
-    async def hold_running(self, response_ids: list[str], ttl_s: float) -> None:
+    async def hold_running(self, response_ids: list[str], ttl_s: float, holder: str) -> set[str]:
+        """Each hold is `_HOLD` (SET NX PX, or PEXPIRE when ours): one step, so two replicas adopting the same
+        lapsed response cannot both take it; the index `running` lists the held until released."""
+        ms = max(1, int(ttl_s * 1000))
         async with self._c.errors(), self._r.pipeline(transaction=False) as pipe:
             for response_id in response_ids:
-                pipe.set(f"{self._p}running:{response_id}", b"1", px=max(1, int(ttl_s * 1000)))
-            await pipe.execute()
+                pipe.eval(_HOLD, 1, f"{self._p}running:{response_id}", holder, ms)
+            pipe.sadd(f"{self._p}running", *response_ids)
+            *held, _ = await pipe.execute()
+        return {i for i, ok in zip(response_ids, held, strict=True) if ok}
+
+    async def release_running(self, response_id: str, holder: str) -> None:
+        async with self._c.errors():
+            await self._r.eval(_RELEASE, 1, f"{self._p}running:{response_id}", holder)
+            await self._r.srem(f"{self._p}running", response_id)
+
+    async def orphaned(self) -> list[str]:
+        async with self._c.errors():
+            ids = [i.decode() for i in await self._r.smembers(f"{self._p}running")]
+            async with self._r.pipeline(transaction=False) as pipe:
+                for response_id in ids:
+                    pipe.exists(f"{self._p}running:{response_id}")
+                held = await pipe.execute()
+        return [i for i, h in zip(ids, held, strict=True) if not h]
 
     async def is_held(self, response_id: str) -> bool:
         async with self._c.errors():
@@ -162,7 +181,7 @@ class RedisResponses:
     async def put(self, record: Record) -> None:
         data = {
             k: getattr(record, k)
-            for k in ("id", "conversation", "body", "input_items", "messages", "events", "tools", "owner")
+            for k in ("id", "conversation", "body", "input_items", "messages", "events", "tools", "owner", "resume")
         }
         await self._c.admit("index", "responses", record.owner, record.id, [f"{self._p}resp:"])
         async with self._c.errors():

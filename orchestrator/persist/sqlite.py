@@ -98,6 +98,10 @@ class SQLiteResponses:
         db.execute("CREATE INDEX IF NOT EXISTS results_owner ON results(owner, created)")
         db.execute("CREATE TABLE IF NOT EXISTS cancels (id TEXT PRIMARY KEY, created REAL)")
         db.execute("CREATE TABLE IF NOT EXISTS running (id TEXT PRIMARY KEY, until REAL)")
+        if "holder" not in {r[1] for r in db.execute("PRAGMA table_info(running)")}:
+            db.execute("ALTER TABLE running ADD COLUMN holder TEXT NOT NULL DEFAULT ''")
+        if "resume" not in columns:
+            db.execute("ALTER TABLE responses ADD COLUMN resume TEXT")
 
     def _put(self, record: Record) -> None:
         if self._db.execute("SELECT 1 FROM responses WHERE id = ?", (record.id,)).fetchone() is None:
@@ -113,10 +117,11 @@ class SQLiteResponses:
             json.dumps(record.events),
             json.dumps(record.tools),
             record.owner,
+            json.dumps(record.resume) if record.resume is not None else None,
         )
         self._db.execute(
             "INSERT OR REPLACE INTO responses (id, created, conversation, body, input_items, messages, events,"
-            " tools, owner) VALUES (?,?,?,?,?,?,?,?,?)",
+            " tools, owner, resume) VALUES (?,?,?,?,?,?,?,?,?,?)",
             row,
         )
         self._puts += 1
@@ -135,13 +140,14 @@ class SQLiteResponses:
 
     def _get(self, response_id: str) -> Record | None:
         row = self._db.execute(
-            "SELECT id, conversation, body, input_items, messages, events, tools, created, owner FROM responses"
-            " WHERE id = ?",
+            "SELECT id, conversation, body, input_items, messages, events, tools, created, owner, resume"
+            " FROM responses WHERE id = ?",
             (response_id,),
         ).fetchone()
         if row is None or row[7] < time.time() - self._c.ttl_s:
             return None
-        return Record(row[0], row[1], *(json.loads(x) for x in row[2:7]), owner=row[8])
+        resume = json.loads(row[9]) if row[9] is not None else None
+        return Record(row[0], row[1], *(json.loads(x) for x in row[2:7]), owner=row[8], resume=resume)
 
     def _delete(self, response_id: str) -> bool:
         return self._db.execute("DELETE FROM responses WHERE id = ?", (response_id,)).rowcount > 0
@@ -192,10 +198,26 @@ class SQLiteResponses:
         rows = self._db.execute(f"SELECT id FROM cancels WHERE id IN ({marks})", response_ids).fetchall()
         return {r[0] for r in rows}
 
-    def _hold_running(self, response_ids: list[str], ttl_s: float) -> None:
-        until = time.time() + ttl_s
-        self._db.executemany("INSERT OR REPLACE INTO running VALUES (?,?)", [(i, until) for i in response_ids])
-        self._db.execute("DELETE FROM running WHERE until < ?", (time.time(),))
+    def _hold_running(self, response_ids: list[str], ttl_s: float, holder: str) -> set[str]:
+        """One statement per id (taken when free or lapsed, renewed when `holder`'s), so atomic across the
+        processes sharing the file; a lapsed row stays until released or taken (`orphaned` lists it)."""
+        now = time.time()
+        held = set()
+        for response_id in response_ids:
+            taken = self._db.execute(
+                "INSERT INTO running (id, until, holder) VALUES (?,?,?) ON CONFLICT(id) DO UPDATE SET"
+                " until = excluded.until, holder = excluded.holder WHERE holder = excluded.holder OR until < ?",
+                (response_id, now + ttl_s, holder, now),
+            )
+            if taken.rowcount > 0:
+                held.add(response_id)
+        return held
+
+    def _release_running(self, response_id: str, holder: str) -> None:
+        self._db.execute("DELETE FROM running WHERE id = ? AND holder = ?", (response_id, holder))
+
+    def _orphaned(self) -> list[str]:
+        return [r[0] for r in self._db.execute("SELECT id FROM running WHERE until < ?", (time.time(),))]
 
     def _is_held(self, response_id: str) -> bool:
         row = self._db.execute("SELECT 1 FROM running WHERE id = ? AND until >= ?", (response_id, time.time()))
@@ -234,8 +256,14 @@ class SQLiteResponses:
     async def cancel_requested(self, response_ids: list[str]) -> set[str]:
         return await self._c.run(self._cancel_requested, response_ids)
 
-    async def hold_running(self, response_ids: list[str], ttl_s: float) -> None:
-        return await self._c.run(self._hold_running, response_ids, ttl_s)
+    async def hold_running(self, response_ids: list[str], ttl_s: float, holder: str) -> set[str]:
+        return await self._c.run(self._hold_running, response_ids, ttl_s, holder)
+
+    async def release_running(self, response_id: str, holder: str) -> None:
+        return await self._c.run(self._release_running, response_id, holder)
+
+    async def orphaned(self) -> list[str]:
+        return await self._c.run(self._orphaned)
 
     async def is_held(self, response_id: str) -> bool:
         return await self._c.run(self._is_held, response_id)

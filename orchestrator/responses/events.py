@@ -49,6 +49,7 @@ class ResponseBuilder:
         self.events: list[dict[str, Any]] = []
         self._changed = asyncio.Event()
         self._open: dict[int, str] = {}  # output_index -> item id, for items added and not yet done
+        self._parts: dict[int, dict[str, Any]] = {}  # a restored builder's open content parts (text so far)
         self.finished = False
 
     @property
@@ -92,10 +93,7 @@ class ResponseBuilder:
         incomplete_reason: str | None = None,
     ) -> None:
         """Close whatever is open, then the single terminal event."""
-        for index in sorted(self._open):
-            item = self.output[index]
-            item["status"] = "incomplete" if item.get("type") in ("message", "reasoning") else "failed"
-            self._done_item(index)
+        self.close_open()
         self.body["status"] = status
         self.body["completed_at"] = int(time.time()) if status == "completed" else None
         if usage is not None:
@@ -105,6 +103,45 @@ class ResponseBuilder:
         event = {"completed": "response.completed", "failed": "response.failed"}.get(status, "response.incomplete")
         self.emit(event, response=self.snapshot())
         self.finished = True
+
+    def close_open(self) -> None:
+        """Every item still open ends cut short: text `incomplete`, a call `failed`."""
+        for index, part in sorted(self._parts.items()):  # a restored builder's text, cut where it was
+            kind, where = part["type"], {"output_index": index, "item_id": self.output[index]["id"], "content_index": 0}
+            extra = {"logprobs": []} if kind == "output_text" else {}
+            self.emit(f"response.{kind}.done", **where, text=part["text"], **extra)
+            self.emit("response.content_part.done", **where, part=json_copy(part))
+            self.output[index]["content"] = [part]
+        self._parts.clear()
+        for index in sorted(self._open):
+            item = self.output[index]
+            item["status"] = "incomplete" if item.get("type") in ("message", "reasoning") else "failed"
+            self._done_item(index)
+
+    def open_call(self) -> bool:
+        """Whether a tool call's item is still open: its call is in flight."""
+        return any(self.output[i].get("type") not in ("message", "reasoning") for i in self._open)
+
+    @classmethod
+    def restore(cls, body: dict[str, Any], events: list[dict[str, Any]]) -> ResponseBuilder:
+        """A stored response's builder, to go on from its last event (adoption): its open items are those
+        added and not yet done, so the next event is numbered after the stored ones."""
+        builder = cls(json_copy(body))
+        builder.events = list(events)
+        for event in events:
+            kind, index = event["type"], event.get("output_index", -1)
+            if kind == "response.output_item.added":
+                builder._open[index] = event["item"]["id"]
+            elif kind == "response.output_item.done":
+                builder._open.pop(index, None)
+            elif kind == "response.content_part.added":
+                builder._parts[index] = json_copy(event["part"])
+            elif kind == "response.content_part.done":
+                builder._parts.pop(index, None)
+            elif kind in ("response.output_text.delta", "response.reasoning_text.delta") and index in builder._parts:
+                builder._parts[index]["text"] += event["delta"]
+        builder.finished = bool(events) and events[-1]["type"] in TERMINAL
+        return builder
 
     # --- output items ----------------------------------------------------------------------------
 

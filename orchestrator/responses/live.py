@@ -5,8 +5,6 @@ service that follows responses rather than making them."""
 from __future__ import annotations
 
 import asyncio
-import copy
-import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +17,7 @@ from orchestrator.errors import RequestError
 from orchestrator.guard.limits import Slot
 from orchestrator.persist import Conversation, Record, Store
 from orchestrator.request.schema import ResponsesRequest
+from orchestrator.responses.checkpoint import Checkpoints
 from orchestrator.responses.events import ResponseBuilder
 
 log = structlog.get_logger(__name__)
@@ -44,6 +43,8 @@ class Live:
     http_status: int = 200
     error_code: str | None = None  # for the HTTP error body; response.error.code is OpenAI's fixed set
     unsaved: str | None = None  # why a response that finished could not be stored or added to its conversation
+    checkpoint: Checkpoints | None = None  # a background response's record as it runs, and its hold
+    cut_call: bool = False  # cancelled with a tool call in flight: its tool sessions are ended, killing that work
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
     def failure(self) -> ResponseFailed | None:
@@ -80,10 +81,10 @@ class ResponseFailed(RequestError):
 
 class LiveResponses:
     """The responses this replica runs (`live`, the service's) and the shared store, read and managed by id and
-    owner."""
+    owner; `adopt` takes over a stored one whose replica stopped (`adopt.Adopter`)."""
 
-    def __init__(self, live: dict[str, Live], store: Store) -> None:
-        self.live, self.store = live, store
+    def __init__(self, live: dict[str, Live], store: Store, adopt: Callable[[str], Awaitable[None]]) -> None:
+        self.live, self.store, self.adopt = live, store, adopt
 
     async def find(self, rid: str, owner: str) -> tuple[Live | None, Record | None]:
         """The live response or the stored record `owner` created; 404 for any other key (no existence oracle)."""
@@ -93,21 +94,17 @@ class LiveResponses:
         record = None if live is not None else await self.store.get(rid)
         if record is None or record.owner != owner:
             raise RequestError(f"response {rid!r} not found", "response_id", 404, "not_found")
-        return None, await self._unless_orphaned(record)
+        record = await self._unless_orphaned(record)
+        adopted = self.live.get(rid)
+        return (adopted, None) if adopted is not None else (None, record)
 
     async def _unless_orphaned(self, record: Record) -> Record:
-        """A stored background response still running whose hold lapsed: the replica running it stopped
-        (killed, its node lost) and nobody will finish it, so it is failed and stored so, not left running."""
+        """A stored background response still running whose hold lapsed (its replica stopped: killed, its node
+        lost): adopted here, first reader first, or stored ended if it cannot go on (`adopt.Adopter`)."""
         if record.body.get("status") not in RUNNING or await self.store.is_held(record.id):
             return record
-        builder = ResponseBuilder(copy.deepcopy(record.body))
-        builder.events = list(record.events)
-        message = "the orchestrator replica running this background response stopped before it finished"
-        builder.finish("failed", error={"code": "server_error", "message": message})
-        log.warning("response.orphaned", response_id=record.id)
-        orphan = dataclasses.replace(record, body=builder.body, events=builder.events)
-        await self.store.put(orphan)
-        return orphan
+        await self.adopt(record.id)
+        return await self.store.get(record.id) or record
 
     async def result(self, live: Live, gone: Callable[[], Awaitable[None]]) -> dict[str, Any] | None:
         """A non-streaming response's body once it ends; None when the caller went away first (`gone`
@@ -145,12 +142,18 @@ class LiveResponses:
         return live.builder.follow(starting_after) if live is not None else self._stored_events(record, starting_after)
 
     async def _stored_events(self, record: Record, starting_after: int) -> AsyncIterator[dict[str, Any]]:
+        """The stored events, then those stored as the response goes on elsewhere (its replica writes them
+        every turn and heartbeat), gapless across an adoption; once this replica runs it, its own."""
         position = starting_after + 1
         while True:
             for event in record.events[position:]:
                 yield event
             position = max(position, len(record.events))
             if record.body.get("status") not in RUNNING:
+                return
+            if (live := self.live.get(record.id)) is not None:  # adopted here
+                async for event in live.builder.follow(position - 1):
+                    yield event
                 return
             await asyncio.sleep(REPLAY_POLL_S)
             if (current := await self.store.get(record.id)) is None:
@@ -203,7 +206,7 @@ class LiveResponses:
         with anyio.move_on_after(CANCEL_WAIT_S):
             while record.body.get("status") in RUNNING:
                 await asyncio.sleep(0.1)
-                record = await self.store.get(rid) or record
+                record = await self._unless_orphaned(await self.store.get(rid) or record)  # orphaned: ended here
         return record.body
 
 

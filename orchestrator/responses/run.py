@@ -151,6 +151,13 @@ class TurnModel(Protocol):
         ...
 
 
+class Checkpoint(Protocol):
+    """Where a background response's run is kept as it goes, so another replica can go on with it when this
+    one stops (`checkpoint.Checkpoints`): saved at each turn's start and around each tool call."""
+
+    async def save(self, r: Run, calling: Call | None = None) -> None: ...
+
+
 @dataclass
 class Run:
     """Everything one response's loop needs."""
@@ -180,6 +187,7 @@ class Run:
     affinity: tuple[str, ...] = ()  # the keys that keep it on the worker holding its prefix (`worker/affinity.py`)
     warm_only: bool = False  # WebSocket `generate: false`: prefill the worker's cache, make no output
     compact_only: bool = False  # a `compaction_trigger` input item: the output is one compaction item
+    checkpoint: Checkpoint | None = None  # a background response's: kept so another replica can adopt it
 
     @classmethod
     def for_request(

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -24,9 +25,11 @@ from orchestrator.persist import Record, Stores
 from orchestrator.request import attachments
 from orchestrator.request.schema import ResponsesRequest
 from orchestrator.responses import compaction, truncation
+from orchestrator.responses.adopt import Adopter
+from orchestrator.responses.checkpoint import Checkpoints, Where
 from orchestrator.responses.events import new_id
 from orchestrator.responses.live import Live, LiveResponses
-from orchestrator.responses.prepare import Preparer
+from orchestrator.responses.prepare import Prepared, Preparer
 from orchestrator.responses.run import Run
 from orchestrator.responses.settle import Settled, Settler
 from orchestrator.responses.turns import HARMONY, run
@@ -84,9 +87,13 @@ class ResponsesService:
             count_chat=count_chat,
             api_for=api_for,
         )
-        self.responses = LiveResponses(self.live, self.store)
+        self.holder = new_id("replica")  # this replica's name on the background responses it holds
+        self.adopter = Adopter(
+            settings, self.store, self.conversations, self.preparer, self.limits, self.live, self.holder, self._launch
+        )
+        self.responses = LiveResponses(self.live, self.store, self.adopter.adopt)
         self.settler = Settler(self.store, self.conversations, self.live, on_settled)
-        self.upkeep = Upkeep(settings, self.store, self.live)
+        self.upkeep = Upkeep(settings, self.store, self.live, self.adopter)
 
     # --- creating ---------------------------------------------------------------------------------
 
@@ -116,21 +123,35 @@ class ResponsesService:
                 await self.conversations.room(p.stored, p.items, "input")
             await self.preparer.attach_workspaces(p.run, owner, self.settings.public_url or base_url)
             p.run.warm_only = warm_only
-            builder, rid = p.run.builder, p.run.builder.id
+            builder = p.run.builder
             live = Live(builder, req, owner, conversation=p.conversation, lease=lease, kept=kept, slot=slot)
             builder.start(queued=req.background)
-            if req.background:  # other replicas sharing the store can see it running (and ask to cancel it)
-                snapshot, events = builder.snapshot(), list(builder.events)
-                await self.store.hold_running([rid], self.settings.background_hold_s)  # before anyone can read it
-                await self.store.put(Record(rid, p.run.conversation, snapshot, p.items, [], events, owner=owner))
+            if req.background:  # other replicas sharing the store can see it running, cancel or adopt it
+                await self._hold(live, p)
         except BaseException:
             slot.release()
             if lease is not None:  # refused before it ran: the conversation is free again at once
                 await lease.release()
             raise
-        self.live[rid] = live
-        live.task = asyncio.create_task(self._traced(live, p.run, p.listings, p.n_head, p.items))
+        self._launch(live, p)
         return live
+
+    async def _hold(self, live: Live, p: Prepared) -> None:
+        """A background response held by this replica, then stored with a checkpoint that starts it over."""
+        b, req = live.builder, live.request
+        await self.store.hold_running([b.id], self.settings.background_hold_s, self.holder)  # before it is read
+        request = req.model_dump(mode="json", exclude_unset=True)
+        where = Where(b.id, p.items, live.owner, p.n_head, request)
+        p.run.checkpoint = live.checkpoint = Checkpoints(self.store, where, self.holder)
+        start = {"request": request, "n_head": p.n_head, "messages": None, "adoptions": 0}  # not begun
+        events = list(b.events)
+        await self.store.put(Record(b.id, p.run.conversation, b.snapshot(), p.items, [], events, {}, live.owner, start))
+
+    def _launch(self, live: Live, p: Prepared, resume: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Run `live` on this replica: from the start, or (`resume`) as an adopted response goes on."""
+        self.live[live.builder.id] = live
+        begin = resume or functools.partial(self._start, live, p.run, p.listings)
+        live.task = asyncio.create_task(self._traced(live, p.run, p.n_head, p.items, begin))
 
     async def count_input_tokens(self, req: ResponsesRequest, owner: str) -> int:
         """The first turn's prompt in tokens, rendered exactly as `create` would render it (nothing runs)."""
@@ -158,12 +179,14 @@ class ResponsesService:
             "usage": r.usage.as_dict(),
         }
 
-    async def _traced(self, live: Live, r: Run, listings: dict[str, Any], n_head: int, items: list[dict]) -> None:
+    async def _traced(
+        self, live: Live, r: Run, n_head: int, items: list[dict], begin: Callable[[], Awaitable[None]]
+    ) -> None:
         """`_execute` under one span per response (a child of the request's), its ids on every log line."""
         ids = {"response_id": live.builder.id, "conversation_id": r.conversation}
         with span("response", **ids) as current, structlog.contextvars.bound_contextvars(**ids):
             try:
-                await self._execute(live, r, listings, n_head, items)
+                await self._execute(live, r, n_head, items, begin)
             finally:
                 status = live.builder.body.get("status")
                 annotate(current, outcome="ok" if status == "completed" else str(status))
@@ -175,18 +198,30 @@ class ResponsesService:
 
     # --- running ----------------------------------------------------------------------------------
 
-    async def _execute(self, live: Live, r: Run, listings: dict[str, Any], n_head: int, items: list[dict]) -> None:
+    async def _start(self, live: Live, r: Run, listings: dict[str, Any]) -> None:
+        """A response from its start: in progress, the MCP listings, then the turn loop."""
+        b = live.builder
+        if all(e["type"] != "response.in_progress" for e in b.events):  # an adopted one may have begun
+            b.in_progress()
+        for label, tools in listings.items():
+            list_tools_item(b, label, tools)
+        await run(r)
+
+    async def _execute(
+        self, live: Live, r: Run, n_head: int, items: list[dict], begin: Callable[[], Awaitable[None]]
+    ) -> None:
         b = live.builder
         try:
-            b.in_progress()
-            for label, tools in listings.items():
-                list_tools_item(b, label, tools)
-            await run(r)
+            await begin()
         except asyncio.CancelledError:
-            if not b.finished and self.closing:  # nobody asked: the replica stops (SIGTERM)
+            held = live.checkpoint
+            if not b.finished and held is not None and (self.closing or held.lost):  # another replica goes on
+                held.lost = True  # nothing more written, its tool sessions left to it: adopted once its hold lapses
+            elif not b.finished and self.closing:  # nobody asked: the replica stops (SIGTERM)
                 error = {"code": "server_error", "message": "the orchestrator replica running it shut down"}
                 b.finish("failed", usage=r.usage.as_dict(), error=error)
             elif not b.finished:
+                live.cut_call = b.open_call()  # its tool's work is ended too (`Settler`)
                 b.finish("cancelled", usage=r.usage.as_dict())
         except WorkerUnavailable as exc:
             live.http_status, live.error_code = 503, "worker_unavailable"

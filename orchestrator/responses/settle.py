@@ -35,9 +35,12 @@ class Settler:
     async def settle(self, live: Live, r: Run, n_head: int, items: list[dict]) -> None:
         """Keep what the response left (its conversation's items, its record, its tool results and sessions),
         then give back what it held; a write that fails is told to the caller (`Live.unsaved`), never raised."""
-        b, req = live.builder, live.request
+        b, req, held = live.builder, live.request, live.checkpoint
         status = b.body["status"]
-        if self.on_settled is not None:
+        if held is not None:  # no checkpoint written after the settled record
+            await held.close()
+        kept = req.store and not (held is not None and held.lost)  # lost: another replica goes on with it
+        if self.on_settled is not None and (kept or not req.store):
             self.on_settled(status, b.body.get("usage"), r.tools.log)
         saving: str | None = None  # what the caller was promised and is being written, while it is
         try:
@@ -48,16 +51,18 @@ class Settler:
             live.record = Record(
                 b.id, r.conversation, b.body, items, h.dump(r.messages[n_head:]), b.events, state, live.owner
             )
-            if req.store:
+            if kept:
                 saving = "stored"
                 await self.store.put(live.record)
             saving = None
-            if req.store:
+            if kept:
+                if held is not None:  # stored finished: no replica is to adopt it
+                    await held.release()
                 await references.index(self.store, live.record)
             lives_on = req.store or live.conversation is not None or live.kept is not None
             if r.tools.results and lives_on:  # for client-kept history
                 await self.store.put_results({scoped(live.owner, k): v for k, v in r.tools.results.items()})
-            if r.sessions.used and lives_on:  # its tool sessions stay until idle (the reaper frees them)
+            if r.sessions.used and lives_on and not live.cut_call:  # kept until idle (the reaper frees them)
                 await self.store.touch_conversation(r.conversation, r.sessions.used)
             elif r.sessions.used:
                 await cleanup_sessions(r.conversation, r.sessions.used)

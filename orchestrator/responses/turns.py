@@ -49,12 +49,15 @@ class HarmonyTurns:
 HARMONY: TurnModel = HarmonyTurns()
 
 
-async def run(r: Run) -> None:
-    """Drive turns until the response is finished; the caller handles cancellation and worker errors."""
+async def run(r: Run, *, resumed: bool = False) -> None:
+    """Drive turns until the response is finished; the caller handles cancellation and worker errors.
+    `resumed`: an adopted response (`adopt.py`), whose input was added before its first replica stopped."""
     model = r.model or HARMONY
-    if await _begin(r, model):
+    if not resumed and await _begin(r, model):
         return
     while True:
+        if r.checkpoint is not None:  # the last completed item: where another replica would go on from
+            await r.checkpoint.save(r)
         remaining = r.limits.max_output_tokens - r.usage.output
         if remaining <= 0:
             return r.builder.finish("incomplete", usage=r.usage.as_dict(), incomplete_reason="max_output_tokens")
@@ -102,6 +105,8 @@ async def _call_tools(r: Run, builtin: list[Call], ignored: list[Call]) -> bool:
         toolcalls.refuse(r, c)
     answered = True
     for call in builtin:
+        if r.checkpoint is not None:  # in flight: rerun or told interrupted if this replica stops now
+            await r.checkpoint.save(r, call)
         answered = await toolcalls.call(r, call) and answered
     return answered
 

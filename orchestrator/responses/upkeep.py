@@ -1,5 +1,6 @@
 """The loops a replica runs beside its responses: the tool sessions of idle conversations cleaned up, the
-cancels asked on other replicas applied to the background responses it runs, and their holds renewed."""
+cancels asked on other replicas applied to the background responses it runs, their holds renewed with
+their newest events written, and the background responses whose replica stopped adopted."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import structlog
 
 from orchestrator.persist import Store
+from orchestrator.responses.adopt import Adopter
 from orchestrator.responses.live import Live
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.tools import cleanup_sessions
@@ -20,8 +22,8 @@ log = structlog.get_logger(__name__)
 class Upkeep:
     """The background loops over the shared store and this replica's `live` responses."""
 
-    def __init__(self, settings: OrchestratorSettings, store: Store, live: dict[str, Live]) -> None:
-        self.settings, self.store, self.live = settings, store, live
+    def __init__(self, settings: OrchestratorSettings, store: Store, live: dict[str, Live], adopter: Adopter) -> None:
+        self.settings, self.store, self.live, self.adopter = settings, store, live, adopter
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -30,6 +32,7 @@ class Upkeep:
             asyncio.create_task(every(self.settings.reap_interval_s, self.reap_idle, "reaper")),
             asyncio.create_task(every(self.settings.cancel_poll_s, self.watch_cancels, "cancel_watch")),
             asyncio.create_task(every(self.settings.background_hold_s / 3, self.hold_background, "background_hold")),
+            asyncio.create_task(every(self.settings.background_hold_s / 3, self.adopt_orphans, "adoption")),
         ]
         try:
             yield
@@ -44,9 +47,25 @@ class Upkeep:
             await self.store.forget_conversation(conversation)
 
     async def hold_background(self) -> None:
-        """Renew the holds of the background responses this replica runs (see `LiveResponses.find`)."""
-        if ids := [rid for rid, lv in self.live.items() if lv.request.background]:
-            await self.store.hold_running(ids, self.settings.background_hold_s)
+        """Renew the holds of the background responses this replica runs and write their newest events (for
+        streams on other replicas); one another replica took meanwhile (this one stalled past its hold) is
+        stopped here without a word more to the store."""
+        running = {rid: lv.checkpoint for rid, lv in self.live.items() if lv.checkpoint is not None}
+        if not running:
+            return
+        held = await self.store.hold_running(list(running), self.settings.background_hold_s, self.adopter.holder)
+        for rid, checkpoint in running.items():
+            if rid in held:
+                await checkpoint.flush()
+            elif (live := self.live.get(rid)) is not None and live.task is not None:
+                log.warning("response.hold_lost", response_id=rid)
+                checkpoint.lost = True
+                live.task.cancel()
+
+    async def adopt_orphans(self) -> None:
+        """Adopt the background responses whose hold lapsed (their replica stopped), racing the others."""
+        for rid in await self.store.orphaned():
+            await self.adopter.adopt(rid)
 
     async def watch_cancels(self) -> None:
         """Cancel the background responses this replica runs that another replica was asked to cancel."""

@@ -9,8 +9,9 @@ test waits for the first request that makes it through the whole path again.
 
 Asserted: every failed call was told clearly (an HTTP error status with a message, a response `failed` with an
 error message, or a tool error the model read), none hung past CALL_BOUND_S; only the orchestrator's own crash
-may drop a connection (it is the one replica callers reach); the background response reads `failed` once its
-hold (TOOLFLEET_BACKGROUND_HOLD_S, short here) lapsed, never `in_progress` for ever; the fleet mends within
+may drop a connection (it is the one replica callers reach); the background response is not lost: once its
+hold (TOOLFLEET_BACKGROUND_HOLD_S, short here) lapsed, the restarted orchestrator adopts it and it ends
+`completed`, never `in_progress` for ever nor `failed`; the fleet mends within
 RECOVER_BOUND_S; afterwards the python sandboxes are back to the warm pool (the sessions nobody could clean up
 are reaped by the tool servers' TTL, short here: tests/deploy/chaos.yaml) and every response a caller got back
 is retrievable - except those stored before the Redis crash: the fleet's Redis keeps no persistence (tmpfs), so
@@ -269,7 +270,7 @@ def test_the_fleet_answers_clearly_through_crashes_under_load_and_mends_itself(
     assert not unclear, f"calls without a clear answer (the orchestrator down {down:.1f}-{up:.1f}): {unclear[:5]}"
     assert all(took < RECOVER_BOUND_S for _, _, took, _ in rows)
     assert rows[3][3].startswith("stream response.failed: ") and not rows[3][3].endswith(": (no error)"), rows[3][3]
-    assert rows[4][3].startswith("background failed: ") and len(rows[4][3]) > len("background failed: "), rows[4][3]
+    assert rows[4][3].startswith("background completed"), rows[4][3]  # adopted by the restarted replica
 
     # Nothing leaks: the sessions nobody could clean up are reaped by the tool servers' TTL (6 s here).
     wait_for(f"{WARM_POOL} python sandboxes (the warm pool)", lambda: python_sandboxes(fleet) == WARM_POOL, 45)

@@ -1,0 +1,93 @@
+"""A background response kept in the shared store as it runs, so it outlives its replica: its events (for a
+stream that resumes on any replica) and the state its turn loop goes on from on another replica
+(`adopt.py`): the request, the Harmony messages up to the last completed item, the usage, the tool state,
+and the tool call in flight, if any. Holding and releasing its lease goes through here too."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+import structlog
+
+from orchestrator import harmony as h
+from orchestrator.persist import Record, Store
+from orchestrator.responses.run import Call, Run
+
+log = structlog.get_logger(__name__)
+
+
+@dataclasses.dataclass
+class Where:
+    """What a checkpoint writes besides the run: the response's id, input items, owner, where its history
+    starts (`n_head`: the system and developer messages, rendered again on adoption), the request as the
+    client sent it, and how many times it was adopted so far."""
+
+    rid: str
+    items: list[dict[str, Any]]
+    owner: str
+    n_head: int
+    request: dict[str, Any]
+    adoptions: int = 0
+
+
+class Checkpoints:
+    """The record of one running background response: saved at each turn boundary (`save`, called by the
+    turn loop), flushed with its newest events by the heartbeat (`flush`), closed before the final write
+    (`close`) so no late flush overwrites it, and its hold released after it (`release`)."""
+
+    def __init__(self, store: Store, where: Where, holder: str) -> None:
+        self.store, self.where, self.holder = store, where, holder
+        self.state: dict[str, Any] | None = None
+        self.run: Run | None = None
+        # no longer this replica's (another took the hold after a stall, or it is left to one at shutdown):
+        # nothing more is written and the hold is not released
+        self.lost = False
+        self._written = -1  # events in the last write
+        self._closed = False
+        self._lock = asyncio.Lock()
+
+    async def save(self, r: Run, calling: Call | None = None) -> None:
+        """The state another replica goes on from: everything up to the last completed item; `calling`: the
+        call now in flight (`adopt.disposition` decides what becomes of it)."""
+        self.run = r
+        t = r.tools
+        self.state = {
+            "request": self.where.request,
+            "n_head": self.where.n_head,
+            "messages": h.dump(r.messages[self.where.n_head :]),
+            "calling": h.dump([calling.msg])[0] if calling is not None else None,
+            "usage": dataclasses.asdict(r.usage),
+            "tools": {"count": t.count, "calls": t.calls, "pages": t.pages, "results": t.results, "sources": t.sources},
+            "required_met": r.turn.required is None,
+            "json_retries": r.turn.json_retries,
+            "adoptions": self.where.adoptions,
+        }
+        await self._write()
+
+    async def flush(self) -> None:
+        """The events so far, when there are new ones (the heartbeat's write: streams on other replicas)."""
+        if self.run is not None and len(self.run.builder.events) != self._written:
+            await self._write()
+
+    async def _write(self) -> None:
+        async with self._lock:
+            if self._closed or self.lost or self.run is None:
+                return
+            r, w = self.run, self.where
+            events = list(r.builder.events)
+            body = r.builder.snapshot()
+            record = Record(w.rid, r.conversation, body, w.items, [], events, owner=w.owner, resume=self.state)
+            await self.store.put(record)
+            self._written = len(events)
+
+    async def close(self) -> None:
+        """No write after this one returns: the settled record is the last."""
+        async with self._lock:
+            self._closed = True
+
+    async def release(self) -> None:
+        """The response is stored finished: its hold is given back (unless another replica has it)."""
+        if not self.lost:
+            await self.store.release_running(self.where.rid, self.holder)

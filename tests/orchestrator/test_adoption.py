@@ -1,0 +1,158 @@
+"""Background responses that outlive their replica: two orchestrator replicas (real subprocesses) on one real
+redis-server, the stand-in scripted worker, and the real python tool server (local backend) behind the real
+gateway. A replica SIGKILLed mid tool call: the other adopts the response, and a stream resumes there; a
+cancel through one replica stops the response (and the sandbox's process) running on the other."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import signal
+import subprocess
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from conftest import scenario
+from invariants import check_stream
+
+from orchestrator.kinds import classify
+from orchestrator.request.schema import ResponsesRequest, Toolset
+from orchestrator.responses.adopt import disposition
+from orchestrator.responses.events import ResponseBuilder
+from orchestrator.responses.prepare import _body
+from tests.support.asgi import free_port
+from tests.support.service import Service, running_service, wait_until
+
+PY_CALL = "<|channel|>analysis to=python<|message|>{code}<|call|>"
+TOOLS = [{"type": "code_interpreter"}]
+MARKER = f"37.{uuid.uuid4().int % 10**6:06d}"  # the cancelled call's `sleep` process, found by its arguments
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory) -> Iterator[str]:
+    """The python tool server (local backend) behind the gateway; the gateway's URL."""
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is needed for the python server's local backend")
+    py_port = free_port()
+    config = tmp_path_factory.mktemp("adopt-gw") / "routes.yaml"
+    config.write_text(yaml.safe_dump({"namespaces": {"python": {"replicas": [f"http://127.0.0.1:{py_port}/mcp"]}}}))
+    python = ["-m", "tools.python_sandbox", "--backend", "local"]
+    with running_service(python, port=py_port), running_service(["-m", "gateway", "--config", str(config)]) as gw:
+        yield gw.url
+
+
+@contextlib.contextmanager
+def replicas(scripted: Any, redis_url: str, gateway: str) -> Iterator[tuple[Service, Service]]:
+    """Two orchestrators sharing one Redis prefix, with a short background hold (3 s: renewed every second, so
+    a replica starved of the CPU that long by a busy machine does not lose it)."""
+    worker_url, _ = scripted
+    flags = ["--store", "redis", "--redis-url", redis_url, "--redis-prefix", f"t{uuid.uuid4().hex[:8]}:"]
+    flags += ["--worker-urls", f'["{worker_url}"]', "--tools-url", gateway, "--background-hold-s", "3"]
+    with running_service(["-m", "orchestrator", *flags]) as a, running_service(["-m", "orchestrator", *flags]) as b:
+        yield a, b
+
+
+def stored(replica: Service, rid: str) -> dict[str, Any]:
+    return httpx.get(f"{replica.url}/v1/responses/{rid}", timeout=30).json()
+
+
+def interpreting(replica: Service, rid: str) -> bool:
+    """The python call is running and its events are in the store (the heartbeat wrote them)."""
+    output = stored(replica, rid)["output"]
+    return bool(output) and output[-1].get("status") == "interpreting"
+
+
+def sse(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
+    for line in lines:
+        if line.startswith("data: "):
+            yield json.loads(line.removeprefix("data: "))
+
+
+def test_a_replica_killed_mid_tool_call_the_other_adopts_it_and_the_stream_resumes_there(scripted, redis_url, gateway):
+    scripted[1].scenario = scenario(
+        [  # the model is told the call was interrupted (python is not safe to run again unasked)
+            ("was interrupted before the tool answered", "<|channel|>final<|message|>It was interrupted.<|return|>"),
+            ("long job", PY_CALL.format(code="import time\ntime.sleep(10)\nprint('slept')")),
+        ]
+    )
+    with replicas(scripted, redis_url, gateway) as (doomed, survivor):
+        body = {"input": "long job", "tools": TOOLS, "background": True, "stream": True}
+        seen: list[dict[str, Any]] = []
+        with httpx.stream("POST", f"{doomed.url}/v1/responses", json=body, timeout=30) as stream:
+            events = sse(stream.iter_lines())
+            for event in events:
+                seen.append(event)
+                if event["type"] == "response.code_interpreter_call.interpreting":
+                    break
+            rid = seen[0]["response"]["id"]
+            assert wait_until(lambda: interpreting(survivor, rid))
+            doomed.stop(signal.SIGKILL)  # mid-call: no shutdown, only the lapsed hold tells
+            with contextlib.suppress(httpx.HTTPError):
+                seen += events  # whatever was on its way; then the connection is gone
+        url = f"{survivor.url}/v1/responses/{rid}?stream=true&starting_after={seen[-1]['sequence_number']}"
+        with httpx.stream("GET", url, timeout=60) as resumed:
+            rest = list(sse(resumed.iter_lines()))
+        order = [(e["sequence_number"], e["type"]) for e in seen + rest]
+        assert [n for n, _ in order] == list(range(len(order))) and order[-1][1] == "response.completed", order
+        final = check_stream(seen + rest)  # gapless, no duplicate, every item closed, one terminal event
+        assert final.status == "completed" and final.output_text == "It was interrupted."
+        call = final.output[0]
+        assert call.type == "code_interpreter_call" and call.status == "failed"
+        assert stored(survivor, rid)["status"] == "completed"
+        assert "response.adopted" in survivor.log() and "response.call_interrupted" in survivor.log()
+
+
+def test_a_cancel_through_one_replica_stops_the_response_and_its_sandbox_process_on_the_other(
+    scripted, redis_url, gateway
+):
+    scripted[1].scenario = scenario(
+        [("sleep on", PY_CALL.format(code=f"import subprocess\nsubprocess.run(['sleep', '{MARKER}'])"))]
+    )
+    with replicas(scripted, redis_url, gateway) as (running, other):
+        body = {"input": "sleep on", "tools": TOOLS, "background": True}
+        rid = httpx.post(f"{running.url}/v1/responses", json=body, timeout=30).json()["id"]
+        assert wait_until(lambda: interpreting(other, rid) and sleeping()), stored(other, rid)
+        cancelled = httpx.post(f"{other.url}/v1/responses/{rid}/cancel", timeout=30).json()
+        assert cancelled["status"] == "cancelled" and cancelled["output"][0]["status"] == "failed"
+        assert wait_until(lambda: not sleeping()), "the sandbox's process outlived the cancel"
+        assert stored(running, rid)["status"] == "cancelled"
+        assert "response.cancelled_elsewhere" in running.log() and "response.adopted" not in other.log()
+
+
+def sleeping() -> bool:
+    """Whether the cancelled call's `sleep` runs (the host sees the sandbox's processes)."""
+    pattern = f"^sleep {MARKER.replace('.', '[.]')}$"
+    return subprocess.run(["pgrep", "-f", pattern], capture_output=True).returncode == 0
+
+
+def test_a_restored_builder_ends_the_text_cut_off_with_what_was_written_and_numbers_on_gaplessly():
+    before = ResponseBuilder(_body(ResponsesRequest(input="hi", background=True), "resp_1", None, "gpt-oss"))
+    before.start(queued=True)
+    before.in_progress()
+    item = before.add_item(
+        {"id": "msg_1", "type": "message", "role": "assistant", "status": "in_progress", "content": []}
+    )
+    item.event(
+        "response.content_part.added", content_index=0, part={"type": "output_text", "text": "", "annotations": []}
+    )
+    for word in ("Half ", "an answer"):
+        item.event("response.output_text.delta", content_index=0, delta=word, logprobs=[])
+    adopted = ResponseBuilder.restore(before.snapshot(), before.events)
+    adopted.close_open()
+    adopted.finish("completed")
+    assert adopted.events[: len(before.events)] == before.events
+    final = check_stream(adopted.events)
+    assert final.output[0].status == "incomplete" and final.output[0].content[0].text == "Half an answer"
+
+
+def test_only_a_call_its_kind_declares_safe_to_repeat_is_run_again():
+    tools = Toolset(builtins={"browser": {}, "python": {}})
+    for recipient, becomes in [("browser.search", "rerun"), ("browser.open", "rerun"), ("python", "interrupt")]:
+        kind, _, fn = classify(tools, recipient)
+        assert kind is not None and disposition(kind, fn) == becomes, recipient
+    assert disposition(None, "search") == "interrupt"  # no tool of the request: nothing to run again
