@@ -139,7 +139,7 @@ class _Shown:
 def failure(outcome: ToolOutcome) -> dict[str, str]:
     """OpenAI's `last_error` for a failed index call: what the tool said, and whose fault (the tool's side broke,
     e.g. its embedding service: the kit's "file_search unavailable: ..." - not the file's fault)."""
-    if outcome.kind != "tool_error" or outcome.text.startswith("file_search unavailable:"):
+    if outcome.kind != "tool_error" or "file_search unavailable: " in outcome.text:
         return {"code": "server_error", "message": outcome.text}
     code = "unsupported_file" if "unsupported file type" in outcome.text else "invalid_file"
     return {"code": code, "message": outcome.text}
