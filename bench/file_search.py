@@ -1,6 +1,7 @@
 """file_search: ingestion, retrieval quality, and query latency at N chunks in process and through MCP.
 
-    python -m bench.file_search [--sizes 10000,100000] [--pages 24] [--pairs 200] [--queries 200] [--out FILE]
+    python -m bench.file_search [--sizes 10000,100000] [--pages 24] [--pairs 200] [--queries 100]
+                                [--hnsw-max 10000] [--out FILE]
 
 Quality and ingestion (`bench.file_search_quality`): `--pages` pages of the Python documentation indexed with
 the real model, `--pairs` labelled queries scored by MRR@10 for BM25, vectors and hybrid; HNSW's recall@10 on
@@ -10,7 +11,8 @@ chunks here would take hours; exact search costs the same for any vectors), so t
 not retrieval quality. Baselines in the same run: exact top-10 in numpy over the memory-mapped matrix, and an
 MCP call the server refuses at once (the round trip's floor); then the store's hybrid search with a given
 vector, the engine's (the query embedded too), the same search through a real file_search server over
-streamable HTTP (the lean client of `bench.wire`, as the gateway's calls arrive), and usearch's HNSW.
+streamable HTTP (the lean client of `bench.wire`, as the gateway's calls arrive), and usearch's HNSW for stores
+up to `--hnsw-max` chunks (building it over 100k took 11 minutes on two shared cores).
 """
 
 from __future__ import annotations
@@ -101,7 +103,7 @@ def build_store(directory: Path, texts: list[str]) -> tuple[Store, dict[str, Any
     return store, {"name": f"add {len(texts)} chunks with given vectors (store only)", "chunks_per_s": round(rate, 1)}
 
 
-async def in_process_rows(store: Store, engine: Engine, size: int, n: int) -> list[dict[str, Any]]:
+async def in_process_rows(store: Store, engine: Engine, size: int, n: int, hnsw_max: int) -> list[dict[str, Any]]:
     queries = unit_vectors(np.random.default_rng(1), 50)
     matrix = np.load(store.directory / "vectors.npy", mmap_mode="r")
 
@@ -120,7 +122,9 @@ async def in_process_rows(store: Store, engine: Engine, size: int, n: int) -> li
         {"name": f"{size}: exact numpy top-10 (baseline)", **timed(exact, n)},
         {"name": f"{size}: store hybrid search, given vector", **timed(hybrid, n)},
         {"name": f"{size}: engine search (embed query + hybrid)", **await timed_async(engine_search, n)},
-        usearch_latency_row(np.ascontiguousarray(matrix), queries, size, n),
+        usearch_latency_row(np.ascontiguousarray(matrix), queries, size, n)
+        if size <= hnsw_max
+        else {"name": f"{size}: usearch HNSW", "skipped": f"above --hnsw-max {hnsw_max} (its build takes minutes)"},
     ]
 
 
@@ -154,13 +158,13 @@ async def searched(session: Any, args: dict[str, Any], error: bool) -> None:
         raise RuntimeError(f"search {args}: {answer.text[:300]}")
 
 
-async def latency_rows(model_dir: Path, root: Path, sizes: list[int], n: int) -> list[dict[str, Any]]:
+async def latency_rows(model_dir: Path, root: Path, sizes: list[int], n: int, hnsw_max: int) -> list[dict[str, Any]]:
     texts = corpus_texts(model_dir, max(sizes))
     engine = Engine(root, LocalEmbedder(model_dir, 32), Chunker(Tokenizer.from_file(str(model_dir / "tokenizer.json"))))
     rows: list[dict[str, Any]] = []
     for size in sizes:
         store, added = build_store(root / "stores" / OWNER / f"vs_{size}", texts[:size])
-        rows += [added, *await in_process_rows(store, engine, size, n)]
+        rows += [added, *await in_process_rows(store, engine, size, n, hnsw_max)]
     flags = ["-m", "tools.file_search", "--data-dir", str(root), "--model-dir", str(model_dir), "--drain-s", "0"]
     with running_service(flags, timeout_s=120) as svc:
         rows += await mcp_rows(svc.url, sizes, n)
@@ -173,7 +177,8 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--pages", type=int, default=24, help="documentation pages indexed for quality")
     parser.add_argument("--pairs", type=int, default=200, help="labelled queries scored")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--queries", type=int, default=200, help="timed queries per latency row")
+    parser.add_argument("--queries", type=int, default=100, help="timed queries per latency row")
+    parser.add_argument("--hnsw-max", type=int, default=10_000, help="largest store also indexed by usearch HNSW")
     parser.add_argument("--out")
     return parser.parse_args()
 
@@ -187,7 +192,7 @@ def main() -> None:
         rows = asyncio.run(quality_rows(model_dir, root / "quality", args.pages, args.pairs, args.seed))
         model = MiniLM(model_dir)
         rows.append({"name": "embed one query (local model)", **timed(lambda i: model.encode([QUERIES[0]]), 20)})
-        rows += asyncio.run(latency_rows(model_dir, root / "latency", sizes, args.queries))
+        rows += asyncio.run(latency_rows(model_dir, root / "latency", sizes, args.queries, args.hnsw_max))
     blas = os.environ.get("OPENBLAS_NUM_THREADS", "default")  # the local model's speed on a shared machine hangs on it
     print_rows([*rows, {"name": "OPENBLAS_NUM_THREADS", "value": blas}], width=56)
     save(args.out, rows, sizes=sizes, pages=args.pages, pairs=args.pairs, seed=args.seed, openblas_threads=blas)
