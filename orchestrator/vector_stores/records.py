@@ -162,8 +162,9 @@ class Shown:
 
 def failure(outcome: ToolOutcome) -> dict[str, str]:
     """OpenAI's `last_error` for a failed index call: what the tool said, and whose fault (the SDK knows three
-    codes, so the bytes limit is an `invalid_file` whose message names the flag)."""
-    if outcome.kind != "tool_error":
+    codes, so the bytes limit is an `invalid_file` whose message names the flag); a tool whose own side broke, e.g.
+    its embedding service (the kit's "file_search unavailable: ..."), is a `server_error`, not the file's fault."""
+    if outcome.kind != "tool_error" or "file_search unavailable: " in outcome.text:
         return {"code": "server_error", "message": outcome.text}
     code = "unsupported_file" if "unsupported file type" in outcome.text else "invalid_file"
     return {"code": code, "message": outcome.text}

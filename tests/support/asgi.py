@@ -28,12 +28,15 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 @contextmanager
-def serve_asgi(app: Any, *, host: str = "127.0.0.1", startup_timeout: float = 15.0, **options: Any) -> Iterator[str]:
-    """`options`: more `uvicorn.Config` settings (a test's own keep-alive or protocol class)."""
+def serve_asgi(
+    app: Any, *, host: str = "127.0.0.1", port: int = 0, startup_timeout: float = 15.0, **options: Any
+) -> Iterator[str]:
+    """`port`: a given one (a client told it before the server is up), else an ephemeral one. `options`: more
+    `uvicorn.Config` settings (a test's own keep-alive or protocol class)."""
     # With the protocol named, asyncio sets TCP_NODELAY (else streamed replies wait ~40 ms on Nagle).
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, 0))
+    sock.bind((host, port))
     port = sock.getsockname()[1]
     config = uvicorn.Config(
         app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=3, **options

