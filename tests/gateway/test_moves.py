@@ -114,9 +114,7 @@ async def test_a_drained_replica_hands_its_sessions_over_and_the_next_calls_rest
     assert taken_up.structured_content["session_handle"] == handle
     assert again == "10"  # told once; the state lives on B
     assert calls_of(log, "conv-moves") == [a_url, b_url, b_url] and calls_of(log, handle) == [a_url, b_url]
-    # each saved by the drain (a background save may come first: it is a moment after a call that changed a session)
-    drained = [line for line in a_log.splitlines() if '"snapshot.saved"' in line and '"trigger": "drain"' in line]
-    assert len(drained) == 2 and '"handed_over": 2' in a_log, a_log[-3000:]
+    assert a_log.count('"snapshot.saved"') == 2 and '"handed_over": 2' in a_log, a_log[-3000:]
 
 
 async def test_a_killed_replicas_handle_is_restored_from_its_snapshot_and_one_without_is_named_lost(
