@@ -238,7 +238,8 @@ class Pool:
     """Idle keep-alive connections per (host, port), each reused only within `idle_s` of its last answer."""
 
     def __init__(self, *, max_idle: int = 64, idle_s: float = 4.0, tls: ssl.SSLContext | None = None) -> None:
-        self._tls = tls or ssl.create_default_context()
+        self._tls = tls
+        """Made on the first https connection: loading the system's CA store takes ~20 ms, blocking the loop."""
         self._idle: dict[_Key, list[_Conn]] = {}
         self._max_idle = max_idle
         self._idle_s = idle_s
@@ -273,6 +274,8 @@ class Pool:
     async def _connect(self, key: _Key, timeouts: Timeouts) -> _Conn:
         try:
             async with asyncio.timeout(timeouts.connect):
+                if key[0] == "https" and self._tls is None:
+                    self._tls = ssl.create_default_context()
                 tls = self._tls if key[0] == "https" else None
                 reader, writer = await asyncio.open_connection(
                     key[3] or key[1], key[2], limit=MAX_HEAD, ssl=tls, server_hostname=key[1] if tls else None
