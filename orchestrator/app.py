@@ -33,7 +33,7 @@ from orchestrator.metrics import LatencyMiddleware, OrchestratorMetrics
 from orchestrator.persist import Stores, open_stores
 from orchestrator.responses.service import ResponsesService
 from orchestrator.settings import OrchestratorSettings
-from orchestrator.tools import Endpoints, cleanup_sessions
+from orchestrator.tools import Endpoints, cleanup_sessions, close_pools
 from orchestrator.worker.affinity import Affinity, MemoryAffinity, NoAffinity, RedisAffinity
 from orchestrator.worker.client import Chat, Generate, WorkerPool
 from toolkit.tracing import TracingMiddleware
@@ -142,6 +142,7 @@ def _lifespan(
         finally:
             if pool is not None:
                 await pool.aclose()
+            close_pools()
             await stores.aclose()
 
     return lifespan
