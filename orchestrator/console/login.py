@@ -44,6 +44,7 @@ def routes(router: APIRouter, parts: Parts) -> None:
     async def login(request: Request) -> Response:
         fields = await form(request)
         if not csrf_ok(request.cookies.get(LOGIN_COOKIE, ""), fields):
+            log.warning("console.csrf_refused", path=request.url.path)
             return _login_page(request, 403, "The form expired or was not ours (CSRF check failed): try again.", parts)
         admin = parts.sessions.admins.owner(fields.get("key", "").strip()) if fields.get("key") else None
         if admin is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+import structlog
 from fastapi import Request
 from fastapi.responses import Response
 
@@ -12,6 +13,8 @@ from orchestrator.api.deps import Deps
 from orchestrator.console.gwadmin import GatewayAdmin
 from orchestrator.console.render import form, page, to
 from orchestrator.console.session import ConsoleSessions, Session, csrf_ok
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,7 @@ async def posted(request: Request, parts: Parts) -> tuple[Session, dict[str, str
         return to("/login")
     fields = await form(request)
     if not csrf_ok(session.csrf, fields):
+        log.warning("console.csrf_refused", path=request.url.path, admin=session.admin)
         message = "Refused: the form's CSRF token is missing or wrong. Reload the page and try again."
         return page(request, "error.html", 403, user=session, error=message)
     return session, fields

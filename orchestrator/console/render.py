@@ -76,7 +76,7 @@ def duration(seconds: float) -> str:
 
 
 def percent(part: float | None, whole: float | None) -> str:
-    return "n/a" if not whole or part is None else f"{100 * part / whole:.1f} %"
+    return "not reported" if not whole or part is None else f"{100 * part / whole:.1f} %"
 
 
 ENV = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]))
