@@ -16,6 +16,7 @@ from orchestrator.errors import RequestError
 from orchestrator.responses.live import Live
 
 log = structlog.get_logger(__name__)
+PAGE_ROWS = 50
 SORTS = {"elapsed": "elapsed", "id": "id", "model": "model", "key": "key", "tool_calls": "tool_calls"}
 
 
@@ -54,8 +55,16 @@ def routes(router: APIRouter, parts: Parts) -> None:
         if (session := parts.sessions.check(request)) is None:
             return to("/login")
         found = rows(parts, q, sort, desc)
+        number = request.query_params.get("page", "1")
+        last = max(1, -(-len(found) // PAGE_ROWS))
+        if not number.isdigit() or not 1 <= int(number) <= last:
+            error = f"There is no page {number!r} of running responses: pages 1 to {last}."
+            return page(request, "error.html", 404, user=session, error=error)
+        start = (int(number) - 1) * PAGE_ROWS
+        shown = found[start : start + PAGE_ROWS]
+        listing = {"rows": shown, "total": len(found), "first": start + 1, "number": int(number), "last": last}
         notice = request.query_params.get("notice")
-        return page(request, "live.html", user=session, rows=found, q=q, sort=sort, desc=desc, notice=notice)
+        return page(request, "live.html", user=session, q=q, sort=sort, desc=desc, notice=notice, **listing)
 
     @router.post("/console/live/{rid}/cancel")
     async def cancel(request: Request, rid: str) -> Response:

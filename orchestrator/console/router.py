@@ -22,7 +22,7 @@ def mount(app: FastAPI, deps: Deps) -> None:
     parts = Parts(
         deps, ConsoleSessions(load_admin_keys(settings)), GatewayAdmin(settings.tools_url, settings.gateway_admin_token)
     )
-    router = APIRouter(include_in_schema=False)
+    router = APIRouter(include_in_schema=False, lifespan=parts.gateway.running)
     for module in PAGES:
         module.routes(router, parts)
     app.include_router(router)

@@ -54,6 +54,10 @@ def test_a_running_background_response_is_listed_and_cancelled(fleet: Fleet, bro
     with session_client(browser, fleet.url) as http:
         token = csrf_of(http.get("/console/live").text)
         unknown = http.post("/console/live/resp_unknown/cancel", data={"csrf": token})
+        beyond = http.get("/console/live?page=99")
+    assert (
+        beyond.status_code == 404 and "There is no page &#39;99&#39; of running responses: pages 1 to 1." in beyond.text
+    )
     assert unknown.status_code == 404 and "No response &#39;resp_unknown&#39; is running" in unknown.text
 
 
