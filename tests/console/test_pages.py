@@ -22,16 +22,21 @@ from tests.console.stack import (
     shot,
 )
 from tests.support.asgi import free_port
-from tests.support.gateway import connect, eventually, start_fixture
+from tests.support.gateway import call_text, connect, eventually, start_fixture
 
 SLOW = "<|channel|>final<|message|>" + "slow " * 5000 + "<|return|>"
 
 
-def test_the_fleet_page_shows_the_worker_and_the_gateways_namespace(fleet: Fleet, browser: webdriver.Chrome) -> None:
-    log_in(browser, fleet.url, ADMIN)
+async def test_the_fleet_page_shows_the_worker_and_the_gateways_namespace(
+    fleet: Fleet, browser: webdriver.Chrome
+) -> None:
+    async with connect(fleet.gateway.url("fixture"), "streamable-http", headers={"x-session-id": "console"}) as mcp:
+        await call_text(mcp, "count")  # one session pinned to the replica
+        log_in(browser, fleet.url, ADMIN)
+        await call_text(mcp, "cleanup_session")
     tables = browser.find_elements("css selector", "table")
     assert "healthy" in tables[1].text and "requests" in tables[1].text  # the worker, its queue with a unit
-    assert "fixture" in tables[2].text and f"up {fleet.upstream.url}" in tables[2].text
+    assert "fixture" in tables[2].text and f"up {fleet.upstream.url}, 1 sessions" in tables[2].text
     assert browser.find_element("css selector", "nav [aria-current=page]").text == "Fleet"
     shot(browser, "fleet")
 
