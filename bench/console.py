@@ -102,6 +102,7 @@ def rows(base: str, gateway: str, ids: list[str], n: int) -> list[dict[str, Any]
             ),
             timed(http, "/console/live, filtered to one id", f"/console/live?q={ids[len(ids) // 2]}", n),
             timed(http, "/console/approvals", "/console/approvals", n),
+            timed(http, "/console/traces, one running response", f"/console/traces?id={ids[0]}", n),
         ]
 
 

@@ -56,9 +56,16 @@ def test_a_running_background_response_is_listed_and_cancelled(fleet: Fleet, bro
     click(browser, f"#row-{running.id} button")
     assert f"{running.id} is now cancelled." in browser.find_element("css selector", "[role=status]").text
     assert client.responses.retrieve(running.id).status == "cancelled"
+    browser.get(f"{fleet.url}/console/traces?id={running.id}")
+    shot(browser, "traces")
     with session_client(browser, fleet.url) as http:
         token = csrf_of(http.get("/console/live").text)
         unknown = http.post("/console/live/resp_unknown/cancel", data={"csrf": token})
+        traced = http.get(f"/console/traces?id={running.id}")
+        assert traced.status_code == 200 and "cancelled" in traced.text and "no span store" in traced.text
+        gone, bad = http.get("/console/traces?id=resp_unknown"), http.get("/console/traces?id=../x")
+        assert gone.status_code == 404 and "No response &#39;resp_unknown&#39; is running or stored" in gone.text
+        assert bad.status_code == 400 and "is not a response id" in bad.text
         beyond = http.get("/console/live?page=99")
     assert (
         beyond.status_code == 404 and "There is no page &#39;99&#39; of running responses: pages 1 to 1." in beyond.text
