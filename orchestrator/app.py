@@ -21,7 +21,9 @@ import orchestrator.api.responses
 import orchestrator.api.service
 import orchestrator.api.vector_stores
 import orchestrator.api.websocket
+import orchestrator.console.router
 from orchestrator.api.deps import Deps
+from orchestrator.console.render import ConsoleHeaders
 from orchestrator.containers import Containers
 from orchestrator.errors import ERRORS, RequestError, StoreUnavailable, error_response
 from orchestrator.files import Files
@@ -98,6 +100,7 @@ def create_app(
     deps = Deps(settings, service, pool, files, containers, metrics)
     for resource in RESOURCES:
         app.include_router(resource.router(deps))
+    orchestrator.console.router.mount(app, deps)
     return app
 
 
@@ -155,6 +158,7 @@ def _wrap(
     app.add_middleware(AuthMiddleware, keys=keys, rate=service.limits.rate, metrics_token=settings.metrics_token)
     app.add_middleware(BodyLimitMiddleware, limits=BodyLimits(settings.max_body_bytes, settings.max_file_bytes))
     app.add_middleware(LatencyMiddleware, metrics=metrics)
+    app.add_middleware(ConsoleHeaders)  # outside the body limit and auth: their refusals carry the CSP too
     app.add_middleware(TracingMiddleware)  # outermost: every request is a span, auth refusals too
     # The known kinds are registered apart from `Exception`, whose handler Starlette runs as a 500 path.
     for kind in (RequestError, StoreUnavailable, ValidationError, RequestValidationError, HTTPException, Exception):
