@@ -22,7 +22,7 @@ from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import Scope
 
 from toolkit import handles
-from toolkit.wire import DRAINING_HEADER, ROOM_HEADER, SESSION_HEADER
+from toolkit.wire import DRAINING_HEADER, INSTANCE_HEADER, ROOM_HEADER, SESSION_HEADER
 
 log = structlog.get_logger(__name__)
 
@@ -34,8 +34,12 @@ DRAINED_WORDS = "this replica is draining (shutting down): it takes no new sessi
 class Drain:
     """A replica's drain state, shared by its front (`toolkit.front`), its `/readyz` and `toolkit.serve`."""
 
-    def __init__(self, holds: Callable[[str], bool], sessions: Callable[[], int], room: Callable[[], int]) -> None:
+    def __init__(
+        self, holds: Callable[[str], bool], sessions: Callable[[], int], room: Callable[[], int], *, instance: str
+    ) -> None:
         self._holds, self._sessions, self._room = holds, sessions, room
+        self.instance = instance
+        """This replica's instance id, stamped on every answer (`INSTANCE_HEADER`)."""
         self.draining = False
         self.in_flight = 0
         self._empty: anyio.Event | None = None
@@ -72,5 +76,6 @@ class Drain:
 
     def stamp(self, headers: MutableHeaders) -> None:
         headers[ROOM_HEADER] = str(max(self._room(), 0))
+        headers[INSTANCE_HEADER] = self.instance
         if self.draining:
             headers[DRAINING_HEADER] = "1"

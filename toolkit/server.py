@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -32,12 +33,15 @@ from toolkit.sessions import S, SessionRegistry
 from toolkit.settings import ToolServerSettings
 from toolkit.signature import Body, ToolSignature
 from toolkit.snapshots.keeper import SnapshotKeeper
+from toolkit.tasks import Tasks, TaskStore, cancelled_task
 from toolkit.tracing import annotate, extract, request_context, span
 from toolkit.wire import MEMORY_HEADER, REQUEST_ID_HEADER, fleet_secret, size_refusal
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
+TASK_POLL_MS = 1000
+"""How often a task's caller is asked to poll `tasks/get`."""
 HIDDEN = {"include_in_prompt": False}
 """Tool `_meta` that tells vLLM to leave a tool out of the model's prompt."""
 
@@ -182,11 +186,9 @@ class ToolServer(Generic[S]):
         """Saves sessions as they go and restores them (`--snapshots`); None: a session's state ends with it."""
         fleet_secret()  # read (or made) now, not on the event loop by the first call
         self.loops = Loops()
-        self.drain = Drain(
-            holds=self.sessions.__contains__,
-            sessions=self.sessions.__len__,
-            room=lambda: settings.max_sessions - len(self.sessions),
-        )
+        self.tasks = TaskStore(secrets.token_hex(8), settings.task_ttl_s, settings.max_tasks_per_owner, TASK_POLL_MS)
+        self._long: list[str] = []  # the tools that run as MCP tasks for a client that declared the extension
+        self.drain = Drain(self.sessions.__contains__, self.sessions.__len__, self._room, instance=self.tasks.instance)
         self.sessions.on_change = self._sessions_changed
         self.callers = Callers(self.sessions, Handles(self.namespace), settings.session_ttl_s)
         self.backend = lifespan
@@ -198,6 +200,9 @@ class ToolServer(Generic[S]):
             meta=HIDDEN,
             description="Free everything this session (or the session of `session_handle`) holds on the server.",
         )
+
+    def _room(self) -> int:
+        return self.settings.max_sessions - len(self.sessions)
 
     def _sessions_changed(self, count: int) -> None:
         self.metrics.sessions.set(count)
@@ -261,6 +266,8 @@ class ToolServer(Generic[S]):
                 async with heartbeat(ctx, self._progress_interval_s):
                     yield who.key, state
             finally:
+                if cancelled_task():  # the code it runs cannot be stopped otherwise: its sandbox goes
+                    await self.sessions.close(who.key)
                 await self.callers.release(who)
 
     async def call(
@@ -303,12 +310,14 @@ class ToolServer(Generic[S]):
         step: str | None = None,
         description: str | None = None,
         meta: dict[str, Any] | None = None,
+        runs_long: bool = False,
     ) -> Callable[[Body], Body]:
         """`@kit.tool(name, faults)`: register a tool whose body states only its operation. The body checks its
         arguments and returns an `Op` on the session's state; the kit adds the rest, named once: the
         `session_handle` argument, the session, the span `step`, the fault handling and, for an operation that
         answers a `Reply`, the notice and the handle (`answer`). The body runs before the session is taken, so
-        an argument it refuses starts no sandbox."""
+        an argument it refuses starts no sandbox. A tool that `runs_long` is called as an MCP task by a client that
+        declared the tasks extension (`toolkit.tasks`)."""
 
         def register(body: Body) -> Body:
             shape = ToolSignature.of(body)
@@ -327,6 +336,8 @@ class ToolServer(Generic[S]):
             shape.dress(tool, returns=CallToolResult if replies else shape.answer)
             structured = False if replies else None  # a `Reply` is text; its data goes into `structuredContent`
             self.mcp.add_tool(tool, name=name, description=description, meta=meta, structured_output=structured)
+            if runs_long:
+                self._long.append(name)
             return body
 
         return register
@@ -369,5 +380,11 @@ class ToolServer(Generic[S]):
         return sized or self.sessions.factory
 
     def build_app(self) -> Front:
-        """The server's ASGI app (`toolkit.app`)."""
+        """The server's ASGI app (`toolkit.app`), serving MCP tasks for the tools that run long."""
+        if self._long:
+            tasks = Tasks(self.tasks, long=self._long)
+            # The SDK takes extensions at construction, and the kit is handed a built server: apply it the way
+            # the constructor does.
+            self.mcp._apply_extension(tasks)
+            self.mcp._install_extension_interceptor()
         return app.build_app(self)
