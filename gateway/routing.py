@@ -24,7 +24,6 @@ from gateway.approvals import ToolGuard
 from gateway.config import GatewayConfig, NamespaceConfig
 from gateway.envelope import NEW_HANDLE, request_state, session_handle
 from gateway.errors import (
-    InvalidParams,
     SessionLost,
     TaskLost,
     Unavailable,
@@ -38,7 +37,7 @@ from gateway.messages import SAFE_METHODS, tool_name
 from gateway.store import Pin, SessionRecord, Store
 from gateway.upstream import Replica
 from toolkit.handles import misdirected
-from toolkit.wire import task_instance, unknown_task
+from toolkit.wire import task_instance
 
 log = structlog.get_logger(__name__)
 
@@ -173,7 +172,7 @@ class Router:
         """The target of `msg` in MCP session `sid` (gateway id) or, without one, of session key `xsid`; a
         sessionless `tasks/*` request goes to the replica that owns its task."""
         if sid is None and msg.get("method") in TASK_METHODS:
-            return self._by_task(ns, msg)
+            return await self._by_task(ns, msg)
         if sid is not None:
             rec = await self.store.get_session(sid)
             if rec is None or rec.namespace != ns.name:
@@ -227,16 +226,16 @@ class Router:
         replica = ns.replicas.get(url)
         return replica is not None and replica.said_draining and not replica.healthy
 
-    @staticmethod
-    def _by_task(ns: Namespace, msg: dict[str, Any]) -> Target:
-        """The replica whose instance id the task id carries (learnt from its answers, probes included). An id
-        of no instance gets the replica's own refusal of an unknown task; the replica checks the id's seal, so
-        another owner's id is refused there in the same words."""
+    async def _by_task(self, ns: Namespace, msg: dict[str, Any]) -> Target:
+        """The replica whose instance id the task id carries (learnt from its answers, probes included). A
+        request naming no such id goes to any replica, which refuses it as the extension says (an undeclared
+        extension, or the one refusal of an unknown task); the replica checks the id's seal, so another owner's
+        id is refused there in the same words."""
         params = msg.get("params")
         task_id = params.get("taskId") if isinstance(params, dict) else None
         instance = task_instance(task_id)
         if instance is None:
-            raise InvalidParams(unknown_task(task_id))
+            return Target(ns, await self.pick(ns), fresh=True)
         replica = next((r for r in ns.replicas.values() if r.instance == instance), None)
         if replica is None or not replica.healthy:
             raise TaskLost(

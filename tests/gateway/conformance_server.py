@@ -23,8 +23,11 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INTERNAL_ERROR
 from pydantic import BaseModel, Field
 from starlette.applications import Starlette
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolkit.tasks import Tasks, TaskStore
+from toolkit.wire import INSTANCE_HEADER
 
 PNG = base64.b64encode(
     bytes.fromhex(
@@ -49,6 +52,8 @@ class Defaults(BaseModel):
     verified: bool = True
 
 
+INSTANCE = "c0f0c0f0c0f0c0f0"
+"""The instance id of this server's task ids (`toolkit.wire.seal_task`)."""
 TASK_TOOLS = ("slow_compute", "protocol_error_job")
 REQUIRED_TASK_TOOLS = ("failing_job",)
 
@@ -198,11 +203,25 @@ def _task_fixtures(mcp: MCPServer) -> None:
         raise MCPError(INTERNAL_ERROR, "protocol_error_job always breaks")
 
 
+def _stamped(app: ASGIApp) -> ASGIApp:
+    """Every answer says the instance its task ids carry, as a kit server's do, so the gateway routes `tasks/*`."""
+
+    async def stamped(scope: Scope, receive: Receive, send: Send) -> None:
+        async def send_stamped(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                MutableHeaders(scope=message)[INSTANCE_HEADER] = INSTANCE
+            await send(message)
+
+        await app(scope, receive, send_stamped)
+
+    return stamped
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args(argv)
-    store = TaskStore("c0f0c0f0c0f0c0f0", ttl_s=60.0, max_per_owner=64, poll_ms=200)
+    store = TaskStore(INSTANCE, ttl_s=60.0, max_per_owner=64, poll_ms=200)
     mcp = build(store)
     http = mcp.streamable_http_app(transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
 
@@ -211,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         async with mcp.session_manager.run(), store.running():
             yield
 
-    app = Starlette(routes=list(http.routes), lifespan=lifespan)
+    app = _stamped(Starlette(routes=list(http.routes), lifespan=lifespan))
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", args.port))
