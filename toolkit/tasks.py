@@ -68,13 +68,13 @@ class Task:
         self.updated = datetime.now(UTC)
 
 
-CANCELLING: ContextVar[Task | None] = ContextVar("toolfleet_task", default=None)
+CURRENT_TASK: ContextVar[Task | None] = ContextVar("toolfleet_task", default=None)
 """The task the current call runs as, if any: a call cancelled as its task was ends its session."""
 
 
 def cancelled_task() -> bool:
     """Whether the current call runs as a task that was cancelled (or expired): its sandbox must be killed."""
-    task = CANCELLING.get()
+    task = CURRENT_TASK.get()
     return task is not None and task.status == "cancelled"
 
 
@@ -132,7 +132,7 @@ class TaskStore:
         return task
 
     async def _run(self, task: Task, work: Callable[[], Awaitable[HandlerResult]]) -> None:
-        CANCELLING.set(task)
+        CURRENT_TASK.set(task)
         with task.scope:
             try:
                 task.settle("completed", result=_dump(await work()))
