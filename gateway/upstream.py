@@ -17,7 +17,7 @@ from gateway.config import PoolConfig
 from gateway.errors import BadUpstream, Draining, InvalidRequest, Unanswered, Unavailable, Unreached, UpstreamTimeout
 from toolkit.mcpwire.http import ClosedUnanswered, ConnectFailed, InvalidHeader, Pool, ProtocolError, Response, Timeouts
 from toolkit.mcpwire.sse import SseOverflow
-from toolkit.wire import DRAINING_HEADER, ROOM_HEADER
+from toolkit.wire import DRAINING_HEADER, INSTANCE_HEADER, ROOM_HEADER
 
 log = structlog.get_logger(__name__)
 
@@ -41,6 +41,8 @@ class Replica:
         """Its last answer said it drains (SIGTERM): once it stops, its sessions move (see `routing`)."""
         self.vanished = False
         """Its address left the discovered name while it was up (see `Namespace.adopt`)."""
+        self.instance: str | None = None
+        """The instance id its MCP task ids carry (its answers' `Toolfleet-Instance`); None: not told yet."""
         self.room: int | None = None
         """How many more sessions it said it can open (its last answer's `Toolfleet-Room`); None: not told."""
         self.answered_at = -float("inf")
@@ -70,6 +72,7 @@ class Replica:
         self.said_draining = draining
         room = response.headers.get(ROOM_HEADER)
         self.room = int(room) if room is not None and room.isdigit() else None
+        self.instance = response.headers.get(INSTANCE_HEADER) or self.instance
 
     def answered_since(self, when: float) -> bool:
         """It answered a call after `when` (monotonic): it is alive, however slow a probe found it."""
