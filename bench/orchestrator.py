@@ -1,4 +1,5 @@
-"""Orchestrator figures: streamed tokens/s through parse + events, time per tool turn, 32 concurrent streams,
+"""Orchestrator figures: streamed tokens/s through parse + events, time per tool turn (and its CPU with the MCP
+client included: the lean client vs the `mcp` SDK's, against a tool server in its own process), 32 concurrent streams,
 and vLLM's own /v1/responses overhead over /v1/completions as the baseline. Each for the Harmony path and
 the chat path (chat-template workers over /v1/chat/completions); with --vllm, the chat path against
 vLLM's own /v1/responses on the same tiny chat model and request.
@@ -56,7 +57,12 @@ class _InstantTools(ToolSessions):
 
 
 def _run(
-    reply_for, tools: list[dict[str, Any]], max_tool_calls: int = 10_000, chat_deltas=None
+    reply_for,
+    tools: list[dict[str, Any]],
+    max_tool_calls: int = 10_000,
+    chat_deltas=None,
+    sessions: ToolSessions | None = None,
+    python_url: str = "http://127.0.0.1:9/mcp",
 ) -> tuple[Run, list[int]]:
     body = {"id": "resp_bench", "object": "response", "created_at": 0, "model": "m", "output": [], "tools": []}
     counts = [0]
@@ -84,8 +90,8 @@ def _run(
         ResponseBuilder(body),
         [system, h.user("go")],
         ts,
-        Endpoints(None, {"python": "http://127.0.0.1:9/mcp"}),
-        _InstantTools(session_id="c"),
+        Endpoints(None, {"python": python_url}),
+        sessions or _InstantTools(session_id="c"),
         generate,
         Limits(10**9, max_tool_calls, max_tool_calls + 8),
         "c",
@@ -164,6 +170,115 @@ def bench_tool_turns(turns: int) -> dict[str, Any]:
         "value": round(elapsed / turns * 1000, 3),
         "prompt_tokens_last_turn": r.usage.last_prompt,
     }
+
+
+class _SdkTools(ToolSessions):
+    """Tool calls through the `mcp` SDK's client, as the orchestrator made them before its lean client: one
+    client per server for the response (its era negotiated by `mode="auto"`), the same headers, and the same
+    `ToolSessions.call` around it (span, log line, outcome)."""
+
+    def __init__(self, client: Any) -> None:
+        super().__init__(session_id="c")
+        self._sdk = client
+
+    async def _get(self, url: str, headers: Any, address: Any, session_id: str) -> Any:
+        return self
+
+    async def call_tool(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
+        """The SDK's result read as the old `_answered` read it (attributes, no re-serialisation)."""
+        result = await self._sdk.call_tool(name, args)
+        content = [{"type": part.type, "text": getattr(part, "text", "")} for part in result.content]
+        return {"content": content, "isError": result.is_error, "structuredContent": result.structured_content}
+
+
+@contextlib.asynccontextmanager
+async def _sdk_sessions(url: str) -> AsyncIterator[ToolSessions]:
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    from toolkit.wire import OWNER_HEADER, SESSION_HEADER, sign_owner
+
+    headers = {SESSION_HEADER: "c", OWNER_HEADER: sign_owner("anonymous")}
+    async with httpx2.AsyncClient(headers=headers, timeout=60) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode="auto", read_timeout_seconds=60) as c:
+            yield _SdkTools(c)
+
+
+@contextlib.asynccontextmanager
+async def _no_client(url: str) -> AsyncIterator[ToolSessions]:
+    yield _InstantTools(session_id="c")
+
+
+@contextlib.asynccontextmanager
+async def _lean_sessions(url: str) -> AsyncIterator[ToolSessions]:
+    sessions = ToolSessions(session_id="c")
+    try:
+        yield sessions
+    finally:
+        await sessions.aclose()
+
+
+async def _cpu_per_turn(turns: int, url: str, client: str) -> float:
+    """CPU ms of this process (the turn loop and the MCP client; the tool server runs in its own) per tool turn."""
+    enc = h.encoding()
+    call = enc.encode("<|channel|>analysis to=python<|message|>print(6*7)<|call|>", allowed_special="all")
+    final = enc.encode("<|channel|>final<|message|>42<|return|>", allowed_special="all")
+    opened = {"sdk": _sdk_sessions, "lean": _lean_sessions, "none": _no_client}[client](url)
+    async with opened as sessions:
+        warm, _ = _run(lambda i: call if i < 3 else final, [{"type": "code_interpreter"}], 10, None, sessions, url)
+        await run(warm)  # the era negotiated and the connection open, as in a conversation's later turns
+        r, counts = _run(
+            lambda i: call if i < turns else final, [{"type": "code_interpreter"}], 10**4, None, sessions, url
+        )
+        start = time.process_time()
+        await run(r)
+        elapsed = time.process_time() - start
+    assert counts[0] == turns + 1 and r.builder.body["status"] == "completed", (counts, r.builder.body["status"])
+    return elapsed / turns * 1000
+
+
+@contextlib.contextmanager
+def _tool_server():
+    """The fixture python tool server (it answers `print(6*7)` at once) in a process of its own."""
+    from test_fleet import _port, _process
+
+    port = _port()
+    code = (
+        "import sys, uvicorn; sys.path[:0] = [sys.argv[1], sys.argv[1] + '/tests/orchestrator']\n"
+        "from fixture_tools import python_server\nfrom toolkit.settings import ToolServerSettings\n"
+        "app = python_server(ToolServerSettings()).build_app()\n"
+        "uvicorn.run(app, port=int(sys.argv[2]), log_level='warning', access_log=False)"
+    )
+    with _process(["-c", code, str(ROOT), str(port)], f"http://127.0.0.1:{port}/healthz"):
+        yield f"http://127.0.0.1:{port}/mcp"
+
+
+def bench_tool_turn_cpu(turns: int) -> list[dict[str, Any]]:
+    """The orchestrator's CPU per tool turn with the MCP client included, lean and SDK, over one server. The
+    service's JSON logging at INFO is on (one `tool.call` line per call is part of the cost), written to
+    /dev/null: the loggers first used here keep that sink for the rest of this process."""
+    from toolkit.logging import configure_logging
+
+    rows = []
+    sink = open(os.devnull, "w")  # kept open: the loggers cached here write to it until the process ends
+    with _tool_server() as url, contextlib.redirect_stderr(sink):
+        configure_logging("INFO", service="orchestrator")
+        clients = (
+            ("none", "no MCP client: the tool answers in-process"),
+            ("lean", "MCP client included: the kit's lean client"),
+            ("sdk", "MCP client included: the mcp SDK's client"),
+        )
+        for client, label in clients:
+            ms = asyncio.run(_cpu_per_turn(turns, url, client))
+            rows.append(
+                {
+                    "name": f"orchestrator CPU ms per tool turn ({label})",
+                    "turns": turns,
+                    "value": round(ms, 3),
+                }
+            )
+    return rows
 
 
 @contextlib.contextmanager
@@ -425,6 +540,7 @@ def main(argv: list[str] | None = None) -> int:
         bench_stream(args.tokens),
         bench_chat_stream(args.tokens),
         bench_tool_turns(args.turns),
+        *bench_tool_turn_cpu(args.turns),
         bench_chat_tool_turns(args.turns),
         bench_concurrent(args.streams),
     ]

@@ -44,6 +44,9 @@ for pair in dockerd:docker.io docker-compose:docker-compose bwrap:bubblewrap deb
 done
 # the browser tests index a real offline HTML corpus: the Python documentation
 [ -d /usr/share/doc/python3-doc/html ] || need+=(python3-doc)
+# the console's tests drive Debian's own Chromium through its WebDriver (nothing is downloaded at run time)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 if [ ${#need[@]} -gt 0 ]; then
   say "installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -70,10 +70,13 @@ def _state(replica: Replica) -> str:
     return "draining" if replica.draining else "up"
 
 
-def _status(gw: Gateway) -> dict[str, object]:
+async def _status(gw: Gateway) -> dict[str, object]:
+    """Per namespace: each replica's state and the sessions pinned to it (read by the operator console)."""
+    counts = {name: await gw.store.counts(name) for name in gw.namespaces}
     return {
         name: {
             "replicas": {r.url: _state(r) for r in ns.replicas.values()},
+            "sessions": {url: counts[name].get(url, 0) for url in ns.replicas},
             **({"discover": f"{ns.cfg.discover.dns}:{ns.cfg.discover.port}"} if ns.cfg.discover else {}),
             "discovery_cached": ns.tools is not None,
             "pending_tools": sorted(ns.guard.pending),
@@ -111,7 +114,7 @@ async def _admin(gw: Gateway, scope: Scope, parts: list[str], send: Send) -> Non
     readiness with every replica's URL and state."""
     try:
         if parts == ["admin", "status"] and scope["method"] == "GET":
-            await send_json(send, 200, {"ready": _ready(gw), "namespaces": _status(gw)})
+            await send_json(send, 200, {"ready": _ready(gw), "namespaces": await _status(gw)})
         elif parts == ["admin", "tools"] and scope["method"] == "GET":
             body = {n: {"approved": ns.guard.approved, "pending": ns.guard.pending} for n, ns in gw.namespaces.items()}
             await send_json(send, 200, body)

@@ -87,6 +87,12 @@ class SessionLost(GatewayError):
     code = SESSION_LOST
 
 
+class TaskLost(GatewayError):
+    """The replica that ran an MCP task is gone: the task's work and result went with it."""
+
+    code = SESSION_LOST
+
+
 class Unavailable(GatewayError):
     """No healthy replica, or the replica could not be reached: our side, not the caller's."""
 

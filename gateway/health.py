@@ -9,13 +9,13 @@ import structlog
 
 from gateway.envelope import HANDLE_ARGUMENT
 from gateway.errors import Draining, GatewayError, Unreached
-from gateway.http import ProtocolError
 from gateway.keys import SessionKey
 from gateway.probe import ProbeSession
 from gateway.routing import Namespace
 from gateway.service import Gateway
 from gateway.store import Pin
 from gateway.upstream import Replica
+from toolkit.mcpwire.http import ProtocolError
 from toolkit.wire import SESSION_HEADER
 
 log = structlog.get_logger(__name__)

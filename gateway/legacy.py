@@ -23,13 +23,14 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.asgi import header, read_body, send_bytes, send_error, session_header
 from gateway.errors import BadUpstream, GatewayError, UnknownSession, error_body
-from gateway.http import Response, Timeouts
 from gateway.messages import Rewriter, envelope_headers, legacy_listing, parse_message
 from gateway.outbox import Outbox
 from gateway.pipeline import Outcome, count_error, deliver, end_session, record
 from gateway.routing import Degraded, Namespace, Target, new_session_id
 from gateway.service import Gateway
-from gateway.upstream import open_stream, sse_events, upstream_errors
+from gateway.upstream import open_stream, upstream_errors
+from toolkit.mcpwire import sse
+from toolkit.mcpwire.http import Response, Timeouts
 
 log = structlog.get_logger(__name__)
 
@@ -267,7 +268,7 @@ async def _messages(response: Response, rewriter: Rewriter) -> AsyncIterator[tup
     if not ctype.startswith("text/event-stream"):
         await response.aread()
         return
-    async for _, raw in sse_events(response):
+    async for _, raw in sse.events(response):
         if not raw:
             continue
         data, parsed = await rewriter.apply(raw)

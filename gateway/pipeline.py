@@ -19,13 +19,13 @@ import structlog
 from gateway import envelope
 from gateway.errors import GatewayError, Unavailable, to_error
 from gateway.health import cleanup
-from gateway.http import Response
 from gateway.keys import SessionKey
 from gateway.messages import tool_name
 from gateway.routing import Degraded, Namespace, Target
 from gateway.service import Gateway
 from gateway.store import SessionRecord
 from gateway.upstream import open_stream
+from toolkit.mcpwire.http import Response
 
 log = structlog.get_logger(__name__)
 

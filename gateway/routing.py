@@ -28,15 +28,26 @@ import structlog
 from gateway.approvals import ToolGuard
 from gateway.config import GatewayConfig, NamespaceConfig
 from gateway.envelope import NEW_HANDLE, request_state, session_handle
-from gateway.errors import SessionLost, Unavailable, UnknownHandle, UnknownNamespace, UnknownSession
+from gateway.errors import (
+    SessionLost,
+    TaskLost,
+    Unavailable,
+    UnknownHandle,
+    UnknownNamespace,
+    UnknownSession,
+)
 from gateway.headers import HeaderRules
 from gateway.keys import SessionKey
 from gateway.messages import SAFE_METHODS, tool_name
 from gateway.store import Pin, SessionRecord, Store
 from gateway.upstream import Replica
 from toolkit.handles import misdirected
+from toolkit.wire import task_instance
 
 log = structlog.get_logger(__name__)
+
+TASK_METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
+"""MCP Tasks requests (`toolkit.tasks`): routed by their `params.taskId`."""
 
 
 class Namespace:
@@ -170,7 +181,10 @@ class Router:
         return ns
 
     async def resolve(self, ns: Namespace, sid: str | None, xsid: str | None, msg: dict[str, Any]) -> Target | Degraded:
-        """The target of `msg` in MCP session `sid` (gateway id) or, without one, of session key `xsid`."""
+        """The target of `msg` in MCP session `sid` (gateway id) or, without one, of session key `xsid`; a
+        sessionless `tasks/*` request goes to the replica that owns its task."""
+        if sid is None and msg.get("method") in TASK_METHODS:
+            return await self._by_task(ns, msg)
         if sid is not None:
             rec = await self.store.get_session(sid)
             if rec is None or rec.namespace != ns.name:
@@ -232,6 +246,25 @@ class Router:
         """The replica drained and is gone, though its sessions may not be marked yet."""
         replica = ns.replicas.get(url)
         return replica is not None and replica.said_draining and not replica.healthy
+
+    async def _by_task(self, ns: Namespace, msg: dict[str, Any]) -> Target:
+        """The replica whose instance id the task id carries (learnt from its answers, probes included). A
+        request naming no such id goes to any replica, which refuses it as the extension says (an undeclared
+        extension, or the one refusal of an unknown task); the replica checks the id's seal, so another owner's
+        id is refused there in the same words."""
+        params = msg.get("params")
+        task_id = params.get("taskId") if isinstance(params, dict) else None
+        instance = task_instance(task_id)
+        if instance is None:
+            return Target(ns, await self.pick(ns), fresh=True)
+        replica = next((r for r in ns.replicas.values() if r.instance == instance), None)
+        if replica is None or not replica.healthy:
+            raise TaskLost(
+                f"task {task_id!r} was lost: the replica of {ns.name!r} that ran it is gone, and its work and "
+                "result went with it",
+                data={"task": task_id, "namespace": ns.name},
+            )
+        return Target(ns, replica)
 
     async def _by_handle(self, ns: Namespace, handle: str, msg: dict[str, Any]) -> Target:
         """The target of a call naming a session handle: the replica that minted it, from the pin store. A

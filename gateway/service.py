@@ -17,7 +17,6 @@ from gateway.config import GatewayConfig
 from gateway.envelope import NEW_HANDLE, session_handle
 from gateway.errors import SessionLost, ToolNotApproved, Unanswered, Unavailable, Unreached
 from gateway.headers import TRACE_CONTEXT
-from gateway.http import Response, Timeouts
 from gateway.keys import SessionKey
 from gateway.messages import SAFE_METHODS, Rewriter, protocol_version, tool_name
 from gateway.metrics import GatewayMetrics
@@ -26,6 +25,7 @@ from gateway.routing import DRAINED, LOST, Degraded, Namespace, Router, Target
 from gateway.store import SessionRecord, Store, open_store
 from gateway.upstream import Replica, make_client, open_stream
 from toolkit.loops import Loops
+from toolkit.mcpwire.http import Response, Timeouts
 from toolkit.tracing import annotate, current_request_id, extract, inject, span
 from toolkit.wire import REQUEST_ID_HEADER, RESET_HEADER
 

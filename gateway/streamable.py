@@ -17,12 +17,13 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.asgi import header, read_body, send_bytes, send_error, session_header
 from gateway.errors import BadUpstream, GatewayError, InvalidRequest, UnknownSession, error_body
-from gateway.http import Response, Timeouts
 from gateway.messages import Rewriter, parse_message
 from gateway.pipeline import Outcome, count_error, deliver, end_session, record
 from gateway.routing import Degraded, Namespace, Target
 from gateway.service import Gateway
-from gateway.upstream import event_with_data, open_stream, sse_events, upstream_errors
+from gateway.upstream import open_stream, upstream_errors
+from toolkit.mcpwire import sse
+from toolkit.mcpwire.http import Response, Timeouts
 
 log = structlog.get_logger(__name__)
 
@@ -151,14 +152,14 @@ async def _stream(
     failure: Exception | None = None
     try:
         with upstream_errors(target.replica):
-            async for event, data in sse_events(response):
+            async for event, data in sse.events(response):
                 if data:
                     new, parsed = await rewriter.apply(data)
                     if parsed is None:
                         log.warning("upstream.garbage", namespace=target.ns.name, bytes=len(data))
                         continue
                     if new is not data:
-                        event = event_with_data(event, new)
+                        event = sse.event_with_data(event, new)
                     if not answered and _answers(parsed, rid):
                         # the answer ends a request's stream: finish now rather than wait for the upstream's end
                         await send({"type": "http.response.body", "body": event + b"\n\n", "more_body": False})

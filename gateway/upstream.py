@@ -9,14 +9,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import structlog
 
 from gateway.config import PoolConfig
 from gateway.errors import BadUpstream, Draining, InvalidRequest, Unanswered, Unavailable, Unreached, UpstreamTimeout
-from gateway.http import ClosedUnanswered, ConnectFailed, InvalidHeader, Pool, ProtocolError, Response, Timeouts
-from toolkit.wire import DRAINING_HEADER, ROOM_HEADER
+from toolkit.mcpwire.http import ClosedUnanswered, ConnectFailed, InvalidHeader, Pool, ProtocolError, Response, Timeouts
+from toolkit.mcpwire.sse import SseOverflow
+from toolkit.wire import DRAINING_HEADER, INSTANCE_HEADER, ROOM_HEADER
 
 log = structlog.get_logger(__name__)
 
@@ -40,6 +41,8 @@ class Replica:
         """Its last answer said it drains (SIGTERM): once it stops, its sessions move (see `routing`)."""
         self.vanished = False
         """Its address left the discovered name while it was up (see `Namespace.adopt`)."""
+        self.instance: str | None = None
+        """The instance id its MCP task ids carry (its answers' `Toolfleet-Instance`); None: not told yet."""
         self.room: int | None = None
         """How many more sessions it said it can open (its last answer's `Toolfleet-Room`); None: not told."""
         self.answered_at = -float("inf")
@@ -69,6 +72,7 @@ class Replica:
         self.said_draining = draining
         room = response.headers.get(ROOM_HEADER)
         self.room = int(room) if room is not None and room.isdigit() else None
+        self.instance = response.headers.get(INSTANCE_HEADER) or self.instance
 
     def answered_since(self, when: float) -> bool:
         """It answered a call after `when` (monotonic): it is alive, however slow a probe found it."""
@@ -104,6 +108,8 @@ def upstream_errors(replica: Replica, *, passive: bool = True) -> Iterator[None]
     record_failure = replica.record_failure if passive else _unjudged
     try:
         yield
+    except SseOverflow as exc:  # the replica answered, too much: not a failure of its health
+        raise BadUpstream(str(exc)) from exc
     except InvalidHeader as exc:  # nothing was sent, and the replica's health does not count it
         if exc.name == "mcp-session-id":  # the one header whose value a replica chose (clients' are dropped)
             raise BadUpstream(f"a replica of {replica.namespace!r} gave a session id no header can carry") from exc
@@ -154,45 +160,3 @@ async def open_stream(
         else:
             replica.record_success()
     return response
-
-
-class SseParser:
-    """Incremental `text/event-stream` parser: feed bytes, get whole events (CRLF normalized to LF)."""
-
-    def __init__(self, limit: int = 16 * 1024 * 1024) -> None:
-        self._buf = b""
-        self._limit = limit
-
-    def feed(self, chunk: bytes) -> list[bytes]:
-        buf = self._buf + chunk
-        hold = buf.endswith(b"\r")
-        if hold:
-            buf = buf[:-1]
-        if b"\r" in buf:
-            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        *events, rest = buf.split(b"\n\n")
-        self._buf = rest + (b"\r" if hold else b"")
-        if len(self._buf) > self._limit:
-            raise BadUpstream("upstream sent an oversized SSE event")
-        return events
-
-
-async def sse_events(response: Response) -> AsyncIterator[tuple[bytes, bytes | None]]:
-    """The one reader of an upstream event stream: each whole event as it arrives, with its data (None for
-    comments and data-less events). Every SSE consumer (relay, legacy bridge, probe) reads through it."""
-    parser = SseParser()
-    async for chunk in response.aiter_bytes():
-        for event in parser.feed(chunk):
-            yield event, event_data(event)
-
-
-def event_data(event: bytes) -> bytes | None:
-    """The `data` of one SSE event (multi-line data joined), or None for comments and data-less events."""
-    parts = [line[5:].removeprefix(b" ") for line in event.split(b"\n") if line.startswith(b"data:")]
-    return b"\n".join(parts) if parts else None
-
-
-def event_with_data(event: bytes, data: bytes) -> bytes:
-    """`event` with its data lines replaced by `data` (one line; JSON has no raw newlines)."""
-    lines = [line for line in event.split(b"\n") if not line.startswith(b"data:")]
-    return b"\n".join([*lines, b"data: " + data])

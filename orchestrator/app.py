@@ -21,7 +21,9 @@ import orchestrator.api.responses
 import orchestrator.api.service
 import orchestrator.api.vector_stores
 import orchestrator.api.websocket
+import orchestrator.console.router
 from orchestrator.api.deps import Deps
+from orchestrator.console.render import ConsoleHeaders
 from orchestrator.containers import Containers
 from orchestrator.errors import ERRORS, RequestError, StoreUnavailable, error_response
 from orchestrator.files import Files
@@ -33,7 +35,7 @@ from orchestrator.metrics import LatencyMiddleware, OrchestratorMetrics
 from orchestrator.persist import Stores, open_stores
 from orchestrator.responses.service import ResponsesService
 from orchestrator.settings import OrchestratorSettings
-from orchestrator.tools import Endpoints, cleanup_sessions
+from orchestrator.tools import Endpoints, cleanup_sessions, close_pools
 from orchestrator.worker.affinity import Affinity, MemoryAffinity, NoAffinity, RedisAffinity
 from orchestrator.worker.client import Chat, Generate, WorkerPool
 from toolkit.tracing import TracingMiddleware
@@ -98,6 +100,7 @@ def create_app(
     deps = Deps(settings, service, pool, files, containers, metrics)
     for resource in RESOURCES:
         app.include_router(resource.router(deps))
+    orchestrator.console.router.mount(app, deps)
     return app
 
 
@@ -142,6 +145,7 @@ def _lifespan(
         finally:
             if pool is not None:
                 await pool.aclose()
+            close_pools()
             await stores.aclose()
 
     return lifespan
@@ -154,6 +158,7 @@ def _wrap(
     app.add_middleware(AuthMiddleware, keys=keys, rate=service.limits.rate, metrics_token=settings.metrics_token)
     app.add_middleware(BodyLimitMiddleware, limits=BodyLimits(settings.max_body_bytes, settings.max_file_bytes))
     app.add_middleware(LatencyMiddleware, metrics=metrics)
+    app.add_middleware(ConsoleHeaders)  # outside the body limit and auth: their refusals carry the CSP too
     app.add_middleware(TracingMiddleware)  # outermost: every request is a span, auth refusals too
     # The known kinds are registered apart from `Exception`, whose handler Starlette runs as a 500 path.
     for kind in (RequestError, StoreUnavailable, ValidationError, RequestValidationError, HTTPException, Exception):

@@ -154,7 +154,17 @@ class OrchestratorSettings(ServiceSettings):
     api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="client API keys (comma-separated); none: no authentication"
     )
-    api_keys_file: str | None = Field(None, description="file of client API keys, one per line (# comments)")
+    api_keys_file: str | None = Field(
+        None,
+        description="file of API keys, one per line (# comments); a line 'admin:KEY' is an operator's key for"
+        " /console, never a client key",
+    )
+    admin_keys: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="operator keys for /console (comma-separated); none: the console is closed"
+    )
+    gateway_admin_token: str | None = Field(
+        None, description="bearer token for the gateway's /admin API, which the console reads and acts through"
+    )
     metrics_token: str | None = Field(
         None, description="bearer token /metrics and /healthz details ask for (none: loopback callers only)"
     )
@@ -181,7 +191,7 @@ class OrchestratorSettings(ServiceSettings):
         0.5, description="a refused or unreachable MCP server is answered no sooner than this (timing oracle)"
     )
 
-    @field_validator("api_keys", "mcp_allow", "mcp_deny", "vision_models", mode="before")
+    @field_validator("api_keys", "admin_keys", "mcp_allow", "mcp_deny", "vision_models", mode="before")
     @classmethod
     def _comma_list(cls, value: object) -> object:
         """A flag or environment value `a,b` (or a JSON list) as a list; keys never hold commas or spaces."""

@@ -6,29 +6,24 @@ model reads (an error says what went wrong), so the model can retry or answer wi
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import hashlib
 import time
 import urllib.parse
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-import anyio.abc
-import httpx2
 import structlog
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
-from mcp.types import CONNECTION_CLOSED
-from mcp_types import CallToolResult
 from opentelemetry.trace import SpanKind
 
 from orchestrator.guard.addresses import hide
-from orchestrator.guard.mcp_policy import PinnedTransport
 from orchestrator.harmony import Namespace
 from orchestrator.settings import KEEPALIVE_EXPIRY_S
 from toolkit.handles import ARGUMENT as HANDLE_ARGUMENT
+from toolkit.mcpwire.client import McpClient
+from toolkit.mcpwire.http import ClosedUnanswered, ConnectFailed, Pool, ProtocolError, Timeouts
 from toolkit.tracing import annotate, current_request_id, inject, span
 from toolkit.wire import ANONYMOUS, MEMORY_HEADER, OWNER_HEADER, REQUEST_ID_HEADER, SESSION_HEADER, sign_owner
 
@@ -66,36 +61,46 @@ class Endpoints:
         return f"{self.tools_url.rstrip('/')}/{namespace}/mcp" if self.tools_url else None
 
 
+_POOLS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[float, Pool]] = weakref.WeakKeyDictionary()
+"""The keep-alive connections to tool servers, per event loop (a connection belongs to the loop that made it) and
+per idle expiry: shared by every response the loop runs, so a call reuses the connection the last one left."""
+
+
+def _pool(keepalive_s: float = KEEPALIVE_EXPIRY_S) -> Pool:
+    """This loop's pool. An idle connection is dropped after `keepalive_s`, before the server's own keep-alive
+    closes it (uvicorn: 5 s), so a call is rarely sent on a connection its server is closing (the pool sends a
+    request that such a connection ended unanswered once more, on a new one)."""
+    pools = _POOLS.setdefault(asyncio.get_running_loop(), {})
+    if (pool := pools.get(keepalive_s)) is None:
+        pool = pools[keepalive_s] = Pool(max_idle=20, idle_s=keepalive_s)
+    return pool
+
+
+def close_pools() -> None:
+    """Close this loop's idle tool-server connections (the orchestrator's shutdown)."""
+    for pool in _POOLS.pop(asyncio.get_running_loop(), {}).values():
+        pool.close()
+
+
 def _client(
     url: str,
     headers: dict[str, str],
     timeout_s: float,
     address: str | None = None,
     keepalive_s: float = KEEPALIVE_EXPIRY_S,
-) -> Client:
-    """An MCP client of `url`; with `address`, every connection goes to that checked IP (no proxy, no DNS).
-    An idle connection is dropped after `keepalive_s`, before the server's own keep-alive closes it (uvicorn:
-    5 s), so a call is never sent on a connection its server is closing (a connection of one response's
-    session sits idle while the model writes)."""
-    pinned = {"transport": PinnedTransport(url, address), "trust_env": False} if address else {}
-    http = httpx2.AsyncClient(
-        headers=headers,
-        timeout=httpx2.Timeout(timeout_s, connect=5.0),
-        # httpx's own pool sizes, with the shorter idle expiry
-        limits=httpx2.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=keepalive_s),
-        event_hooks={"request": [_trace_context]},
-        **pinned,
-    )
-    return Client(streamable_http_client(url, http_client=http), mode="auto", read_timeout_seconds=timeout_s)
+) -> McpClient:
+    """An MCP client of `url`; with `address`, every connection goes to that checked IP (no proxy, no DNS), with
+    the URL's host in `Host` and TLS SNI. It follows no redirect: an answer elsewhere is an error."""
+    timeouts = Timeouts(connect=5.0, read=timeout_s)
+    return McpClient(_pool(keepalive_s), url, headers, timeouts=timeouts, address=address, stamp=_trace_context)
 
 
-async def _trace_context(request: httpx2.Request) -> None:
-    """Every MCP HTTP request carries the calling span's `traceparent` and the response's request id (the SDK
-    sends each message in its sender's context), so the gateway and tool server join this response's trace
-    and logs."""
-    inject(request.headers)
+def _trace_context(headers: dict[str, str]) -> None:
+    """Every MCP HTTP request carries the calling span's `traceparent` and the response's request id (computed
+    in the calling task), so the gateway and tool server join this response's trace and logs."""
+    inject(headers)
     if (rid := current_request_id()) is not None:
-        request.headers[REQUEST_ID_HEADER] = rid
+        headers[REQUEST_ID_HEADER] = rid
 
 
 def loggable(url: str) -> str:
@@ -114,33 +119,15 @@ def private_session_id(conversation: str, url: str) -> str:
 
 
 def _error_text(exc: BaseException) -> str:
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
     return str(exc) or type(exc).__name__
 
 
-@dataclass
-class _Connection:
-    """A client hosted by `ToolSessions._keep`; `lost` says why its transport died, once it did."""
-
-    client: Client
-    ended: anyio.Event = field(default_factory=anyio.Event)
-    lost: str | None = None
-
-    async def lost_reason(self) -> str | None:
-        """Why the transport died: a call failing as it dies waits briefly for its keeper to have said."""
-        with anyio.move_on_after(1):
-            await self.ended.wait()
-        return self.lost
-
-
-def _closed(exc: BaseException) -> bool:
-    """Whether a call failed because its connection closed under it (the transport died)."""
-    return isinstance(exc, MCPError) and exc.error.code == CONNECTION_CLOSED
+_BROKEN = (ProtocolError, ClosedUnanswered, ConnectionError, asyncio.IncompleteReadError)
+"""How a call fails when its connection breaks under it (the gateway replica relaying it was killed)."""
 
 
 class ToolSessions:
-    """The MCP connections of one response, opened on first use and closed together at its end."""
+    """The MCP clients of one response, opened on first use and closed together at its end."""
 
     def __init__(
         self,
@@ -162,60 +149,26 @@ class ToolSessions:
         self.named: dict[str, str] = {}
         # URL -> the sandbox size (MiB) a container asks there, above the tool server's default
         self.sizes: dict[str, int] = {}
-        self._clients: dict[tuple[str, tuple[tuple[str, str], ...]], _Connection] = {}
-        self._keeping: anyio.abc.TaskGroup | None = None
-        self._closing = anyio.Event()
-        self._stack = contextlib.AsyncExitStack()
+        self._clients: dict[tuple[str, str | None, tuple[tuple[str, str], ...]], McpClient] = {}
 
-    async def _get(self, url: str, headers: dict[str, str] | None, address: str | None, session_id: str) -> _Connection:
+    async def _get(self, url: str, headers: dict[str, str] | None, address: str | None, session_id: str) -> McpClient:
+        """The client of `url` with these headers, its era negotiated; one that fails to open is not kept, so
+        the next call tries again."""
         merged = {**(headers or {}), SESSION_HEADER: session_id}
-        key = (url, tuple(sorted(merged.items())))
-        if key not in self._clients:
-            try:  # no timeout scope here: the client's task group outlives this block (httpx times out connects)
-                self._clients[key] = await (await self._keepers()).start(self._keep, key, url, merged, address)
-            except BaseException as exc:
-                if isinstance(exc, anyio.get_cancelled_exc_class()):
-                    raise
-                log.warning("tool.connect_failed", url=loggable(url), error=_error_text(exc))
-                raise ToolUnavailable(f"cannot connect to the tool server: {hide(_error_text(exc))}") from None
-        return self._clients[key]
-
-    async def _keepers(self) -> anyio.abc.TaskGroup:
-        """The task group holding the connections, entered on first use in the response's task and left by
-        `aclose` after telling every connection to close."""
-        if self._keeping is None:
-            self._keeping = await self._stack.enter_async_context(anyio.create_task_group())
-            self._stack.callback(self._closing.set)
-        return self._keeping
-
-    async def _keep(
-        self,
-        key: tuple[str, tuple[tuple[str, str], ...]],
-        url: str,
-        headers: dict[str, str],
-        address: str | None,
-        *,
-        task_status: anyio.abc.TaskStatus[_Connection],
-    ) -> None:
-        """One connection, in a task of its own: a transport that dies (the gateway replica relaying a call was
-        killed) cancels the task hosting the client's task group, which must be this one and not the
-        response's, whose run would otherwise end as if someone had cancelled it. The call waiting on it then
-        fails like any tool failure; the next call reconnects."""
-        conn: _Connection | None = None
+        key = (url, address, tuple(sorted(merged.items())))
+        client = self._clients.get(key)
+        if client is None:  # kept before it opens: a concurrent call waits for the one negotiation
+            client = self._clients[key] = _client(url, merged, self.timeout_s, address, self.keepalive_s)
+        if client.version is not None:
+            return client
         try:
-            async with _client(url, headers, self.timeout_s, address, self.keepalive_s) as client:
-                conn = _Connection(client)
-                task_status.started(conn)
-                await self._closing.wait()
+            with anyio.fail_after(self.timeout_s):
+                await client.open()
         except Exception as exc:
-            if conn is None:
-                raise  # before `started`: the connect failed, `_get` says so
-            conn.lost = _error_text(exc)
             self._clients.pop(key, None)
-            log.warning("tool.connection_lost", url=loggable(url), error=conn.lost)
-        finally:
-            if conn is not None:
-                conn.ended.set()
+            log.warning("tool.connect_failed", url=loggable(url), error=_error_text(exc))
+            raise ToolUnavailable(f"cannot connect to the tool server: {hide(_error_text(exc))}") from None
+        return client
 
     async def call(
         self,
@@ -248,40 +201,43 @@ class ToolSessions:
         client_named: bool,
     ) -> ToolOutcome:
         start = time.perf_counter()
-        outcome = "error"
+        outcome = ToolOutcome("", True, outcome="error")
         session_id = private_session_id(self.session_id, url) if client_named else self.session_id
         session_id = self.named.get(url, session_id)
         if url in self.sizes:
             headers = {**(headers or {}), MEMORY_HEADER: str(self.sizes[url])}
         if not client_named:
             headers = self._owned(headers)
-        conn: _Connection | None = None
         try:
-            conn = await self._get(url, headers, address, session_id)
+            client = await self._get(url, headers, address, session_id)
             if not client_named and url not in self.named:
                 self.used.add(url)
-            with anyio.fail_after(self.timeout_s):
-                answered = _answered(await conn.client.call_tool(name, args))
-            outcome = answered.outcome
-            return answered
-        except ToolUnavailable as exc:
-            outcome = "unavailable"
-            return ToolOutcome(f"Error: {exc}", True, outcome=outcome)
-        except TimeoutError:
-            outcome = "timeout"
-            return ToolOutcome(
-                f"Error: the tool `{name}` did not answer within {self.timeout_s:.0f} s", True, outcome=outcome
-            )
+            async with asyncio.timeout(self.timeout_s):  # asyncio's own: a third of anyio's cost, per call
+                outcome = _answered(await client.call_tool(name, args))
         except Exception as exc:
-            if conn is not None and _closed(exc) and (reason := await conn.lost_reason()):
-                outcome = "unavailable"
-                text = f"Error: the connection to the tool server broke during the call: {hide(reason)}"
-                return ToolOutcome(text, True, outcome=outcome)
-            log.warning("tool.failed", url=loggable(url), tool=name, error=_error_text(exc))
-            return ToolOutcome(f"Error: the tool `{name}` failed: {hide(_error_text(exc))}", True, outcome="error")
+            outcome = self._failed(url, name, exc)
         finally:
             ms = round((time.perf_counter() - start) * 1000, 2)
-            log.info("tool.call", url=loggable(url), tool=name, ms=ms, outcome=outcome, session_id=session_id)
+            log.info("tool.call", url=loggable(url), tool=name, ms=ms, outcome=outcome.kind, session_id=session_id)
+        return outcome
+
+    def _failed(self, url: str, name: str, exc: Exception) -> ToolOutcome:
+        """What the model reads of a call that failed: the failures are told apart for it and for the metrics."""
+        match exc:
+            case ToolUnavailable():
+                return ToolOutcome(f"Error: {exc}", True, outcome="unavailable")
+            case TimeoutError():
+                text = f"Error: the tool `{name}` did not answer within {self.timeout_s:.0f} s"
+                return ToolOutcome(text, True, outcome="timeout")
+            case ConnectFailed():
+                text = f"Error: cannot connect to the tool server: {hide(_error_text(exc))}"
+                return ToolOutcome(text, True, outcome="unavailable")
+            case _ if isinstance(exc, _BROKEN):
+                log.warning("tool.connection_lost", url=loggable(url), error=_error_text(exc))
+                text = f"Error: the connection to the tool server broke during the call: {hide(_error_text(exc))}"
+                return ToolOutcome(text, True, outcome="unavailable")
+        log.warning("tool.failed", url=loggable(url), tool=name, error=_error_text(exc))
+        return ToolOutcome(f"Error: the tool `{name}` failed: {hide(_error_text(exc))}", True, outcome="error")
 
     def _owned(self, headers: dict[str, str] | None) -> dict[str, str]:
         """A fleet call's headers with the owner header, which only the orchestrator writes: any spelling of it
@@ -290,8 +246,8 @@ class ToolSessions:
         return {**kept, OWNER_HEADER: self._owner_header}
 
     async def call_once(self, url: str, name: str, args: dict[str, Any]) -> ToolOutcome:
-        """`call` over a connection of its own, closed before it returns: for a call made before the response's
-        task runs (the shared connections must be entered and closed in that one task)."""
+        """`call` with clients of its own, closed before it returns: for a call made outside a response's run
+        (a container's files, a vector store's ingestion), whose sessions nobody else closes."""
         once = ToolSessions(
             session_id=self.session_id, timeout_s=self.timeout_s, keepalive_s=self.keepalive_s, owner=self.owner
         )
@@ -302,25 +258,29 @@ class ToolSessions:
             await once.aclose()
 
     async def aclose(self) -> None:
-        try:  # no shield scope around this: the clients' own scopes must exit first (anyio nesting)
-            await self._stack.aclose()
-        except Exception as exc:  # a server that went away while we held its session
-            log.warning("tool.close_failed", error=_error_text(exc))
-        self._clients.clear()
+        """End the 2025-era sessions the clients opened (sessionless ones have nothing to end), bounded in time."""
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            try:
+                with anyio.fail_after(5):
+                    await client.aclose()
+            except Exception as exc:  # a server that went away while we held its session
+                log.warning("tool.close_failed", url=loggable(client.url), error=_error_text(exc))
 
 
 async def cleanup_sessions(session_id: str, urls: set[str], headers: dict[str, str] | None = None) -> None:
     """Tell each tool server to free what `session_id` holds (best effort, bounded in time)."""
 
     async def one(url: str) -> None:
+        client = _client(url, {**(headers or {}), SESSION_HEADER: session_id}, 10)
         try:
             with anyio.fail_after(10):
-                async with _client(url, {**(headers or {}), SESSION_HEADER: session_id}, 10) as client:
+                try:
                     await client.call_tool("cleanup_session", {})
+                finally:
+                    await client.aclose()
             log.info("tool.cleanup", url=url, session_id=session_id)
-        except BaseException as exc:
-            if isinstance(exc, anyio.get_cancelled_exc_class()):
-                raise
+        except Exception as exc:
             log.warning("tool.cleanup_failed", url=url, session_id=session_id, error=_error_text(exc))
 
     async with anyio.create_task_group() as tg:
@@ -359,25 +319,8 @@ class Discovery:
             return hit[1]
         try:
             with anyio.fail_after(15):
-                async with _client(url, dict(headers or {}), 15, address) as client:
-                    result = await client.list_tools()
-                    info = client.server_info
-                    listing = Listing(
-                        name=info.name if info else "",
-                        instructions=client.instructions or "",
-                        tools=[
-                            {
-                                "name": t.name,
-                                "description": t.description or "",
-                                "parameters": t.input_schema,
-                                "hidden": (t.meta or {}).get("include_in_prompt") is False,
-                            }
-                            for t in result.tools
-                        ],
-                    )
-        except BaseException as exc:
-            if isinstance(exc, anyio.get_cancelled_exc_class()):
-                raise
+                listing = await _listing(_client(url, dict(headers or {}), 15, address))
+        except Exception as exc:
             log.warning("tool.list_failed", url=loggable(url), error=_error_text(exc))
             raise ToolUnavailable(f"cannot list the tools: {hide(_error_text(exc))}") from None
         self._cache[key] = (time.monotonic(), listing)
@@ -393,14 +336,44 @@ class Discovery:
         return Namespace(name, listing.instructions, shown)
 
 
-def _answered(result: CallToolResult) -> ToolOutcome:
+async def _listing(client: McpClient) -> Listing:
+    """What a server announces: its name and instructions, and its tools (those without a name left out)."""
+    try:
+        tools = await client.list_tools()
+    finally:
+        await client.aclose()
+    return Listing(
+        name=client.server_name,
+        instructions=client.instructions,
+        tools=[
+            {
+                "name": t["name"],
+                "description": str(t.get("description") or ""),
+                "parameters": t["inputSchema"] if isinstance(t.get("inputSchema"), dict) else {"type": "object"},
+                "hidden": isinstance(t.get("_meta"), dict) and t["_meta"].get("include_in_prompt") is False,
+            }
+            for t in tools
+            if isinstance(t.get("name"), str)
+        ],
+    )
+
+
+def _answered(result: dict[str, Any]) -> ToolOutcome:
     """A tool's result as the model reads it: its texts joined, its images as data URLs, its structured content."""
     texts, images = [], []
-    for part in result.content:
-        if getattr(part, "type", None) == "text":
-            texts.append(part.text)
-        elif getattr(part, "type", None) == "image":
-            images.append(f"data:{part.mime_type};base64,{part.data}")
-    outcome = "tool_error" if result.is_error else "ok"
-    structured = result.structured_content if isinstance(result.structured_content, dict) else None
-    return ToolOutcome("\n".join(texts), bool(result.is_error), images, structured, outcome)
+    for part in result.get("content") or []:
+        if not isinstance(part, dict):
+            continue
+        if part.get("type") == "text":
+            texts.append(str(part.get("text", "")))
+        elif part.get("type") == "image":
+            images.append(f"data:{part.get('mimeType')};base64,{part.get('data')}")
+    failed = bool(result.get("isError"))
+    structured = result.get("structuredContent")
+    return ToolOutcome(
+        "\n".join(texts),
+        failed,
+        images,
+        structured if isinstance(structured, dict) else None,
+        "tool_error" if failed else "ok",
+    )

@@ -34,6 +34,7 @@ from toolkit.sandbox.runtime import ContainerRuntime
 from toolkit.sessions import SessionRegistry
 from toolkit.settings import ToolServerSettings
 from toolkit.snapshots.keeper import SnapshotKeeper
+from toolkit.tasks import TaskStore
 
 log = structlog.get_logger(__name__)
 
@@ -56,6 +57,7 @@ class Served(Protocol):
     backend: Callable[[], contextlib.AbstractAsyncContextManager[None]] | None
     callers: Callers[Any]
     keeper: SnapshotKeeper | None
+    tasks: TaskStore
 
 
 def build_app(server: Served) -> Front:
@@ -92,8 +94,8 @@ def build_app(server: Served) -> Front:
 def _lifespan(
     server: Served, manager: SingleAnswerSessionManager
 ) -> Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]]:
-    """The backend, the streamable-HTTP manager, the reaper and the memory sampler run while the app does; every
-    session is closed as it stops."""
+    """The backend, the streamable-HTTP manager, the MCP tasks, the reaper and the memory sampler run while the app
+    does; every task still working is cancelled and every session closed as it stops."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -101,6 +103,7 @@ def _lifespan(
             if server.backend is not None:
                 await stack.enter_async_context(server.backend())
             await stack.enter_async_context(manager.run())
+            await stack.enter_async_context(server.tasks.running())
             tg = await stack.enter_async_context(anyio.create_task_group())
             server.loops.start(tg, "reaper", server.sessions.reap_forever, server.settings.reap_interval_s)
             if server.keeper is not None:

@@ -29,7 +29,7 @@ from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import Scope
 
 from toolkit import handles
-from toolkit.wire import DRAINING_HEADER, ROOM_HEADER, SESSION_HEADER
+from toolkit.wire import DRAINING_HEADER, INSTANCE_HEADER, ROOM_HEADER, SESSION_HEADER
 
 log = structlog.get_logger(__name__)
 
@@ -47,8 +47,12 @@ class Drain:
         sessions: Callable[[], int],
         room: Callable[[], int],
         hand_over: Callable[[], Awaitable[int]] | None = None,
+        *,
+        instance: str,
     ) -> None:
         self._holds, self._sessions, self._room, self._hand_over = holds, sessions, room, hand_over
+        self.instance = instance
+        """This replica's instance id, stamped on every answer (`INSTANCE_HEADER`)."""
         self.draining = False
         self.in_flight = 0
         self._changed: anyio.Event | None = None
@@ -99,5 +103,6 @@ class Drain:
 
     def stamp(self, headers: MutableHeaders) -> None:
         headers[ROOM_HEADER] = str(max(self._room(), 0))
+        headers[INSTANCE_HEADER] = self.instance
         if self.draining:
             headers[DRAINING_HEADER] = "1"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -33,12 +34,15 @@ from toolkit.settings import ToolServerSettings
 from toolkit.signature import Body, ToolSignature
 from toolkit.snapshots.autosave import Autosave
 from toolkit.snapshots.keeper import SnapshotKeeper
+from toolkit.tasks import Tasks, TaskStore, cancelled_task
 from toolkit.tracing import annotate, extract, request_context, span
 from toolkit.wire import MEMORY_HEADER, REQUEST_ID_HEADER, fleet_secret, size_refusal
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
+TASK_POLL_MS = 1000
+"""How often a task's caller is asked to poll `tasks/get`."""
 HIDDEN = {"include_in_prompt": False}
 """Tool `_meta` that tells vLLM to leave a tool out of the model's prompt."""
 
@@ -148,6 +152,30 @@ class _ToldByToolCall(logging.Filter):
 _TOLD = _ToldByToolCall()
 
 
+def _kept_by(
+    sessions: SessionRegistry[S], metrics: ToolMetrics, keeper: SnapshotKeeper | None
+) -> SnapshotKeeper | None:
+    """Sessions saved by `keeper`, counted in /metrics, and saved in the background after calls where its
+    `every_s` > 0 (the app runs `Autosave.run`)."""
+    sessions.keeper = keeper
+    if keeper is not None:
+        keeper.observer = metrics.count_snapshots()
+        if keeper.every_s > 0:
+            sessions.autosave = Autosave(keeper.every_s, sessions.save_in_background)
+    return keeper
+
+
+def _drain(sessions: SessionRegistry[S], max_sessions: int, keeper: SnapshotKeeper | None, instance: str) -> Drain:
+    """The replica's drain: with a snapshot store, it hands its sessions over to other replicas as it goes."""
+    return Drain(
+        holds=sessions.__contains__,
+        sessions=sessions.__len__,
+        room=lambda: max_sessions - len(sessions),
+        hand_over=sessions.hand_over if keeper is not None and keeper.store.enabled else None,
+        instance=instance,
+    )
+
+
 class ToolServer(Generic[S]):
     """Sessions, metrics, `cleanup_session` and the ASGI app around one namespace's `MCPServer`."""
 
@@ -179,17 +207,14 @@ class ToolServer(Generic[S]):
             max_sessions=settings.max_sessions,
             max_per_owner=settings.max_sessions_per_owner,
         )
-        self.keeper = self._kept_by(keeper)
+        self.keeper = _kept_by(self.sessions, self.metrics, keeper)
         """Saves sessions as they go and restores them (`--snapshots`); None: a session's state ends with it."""
         self._reads: set[str] = set()  # tools that never change a session's state: they arm no background save
         fleet_secret()  # read (or made) now, not on the event loop by the first call
         self.loops = Loops()
-        self.drain = Drain(
-            holds=self.sessions.__contains__,
-            sessions=self.sessions.__len__,
-            room=lambda: settings.max_sessions - len(self.sessions),
-            hand_over=self.sessions.hand_over if keeper is not None and keeper.store.enabled else None,
-        )
+        self.tasks = TaskStore(secrets.token_hex(8), settings.task_ttl_s, settings.max_tasks_per_owner, TASK_POLL_MS)
+        self._long: list[str] = []  # the tools that run as MCP tasks for a client that declared the extension
+        self.drain = _drain(self.sessions, settings.max_sessions, keeper, self.tasks.instance)
         self.sessions.on_change = self._sessions_changed
         self.callers = Callers(self.sessions, Handles(self.namespace), settings.session_ttl_s, keeper)
         self.backend = lifespan
@@ -201,16 +226,6 @@ class ToolServer(Generic[S]):
             meta=HIDDEN,
             description="Free everything this session (or the session of `session_handle`) holds on the server.",
         )
-
-    def _kept_by(self, keeper: SnapshotKeeper | None) -> SnapshotKeeper | None:
-        """Sessions saved by `keeper`, counted in /metrics, and saved in the background after calls where its
-        `every_s` > 0 (the app runs `Autosave.run`)."""
-        self.sessions.keeper = keeper
-        if keeper is not None:
-            keeper.observer = self.metrics.count_snapshots()
-            if keeper.every_s > 0:
-                self.sessions.autosave = Autosave(keeper.every_s, self.sessions.save_in_background)
-        return keeper
 
     def _sessions_changed(self, count: int) -> None:
         self.metrics.sessions.set(count)
@@ -276,6 +291,10 @@ class ToolServer(Generic[S]):
             finally:
                 await self.callers.release(who, changed=tool not in self._reads)
 
+                if cancelled_task():  # the code it runs cannot be stopped otherwise: its sandbox goes
+                    await self.sessions.close(who.key)
+                await self.callers.release(who)
+
     async def call(
         self,
         ctx: Context,
@@ -317,12 +336,15 @@ class ToolServer(Generic[S]):
         description: str | None = None,
         meta: dict[str, Any] | None = None,
         reads: bool = False,
+        runs_long: bool = False,
     ) -> Callable[[Body], Body]:
         """`@kit.tool(name, faults)`: register a tool whose body states only its operation. The body checks its
         arguments and returns an `Op` on the session's state; the kit adds the rest, named once: the
         `session_handle` argument, the session, the span `step`, the fault handling and, for an operation that
         answers a `Reply`, the notice and the handle (`answer`). The body runs before the session is taken, so
-        an argument it refuses starts no sandbox. A tool that only `reads` the session arms no background save."""
+        an argument it refuses starts no sandbox. A tool that only `reads` the session arms no background save; a
+        tool that `runs_long` is called as an MCP task by a client that declared the tasks extension
+        (`toolkit.tasks`)."""
         if reads:
             self._reads.add(name)
 
@@ -343,6 +365,8 @@ class ToolServer(Generic[S]):
             shape.dress(tool, returns=CallToolResult if replies else shape.answer)
             structured = False if replies else None  # a `Reply` is text; its data goes into `structuredContent`
             self.mcp.add_tool(tool, name=name, description=description, meta=meta, structured_output=structured)
+            if runs_long:
+                self._long.append(name)
             return body
 
         return register
@@ -385,5 +409,11 @@ class ToolServer(Generic[S]):
         return sized or self.sessions.factory
 
     def build_app(self) -> Front:
-        """The server's ASGI app (`toolkit.app`)."""
+        """The server's ASGI app (`toolkit.app`), serving MCP tasks for the tools that run long."""
+        if self._long:
+            tasks = Tasks(self.tasks, long=self._long)
+            # The SDK takes extensions at construction, and the kit is handed a built server: apply it the way
+            # the constructor does.
+            self.mcp._apply_extension(tasks)
+            self.mcp._install_extension_interceptor()
         return app.build_app(self)

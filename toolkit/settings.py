@@ -57,6 +57,15 @@ class ToolServerSettings(ServiceSettings):
         description="sessions one owner (API key; all unsigned callers are one) holds at most: its new one past"
         " it evicts that owner's own least recently used idle session (capped at --max-sessions)",
     )
+    task_ttl_s: float = Field(
+        3600.0,
+        gt=0,
+        description="an MCP task (a long call made a task) is kept this long from its creation, then removed; its"
+        " work is cancelled (its sandbox's process killed) if it still runs: keep it above the tools' timeouts",
+    )
+    max_tasks_per_owner: int = Field(
+        16, ge=1, description="MCP tasks one owner holds at most (running or kept until their ttl): more are refused"
+    )
     max_body_bytes: int = Field(4 * 1024 * 1024, description="largest accepted request body")
     accepted_host_headers: list[str] = Field(
         default_factory=list,

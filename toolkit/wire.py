@@ -38,6 +38,9 @@ ROOM_HEADER = "toolfleet-room"
 """On a tool replica's answer: the sessions it can still open, from which the gateway places new ones."""
 RESET_HEADER = "toolfleet-session-reset"
 """Sent by the gateway with the first message of a session it moved off a drained replica."""
+INSTANCE_HEADER = "toolfleet-instance"
+"""On a tool replica's answer: the instance id its MCP task ids carry (`seal_task`), so the gateway routes
+`tasks/*` by id to the replica that owns the task."""
 
 ROLE_LABEL = "toolfleet.role"
 """Container label: which tool's sandbox (or `lease`) a container is."""
@@ -56,6 +59,7 @@ ANONYMOUS = "anonymous"
 SECRET_ENV = "TOOLFLEET_FLEET_SECRET"
 SECRET_FILE_ENV = "TOOLFLEET_FLEET_SECRET_FILE"
 _OWNER = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_TASK_ID = re.compile(r"(?P<instance>[0-9a-f]{16})\.(?P<nonce>[0-9a-f]{32})\.(?P<mac>[0-9a-f]{32})")
 
 
 def is_reserved(name: str) -> bool:
@@ -125,3 +129,38 @@ def refused_cap(text: str) -> int | None:
     """The cap (MiB) of a tool's `size_refusal` (the MCP SDK may prefix the tool's name); None: not one."""
     match = SIZE_REFUSED.match(text)
     return int(match.group(1)) if match else None
+
+
+def _task_mac(instance: str, nonce: str, owner: str, secret: bytes) -> str:
+    return hmac.new(secret, f"task:{instance}.{nonce}:{owner}".encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def seal_task(instance: str, owner: str, secret: bytes | None = None) -> str:
+    """A new MCP task id of tool instance `instance` (16 hex digits) for `owner`: unguessable (a random nonce),
+    and sealed under the fleet secret so that only the same owner's calls can name it, and any fleet service
+    can read the instance from it without a lookup (`task_instance`)."""
+    nonce = secrets.token_hex(16)
+    return f"{instance}.{nonce}.{_task_mac(instance, nonce, owner, secret or fleet_secret())}"
+
+
+def task_instance(task_id: object, owner: str | None = None, secret: bytes | None = None) -> str | None:
+    """The tool instance a task id names. With `owner`, only when the id was sealed for that owner: None for a
+    malformed id, a forged one, or another owner's (which a caller must not be able to tell apart); without,
+    whatever instance a well-formed id names (what the gateway routes by; the replica checks the seal)."""
+    match = _TASK_ID.fullmatch(task_id) if isinstance(task_id, str) else None
+    if match is None:
+        return None
+    if owner is None:
+        return match["instance"]
+    mac = _task_mac(match["instance"], match["nonce"], owner, secret or fleet_secret())
+    return match["instance"] if hmac.compare_digest(mac, match["mac"]) else None
+
+
+def unknown_task(task_id: object) -> str:
+    """The one refusal of a task id that was never made for this caller, belongs to another owner, or expired:
+    the same words from the gateway and from the tool replica."""
+    shown = task_id[:120] if isinstance(task_id, str) else task_id
+    return (
+        f"unknown task {shown!r}: no task of this caller has that id here (it was never made for this caller, "
+        "or it ended and its ttl passed)"
+    )

@@ -26,6 +26,8 @@ log = structlog.get_logger(__name__)
 
 ANONYMOUS = "anonymous"
 OPEN_PATHS = frozenset({"/healthz"})
+CONSOLE = "/console"  # the operator console authenticates its own way: an admin key once, then a session cookie
+ADMIN_PREFIX = "admin:"
 
 
 def key_id(key: str) -> str:
@@ -33,14 +35,31 @@ def key_id(key: str) -> str:
     return "key_" + hashlib.sha256(b"toolfleet-api-key\0" + key.encode()).hexdigest()[:32]
 
 
+def _file_lines(settings: OrchestratorSettings) -> list[str]:
+    if not settings.api_keys_file:
+        return []
+    lines = (line.split("#", 1)[0].strip() for line in Path(settings.api_keys_file).read_text().splitlines())
+    return [line for line in lines if line]
+
+
 def load_keys(settings: OrchestratorSettings) -> list[str]:
-    """Keys from the flag / environment variable and the keys file (one per line, `#` comments)."""
+    """Client keys from the flag / environment variable and the keys file (one per line, `#` comments); the
+    file's `admin:` lines are the console's, not clients'."""
     keys = list(settings.api_keys)
-    if settings.api_keys_file:
-        for line in Path(settings.api_keys_file).read_text().splitlines():
-            if (key := line.split("#", 1)[0].strip()) and key not in keys:
-                keys.append(key)
+    for key in _file_lines(settings):
+        if not key.startswith(ADMIN_PREFIX) and key not in keys:
+            keys.append(key)
     return keys
+
+
+def load_admin_keys(settings: OrchestratorSettings) -> list[str]:
+    """Operator keys: `--admin-keys` and the keys file's `admin:KEY` lines. Kept apart from the client keys so an
+    operator's key runs no response and a client's never opens the console."""
+    keys = list(settings.admin_keys)
+    for line in _file_lines(settings):
+        if line.startswith(ADMIN_PREFIX) and (key := line.removeprefix(ADMIN_PREFIX).strip()) not in keys:
+            keys.append(key)
+    return [key for key in keys if key]
 
 
 def _bearer(scope: Scope) -> str | None:
@@ -67,6 +86,9 @@ class ApiKeys:
     def enabled(self) -> bool:
         return bool(self._ids)
 
+    def ids(self) -> frozenset[str]:
+        return frozenset(self._ids.values())
+
     def owner(self, token: str) -> str | None:
         digest = hashlib.sha256(token.encode()).digest()
         found = None
@@ -77,9 +99,10 @@ class ApiKeys:
 
 
 class AuthMiddleware:
-    """Authenticates every request but `OPEN_PATHS` and `/metrics` (an operator's: `operator`), applies the
-    per-key request rate, and leaves the owner in `request.state.owner` (and on the open paths whether the
-    caller is an operator in `request.state.operator`: `/healthz` shows them its details)."""
+    """Authenticates every request but `OPEN_PATHS`, the console's (`console/session.py`) and `/metrics` (an
+    operator's: `operator`), applies the per-key request rate, and leaves the owner in `request.state.owner`
+    (and on the open paths whether the caller is an operator in `request.state.operator`: `/healthz` shows them
+    its details)."""
 
     def __init__(self, app: ASGIApp, *, keys: ApiKeys, rate: RequestRate, metrics_token: str | None) -> None:
         self.app, self.keys, self.rate, self.metrics_token = app, keys, rate, metrics_token
@@ -93,7 +116,7 @@ class AuthMiddleware:
         return client is not None and _loopback(client[0])
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket"):
+        if scope["type"] not in ("http", "websocket") or _console(scope["path"]):
             return await self.app(scope, receive, send)
         if scope["path"] in OPEN_PATHS or scope["path"] == "/metrics":  # a WebSocket: on the upgrade
             operator = self.operator(scope)
@@ -124,6 +147,10 @@ class AuthMiddleware:
             return _unauthorized("/metrics needs its bearer token.", "invalid_api_key")
         message = "/metrics answers loopback callers only; set --metrics-token to scrape it from elsewhere."
         return JSONResponse(error_body(message, "invalid_request_error", None, "metrics_forbidden"), 403)
+
+
+def _console(path: str) -> bool:
+    return path == CONSOLE or path.startswith(CONSOLE + "/")
 
 
 def _loopback(host: str) -> bool:

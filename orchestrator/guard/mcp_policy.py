@@ -9,8 +9,9 @@ some address from inside the fleet. The policy, in order:
 4. Otherwise the mode decides: `public` (default) resolves the host once and accepts it only when every
    address is public (`toolkit.netguard`); `allowlist` and `gateway-only` refuse it.
 
-A server accepted by address is then reached at that address only (`PinnedTransport`: the URL's host
-stays in `Host` and TLS SNI, redirects off its origin are refused), so DNS cannot move it afterwards.
+A server accepted by address is then reached at that address only (the MCP client's pool connects to the
+`Verdict`'s address, the URL's host stays in `Host` and TLS SNI, and no redirect is followed), so DNS cannot
+move it afterwards.
 Every refusal, and every accepted server that does not answer its tool listing, gets the same 400
 no sooner than `mcp_refusal_floor_s`: the client learns nothing about addresses, names or ports.
 """
@@ -109,24 +110,3 @@ def _spellings(url: httpx2.URL) -> list[str]:
     if port == _DEFAULT_PORTS[scheme]:
         out.append(f"{scheme}://{host}{tail}")
     return out
-
-
-class PinnedTransport(httpx2.AsyncBaseTransport):
-    """Sends every request of one MCP client to the checked address; `Host` and SNI keep the URL's name.
-
-    A request to any other origin (a redirect elsewhere, a URL the server handed back) is refused."""
-
-    def __init__(self, url: str, address: str) -> None:
-        self._origin = _origin(httpx2.URL(url))
-        self._address = address
-        self._inner = httpx2.AsyncHTTPTransport(retries=0)
-
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        if _origin(request.url) != self._origin:
-            raise httpx2.ConnectError("refused: a request off the checked server's origin", request=request)
-        request.extensions = {**request.extensions, "sni_hostname": request.url.host}
-        request.url = request.url.copy_with(host=self._address)
-        return await self._inner.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()

@@ -13,12 +13,21 @@ import contextlib
 import socket
 import sys
 
+import anyio
 import mcp_types as types
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
+from mcp_types.jsonrpc import INTERNAL_ERROR
 from pydantic import BaseModel, Field
 from starlette.applications import Starlette
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from toolkit.tasks import Tasks, TaskStore
+from toolkit.wire import INSTANCE_HEADER
 
 PNG = base64.b64encode(
     bytes.fromhex(
@@ -43,8 +52,16 @@ class Defaults(BaseModel):
     verified: bool = True
 
 
-def build() -> MCPServer:
-    mcp = MCPServer("conformance-fixture", version="1.0.0")
+INSTANCE = "c0f0c0f0c0f0c0f0"
+"""The instance id of this server's task ids (`toolkit.wire.seal_task`)."""
+TASK_TOOLS = ("slow_compute", "protocol_error_job")
+REQUIRED_TASK_TOOLS = ("failing_job",)
+
+
+def build(store: TaskStore) -> MCPServer:
+    tasks = Tasks(store, long=TASK_TOOLS, required=REQUIRED_TASK_TOOLS)
+    mcp = MCPServer("conformance-fixture", version="1.0.0", extensions=[tasks])
+    _task_fixtures(mcp)
 
     @mcp.tool()
     def test_simple_text() -> str:
@@ -160,19 +177,60 @@ def build() -> MCPServer:
     return mcp
 
 
+def _task_fixtures(mcp: MCPServer) -> None:
+    """The tools the suite's Tasks scenarios call (`Tasks` above says which of them run as tasks)."""
+
+    @mcp.tool()
+    def greet(name: str) -> str:
+        """Greets at once (never a task)."""
+        return f"Hello, {name}!"
+
+    @mcp.tool()
+    async def slow_compute(seconds: float, label: str = "") -> str:
+        """Sleeps `seconds`, then answers (a task for a client with the tasks extension)."""
+        await anyio.sleep(seconds)
+        return f"computed {label} after {seconds:g} s"
+
+    @mcp.tool()
+    async def failing_job() -> str:
+        """Always a tool error (a task only)."""
+        await anyio.sleep(0.2)
+        raise ToolError("failing_job always fails")
+
+    @mcp.tool()
+    async def protocol_error_job() -> str:
+        """Always a protocol error."""
+        raise MCPError(INTERNAL_ERROR, "protocol_error_job always breaks")
+
+
+def _stamped(app: ASGIApp) -> ASGIApp:
+    """Every answer says the instance its task ids carry, as a kit server's do, so the gateway routes `tasks/*`."""
+
+    async def stamped(scope: Scope, receive: Receive, send: Send) -> None:
+        async def send_stamped(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                MutableHeaders(scope=message)[INSTANCE_HEADER] = INSTANCE
+            await send(message)
+
+        await app(scope, receive, send_stamped)
+
+    return stamped
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args(argv)
-    mcp = build()
+    store = TaskStore(INSTANCE, ttl_s=60.0, max_per_owner=64, poll_ms=200)
+    mcp = build(store)
     http = mcp.streamable_http_app(transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
 
     @contextlib.asynccontextmanager
     async def lifespan(app):  # type: ignore[no-untyped-def]
-        async with mcp.session_manager.run():
+        async with mcp.session_manager.run(), store.running():
             yield
 
-    app = Starlette(routes=list(http.routes), lifespan=lifespan)
+    app = _stamped(Starlette(routes=list(http.routes), lifespan=lifespan))
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", args.port))

@@ -4,7 +4,8 @@ Two suites (npm `@modelcontextprotocol/conformance`, Node >= 22 from npm `node-l
 installed under `.cache/` on first use: 0.1.16 (the 2025 protocol), where the gateway may only score
 *better* and only on `dns-rebinding-protection` (it checks Host / Origin where the bare upstream does
 not); and 0.2.0-alpha.12 with the 2026-07-28 requirements, where the gateway scores at least as well as
-direct on every scenario and passes the header-validation scenarios whatever the upstream does.
+direct on every scenario and passes the header-validation scenarios whatever the upstream does, and the Tasks
+extension's scenarios (run alongside, though not scored for the revision) score as expected both ways.
 """
 
 from __future__ import annotations
@@ -71,6 +72,19 @@ ERA_2026 = Suite(
     ("--requirements", "2026-07-28"),
 )
 HEADER_SCENARIOS = ("http-header-validation", "http-custom-header-server-validation")
+TASK_SCENARIOS = {
+    "tasks-lifecycle": (9, 0),
+    "tasks-capability-negotiation": (5, 0),
+    "tasks-wire-fields": (4, 0),
+    "tasks-request-state-removal": (3, 0),
+    "tasks-request-headers": (5, 0),
+    "tasks-dispatch-and-envelope": (9, 0),
+    "tasks-required-task-error": (3, 0),
+    "tasks-status-notifications": (0, 0),  # optional pushes, which we do not send
+    "tasks-mrtr-input": (1, 3),  # no tool of ours asks for input mid-task: no task is ever input_required
+    "tasks-mrtr-composition": (1, 1),
+}
+"""The Tasks extension's scenarios (`toolkit.tasks`), the same directly and through the gateway."""
 
 
 @pytest.fixture(scope="module")
@@ -117,3 +131,5 @@ def test_the_2026_requirements_score_at_least_as_well_through_the_gateway(upstre
     assert not worse, f"scenarios that score worse through the gateway (direct, via): {worse}"
     for name in HEADER_SCENARIOS:
         assert through[name][0] > 0 and through[name][1] == 0, f"{name} via gateway: {through[name]}"
+    for name, expected in TASK_SCENARIOS.items():
+        assert direct[name] == expected == through[name], f"{name}: direct {direct[name]}, via {through[name]}"

@@ -31,12 +31,13 @@ from gateway.errors import (
     to_error,
 )
 from gateway.headers import HeaderRules
-from gateway.http import InvalidHeader
 from gateway.messages import Rewriter, envelope_headers, parse_message
 from gateway.paths import canonical
 from gateway.routing import Namespace
 from gateway.store import MemoryStore
-from gateway.upstream import Replica, SseParser, event_data, upstream_errors
+from gateway.upstream import Replica, upstream_errors
+from toolkit.mcpwire.http import InvalidHeader
+from toolkit.mcpwire.sse import SseParser, event_data
 
 
 def test_config_expands_env_and_rejects_bad_namespaces_and_urls(monkeypatch: pytest.MonkeyPatch) -> None:

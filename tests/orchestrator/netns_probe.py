@@ -29,13 +29,13 @@ import httpx  # noqa: E402
 from fixture_tools import weather_server  # noqa: E402
 
 from orchestrator.app import create_app  # noqa: E402
-from orchestrator.guard.mcp_policy import PinnedTransport  # noqa: E402
 from orchestrator.persist.sqlite import SQLiteStores  # noqa: E402
 from orchestrator.settings import OrchestratorSettings  # noqa: E402
 from orchestrator.tools import Discovery  # noqa: E402
 from orchestrator.worker.scripted import Scenario, ScriptedModel  # noqa: E402
 from orchestrator.worker.scripted import build_app as build_worker  # noqa: E402
 from tests.support.asgi import serve_asgi  # noqa: E402
+from toolkit.mcpwire.http import Pool, Timeouts  # noqa: E402
 from toolkit.settings import ToolServerSettings  # noqa: E402
 
 PUBLIC = "1.2.3.4"  # global unicast, but here only an address of the namespace's lo
@@ -201,17 +201,14 @@ def ask(url: str, server_url: str | None, label: str = "t") -> dict[str, Any]:
 
 async def pinned_probe(port: int) -> dict[str, Any]:
     """`pin.test` resolves to loopback here, but a client pinned to 1.2.3.4 must reach 1.2.3.4 only."""
-    url = f"http://pin.test:{port}/healthz"
-    async with httpx_pinned(url) as http:
-        r = await http.get(url)
+    pool = Pool()  # the pool under the orchestrator's MCP client, pinned as its policy pins it
+    try:
+        r = await pool.request("GET", f"http://pin.test:{port}/healthz", {}, None, Timeouts(), address=PUBLIC)
+        await r.aclose()
+    finally:
+        pool.close()
     listing = await Discovery().list(f"http://pin.test:{port}/mcp", None, PUBLIC)  # the orchestrator's own client
     return {"status": r.status_code, "listed": listing.name}
-
-
-def httpx_pinned(url: str):
-    import httpx2
-
-    return httpx2.AsyncClient(transport=PinnedTransport(url, PUBLIC), trust_env=False)
 
 
 def main() -> int:

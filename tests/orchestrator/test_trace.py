@@ -144,8 +144,8 @@ def test_a_python_call_is_one_trace_from_the_client_through_gateway_and_tool_to_
     hops = chain(sandbox)
     assert hops[:2] == ["python:sandbox.run", "python:python.python"]
     assert hops[2] == "gateway:gateway python tools/call"
-    assert hops[3:5] == ["orchestrator:MCP send tools/call python", "orchestrator:tool python"]  # SDK, then ours
-    assert hops[5] == "orchestrator:response" and hops[-1] == "orchestrator:POST /v1/responses"
+    assert hops[3] == "orchestrator:tool python"  # the lean MCP client sends in the tool span itself
+    assert hops[4] == "orchestrator:response" and hops[-1] == "orchestrator:POST /v1/responses"
 
     tool = parent(sandbox)
     attrs = tool["attributes"]

@@ -17,8 +17,8 @@ import pytest
 import uvicorn
 
 from gateway.config import GatewayConfig
-from gateway.http import ClosedUnanswered, Pool, Timeouts
 from tests.support.gateway import Upstream, fixtures
+from toolkit.mcpwire.http import ClosedUnanswered, Pool, Timeouts
 
 
 @pytest.fixture(scope="module")

@@ -19,10 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.errors import GatewayError
-from gateway.http import Pool, Timeouts
 from gateway.messages import PROTOCOL_VERSION_META_KEY, envelope_headers, parse_message
 from tests.gateway.raw import SseStream
 from tests.support.gateway import ACCEPT, INIT, GatewayProc, Upstream, fixtures, gateway_config, running_gateway
+from toolkit.mcpwire.http import Pool, Timeouts
 
 MODERN = "2026-07-28"
 CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")

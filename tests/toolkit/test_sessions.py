@@ -182,7 +182,7 @@ async def test_a_drain_hands_idle_sessions_over_at_once_busy_ones_as_their_call_
     states = {key: await registry.acquire(key) for key in ("idle", "busy", "big-one")}
     registry.release("idle")
     registry.release("big-one")
-    drain = Drain(registry.__contains__, registry.__len__, lambda: 0, hand_over=registry.hand_over)
+    drain = Drain(registry.__contains__, registry.__len__, lambda: 0, hand_over=registry.hand_over, instance="i")
     closed = anyio.Event()
 
     def changed(count: int) -> None:

@@ -51,7 +51,7 @@ def build_server(settings: ContainerSettings, backend: Backend) -> ToolServer[Co
     )
     tool = functools.partial(kit.tool, faults=FAULTS, step=STEP)
 
-    @tool("exec", description="Run a command in this conversation's container.")
+    @tool("exec", description="Run a command in this conversation's container.", runs_long=True)
     def exec_(
         cmd: list[str],
         workdir: str | None = None,

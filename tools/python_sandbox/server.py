@@ -66,6 +66,7 @@ def build_server(settings: PythonSandboxSettings, backend: Backend) -> ToolServe
         step="sandbox.run",
         meta=HIDDEN,
         description="Run Python code in this session's stateful sandbox.",
+        runs_long=True,
     )
     def python(code: str) -> Op[Kernel, Reply]:
         if len(code) > settings.max_code_chars:

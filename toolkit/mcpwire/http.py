@@ -1,10 +1,10 @@
-"""A small keep-alive HTTP/1.1 client for upstream calls: the gateway's hot path.
+"""A small keep-alive HTTP/1.1 client for MCP calls: the gateway's hot path, and the orchestrator's tool calls.
 
 httpx costs about half a millisecond per request in Python overhead; a tool call through the
 gateway has a budget of one millisecond in all. This client does only what an MCP upstream
 needs: one request at a time per pooled connection, `content-length` or chunked bodies,
 streaming reads, and timeouts from `asyncio.timeout`. Failures surface as `OSError`,
-`TimeoutError` or `ProtocolError`; `upstream.upstream_errors` maps them to gateway errors.
+`TimeoutError` or `ProtocolError`; each user maps them where they enter (the gateway: `upstream_errors`).
 
 Every request head is checked against RFC 9110's grammar before a byte of it is written: a method
 that is not a token, or a header name or value with CR, LF, NUL or another control character, is
@@ -34,8 +34,9 @@ MAX_HEAD = 64 * 1024
 READ_SIZE = 64 * 1024
 
 
-_Key = tuple[str, str, int]
-"""(scheme, host, port): one pool of idle connections per upstream origin."""
+_Key = tuple[str, str, int, str | None]
+"""(scheme, host, port, address): one pool of idle connections per upstream origin and the address it is
+pinned to (None: the host, resolved when a connection is made)."""
 
 
 class ProtocolError(Exception):
@@ -237,7 +238,8 @@ class Pool:
     """Idle keep-alive connections per (host, port), each reused only within `idle_s` of its last answer."""
 
     def __init__(self, *, max_idle: int = 64, idle_s: float = 4.0, tls: ssl.SSLContext | None = None) -> None:
-        self._tls = tls or ssl.create_default_context()
+        self._tls = tls
+        """Made on the first https connection: loading the system's CA store takes ~20 ms, blocking the loop."""
         self._idle: dict[_Key, list[_Conn]] = {}
         self._max_idle = max_idle
         self._idle_s = idle_s
@@ -272,18 +274,31 @@ class Pool:
     async def _connect(self, key: _Key, timeouts: Timeouts) -> _Conn:
         try:
             async with asyncio.timeout(timeouts.connect):
+                if key[0] == "https" and self._tls is None:
+                    self._tls = ssl.create_default_context()
                 tls = self._tls if key[0] == "https" else None
                 reader, writer = await asyncio.open_connection(
-                    key[1], key[2], limit=MAX_HEAD, ssl=tls, server_hostname=key[1] if tls else None
+                    key[3] or key[1], key[2], limit=MAX_HEAD, ssl=tls, server_hostname=key[1] if tls else None
                 )
         except (OSError, TimeoutError) as exc:
             raise ConnectFailed(f"{type(exc).__name__}: {exc}") from exc
         return _Conn(reader, writer)
 
     async def request(
-        self, method: str, url: str, headers: dict[str, str], body: bytes | None, timeouts: Timeouts
+        self,
+        method: str,
+        url: str,
+        headers: dict[str, str],
+        body: bytes | None,
+        timeouts: Timeouts,
+        *,
+        address: str | None = None,
     ) -> Response:
+        """Send one request; `address`: connect to that IP only (an address checked against SSRF, so DNS cannot
+        move the server afterwards), with the URL's host still in `Host` and TLS SNI."""
         key, target, host = _origin(url)
+        if address is not None:
+            key = (key[0], key[1], key[2], address)
         head = _head(method, target, host, headers, body)
         conn = self._reusable(key)
         if conn is not None:
@@ -294,6 +309,9 @@ class Pool:
                 if conn.reader._buffer:  # type: ignore[attr-defined]
                     raise ProtocolError("connection broken inside the response head") from None
                 # no byte of answer: the upstream closed it before reading the request, so once more on a new one
+            except BaseException:  # a timeout or a cancel inside the exchange: its answer may still come
+                conn.close()
+                raise
         conn = await self._connect(key, timeouts)
         try:
             return await self._exchange(key, conn, head, body, method, timeouts)
@@ -361,7 +379,7 @@ def _origin(url: str) -> tuple[_Key, str, str]:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ProtocolError(f"upstreams are http:// or https:// URLs, not {url!r}")
-    key = (parts.scheme, parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
+    key = (parts.scheme, parts.hostname, parts.port or (443 if parts.scheme == "https" else 80), None)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     if not _TARGET.fullmatch(target):
         raise ProtocolError(f"upstream URL {url!r} has a path that is not a valid request target")

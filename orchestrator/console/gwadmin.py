@@ -1,0 +1,61 @@
+"""The gateway's admin API as the console reads and acts through it (`GET /admin/status`, `GET /admin/tools`,
+`POST /admin/tools/{ns}/approve`). A gateway that cannot be reached or answers an error is a `GatewayDown`
+whose message the page shows in place of the data, so a page never breaks."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+TIMEOUT_S = 5.0
+
+
+class GatewayDown(Exception):
+    """The gateway did not answer its admin API: the message says which URL and why."""
+
+
+class GatewayAdmin:
+    """A client of one gateway's admin API; `url` None: this orchestrator runs without a gateway."""
+
+    def __init__(self, url: str | None, token: str | None) -> None:
+        self.url = url.rstrip("/") if url else None
+        self._headers = {"authorization": f"Bearer {token}"} if token else {}
+        self._http: httpx.AsyncClient | None = None  # one per app run (`running`): a new one costs ~40 ms of TLS setup
+
+    @contextlib.asynccontextmanager
+    async def running(self, app: object) -> AsyncIterator[None]:
+        """The router's lifespan: the client opened with the app and closed with it."""
+        async with httpx.AsyncClient(timeout=TIMEOUT_S, trust_env=False) as self._http:
+            yield
+        self._http = None
+
+    async def _call(self, method: str, path: str) -> Any:
+        if self.url is None:
+            raise GatewayDown("this orchestrator runs without a gateway (--tools-url '')")
+        if self._http is None:
+            raise GatewayDown("the console is not running (the app has not started or is stopping)")
+        try:
+            answer = await self._http.request(method, self.url + path, headers=self._headers)
+        except httpx.HTTPError as exc:
+            raise GatewayDown(f"the gateway at {self.url} could not be reached: {type(exc).__name__}") from exc
+        if answer.status_code != 200:
+            raise GatewayDown(f"the gateway at {self.url} answered {method} {path} with HTTP {answer.status_code}")
+        return answer.json()
+
+    async def status(self) -> dict[str, Any]:
+        """Readiness and, per namespace, every replica's URL and state and the tools pending approval."""
+        body: dict[str, Any] = await self._call("GET", "/admin/status")
+        return body
+
+    async def tools(self) -> dict[str, Any]:
+        """Per namespace, the approved and the pending tool definitions' hashes by tool name."""
+        body: dict[str, Any] = await self._call("GET", "/admin/tools")
+        return body
+
+    async def approve(self, namespace: str) -> list[str]:
+        """Accept a namespace's pending definitions; the tools approved."""
+        body = await self._call("POST", f"/admin/tools/{namespace}/approve")
+        return list(body.get("approved", []))

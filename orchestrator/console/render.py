@@ -1,0 +1,101 @@
+"""How every console page is answered: Jinja2 templates, the display filters, and the headers each carries.
+
+Every response under `/console` gets a strict CSP (`default-src 'self'`, no inline script, `frame-ancestors
+'none'`), no caching and no referrer (`ConsoleHeaders`). Times are shown relative with the absolute time on
+hover; numbers carry their unit.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlencode
+
+from fastapi import Request
+from fastapi.responses import HTMLResponse, RedirectResponse
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from orchestrator.guard.auth import CONSOLE
+
+HERE = Path(__file__).parent
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+    "form-action 'self'; base-uri 'none'; object-src 'none'; frame-ancestors 'none'"
+)
+HEADERS = {
+    "content-security-policy": CSP,
+    "x-frame-options": "DENY",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-store",
+}
+
+
+class ConsoleHeaders:
+    """Adds `HEADERS` to every response under `/console`, redirects and errors included."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or not (path == CONSOLE or path.startswith(CONSOLE + "/")):
+            return await self.app(scope, receive, send)
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in HEADERS.items():
+                    headers[name] = value
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+def when(ts: float | None, now: float | None = None) -> Markup:
+    """`<time>` with a relative text ("3 min ago") and the absolute UTC time as its title and datetime."""
+    if ts is None:
+        return Markup("&mdash;")
+    stamp = datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    text = f"{duration((now or time.time()) - ts)} ago"
+    return Markup('<time datetime="{0}" title="{0}">{1}</time>').format(stamp, text)
+
+
+def duration(seconds: float) -> str:
+    """Seconds as the largest unit that keeps them readable: 850 ms, 12 s, 4 min, 3 h, 2 d."""
+    seconds = max(seconds, 0.0)
+    for limit, unit, size in ((1, "ms", 0.001), (60, "s", 1), (3600, "min", 60), (86400, "h", 3600)):
+        if seconds < limit:
+            return f"{seconds / size:.0f} {unit}"
+    return f"{seconds / 86400:.1f} d"
+
+
+def percent(part: float | None, whole: float | None) -> str:
+    return "not reported" if not whole or part is None else f"{100 * part / whole:.1f} %"
+
+
+ENV = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]))
+ENV.filters.update(when=when, duration=duration)
+ENV.globals.update(percent=percent)
+
+
+def page(request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
+    """A template rendered with what every page shows (the nav, the session's CSRF token, the current path)."""
+    body = ENV.get_template(template).render(path=request.url.path, now=time.time(), **context)
+    return HTMLResponse(body, status)
+
+
+def to(path: str, message: str | None = None) -> RedirectResponse:
+    """A 303 after a form (post/redirect/get), with an optional notice shown by the next page."""
+    suffix = "?" + urlencode({"notice": message}) if message else ""
+    return RedirectResponse(CONSOLE + path + suffix, 303)
+
+
+async def form(request: Request) -> dict[str, str]:
+    """An urlencoded form's fields (the first value of each); the body limit middleware bounds its size."""
+    return dict(parse_qsl((await request.body()).decode("utf-8", "replace"), keep_blank_values=True))

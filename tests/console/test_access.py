@@ -1,0 +1,64 @@
+"""Who opens the console (an admin key, never a client key or none), the cookie, CSRF and the CSP, in Chromium."""
+
+from __future__ import annotations
+
+import httpx
+from selenium import webdriver
+
+from orchestrator.guard.auth import load_admin_keys, load_keys
+from orchestrator.settings import OrchestratorSettings
+from tests.console.stack import ADMIN, CLIENT, Fleet, csrf_of, log_in, session_client, shot
+
+
+def test_the_keys_file_marks_admin_keys_and_keeps_plain_lines_client_keys(tmp_path) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text("client-1\nadmin: op-1  # the operator\n# admin:commented\nclient-2\n")
+    settings = OrchestratorSettings(api_keys_file=str(keys), admin_keys=["op-2"])
+    assert load_keys(settings) == ["client-1", "client-2"]
+    assert load_admin_keys(settings) == ["op-2", "op-1"]
+
+
+def test_no_key_and_a_client_key_are_refused_and_an_admin_key_logs_in(fleet: Fleet, browser: webdriver.Chrome) -> None:
+    browser.delete_all_cookies()
+    browser.get(f"{fleet.url}/console/live")
+    assert browser.current_url == f"{fleet.url}/console/login"  # no session: the login page
+    shot(browser, "login")
+    log_in(browser, fleet.url, CLIENT)
+    assert "That is not an admin key." in browser.find_element("css selector", "[role=alert]").text
+    assert browser.get_cookie("toolfleet_console") is None
+    log_in(browser, fleet.url, ADMIN)
+    assert browser.current_url == f"{fleet.url}/console/fleet"
+    cookie = browser.get_cookie("toolfleet_console")
+    assert cookie is not None and cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    assert ADMIN not in cookie["value"]
+    with httpx.Client(base_url=fleet.url, trust_env=False) as http:
+        login = http.get("/console/login")
+        empty = http.post("/console/login", data={"csrf": csrf_of(login.text), "key": ""})
+        assert empty.status_code == 401 and "not an admin key" in empty.text
+        assert http.get("/v1/models", headers={"authorization": f"Bearer {ADMIN}"}).status_code == 401
+
+
+def test_a_post_without_or_with_a_wrong_csrf_token_is_refused(fleet: Fleet, browser: webdriver.Chrome) -> None:
+    log_in(browser, fleet.url, ADMIN)
+    with session_client(browser, fleet.url) as http:
+        token = csrf_of(http.get("/console/live").text)
+        for form in ({}, {"csrf": "0" * 64}):
+            refused = http.post("/console/approvals/fixture/approve", data=form)
+            assert refused.status_code == 403 and "CSRF" in refused.text
+            assert http.post("/console/logout", data=form).headers["location"] == "/console/login"
+        assert http.get("/console/fleet").status_code == 200  # the refused logouts did nothing
+        forged_login = http.post("/console/login", data={"csrf": "x", "key": ADMIN})
+        assert forged_login.status_code == 403 and "CSRF" in forged_login.text
+        out = http.post("/console/logout", data={"csrf": token}, follow_redirects=False)
+        assert out.status_code == 303 and 'toolfleet_console=""' in out.headers["set-cookie"]
+
+
+def test_every_console_response_carries_a_strict_csp_and_no_third_party_asset(fleet: Fleet) -> None:
+    with httpx.Client(base_url=fleet.url, trust_env=False) as http:
+        for path in ("/console/login", "/console/fleet", "/console/static/console.css", "/console/nope"):
+            headers = http.get(path).headers
+            csp = headers["content-security-policy"]
+            assert "default-src 'self'" in csp and "frame-ancestors 'none'" in csp and "unsafe-inline" not in csp
+            assert headers["x-frame-options"] == "DENY" and headers["cache-control"] == "no-store"
+        page = http.get("/console/login").text
+    assert "<script" not in page and "http://" not in page and "https://" not in page

@@ -1,0 +1,154 @@
+"""MCP Tasks (2026-07-28 `io.modelcontextprotocol/tasks`) on the python tool, through the gateway.
+
+Two real python tool replicas (local backend: real bwrap sandboxes) behind a real gateway, spoken to in raw
+2026-07-28 JSON-RPC over httpx (the MCP SDK's client does not speak the tasks extension). A long call becomes a
+task that is polled to completion, or cancelled, which kills the sandbox's process; an unknown, forged or
+another owner's task id gets one error; a task whose replica is gone gets a clear one.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.python_sandbox.conftest import server_args
+from tests.support.gateway import GatewayProc, eventually, gateway_config, running_gateway
+from tests.support.service import Service, running_service
+from toolkit.tasks import EXTENSION
+from toolkit.wire import INSTANCE_HEADER, OWNER_HEADER, SECRET_ENV, sign_owner, task_instance
+
+SECRET = secrets.token_hex(16)
+MCP = "io.modelcontextprotocol"
+ACCEPT = {"accept": "application/json, text/event-stream"}
+
+
+@dataclass
+class Fleet:
+    replicas: list[Service]
+    gateway: GatewayProc
+    instances: list[str]
+    """Each replica's instance id, as its answers say."""
+
+    @property
+    def url(self) -> str:
+        return self.gateway.url("python")
+
+
+@pytest.fixture(scope="module")
+def fleet() -> Iterator[Fleet]:
+    env = {SECRET_ENV: SECRET}
+    label = f"tasks-{uuid.uuid4().hex[:8]}"
+    with (
+        running_service(server_args("local", f"{label}-a", timeout_s=60), env=env) as a,
+        running_service(server_args("local", f"{label}-b", timeout_s=60), env=env) as b,
+        running_gateway(gateway_config({"python": [f"{a.url}/mcp", f"{b.url}/mcp"]}), env=env) as gw,
+    ):
+        yield Fleet([a, b], gw, [httpx.get(f"{r.url}/healthz").headers[INSTANCE_HEADER] for r in (a, b)])
+
+
+def _rpc(url: str, method: str, params: dict[str, Any], owner: str = "alice", *, tasks: bool = True) -> Any:
+    """One 2026-07-28 request (declaring the tasks extension unless told not to); its JSON-RPC answer."""
+    declared = {"extensions": {EXTENSION: {}}} if tasks else {}
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": declared,
+    }
+    name = params.get("name") or params.get("taskId")
+    headers = {**ACCEPT, "mcp-protocol-version": "2026-07-28", "mcp-method": method, "mcp-name": str(name)}
+    headers[OWNER_HEADER] = sign_owner(owner, SECRET.encode())
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": meta}}
+    return httpx.post(url, json=body, headers=headers, timeout=60).json()
+
+
+def _start(url: str, code: str, owner: str = "alice") -> dict[str, Any]:
+    answer = _rpc(url, "tools/call", {"name": "python", "arguments": {"code": code}}, owner)
+    assert answer["result"]["resultType"] == "task", answer
+    return answer["result"]
+
+
+async def _settled(url: str, task_id: str) -> dict[str, Any]:
+    """Poll `tasks/get` (as a client would, at the answer's pace) until the task ends."""
+    seen: dict[str, Any] = {}
+
+    def ended() -> bool:
+        seen.update(_rpc(url, "tasks/get", {"taskId": task_id})["result"])
+        return seen["status"] in ("completed", "failed", "cancelled")
+
+    await eventually(ended, 60, f"task {task_id} ended")
+    return seen
+
+
+async def test_a_long_call_is_a_task_polled_to_completion_through_the_gateway(fleet: Fleet) -> None:
+    created = [_start(fleet.url, f"import time; time.sleep(1); print('done', {n})") for n in range(4)]
+    instances = {task_instance(t["taskId"]) for t in created}
+    assert instances == set(fleet.instances)  # the gateway spread them; each id names the replica that runs it
+    for n, task in enumerate(created):
+        assert task["status"] == "working" and task["ttlMs"] > 0, task
+        done = await _settled(fleet.url, task["taskId"])
+        assert done["status"] == "completed", done
+        assert f"done {n}" in done["result"]["content"][0]["text"]
+
+
+def test_a_client_without_the_extension_gets_the_answer_itself(fleet: Fleet) -> None:
+    answer = _rpc(fleet.url, "tools/call", {"name": "python", "arguments": {"code": "print(6*7)"}}, tasks=False)
+    assert answer["result"].get("resultType") != "task" and "42" in answer["result"]["content"][0]["text"]
+    refused = _rpc(fleet.url, "tasks/get", {"taskId": "x"}, tasks=False)
+    assert "error" in refused, refused
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+async def test_a_cancelled_task_kills_its_sandbox_process(fleet: Fleet) -> None:
+    marker = f"toolfleet-task-{uuid.uuid4().hex}"
+    code = f"import subprocess, sys; subprocess.run([sys.executable, '-c', 'import time; time.sleep(600)', {marker!r}])"
+    task = _start(fleet.url, code)
+    await eventually(lambda: bool(_processes_with(marker)), 30, "the task's process started")
+    assert _rpc(fleet.url, "tasks/cancel", {"taskId": task["taskId"]})["result"]["resultType"] == "complete"
+    assert (await _settled(fleet.url, task["taskId"]))["status"] == "cancelled"
+    await eventually(lambda: not _processes_with(marker), 30, "the task's process was killed")
+
+
+def test_unknown_forged_and_foreign_task_ids_get_one_error(fleet: Fleet) -> None:
+    mine = _start(fleet.url, "print(1)")["taskId"]
+    instance, _, _ = mine.split(".")
+    forged = f"{instance}.{'0' * 32}.{'0' * 32}"
+    errors = [
+        _rpc(fleet.url, "tasks/get", {"taskId": mine}, owner="mallory")["error"],
+        _rpc(fleet.url, "tasks/cancel", {"taskId": mine}, owner="mallory")["error"],
+        _rpc(fleet.url, "tasks/get", {"taskId": forged})["error"],
+        _rpc(fleet.url, "tasks/get", {"taskId": "not-a-task"})["error"],
+    ]
+    assert {e["code"] for e in errors} == {-32602}, errors
+    words = {e["message"].split(": ", 1)[1] for e in errors}
+    assert len(words) == 1 and "no task of this caller has that id" in words.pop(), errors
+    assert _rpc(fleet.url, "tasks/get", {"taskId": mine})["result"]["taskId"] == mine  # its owner still may
+
+
+async def test_a_task_whose_replica_is_gone_gets_a_clear_error(fleet: Fleet) -> None:
+    """Last in the module: it stops a replica."""
+    victim, instance = fleet.replicas[1], fleet.instances[1]
+    task = next(t for t in (_start(fleet.url, "print(2)") for _ in range(6)) if task_instance(t["taskId"]) == instance)
+    victim.stop()
+
+    def lost() -> bool:
+        error = _rpc(fleet.url, "tasks/get", {"taskId": task["taskId"]}).get("error") or {}
+        return "the replica of 'python' that ran it is gone" in error.get("message", "")
+
+    await eventually(lost, 30, "the task was reported lost")
