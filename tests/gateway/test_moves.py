@@ -40,7 +40,8 @@ NOT_RESTORED = " UTC; not restored: running processes, open files]\n"
 
 
 def replica(store: Path, port: int, *extra: str) -> contextlib.AbstractContextManager[Service]:
-    """A python replica on the shared store, background saves off: what moves is what the drain or reap saved."""
+    """A python replica on the shared store, background saves off (unless `extra` turns them on): what moves is
+    what the drain or reap saved."""
     args = ["-m", "tools.python_sandbox", "--backend", "local", "--pool-size", "0", "--timeout-s", "10"]
     store_args = ["--snapshots", "dir", "--snapshot-dir", str(store), "--snapshot-every-s", "0"]
     return running_service([*args, *store_args, *extra], port=port)
