@@ -109,6 +109,12 @@ class NamespaceConfig(_Frozen):
     timeout_s: float = Field(600.0, description="longest a forwarded call may take")
     connect_timeout_s: float = 2.0
     tool_pinning: Literal["refuse", "flag", "off"] = "refuse"
+    restore_lost: bool = Field(
+        False,
+        description="the replicas share a snapshot store: a session (x-session-id) whose replica went away without "
+        "draining (killed, a lost node) is placed on another, which restores its last snapshot or says its state was "
+        "lost; false: its calls get a 'session ... was lost' error",
+    )
 
 
 class HealthConfig(_Frozen):

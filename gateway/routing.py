@@ -10,7 +10,9 @@ silent fresh state. A replica that drained (see `toolkit.drain`) went away on pu
 a session it held is placed afresh, and the new replica is told (`Toolfleet-Session-Reset`), so it restores
 the session's snapshot or says the state was reset. A session handle is fleet-signed, so one whose replica
 went away for any reason (drained, killed) is placed afresh too: the new replica restores it from its
-snapshot, or answers that its state was lost with its replica.
+snapshot, or answers that its state was lost with its replica. So is an x-session-id session in a namespace
+whose replicas share a snapshot store (`restore_lost`): a killed replica's sessions come back from their last
+background snapshot instead of being refused as lost.
 """
 
 from __future__ import annotations
@@ -145,7 +147,7 @@ class Degraded:
 DRAINED = "drained"
 """A session's replica drained (went away on purpose), as the new replica hears it."""
 LOST = "lost"
-"""A handle's replica went away without a drain (killed, a lost node), as the new replica hears it."""
+"""A session's replica went away without a drain (killed, a lost node), as the new replica hears it."""
 
 
 def new_session_id() -> str:
@@ -214,21 +216,30 @@ class Router:
         opened on: that replica drained (the key is placed again), or another MCP session moved the key."""
         if not rec.key.by_header or pin is None:
             return False
-        return pin.replica != rec.replica or pin.drained or self._drained(ns, pin.replica)
+        return pin.replica != rec.replica or self._why_moved(ns, pin) is not None
 
     async def _by_key(self, ns: Namespace, key: SessionKey, msg: dict[str, Any], pin: Pin | None) -> Target:
         """The target of session key `key` (pinned by `pin`, as read): where it is pinned, or placed afresh when
-        it is new or its replica drained."""
-        if pin is not None and not pin.drained and not self._drained(ns, pin.replica):
+        it is new or its replica went away and it may move (`_why_moved`)."""
+        moved = None if pin is None else self._why_moved(ns, pin)
+        if pin is not None and moved is None:
             return Target(ns, await self._pinned(ns, key, pin, msg), key)
-        moved = pin is not None
-        if pin is not None:  # its replica drained: place the session again
+        if pin is not None:  # its replica went away: place the session again
             await self.store.drop_pin(ns.name, key)
-            log.info("session.moved", namespace=ns.name, session_id=key.id, drained=pin.replica)
+            log.info("session.moved", namespace=ns.name, session_id=key.id, gone=pin.replica, why=moved)
         chosen = await self.pick(ns)
         pin = await self.store.claim_pin(ns.name, key, chosen.url)
         fresh = pin.replica == chosen.url
-        return Target(ns, await self._pinned(ns, key, pin, msg), key, fresh=fresh, moved=DRAINED if moved else None)
+        return Target(ns, await self._pinned(ns, key, pin, msg), key, fresh=fresh, moved=moved)
+
+    def _why_moved(self, ns: Namespace, pin: Pin) -> str | None:
+        """Why a pinned x-session-id session leaves its replica: DRAINED, LOST (gone undrained, in a namespace
+        with `restore_lost`), or None: it stays (and is refused as lost when its replica is gone)."""
+        if pin.drained or self._drained(ns, pin.replica):
+            return DRAINED
+        replica = ns.replicas.get(pin.replica)
+        gone = pin.lost or replica is None or not replica.healthy
+        return LOST if gone and ns.cfg.restore_lost else None
 
     @staticmethod
     def _drained(ns: Namespace, url: str) -> bool:

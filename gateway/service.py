@@ -175,16 +175,18 @@ class Gateway:
         there (why its replica went; None: it does not). A safe method may go anywhere, and so may any call that
         never reached the first replica (a replica draining or gone refuses the connection) or that a draining
         one dropped unanswered as it stopped (`Unanswered`). Its session moves when it is named by x-session-id
-        and its replica drained, or by a (fleet-signed) handle and its replica stopped: the new replica restores
-        it or says it was reset, and a client's MCP session gets a new upstream session there. A retry's state
-        means something to the replica that issued it alone, so that one is lost."""
+        and its replica drained, or by a (fleet-signed) handle, or by x-session-id with `restore_lost`, and its
+        replica stopped: the new replica restores it or says it was reset, and a client's MCP session gets a new
+        upstream session there. A retry's state means something to the replica that issued it alone, so that
+        one is lost."""
         replica = target.replica
         stopped = isinstance(exc, Unreached) or (isinstance(exc, Unanswered) and replica.said_draining)
         retry = msg.get("method") in SAFE_METHODS or stopped
         key = target.key
         by_handle = key is not None and key.kind == "handle"
+        restorable = by_handle or (key is not None and key.by_header and target.ns.cfg.restore_lost)
         movable = key is None or key.by_header or by_handle
-        if not (retry and movable and (replica.said_draining or (by_handle and stopped))):
+        if not (retry and movable and (replica.said_draining or (restorable and stopped))):
             return retry, None
         return retry, DRAINED if replica.said_draining else LOST
 

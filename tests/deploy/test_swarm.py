@@ -29,6 +29,7 @@ from tests.support.asgi import free_port
 pytestmark = pytest.mark.docker
 COMPUTE = {"input": "please compute 6*7", "tools": [{"type": "code_interpreter", "container": {"type": "auto"}}]}
 SEARCH = {"input": "please search for tea", "tools": [{"type": "web_search_preview"}]}
+CONTAINER = [{"type": "mcp", "server_label": "container", "require_approval": "never"}]
 
 
 @dataclass
@@ -118,10 +119,18 @@ def python_logs(resp: Response) -> list[str]:
     return [o.logs for i in resp.output if i.type == "code_interpreter_call" for o in i.outputs or []]
 
 
-def test_a_rolling_update_of_every_tool_loses_no_call_and_no_python_session(stack) -> None:
+def container_output(resp: Response) -> str:
+    return " ".join(f"{i.error or ''}{i.output or ''}" for i in resp.output if i.type == "mcp_call")
+
+
+def test_a_rolling_update_of_every_tool_loses_no_call_and_no_session(stack) -> None:
     client = stack.client()
     held = client.responses.create(model="m", input="please remember a number", tools=COMPUTE["tools"])
     assert python_logs(held) == ["kept 42"]  # a python session, pinned to one replica
+    # A container session: a file in /mnt/data and a named shell's exported variable.
+    stashed = client.responses.create(model="m", input="please stash a value", tools=CONTAINER)
+    assert "stashed" in container_output(stashed), container_output(stashed)
+    unstash = {"model": "m", "input": "please unstash it", "tools": CONTAINER, "previous_response_id": stashed.id}
     recall = {"model": "m", "input": "please recall the number", "tools": COMPUTE["tools"]}
     after: list[Response] = []
 
@@ -132,14 +141,18 @@ def test_a_rolling_update_of_every_tool_loses_no_call_and_no_python_session(stac
         update(stack, "python")
         after.append(client.responses.create(previous_response_id=held.id, **recall))
         update(stack, "container")
+        after.append(client.responses.create(**unstash))
 
     outcomes = calls_during(stack, browser_then_the_others)
     # A replaced task drains on SIGTERM (toolkit.drain): it takes no new session (the gateway places them on
     # another replica) and hands the sessions it holds over as snapshots in the stack's Redis (deploy/swarm.yaml);
-    # their next call lands on another replica, which restores them: no call and no python state is lost.
+    # their next call lands on another replica, which restores them: no call, no python and no container state
+    # (the file and the named shell's export) is lost.
     assert len(outcomes) >= 3 and [o for o in outcomes if o != "ok"] == [], outcomes
     (logs,) = python_logs(after[0])
     assert logs.startswith("[restored from a snapshot of ") and logs.endswith("\nrecalled 42"), logs
+    shell = container_output(after[1])
+    assert shell.startswith("[restored from a snapshot of ") and "unstashed 42 42" in shell, shell
     stack.wait_up("python", 2)
     assert outcomes_of(stack, 2) == ["ok", "ok"]
 

@@ -6,9 +6,10 @@ The core (orchestrator, gateway, Redis, the SCRIPTED worker) runs on the manager
 workers spread by zone: every tool call crosses the overlay network between nodes (VXLAN), and each python
 or container replica starts its sandboxes on its own node's engine. Checks: a request per tool; python state
 kept by a replica on another node than the gateway's; a worker killed (a lost machine): its tasks come back
-on the other worker, the sessions it held get the "session ... was lost" error, a session on the other
-worker keeps its state, the surviving nodes hold no sandbox of a dead replica; then a rolling update of the
-python tool with a client calling every tool throughout loses no call and no python session (snapshots in the
+on the other worker, a python session it held comes back on the other worker from its last background
+snapshot in the stack's Redis (with the restore notice), a session on the other worker keeps its state, the
+surviving nodes hold no sandbox of a dead replica; then rolling updates of the python and container tools with
+a client calling every tool throughout lose no call and no python or container session (snapshots in the
 stack's Redis); `docker stack rm` and the nodes' removal leave nothing. The time from the kill to every tool
 answering again is printed (-s).
 """
@@ -16,6 +17,7 @@ answering again is printed (-s).
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -38,6 +40,8 @@ TOOL_IMAGES = [
     "toolfleet/container-sandbox:latest",
 ]
 PYTHON = [{"type": "code_interpreter", "container": {"type": "auto"}}]
+CONTAINER = [{"type": "mcp", "server_label": "container", "require_approval": "never"}]
+RESTORED = "[restored from a snapshot of "
 PORTS = {"python": 8802, "container": 8803}
 OWNED = '{{.ID}} {{.Label "toolfleet.owner"}}'
 
@@ -120,36 +124,60 @@ def test_every_tool_answers_with_the_core_on_the_manager_and_the_tools_spread_ov
         assert owners(node) and owners(node) <= live_instances(stack, node)
 
 
-def _session_per_worker(cluster: Cluster, stack: Stack) -> dict[str, Response]:
-    """A python conversation holding state on each worker (new sessions go to the replica with fewest)."""
-    held: dict[str, Response] = {}
+def pinned(stack: Stack) -> set[str]:
+    """The python session keys the gateway has pinned (its pin table in the stack's Redis)."""
+    redis = stack.tasks("redis")[0]
+    raw = stack.engine("exec", redis, "redis-cli", "-n", "0", "--raw", "HKEYS", "toolfleet:gw:pin:python")
+    return {key.partition(":")[2] for key in raw.split()}  # "h:<x-session-id>"
+
+
+def saved_in_background(stack: Stack, session: str) -> bool:
+    """Whether a python replica logged a background snapshot of `session`."""
+    for line in stack.log_lines("python", '"snapshot.saved"'):
+        with contextlib.suppress(ValueError):
+            rec = json.loads(line)
+            if session in str(rec.get("session_id")) and rec.get("trigger") == "background":
+                return True
+    return False
+
+
+def _session_per_worker(cluster: Cluster, stack: Stack) -> dict[str, tuple[str, Response]]:
+    """A python conversation holding state on each worker, with its session key (new sessions go to the replica
+    with fewest)."""
+    held: dict[str, tuple[str, Response]] = {}
     for _ in range(6):
-        before = {node.name: sandboxes(node) for node in cluster.workers}
+        before, keys = {node.name: sandboxes(node) for node in cluster.workers}, pinned(stack)
         resp = stack.client().responses.create(model="m", input="please remember a number", tools=PYTHON)
         assert python_logs(resp) == "kept 42"
         # The session took the warm sandbox and the pool made a new one: on the node of the replica.
         (where,) = [node.name for node in cluster.workers if sandboxes(node) - before[node.name]]
-        held.setdefault(where, resp)
+        (session,) = pinned(stack) - keys
+        held.setdefault(where, (session, resp))
         if len(held) == len(cluster.workers):
             return held
     raise AssertionError(f"sessions only on {sorted(held)}")
 
 
-def test_a_lost_worker_node_loses_only_its_sessions_and_its_tasks_come_back_on_the_other(
+def test_a_lost_worker_nodes_sessions_come_back_from_their_snapshots_and_its_tasks_on_the_other(
     cluster, stack, report
 ) -> None:
     client = stack.client()
     held = _session_per_worker(cluster, stack)
     lost_node, kept_node = cluster.workers[1], cluster.workers[0]
+    (lost_session, lost_resp), (_, kept_resp) = held[lost_node.name], held[kept_node.name]
     # State kept across turns by a replica on another node than the gateway's (the manager).
     recall = dict(model="m", input="please recall the number", tools=PYTHON)
-    assert python_logs(client.responses.create(previous_response_id=held[lost_node.name].id, **recall)) == "recalled 42"
+    assert python_logs(client.responses.create(previous_response_id=lost_resp.id, **recall)) == "recalled 42"
+    # Saved in the background (--snapshot-every-s) after the call that set the variable, off the calls' path.
+    wait_for("the lost node's session saved", lambda: saved_in_background(stack, lost_session), 60)
 
     t0 = time.monotonic()
     docker("kill", lost_node.name)  # a machine lost: every process on it gone at once
-    lost = client.responses.create(previous_response_id=held[lost_node.name].id, **recall)
-    assert "was lost" in python_logs(lost) and "session" in python_logs(lost), python_logs(lost)
-    kept = client.responses.create(previous_response_id=held[kept_node.name].id, **recall)
+    # The gateway places the session on the other worker's replica (restore_lost, deploy/swarm.yaml), which
+    # restores it from the stack's Redis and says so: never a silent fresh state, and no "was lost" either.
+    logs = python_logs(client.responses.create(previous_response_id=lost_resp.id, **recall))
+    assert logs.startswith(RESTORED) and logs.endswith("\nrecalled 42"), logs
+    kept = client.responses.create(previous_response_id=kept_resp.id, **recall)
     assert python_logs(kept) == "recalled 42"
 
     wait_for(
@@ -157,30 +185,41 @@ def test_a_lost_worker_node_loses_only_its_sessions_and_its_tasks_come_back_on_t
     )
     _wait_every_tool(stack, python=2)
     report(f"\n[swarm-nodes] node loss: every tool answering again {time.monotonic() - t0:.0f} s after the kill")
-    assert python_logs(client.responses.create(previous_response_id=held[kept_node.name].id, **recall)) == "recalled 42"
+    assert python_logs(client.responses.create(previous_response_id=kept_resp.id, **recall)) == "recalled 42"
     # The surviving nodes hold sandboxes of live replicas only (the lost node's went with it).
     for node in (cluster.manager, kept_node):
         wait_for(f"no orphaned sandbox on {node.name}", lambda n=node: owners(n) <= live_instances(stack, n), 60)
 
 
-def test_a_rolling_update_of_the_python_tool_across_the_overlay_loses_no_call_and_no_session(stack, report) -> None:
+def container_output(resp: Response) -> str:
+    return " ".join(f"{i.error or ''}{i.output or ''}" for i in resp.output if i.type == "mcp_call")
+
+
+def test_rolling_updates_of_python_and_container_across_the_overlay_lose_no_call_and_no_session(stack, report) -> None:
     client = stack.client()
     held = client.responses.create(model="m", input="please remember a number", tools=PYTHON)
     assert python_logs(held) == "kept 42"
+    # A container session: a file in /mnt/data and a named shell's exported variable.
+    stashed = client.responses.create(model="m", input="please stash a value", tools=CONTAINER)
+    assert "stashed" in container_output(stashed), container_output(stashed)
     t0 = time.monotonic()
-    outcomes = calls_during(stack, lambda: update(stack, "python"))
+    outcomes = calls_during(stack, lambda: (update(stack, "python"), update(stack, "container")))
     failed = [o for o in outcomes if o != "ok"]
     report(
-        f"\n[swarm-nodes] python updated in {time.monotonic() - t0:.0f} s; {len(outcomes)} demo calls meanwhile,"
-        f" {len(failed)} lost"
+        f"\n[swarm-nodes] python and container updated in {time.monotonic() - t0:.0f} s; {len(outcomes)} demo calls"
+        f" meanwhile, {len(failed)} lost"
     )
     # A replaced task drains (toolkit.drain): the gateway places no new session on it, and it hands the sessions
     # it holds over as snapshots in the stack's Redis (deploy/swarm.yaml), which a task on either node restores.
-    why = stack.log_lines("python", "kernel.died", "janitor.removed", "lease.", "server.drain") if failed else []
+    events = ("kernel.died", "janitor.removed", "lease.", "server.drain")
+    why = [*stack.log_lines("python", *events), *stack.log_lines("container", *events)] if failed else []
     assert len(outcomes) >= 2 and failed == [], (failed, why)
     recall = {"model": "m", "input": "please recall the number", "tools": PYTHON}
     logs = python_logs(client.responses.create(previous_response_id=held.id, **recall))
-    assert logs.startswith("[restored from a snapshot of ") and logs.endswith("\nrecalled 42"), logs
+    assert logs.startswith(RESTORED) and logs.endswith("\nrecalled 42"), logs
+    unstash = {"model": "m", "input": "please unstash it", "tools": CONTAINER}
+    shell = container_output(client.responses.create(previous_response_id=stashed.id, **unstash))
+    assert shell.startswith(RESTORED) and "unstashed 42 42" in shell, shell
 
 
 def test_stack_rm_and_the_nodes_removal_leave_nothing(cluster, stack) -> None:

@@ -7,6 +7,8 @@ and a 2026-07-28 client's session handle, each with variables, a function and a 
 saves both and lets them go at once; their next calls land on B, which restores them and says so in its notice
 (never the reset notice). A SIGKILLed replica cannot save anything: a handle whose state it had snapshotted (idle
 reaping here) is restored on B, one whose snapshot was refused keeps the clear "lost with its replica" error.
+With `restore_lost` (the namespace's replicas share a store), a killed replica's x-session-id session is placed
+on B too, which restores it from its last background snapshot.
 """
 
 from __future__ import annotations
@@ -38,18 +40,21 @@ NOT_RESTORED = " UTC; not restored: running processes, open files]\n"
 
 
 def replica(store: Path, port: int, *extra: str) -> contextlib.AbstractContextManager[Service]:
-    """A python replica on the shared store, background saves off: what moves is what the drain or reap saved."""
+    """A python replica on the shared store, background saves off (unless `extra` turns them on): what moves is
+    what the drain or reap saved."""
     args = ["-m", "tools.python_sandbox", "--backend", "local", "--pool-size", "0", "--timeout-s", "10"]
     store_args = ["--snapshots", "dir", "--snapshot-dir", str(store), "--snapshot-every-s", "0"]
     return running_service([*args, *store_args, *extra], port=port)
 
 
 @contextlib.contextmanager
-def fleet(store: Path, *a_extra: str) -> Iterator[tuple[Service, int, GatewayProc]]:
+def fleet(store: Path, *a_extra: str, restore_lost: bool = False) -> Iterator[tuple[Service, int, GatewayProc]]:
     """Replica A running, B's port reserved (not yet listening) and a gateway routing python to both."""
     a_port, b_port = free_port(), free_port()
     urls = [f"http://127.0.0.1:{port}/mcp" for port in (a_port, b_port)]
-    with replica(store, a_port, *a_extra) as a, running_gateway(gateway_config({"python": urls})) as gw:
+    cfg = gateway_config({"python": urls})
+    cfg["namespaces"]["python"]["restore_lost"] = restore_lost
+    with replica(store, a_port, *a_extra) as a, running_gateway(cfg) as gw:
         yield a, b_port, gw
 
 
@@ -138,3 +143,26 @@ async def test_a_killed_replicas_handle_is_restored_from_its_snapshot_and_one_wi
     assert calls_of(log, saved) == [f"{a.url}/mcp", f"{b.url}/mcp"]
     words = f"session handle {big!r} was lost with its replica (the server that held it went away)"
     assert lost.is_error and words in text_of(lost), text_of(lost)
+
+
+async def test_with_restore_lost_a_killed_replicas_x_session_id_session_comes_back_from_its_background_save(
+    tmp_path: Path,
+) -> None:
+    """Without `restore_lost` this session's calls get "session ... was lost" (tests/gateway/test_failures.py)."""
+    background = ["--snapshot-every-s", "0.2"]
+    with fleet(tmp_path, *background, restore_lost=True) as (a, b_port, gw):
+        headers = {"x-session-id": "conv-killed"}
+        async with connect(gw.url("python"), "streamable-http", headers=headers, mode="legacy") as client:
+            assert text_of(await client.call_tool("python", {"code": SETUP})) == "'set'"
+            assert wait_until(lambda: '"trigger": "background"' in a.log()), "A saved the session in the background"
+            with replica(tmp_path, b_port, *background) as b:
+                a.stop(signal.SIGKILL)
+                moved = text_of(await client.call_tool("python", {"code": CHECK}))
+                again = text_of(await client.call_tool("python", {"code": "f(5)"}))
+                restores = [line for line in b.log().splitlines() if '"snapshot.restored"' in line]
+        gw.stop()
+        log = gw.logs()
+    assert moved.startswith(RESTORED) and NOT_RESTORED in moved and moved.endswith(CHECKED), moved
+    assert "state was" not in moved and again == "10"  # told once, and no reset notice beside the restore
+    assert calls_of(log, "conv-killed") == [f"{a.url}/mcp", f"{b.url}/mcp", f"{b.url}/mcp"]
+    assert len(restores) == 1 and '"trigger": "background"' in restores[0], restores

@@ -1,4 +1,5 @@
-"""The orchestrator through the real gateway, with the real python tool server (local bubblewrap backend)."""
+"""The orchestrator through the real gateway, with the real python tool server (local bubblewrap backend), which
+keeps snapshots in a dir store: a test may restart it with SIGTERM."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 PY_CALL = "<|channel|>analysis to=python<|message|>{code}<|call|>"
+KEEP_FILE = "open('/mnt/data/kept.txt', 'w').write('on disk')"
 
 
 def _port() -> int:
@@ -55,35 +57,46 @@ def _process(args: list[str], health: str):
 
 @pytest.fixture(scope="module")
 def gateway_url(tool_urls, tmp_path_factory):
+    """The gateway's URL, the python server's port, and a restart of that server (SIGTERM, then again)."""
     if shutil.which("bwrap") is None:
         pytest.skip("bubblewrap is needed for the python server's local backend")
     py_port, gw_port = _port(), _port()
+    store = tmp_path_factory.mktemp("snapshots")
+    python = ["-m", "tools.python_sandbox", "--backend", "local", "--port", str(py_port), "--drain-s", "1"]
+    python += ["--snapshots", "dir", "--snapshot-dir", str(store)]
+    py_health = f"http://127.0.0.1:{py_port}/healthz"
     config = tmp_path_factory.mktemp("gw") / "routes.yaml"
     config.write_text(
         yaml.safe_dump(
             {
                 "namespaces": {
-                    "python": {"replicas": [f"http://127.0.0.1:{py_port}/mcp"]},
+                    # the python server reads its dir store again once restarted: its sessions may move back to
+                    # it whether or not the gateway heard it drain (restore_lost)
+                    "python": {"replicas": [f"http://127.0.0.1:{py_port}/mcp"], "restore_lost": True},
                     "browser": {"replicas": [tool_urls["browser"]]},
                     "container": {"replicas": [tool_urls["container"]]},
-                }
+                },
+                "health": {"interval_s": 0.5},
             }
         )
     )
     with (
-        _process(
-            ["-m", "tools.python_sandbox", "--backend", "local", "--port", str(py_port)],
-            f"http://127.0.0.1:{py_port}/healthz",
-        ),
+        contextlib.ExitStack() as python_server,
         _process(
             ["-m", "gateway", "--port", str(gw_port), "--config", str(config)], f"http://127.0.0.1:{gw_port}/healthz"
         ),
     ):
-        yield f"http://127.0.0.1:{gw_port}", py_port
+        python_server.enter_context(_process(python, py_health))
+
+        def restart() -> None:
+            python_server.close()  # SIGTERM: the server drains, saving its sessions to the store
+            python_server.enter_context(_process(python, py_health))
+
+        yield f"http://127.0.0.1:{gw_port}", py_port, restart
 
 
 def test_real_python_through_the_gateway_keeps_state_across_the_chain(make_stack, gateway_url):
-    url, _ = gateway_url
+    url, _, _ = gateway_url
     stack = make_stack(tools_url=url, python_url=None, browser_url=None, container_url=None)
     stack.script(
         [
@@ -102,7 +115,7 @@ def test_real_python_through_the_gateway_keeps_state_across_the_chain(make_stack
 
 
 def test_unstored_response_releases_its_python_session(make_stack, gateway_url):
-    url, py_port = gateway_url
+    url, py_port, _ = gateway_url
     stack = make_stack(tools_url=url, python_url=None, browser_url=None, container_url=None)
     stack.script(
         [("python to=assistant", "<|channel|>final<|message|>ok<|return|>"), ("go", PY_CALL.format(code="print(1)"))]
@@ -114,7 +127,7 @@ def test_unstored_response_releases_its_python_session(make_stack, gateway_url):
 
 
 def test_one_conversation_uses_python_browser_and_a_function_across_the_chain(make_stack, gateway_url):
-    url, _ = gateway_url
+    url, _, _ = gateway_url
     stack = make_stack(tools_url=url, python_url=None, browser_url=None, container_url=None)
     stack.script(
         [  # the most advanced state of the conversation first
@@ -152,3 +165,24 @@ def test_one_conversation_uses_python_browser_and_a_function_across_the_chain(ma
     assert second.output_text == "Sunny, and 42 it is."
     prompt = stack.model.encode_prompt_text(-1)
     assert "print(answer)" in prompt and "†Tea facts†example.com" in prompt and "sunny" in prompt  # the whole chain
+
+
+def test_a_conversations_variable_and_file_survive_the_python_servers_sigterm_restart(make_stack, gateway_url):
+    url, _, restart = gateway_url
+    stack = make_stack(tools_url=url, python_url=None, browser_url=None, container_url=None)
+    stack.script(
+        [  # the stand-in model answers differently once it reads the restore notice in the tool's output
+            ("restored from a snapshot of", "<|channel|>final<|message|>My state came back.<|return|>"),
+            ("python to=assistant", "<|channel|>final<|message|>ok<|return|>"),
+            ("keep", PY_CALL.format(code=f"kept = 6 * 7\n{KEEP_FILE}\nprint(kept)")),
+            ("check", PY_CALL.format(code="print(kept, open('/mnt/data/kept.txt').read())")),
+        ]
+    )
+    tools = [{"type": "code_interpreter"}]
+    first = stack.client.responses.create(model="gpt-oss", input="keep", tools=tools)
+    assert first.output[0].outputs[0].logs.strip() == "42" and first.output_text == "ok"
+    restart()
+    second = stack.client.responses.create(model="gpt-oss", input="check", tools=tools, previous_response_id=first.id)
+    logs = second.output[0].outputs[0].logs
+    assert logs.startswith("[restored from a snapshot of ") and logs.rstrip().endswith("\n42 on disk"), logs
+    assert second.output_text == "My state came back."
