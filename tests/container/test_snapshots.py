@@ -1,9 +1,9 @@
-"""Container sessions saved to a dir snapshot store survive eviction, idle reaping and a SIGTERM restart.
+"""Container sessions saved to a dir snapshot store survive eviction, idle reaping, a SIGTERM restart and a SIGKILL.
 
 What comes back: files in /mnt/data and in the work dir, and a named shell's cwd and exported variables; what
 cannot (a symlink, unexported variables, running processes) is named in the restore notice. A planted snapshot
 (corrupt, unsigned, another session's, one whose tar climbs out with `..`) is refused with the reset notice and
-the session starts fresh. One docker server (runc) for the module, plus one pair for the reap and the restart.
+the session starts fresh. One docker server (runc) for the module, plus pairs for the reap, the restart and the kill.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import signal
 import tarfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -201,3 +202,22 @@ async def test_files_and_a_named_shell_survive_idle_reaping_and_a_sigterm_restar
     for text in (reaped, restarted):
         assert text.startswith("[restored from a snapshot of ") and NOT_RESTORED in text
         assert text.endswith(CHECKED)
+
+
+async def test_files_and_a_named_shell_survive_a_sigkill_from_the_background_snapshot(tmp_path: Path) -> None:
+    """A SIGKILLed server saves nothing as it dies: the next server on the store restores the background save made
+    a moment after the session's last call (the dead server's containers go when its successor starts)."""
+    require_docker()
+    instance = f"pytest-ctr-snap3-{uuid.uuid4().hex[:8]}"
+    args = snapshot_args(instance, tmp_path, "--snapshot-every-s", "0.3")
+    saved = snapshot_file(tmp_path, "killed")
+    with running_service(args) as server:
+        await set_up(server, "killed")
+        done = time.time()
+        assert wait_until(lambda: saved.exists() and saved.stat().st_mtime >= done, 20)  # saved after the last call
+        server.stop(signal.SIGKILL)
+    with running_service(args) as server:
+        text = await run(server, "killed", CHECK)
+    assert containers_of(instance) == []
+    assert text.startswith("[restored from a snapshot of ") and NOT_RESTORED in text
+    assert text.endswith(CHECKED)
