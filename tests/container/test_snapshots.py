@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from tests.container.conftest import containers_of, require_docker, server_args
+from tests.support.gateway import connect
 from tests.support.mcp2 import mcp_session
 from tests.support.service import Service, running_service, wait_until
 from toolkit.snapshots import Snapshot, SnapshotId
@@ -221,3 +222,15 @@ async def test_files_and_a_named_shell_survive_a_sigkill_from_the_background_sna
     assert containers_of(instance) == []
     assert text.startswith("[restored from a snapshot of ") and NOT_RESTORED in text
     assert text.endswith(CHECKED)
+
+
+async def test_a_2026_era_handle_session_survives_eviction(server: Service) -> None:
+    """A client of the sessionless era (mcp 2.x's default) keeps its state by a handle: evicted, it is restored."""
+    async with connect(f"{server.url}/mcp", "streamable-http") as client:
+        write = ["bash", "-c", "echo h > /mnt/data/h.txt"]
+        made = await client.call_tool("exec", {"cmd": write, "session_handle": "new"})
+        handle = str(made.structured_content["session_handle"])  # type: ignore[index]
+        await evict(server)
+        again = await client.call_tool("exec", {"cmd": ["cat", "/mnt/data/h.txt"], "session_handle": handle})
+    text = str(again.content[0].text)  # type: ignore[union-attr]
+    assert text.startswith("[restored from a snapshot of ") and text.endswith("h\n[exit code 0]"), text
