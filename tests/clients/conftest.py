@@ -59,7 +59,7 @@ def chat_worker() -> Iterator[ScriptedChatModel]:
 @pytest.fixture
 def fleet(make_stack, gateway_url, scripted, chat_worker):  # noqa: F811
     """The orchestrator with every tool behind the real gateway, a Harmony worker first and a chat worker."""
-    url, _ = gateway_url
+    url, _, _ = gateway_url
     chat_worker.scenario = ChatScenario()
     stack = make_stack(
         worker_urls=[scripted[0], chat_worker.url], tools_url=url, python_url=None, browser_url=None, container_url=None

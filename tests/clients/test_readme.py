@@ -38,7 +38,7 @@ def blocks() -> dict[str, str]:
 @pytest.fixture(scope="module")
 def default_fleet(gateway_url, tmp_path_factory) -> Iterator[tuple[str, str]]:
     """(orchestrator URL, gateway URL): the worker compose runs, an orchestrator in front of it and the gateway."""
-    gateway, _ = gateway_url
+    gateway, _, _ = gateway_url
     scratch = tmp_path_factory.mktemp("readme-fleet")
     env = {
         "TOOLFLEET_ORCHESTRATOR_WORKER_URLS": "",

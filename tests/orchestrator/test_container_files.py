@@ -46,7 +46,7 @@ CSV = b"x,y\n" + b"".join(f"{i},{i * i}\n".encode() for i in range(40_000))  # ~
 
 @pytest.fixture
 def fleet(make_stack, gateway_url):  # noqa: F811
-    url, py_port = gateway_url
+    url, py_port, _ = gateway_url
     stack = make_stack(tools_url=url, python_url=None, browser_url=None, container_url=None, api_keys=["ka", "kb"])
     stack.client = stack.client.with_options(api_key="ka")
     stack.python_sessions = lambda: httpx.get(f"http://127.0.0.1:{py_port}/healthz").json().get("sessions", 0)
