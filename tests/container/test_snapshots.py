@@ -8,9 +8,7 @@ the session starts fresh. One docker server (runc) for the module, plus pairs fo
 
 from __future__ import annotations
 
-import io
 import signal
-import tarfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -27,6 +25,7 @@ from tests.support.service import Service, running_service, wait_until
 from toolkit.snapshots import Snapshot, SnapshotId
 from toolkit.snapshots.base import seal
 from toolkit.wire import ANONYMOUS, fleet_secret
+from tools.container.agent import tar_of
 
 SETUP: list[tuple[str | None, str]] = [
     (None, "mkdir -p /workspace/proj && echo work > /workspace/proj/main.txt && ln -s main.txt /workspace/proj/link"),
@@ -80,16 +79,6 @@ def plant(store: Path, session: str, blob: bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(blob)
     return path
-
-
-def tar_of(parts: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, data in parts.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
 
 
 def snapshot_args(instance: str, store: Path, *extra: str) -> list[str]:

@@ -293,13 +293,18 @@ def take_snapshot(req: dict) -> tuple[bytes, list]:
     for part, root in _roots(req["workdir"]).items():
         parts[part], left_out = tar_tree(root)
         skipped += left_out
+    return tar_of(parts), skipped
+
+
+def tar_of(parts: dict[str, bytes]) -> bytes:
+    """One tar holding each named part as a plain file: the snapshot's outer layer."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for name, data in parts.items():
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue(), skipped
+    return buf.getvalue()
 
 
 def load_snapshot(blob: bytes, workdir: str) -> dict:
