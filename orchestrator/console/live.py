@@ -1,5 +1,6 @@
 """`/console/live`: the responses running on this replica (key, model, status, turns' tool calls, elapsed), with
-cancel for background ones. Sorts and filters by query parameters, so it reads the same without JavaScript."""
+cancel for background ones, and the recent tool calls (`calls.py` streams the new ones). Sorts and filters by
+query parameters, so it reads the same without JavaScript."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import structlog
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from orchestrator.callfeed import KEEP
 from orchestrator.console.parts import Parts, posted
 from orchestrator.console.render import page, to
 from orchestrator.errors import RequestError
@@ -64,7 +66,8 @@ def routes(router: APIRouter, parts: Parts) -> None:
         shown = found[start : start + PAGE_ROWS]
         listing = {"rows": shown, "total": len(found), "first": start + 1, "number": int(number), "last": last}
         notice = request.query_params.get("notice")
-        return page(request, "live.html", user=session, q=q, sort=sort, desc=desc, notice=notice, **listing)
+        calls = {"calls": list(parts.deps.service.calls.recent), "keep": KEEP}
+        return page(request, "live.html", user=session, q=q, sort=sort, desc=desc, notice=notice, **listing, **calls)
 
     @router.post("/console/live/{rid}/cancel")
     async def cancel(request: Request, rid: str) -> Response:

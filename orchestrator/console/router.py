@@ -1,4 +1,4 @@
-"""The console's routes, one module per page, and its static files (CSS, no script)."""
+"""The console's routes, one module per page, and its static files (the stylesheet and the Live page's script)."""
 
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ from fastapi import APIRouter, FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from orchestrator.api.deps import Deps
-from orchestrator.console import approvals, fleet, live, login, traces
+from orchestrator.console import approvals, calls, fleet, live, login, traces
 from orchestrator.console.gwadmin import GatewayAdmin
 from orchestrator.console.parts import Parts
 from orchestrator.console.render import HERE
 from orchestrator.console.session import ConsoleSessions
 from orchestrator.guard.auth import load_admin_keys
 
-PAGES = (login, fleet, live, approvals, traces)
+PAGES = (login, fleet, live, calls, approvals, traces)
 
 
 def mount(app: FastAPI, deps: Deps) -> None:

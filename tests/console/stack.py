@@ -83,6 +83,7 @@ def browser() -> Iterator[webdriver.Chrome]:
     options.binary_location = CHROMIUM
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,900"):
         options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the console's messages: CSP refusals, errors
     with tempfile.TemporaryDirectory(prefix="toolfleet-chromium-") as profile:
         options.add_argument(f"--user-data-dir={profile}")
         driver = webdriver.Chrome(options=options, service=Service(executable_path=DRIVER))
