@@ -21,7 +21,7 @@ from orchestrator.console.parts import Parts
 from orchestrator.console.render import duration, page, to
 
 HEARTBEAT_S = 15.0
-STREAM_S = 300.0
+STREAM_S = 30.0
 
 
 def shown(call: ToolCallSeen) -> str:

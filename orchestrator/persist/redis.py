@@ -178,6 +178,12 @@ class RedisResponses:
         async with self._c.errors():
             return bool(await self._r.exists(f"{self._p}running:{response_id}"))
 
+    async def held(self, most: int) -> dict[str, str]:
+        async with self._c.errors():
+            ids = [i.decode() for i in await self._r.srandmember(f"{self._p}running", most) or []]
+            holders = await self._r.mget([f"{self._p}running:{i}" for i in ids]) if ids else []
+        return {i: h.decode() for i, h in zip(ids, holders, strict=True) if h is not None}
+
     async def put(self, record: Record) -> None:
         data = {
             k: getattr(record, k)

@@ -42,8 +42,9 @@ class Fleet:
 
 
 @contextlib.contextmanager
-def orchestrator(worker: str, tools_url: str | None, **extra: object) -> Iterator[str]:
-    """An orchestrator with a client key and an admin key, its store in a temporary directory."""
+def orchestrator(worker: str, tools_url: str | None, shared: str | None = None, **extra: object) -> Iterator[str]:
+    """An orchestrator with a client key and an admin key, its store in memory (or in the file `shared`, which
+    replicas may share)."""
     with tempfile.TemporaryDirectory(prefix="toolfleet-console-") as scratch:
         settings = OrchestratorSettings(
             worker_urls=[worker],
@@ -56,7 +57,7 @@ def orchestrator(worker: str, tools_url: str | None, **extra: object) -> Iterato
             files_dir=f"{scratch}/files",
             **extra,
         )
-        with serve_asgi(create_app(settings, stores=SQLiteStores())) as url:
+        with serve_asgi(create_app(settings, stores=SQLiteStores(shared or ":memory:"))) as url:
             yield url
 
 
