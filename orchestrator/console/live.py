@@ -59,8 +59,8 @@ def _row(body: dict[str, Any], owner: str, background: bool, replica: str, now: 
 async def _elsewhere(parts: Parts, now: float) -> list[dict[str, Any]]:
     """The background responses other replicas hold in the shared store, as their last checkpoint shows them."""
     service = parts.deps.service
-    held = await service.store.held(FLEET_MOST)
-    ids = [rid for rid, holder in held.items() if rid not in service.live and holder != service.holder]
+    held = await service.store.held(FLEET_MOST, service.holder)
+    ids = [rid for rid in held if rid not in service.live]
     records = await asyncio.gather(*(service.store.get(rid) for rid in ids))
     running = [r for r in records if r is not None and r.body.get("status") in RUNNING]
     return [_row(r.body, r.owner, True, held[r.id], now) for r in running]

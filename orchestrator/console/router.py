@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+
 from fastapi import APIRouter, FastAPI
 from fastapi.staticfiles import StaticFiles
 
@@ -9,21 +12,42 @@ from orchestrator.api.deps import Deps
 from orchestrator.console import approvals, calls, fleet, live, login, traces
 from orchestrator.console.gwadmin import GatewayAdmin
 from orchestrator.console.parts import Parts
+from orchestrator.console.relay import RedisRelay
 from orchestrator.console.render import HERE
 from orchestrator.console.session import ConsoleSessions
 from orchestrator.guard.auth import load_admin_keys
+from orchestrator.persist.redis import RedisStores
 
 PAGES = (login, fleet, live, calls, approvals, traces)
 
 
 def mount(app: FastAPI, deps: Deps) -> None:
-    """The console's pages and `/console/static` on the app."""
+    """The console's pages and `/console/static` on the app, and while it runs the gateway admin client and,
+    with a Redis store, the tool-call relay."""
     settings = deps.settings
     parts = Parts(
         deps, ConsoleSessions(load_admin_keys(settings)), GatewayAdmin(settings.tools_url, settings.gateway_admin_token)
     )
-    router = APIRouter(include_in_schema=False, lifespan=parts.gateway.running)
+    relay = _relay(app, parts)
+
+    @contextlib.asynccontextmanager
+    async def running(app: FastAPI) -> AsyncIterator[None]:
+        async with parts.gateway.running(app), relay.running() if relay else contextlib.nullcontext():
+            yield
+
+    router = APIRouter(include_in_schema=False, lifespan=running)
     for module in PAGES:
         module.routes(router, parts)
     app.include_router(router)
     app.mount("/console/static", StaticFiles(directory=HERE / "static"), name="console-static")
+
+
+def _relay(app: FastAPI, parts: Parts) -> RedisRelay | None:
+    """With a Redis store, the replica's tool-call feed made fleet-wide (`relay.py`); else it stays its own."""
+    stores = app.state.stores
+    if not isinstance(stores, RedisStores):
+        return None
+    feed = parts.deps.service.calls
+    relay = RedisRelay(stores.connection.client, f"{parts.deps.settings.redis_prefix}toolcalls", feed)
+    feed.relay = relay
+    return relay

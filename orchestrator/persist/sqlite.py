@@ -219,9 +219,9 @@ class SQLiteResponses:
     def _orphaned(self) -> list[str]:
         return [r[0] for r in self._db.execute("SELECT id FROM running WHERE until < ?", (time.time(),))]
 
-    def _held(self, most: int) -> dict[str, str]:
-        rows = self._db.execute("SELECT id, holder FROM running WHERE until >= ? LIMIT ?", (time.time(), most))
-        return dict(rows.fetchall())
+    def _held(self, most: int, besides: str) -> dict[str, str]:
+        query = "SELECT id, holder FROM running WHERE until >= ? AND holder != ? LIMIT ?"
+        return dict(self._db.execute(query, (time.time(), besides, most)).fetchall())
 
     def _is_held(self, response_id: str) -> bool:
         row = self._db.execute("SELECT 1 FROM running WHERE id = ? AND until >= ?", (response_id, time.time()))
@@ -272,8 +272,8 @@ class SQLiteResponses:
     async def is_held(self, response_id: str) -> bool:
         return await self._c.run(self._is_held, response_id)
 
-    async def held(self, most: int) -> dict[str, str]:
-        return await self._c.run(self._held, most)
+    async def held(self, most: int, besides: str) -> dict[str, str]:
+        return await self._c.run(self._held, most, besides)
 
 
 class SQLiteConversations:

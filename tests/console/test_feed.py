@@ -13,11 +13,12 @@ from tests.console.stack import ADMIN, CLIENT, Fleet, log_in, session_client, sh
 ADD = '<|channel|>commentary to=fixture.add <|constrain|>json<|message|>{"a": 2, "b": 3}<|call|>'
 DONE = "<|channel|>final<|message|>It is 5.<|return|>"
 FIXTURE = [{"type": "mcp", "server_label": "fixture", "require_approval": "never"}]
+RULES = [{"match": r"fixture\.add to=assistant", "reply": DONE}, {"match": "add them", "reply": ADD}]
+ADDING = Scenario.from_dict({"rules": RULES, "default": DONE})  # "add them": one call of fixture's add, then 5
 
 
 def test_a_tool_call_made_while_the_live_page_is_open_streams_in(fleet: Fleet, browser: webdriver.Chrome) -> None:
-    rules = [{"match": r"fixture\.add to=assistant", "reply": DONE}, {"match": "add them", "reply": ADD}]
-    fleet.model.scenario = Scenario.from_dict({"rules": rules, "default": DONE})
+    fleet.model.scenario = ADDING
     log_in(browser, fleet.url, ADMIN)
     browser.get_log("browser")  # what earlier pages logged
     browser.get(f"{fleet.url}/console/live")
