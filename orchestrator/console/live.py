@@ -17,7 +17,7 @@ import structlog
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from orchestrator.callfeed import KEEP
+from orchestrator.callfeed import KEEP, ToolCallSeen
 from orchestrator.console.parts import Parts, posted
 from orchestrator.console.render import page, to
 from orchestrator.errors import RequestError, StoreUnavailable
@@ -27,14 +27,8 @@ log = structlog.get_logger(__name__)
 PAGE_ROWS = 50
 FLEET_MOST = 1000  # responses held by other replicas listed at most
 HERE = "this replica"
-SORTS = {
-    "elapsed": "elapsed",
-    "id": "id",
-    "model": "model",
-    "key": "key",
-    "tool_calls": "tool_calls",
-    "replica": "replica",
-}
+SORTS = ("elapsed", "id", "model", "key", "tool_calls", "replica")
+CALL_SORTS = ("at", "namespace", "tool", "latency_ms", "outcome")
 
 
 def _row(body: dict[str, Any], owner: str, background: bool, replica: str, now: float) -> dict[str, Any]:
@@ -83,6 +77,18 @@ async def rows(parts: Parts, q: str, sort: str, desc: bool) -> tuple[list[dict[s
     return sorted(found, key=lambda r: r[sort if sort in SORTS else "elapsed"], reverse=desc), error
 
 
+def recent(parts: Parts, cq: str, csort: str, cdesc: bool) -> list[ToolCallSeen]:
+    """The recent tool calls matching `cq` (in the namespace, tool, outcome, replica or response), sorted by a
+    `CALL_SORTS` field."""
+    needle = cq.strip().lower()
+    calls = [
+        c
+        for c in parts.deps.service.calls.recent
+        if not needle or any(needle in v.lower() for v in (c.namespace, c.tool, c.outcome, c.replica, c.response_id))
+    ]
+    return sorted(calls, key=lambda c: getattr(c, csort if csort in CALL_SORTS else "at"), reverse=cdesc)
+
+
 async def _cancel(parts: Parts, rid: str) -> dict[str, Any] | None:
     """Cancel `rid` wherever it runs (another replica's through the shared store); None: it runs nowhere."""
     service = parts.deps.service
@@ -96,7 +102,15 @@ async def _cancel(parts: Parts, rid: str) -> dict[str, Any] | None:
 
 def routes(router: APIRouter, parts: Parts) -> None:
     @router.get("/console/live")
-    async def live_page(request: Request, q: str = "", sort: str = "elapsed", desc: bool = True) -> Response:
+    async def live_page(
+        request: Request,
+        q: str = "",
+        sort: str = "elapsed",
+        desc: bool = True,
+        cq: str = "",
+        csort: str = "at",
+        cdesc: bool = True,
+    ) -> Response:
         if (session := parts.sessions.check(request)) is None:
             return to("/login")
         found, store_error = await rows(parts, q, sort, desc)
@@ -109,7 +123,8 @@ def routes(router: APIRouter, parts: Parts) -> None:
         shown = found[start : start + PAGE_ROWS]
         listing = {"rows": shown, "total": len(found), "first": start + 1, "number": int(number), "last": last}
         notice = request.query_params.get("notice")
-        calls = {"calls": list(parts.deps.service.calls.recent), "keep": KEEP, "error": store_error, "here": HERE}
+        ordered = {"cq": cq, "csort": csort, "cdesc": cdesc, "calls": recent(parts, cq, csort, cdesc)}
+        calls = {**ordered, "keep": KEEP, "error": store_error, "here": HERE}
         return page(request, "live.html", user=session, q=q, sort=sort, desc=desc, notice=notice, **listing, **calls)
 
     @router.post("/console/live/{rid}/cancel")

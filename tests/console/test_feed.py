@@ -1,5 +1,6 @@
 """The Live page's recent tool calls: one made while the page is open streams in over SSE in Chromium (the
-script runs under the strict CSP, with no error in the browser's log) and is listed, without script, on reload."""
+script runs under the strict CSP, with no error in the browser's log) and is listed, without script, on reload,
+where the table filters and sorts by query parameters."""
 
 from __future__ import annotations
 
@@ -38,4 +39,9 @@ def test_a_tool_call_made_while_the_live_page_is_open_streams_in(fleet: Fleet, b
     with session_client(browser, fleet.url) as http:
         reloaded = http.get("/console/live").text  # as a browser without JavaScript reads it
         assert http.get("/console/static/live.js").headers["content-type"].startswith("text/javascript")
+        found = http.get("/console/live", params={"cq": "ADD", "csort": "latency_ms", "cdesc": "false"}).text
+        missed = http.get("/console/live", params={"cq": "no-such-tool"}).text
     assert f">{done.id}</a>" in reloaded and "<td>fixture</td><td>add</td>" in reloaded
+    assert 'data-stream="/console/live/calls"' in reloaded  # the view the script streams into
+    assert f">{done.id}</a>" in found and "data-stream" not in found and 'aria-sort="ascending"' in found
+    assert f">{done.id}</a>" not in missed and "No tool call matching no-such-tool has finished" in missed

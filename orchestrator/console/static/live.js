@@ -7,7 +7,7 @@
 (function () {
   const body = document.getElementById("calls-body");
   const status = document.getElementById("calls-status");
-  if (!body || !status || !window.EventSource) {
+  if (!body || !status || !body.dataset.stream || !window.EventSource) {  // no stream into a filtered view
     return;
   }
   const keep = Number(body.dataset.keep) || 50;
