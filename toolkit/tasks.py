@@ -7,6 +7,10 @@ and the client polls `tasks/get` for its status and, once it ends, its inlined r
 the gateway routes them without a lookup and an id of another owner reads exactly as an unknown one. Tasks are
 bounded per owner; a task is kept `ttl_s` from its creation and then removed, its work cancelled if it still
 runs. Cancelling reaches the sandbox: the call's session is closed (`ToolServer.call`), killing the process.
+
+A client may set the fleet's own `inlineWithinMs` in its declaration of the extension (the orchestrator does):
+a call that ends within that time is answered inline, as without the extension, and only a longer one becomes
+a task (the spec leaves whether to make a task to the server, per request).
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ class Task:
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    ended: anyio.Event = field(default_factory=anyio.Event)
 
     def settle(self, status: str, *, result: dict[str, Any] | None = None, error: dict[str, Any] | None = None) -> None:
         if self.status in TERMINAL:
@@ -141,7 +146,24 @@ class TaskStore:
             except Exception as exc:
                 log.exception("task.failed", task_id=task.id)
                 task.settle("failed", error={"code": INTERNAL_ERROR, "message": f"the tool call failed: {exc}"})
+        task.ended.set()
         log.info("task.ended", task_id=task.id, status=task.status)
+
+    async def inline(self, task: Task, within_s: float) -> HandlerResult | None:
+        """The task's result when it ends within `within_s` (the task is then forgotten: its caller never
+        heard of it), else None. A caller gone before then never learns the id: the task is cancelled."""
+        try:
+            with anyio.move_on_after(within_s):
+                await task.ended.wait()
+        except anyio.get_cancelled_exc_class():
+            self._cancel(task, "its caller went away before it became a task")
+            raise
+        if not task.ended.is_set():
+            return None
+        del self._tasks[task.id]
+        if task.error is not None:
+            raise MCPError(int(task.error.get("code", INTERNAL_ERROR)), str(task.error.get("message")))
+        return task.result
 
     def get(self, task_id: str, owner: str) -> Task:
         """The owner's task of that id; any other id gets the one refusal (`unknown_task`)."""
@@ -227,6 +249,14 @@ def _declared(ctx: ServerRequestContext[Any, Any]) -> bool:
     return bool(capabilities and capabilities.extensions and EXTENSION in capabilities.extensions)
 
 
+def _inline_s(ctx: ServerRequestContext[Any, Any]) -> float:
+    """How long the client asked a call to be awaited before it becomes a task (`inlineWithinMs`; 0: none)."""
+    capabilities = ctx.session.client_capabilities
+    settings = (capabilities.extensions or {}).get(EXTENSION) if capabilities else None
+    ms = settings.get("inlineWithinMs") if isinstance(settings, dict) else None
+    return min(float(ms), 600_000.0) / 1000 if isinstance(ms, int) and not isinstance(ms, bool) and ms > 0 else 0.0
+
+
 class Tasks(Extension):
     """The extension: `tasks/get`, `tasks/update`, `tasks/cancel`, and `tools/call` of a long tool as a task."""
 
@@ -256,6 +286,8 @@ class Tasks(Extension):
         elif not _declared(ctx):
             return await call_next(ctx)
         task = self.store.create(_owner(ctx), params.name, lambda: call_next(ctx))
+        if (within := _inline_s(ctx)) and (result := await self.store.inline(task, within)) is not None:
+            return result
         return self.store.envelope(task) | {"resultType": "task"}
 
     async def _get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
