@@ -187,3 +187,6 @@ def test_only_a_call_its_kind_declares_safe_to_repeat_is_run_again():
         kind, _, fn = classify(tools, recipient)
         assert kind is not None and disposition(kind, fn) == becomes, recipient
     assert disposition(None, "search") == "interrupt"  # no tool of the request: nothing to run again
+    python, _, fn = classify(tools, "python")
+    assert disposition(python, fn, task=True) == "resume"  # its MCP task id was checkpointed: followed
+    assert disposition(None, "python", task=True) == "interrupt"
