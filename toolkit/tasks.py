@@ -6,7 +6,9 @@ and the client polls `tasks/get` for its status and, once it ends, its inlined r
 `tasks/cancel`. Task ids are sealed for their owner and carry this replica's instance id (`toolkit.wire`), so
 the gateway routes them without a lookup and an id of another owner reads exactly as an unknown one. Tasks are
 bounded per owner; a task is kept `ttl_s` from its creation and then removed, its work cancelled if it still
-runs. Cancelling reaches the sandbox: the call's session is closed (`ToolServer.call`), killing the process.
+runs; an owner at its limit gets the place of its oldest task whose end it already read (as a session past
+its owner's limit evicts that owner's idle one). Cancelling reaches the sandbox: the call's session is closed
+(`ToolServer.call`), killing the process.
 
 A client may set the fleet's own `inlineWithinMs` in its declaration of the extension (the orchestrator does):
 a call that ends within that time is answered inline, as without the extension, and only a longer one becomes
@@ -65,6 +67,8 @@ class Task:
     error: dict[str, Any] | None = None
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     ended: anyio.Event = field(default_factory=anyio.Event)
+    delivered: bool = False
+    """Its end (result, error or cancel) was read by its caller through `tasks/get`."""
 
     def settle(self, status: str, *, result: dict[str, Any] | None = None, error: dict[str, Any] | None = None) -> None:
         if self.status in TERMINAL:
@@ -124,6 +128,9 @@ class TaskStore:
         if self._tg is None:
             raise MCPError(INTERNAL_ERROR, "this tool server is stopping: it starts no task")
         held = sum(1 for t in self._tasks.values() if t.owner == owner)
+        if held >= self.max_per_owner and (spent := self._delivered(owner)) is not None:
+            del self._tasks[spent.id]  # its caller has its end: the owner's new task takes its place
+            held -= 1
         if held >= self.max_per_owner:
             raise MCPError(
                 INVALID_PARAMS,
@@ -165,6 +172,12 @@ class TaskStore:
             raise MCPError(int(task.error.get("code", INTERNAL_ERROR)), str(task.error.get("message")))
         return task.result
 
+    def _delivered(self, owner: str) -> Task | None:
+        """The owner's oldest task whose end its caller already read, if any."""
+        return min(
+            (t for t in self._tasks.values() if t.owner == owner and t.delivered), key=lambda t: t.started, default=None
+        )
+
     def get(self, task_id: str, owner: str) -> Task:
         """The owner's task of that id; any other id gets the one refusal (`unknown_task`)."""
         task = self._tasks.get(task_id) if task_instance(task_id, owner) == self.instance else None
@@ -204,6 +217,7 @@ class TaskStore:
         body = self.envelope(task)
         if task.status == "working":
             body["statusMessage"] = f"running for {time.monotonic() - task.started:.0f} s"
+        task.delivered = task.status in TERMINAL
         if task.status == "completed":
             body["result"] = task.result
         elif task.status == "failed":
