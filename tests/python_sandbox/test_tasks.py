@@ -146,7 +146,7 @@ def test_unknown_forged_and_foreign_task_ids_get_one_error(fleet: Fleet) -> None
     assert _rpc(fleet.url, "tasks/get", {"taskId": mine})["result"]["taskId"] == mine  # its owner still may
 
 
-def _lean(fleet: Fleet, pool: Pool, inline_ms: int, owner: str = "alice") -> McpClient:
+def _lean(fleet: Fleet, pool: Pool, inline_ms: int | None, owner: str = "alice") -> McpClient:
     headers = {OWNER_HEADER: sign_owner(owner, SECRET.encode())}
     return McpClient(pool, fleet.url, headers, timeouts=Timeouts(connect=5.0, read=60.0), inline_ms=inline_ms)
 
@@ -164,6 +164,8 @@ async def test_the_lean_client_answers_a_short_call_inline_and_polls_a_long_one_
         long = await client.call_tool("python", {"code": "import time; time.sleep(2); print('slept')"}, on_task)
         assert len(told) == 1 and task_instance(told[0]) in fleet.instances, told
         assert "slept" in long["content"][0]["text"] and not long.get("isError"), long
+        again = await _lean(fleet, pool, None).task_result(told[0])  # followed by a client that did not start it
+        assert again["content"] == long["content"], again
         with pytest.raises(TaskLost, match="no task of this caller"):  # another owner's id reads as unknown
             await _lean(fleet, pool, 800, owner="mallory").task_result(told[0])
     finally:

@@ -155,12 +155,18 @@ class McpClient:
         self.server_name = str(info.get("name", "")) if isinstance(info, dict) else ""
         self.instructions = str(result.get("instructions") or "")
 
-    def _meta(self, params: dict[str, Any]) -> dict[str, Any]:
-        """`params` with the 2026-07-28 envelope in its `_meta` (a 2025-era session needs none)."""
+    def _meta(self, params: dict[str, Any], method: str = "") -> dict[str, Any]:
+        """`params` with the 2026-07-28 envelope in its `_meta` (a 2025-era session needs none). A `tasks/*`
+        request always declares the extension: following or cancelling a task another client started (an
+        adopted call) needs no threshold of this one's."""
         if self.version is not None and not self.modern:
             return params
         meta = {**(params.get("_meta") or {}), _META_VERSION: MODERN, _META_CLIENT: CLIENT_INFO}
-        capabilities = {} if self.inline_ms is None else {"extensions": {TASKS: {"inlineWithinMs": self.inline_ms}}}
+        capabilities: dict[str, Any] = {}
+        if self.inline_ms is not None:
+            capabilities = {"extensions": {TASKS: {"inlineWithinMs": self.inline_ms}}}
+        elif method.startswith("tasks/"):
+            capabilities = {"extensions": {TASKS: {}}}
         return {**params, "_meta": {**meta, _META_CAPABILITIES: capabilities}}
 
     def _headers(self, method: str, params: dict[str, Any]) -> dict[str, str]:
@@ -181,7 +187,7 @@ class McpClient:
         await self.open()
         for attempt in range(2):
             sid, rid = self._wire.sid, self._wire.next_id()
-            message = {"jsonrpc": "2.0", "id": rid, "method": method, "params": self._meta(params)}
+            message = {"jsonrpc": "2.0", "id": rid, "method": method, "params": self._meta(params, method)}
             response = await self._wire.post(message, self._headers(method, params))
             try:
                 if not (response.status_code == 404 and sid is not None and attempt == 0):
