@@ -155,9 +155,27 @@ def test_a_cancel_through_one_replica_stops_the_response_and_its_sandbox_process
         assert "tool.task_cancelled" in running.log()  # the call's MCP task, cancelled besides its session
 
 
-def sleeping() -> bool:
-    """Whether the cancelled call's `sleep` runs (the host sees the sandbox's processes)."""
-    pattern = f"^sleep {MARKER.replace('.', '[.]')}$"
+def test_a_response_cancelled_after_its_replica_died_has_its_orphaned_task_cancelled_by_the_adopter(
+    scripted, redis_url, gateway
+):
+    marker = f"{MARKER}1"
+    scripted[1].scenario = scenario(
+        [("orphan on", PY_CALL.format(code=f"import subprocess\nsubprocess.run(['sleep', '{marker}'])"))]
+    )
+    with replicas(scripted, redis_url, gateway) as (doomed, other):
+        body = {"input": "orphan on", "tools": TOOLS, "background": True}
+        rid = httpx.post(f"{doomed.url}/v1/responses", json=body, timeout=30).json()["id"]
+        assert wait_until(lambda: "tool.task_started" in doomed.log() and sleeping(marker)), stored(other, rid)
+        doomed.stop(signal.SIGKILL)  # the task runs on, its response held by no replica until the hold lapses
+        cancelled = httpx.post(f"{other.url}/v1/responses/{rid}/cancel", timeout=30).json()
+        assert cancelled["status"] == "cancelled", cancelled
+        assert wait_until(lambda: not sleeping(marker)), "the orphaned task's process outlived the cancel"
+        assert "tool.task_cancelled" in other.log() and "response.call_resumed" not in other.log()
+
+
+def sleeping(marker: str = MARKER) -> bool:
+    """Whether a cancelled call's `sleep` runs (the host sees the sandbox's processes)."""
+    pattern = f"^sleep {marker.replace('.', '[.]')}$"
     return subprocess.run(["pgrep", "-f", pattern], capture_output=True).returncode == 0
 
 
