@@ -41,12 +41,13 @@ from tools.file_search.engine import Engine
 from tools.file_search.minilm import MiniLM, extract_packaged_model
 from tools.file_search.parse import extract_text
 from tools.file_search.store import Ranking, Store
+from tools.file_search.vectors.exact import ExactEngine, ExactIndex
 
 QUERIES = ["how do I sort a list by a key", "open a file for reading", "regular expression groups", "thread pool"]
 OWNER = "bench"
 DIMS = 384
 PER_FILE = 1000
-"""Chunks per file of the latency stores: each add rewrites the matrix, so many small files would cost N^2."""
+"""Chunks per file of the latency stores."""
 
 
 def summary(samples: list[float]) -> dict[str, float]:
@@ -94,7 +95,7 @@ def unit_vectors(rng: np.random.Generator, n: int) -> np.ndarray:
 
 def build_store(directory: Path, texts: list[str]) -> tuple[Store, dict[str, Any]]:
     rng = np.random.default_rng(0)
-    store, started = Store(directory), time.perf_counter()
+    store, started = Store(directory, ExactEngine()), time.perf_counter()
     for i in range(0, len(texts), PER_FILE):
         part = texts[i : i + PER_FILE]
         meta = {"file_id": f"file-{i}", "filename": f"part-{i}.txt", "attributes": {"n": i}, "bytes": 0}
@@ -105,7 +106,8 @@ def build_store(directory: Path, texts: list[str]) -> tuple[Store, dict[str, Any
 
 async def in_process_rows(store: Store, engine: Engine, size: int, n: int, hnsw_max: int) -> list[dict[str, Any]]:
     queries = unit_vectors(np.random.default_rng(1), 50)
-    matrix = np.load(store.directory / "vectors.npy", mmap_mode="r")
+    matrix = ExactIndex(store.directory).matrix()
+    assert matrix is not None
 
     def exact(i: int) -> None:
         scores = matrix @ queries[i % len(queries)]
@@ -160,7 +162,8 @@ async def searched(session: Any, args: dict[str, Any], error: bool) -> None:
 
 async def latency_rows(model_dir: Path, root: Path, sizes: list[int], n: int, hnsw_max: int) -> list[dict[str, Any]]:
     texts = corpus_texts(model_dir, max(sizes))
-    engine = Engine(root, LocalEmbedder(model_dir, 32), Chunker(Tokenizer.from_file(str(model_dir / "tokenizer.json"))))
+    chunker = Chunker(Tokenizer.from_file(str(model_dir / "tokenizer.json")))
+    engine = Engine(root, LocalEmbedder(model_dir, 32), chunker, ExactEngine())
     rows: list[dict[str, Any]] = []
     for size in sizes:
         store, added = build_store(root / "stores" / OWNER / f"vs_{size}", texts[:size])

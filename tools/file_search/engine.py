@@ -22,6 +22,7 @@ from tools.file_search.embedders import Embedder
 from tools.file_search.filters import Filter
 from tools.file_search.parse import extract_text
 from tools.file_search.store import Hit, Ranking, Store
+from tools.file_search.vectors import VectorEngine
 
 log = structlog.get_logger(__name__)
 _ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
@@ -49,10 +50,11 @@ def checked_id(value: str, what: str) -> str:
 
 
 class Engine:
-    def __init__(self, data_dir: Path, embedder: Embedder, chunker: Chunker) -> None:
+    def __init__(self, data_dir: Path, embedder: Embedder, chunker: Chunker, vectors: VectorEngine) -> None:
         self.root = data_dir / "stores"
         self.embedder = embedder
         self.chunker = chunker
+        self.vectors = vectors
         self._stores: dict[Path, Store] = {}
         self._locks: defaultdict[Path, asyncio.Lock] = defaultdict(asyncio.Lock)
 
@@ -61,8 +63,12 @@ class Engine:
 
     async def _store(self, path: Path) -> Store:
         if path not in self._stores:
-            self._stores[path] = await anyio.to_thread.run_sync(Store, path)
+            self._stores[path] = await anyio.to_thread.run_sync(Store, path, self.vectors)
         return self._stores[path]
+
+    async def aclose(self) -> None:
+        await self.embedder.aclose()
+        await anyio.to_thread.run_sync(self.vectors.close)
 
     async def index_file(
         self,

@@ -26,6 +26,9 @@ class FileSearchSettings(ToolServerSettings):
     embeddings_model: str = Field("all-MiniLM-L6-v2", description="model name sent to the openai embedder")
     embeddings_api_key: str | None = Field(None, description="bearer key of the openai embedder")
     embeddings_timeout_s: float = Field(60.0, description="longest one embeddings request may take")
+    vector_engine: str = Field(
+        "exact", description="the stores' vector side: exact (numpy over a file per store) (the one engine yet)"
+    )
     batch_size: int = Field(32, ge=1, le=2048, description="texts embedded per batch")
     max_file_bytes: int = Field(16 * 1024 * 1024, description="largest file indexed (its bytes, before base64)")
     max_body_bytes: int = Field(24 * 1024 * 1024, description="largest accepted request body (a file in base64)")
