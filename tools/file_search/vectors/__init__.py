@@ -24,6 +24,7 @@ from tools.file_search.settings import FileSearchSettings
 
 ENGINES: registry.Registry = {
     "exact": "tools.file_search.vectors.exact:ExactEngine",
+    "chroma": "tools.file_search.vectors.chroma:ChromaEngine",
 }
 
 
