@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -37,13 +38,18 @@ def chroma(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chroma]:
 
 
 @pytest.fixture(scope="module")
-def chroma_search(model_dir: Path, tmp_path_factory: pytest.TempPathFactory, chroma: Chroma) -> Iterator[Service]:
+def chroma_data(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     data = tmp_path_factory.mktemp("file-search-chroma")
+    yield data
+    shutil.rmtree(data, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def chroma_search(model_dir: Path, chroma_data: Path, chroma: Chroma) -> Iterator[Service]:
     engine = ["--vector-engine", "chroma", "--chroma-url", chroma.url, "--chroma-timeout-s", "5"]
-    args = ["-m", "tools.file_search", "--data-dir", str(data), "--model-dir", str(model_dir), "--drain-s", "0"]
+    args = ["-m", "tools.file_search", "--data-dir", str(chroma_data), "--model-dir", str(model_dir), "--drain-s", "0"]
     with running_service([*args, *engine]) as svc:
         yield svc
-    shutil.rmtree(data, ignore_errors=True)
 
 
 def records(chroma: Chroma, owner_store: str) -> int:
@@ -92,7 +98,7 @@ async def test_chroma_finds_what_exact_finds_filters_hold_and_a_delete_is_out_at
 
 
 async def test_chroma_down_fails_the_calls_that_need_it_and_the_tool_keeps_serving(
-    chroma_search: Service, chroma: Chroma
+    chroma_search: Service, chroma: Chroma, chroma_data: Path
 ) -> None:
     async with mcp_session(chroma_search.url, "streamable-http", ALICE) as s:
         await index(s, "vs_down", "file-v", "volcano.txt", FACTS["volcano.txt"])
@@ -104,6 +110,8 @@ async def test_chroma_down_fails_the_calls_that_need_it_and_the_tool_keeps_servi
                 s, "index_file", vector_store_id="vs_down", file_id="file-o", filename="o.md", content_base64="b3R0ZXI="
             )
             assert "file_search unavailable" in refused and "chroma" in refused
+            kept_texts = {p.name async for p in anyio.Path(chroma_data).glob("stores/*/vs_down/parsed/*")}
+            assert kept_texts == {"file-v.txt"}  # the refused file's parsed text is not left behind
             _, kept = await call(s, "file_content", vector_store_id="vs_down", file_id="file-v")  # still serving
             assert "Erebus" in kept["text"]
         finally:

@@ -49,6 +49,12 @@ def checked_id(value: str, what: str) -> str:
     return value
 
 
+def _drop_unless_live(store: Store, file_id: str) -> None:
+    """A failed add (the vector engine down) leaves no parsed text behind, unless an earlier copy is still live."""
+    if file_id not in store.files():
+        store.drop_text(file_id)
+
+
 class Engine:
     def __init__(self, data_dir: Path, embedder: Embedder, chunker: Chunker, vectors: VectorEngine) -> None:
         self.root = data_dir / "stores"
@@ -96,7 +102,11 @@ class Engine:
             store = await self._store(path)
             meta = {**file, "bytes": usage}
             await anyio.to_thread.run_sync(store.keep_text, file["file_id"], text)
-            await anyio.to_thread.run_sync(store.add, file["file_id"], meta, texts, vectors)
+            try:
+                await anyio.to_thread.run_sync(store.add, file["file_id"], meta, texts, vectors)
+            except Exception:
+                await anyio.to_thread.run_sync(_drop_unless_live, store, file["file_id"])
+                raise
         elapsed = time.perf_counter() - started
         log.info("file.indexed", owner=owner, store=store_id, file_id=file["file_id"], chunks=len(texts), s=elapsed)
         return Indexed(len(texts), usage, elapsed)
