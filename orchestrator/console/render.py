@@ -75,12 +75,16 @@ def duration(seconds: float) -> str:
     return f"{seconds / 86400:.1f} d"
 
 
+def mib(size: float) -> str:
+    return f"{size / 2**20:.1f} MiB"
+
+
 def percent(part: float | None, whole: float | None) -> str:
     return "not reported" if not whole or part is None else f"{100 * part / whole:.1f} %"
 
 
 ENV = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]))
-ENV.filters.update(when=when, duration=duration)
+ENV.filters.update(when=when, duration=duration, mib=mib)
 ENV.globals.update(percent=percent)
 
 

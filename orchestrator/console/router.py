@@ -6,14 +6,14 @@ from fastapi import APIRouter, FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from orchestrator.api.deps import Deps
-from orchestrator.console import approvals, fleet, live, login, traces
+from orchestrator.console import approvals, fleet, live, login, toolsessions, traces
 from orchestrator.console.gwadmin import GatewayAdmin
 from orchestrator.console.parts import Parts
 from orchestrator.console.render import HERE
 from orchestrator.console.session import ConsoleSessions
 from orchestrator.guard.auth import load_admin_keys
 
-PAGES = (login, fleet, live, approvals, traces)
+PAGES = (login, fleet, live, toolsessions, approvals, traces)
 
 
 def mount(app: FastAPI, deps: Deps) -> None:
