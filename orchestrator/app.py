@@ -79,7 +79,7 @@ def create_app(
     # a container's tool sessions (in its sandboxes) go with it
     containers = Containers.from_settings(files, settings, on_drop=lambda cid: cleanup_sessions(cid, sandboxes))
     metrics = OrchestratorMetrics(pool, lambda: len(service.live))  # `service` is read when the gauge is
-    usage = Usage(stores.usage)
+    usage = Usage(stores.usage, metrics.count_key)
     service = ResponsesService(
         settings,
         generate=generate,

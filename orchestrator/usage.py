@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
@@ -25,13 +25,19 @@ LIMIT_KINDS = ("rate", "running", "sockets")
 
 
 class Usage:
-    def __init__(self, store: UsageStore) -> None:
+    def __init__(self, store: UsageStore, observe: Callable[[str, str, int], None] = lambda k, c, n: None) -> None:
         self.store = store
+        self.observe = observe  # told of each count as it is made (the per-key Prometheus counter)
         self._pending: dict[str, Counter[str]] = {}
 
+    def _add(self, owner: str, counts: dict[str, int]) -> None:
+        self._pending.setdefault(owner, Counter()).update({name: n for name, n in counts.items() if n})
+
     def count(self, owner: str, **counts: int) -> None:
-        mine = self._pending.setdefault(owner, Counter())
-        mine.update({name: n for name, n in counts.items() if n})
+        self._add(owner, counts)
+        for name, n in counts.items():
+            if n:
+                self.observe(owner, name, n)
 
     def request(self, owner: str) -> None:
         self.count(owner, requests=1)
@@ -56,7 +62,7 @@ class Usage:
             await self.store.add(taken)
         except BaseException:
             for owner, named in taken.items():
-                self.count(owner, **named)
+                self._add(owner, named)  # counted once already: kept for the next flush, not observed again
             raise
 
     async def totals(self) -> Counts:

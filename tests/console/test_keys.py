@@ -15,6 +15,7 @@ from orchestrator.persist.sqlite import SQLiteStores
 from orchestrator.usage import Usage
 from orchestrator.worker.scripted import Scenario
 from tests.console.stack import ADMIN, CLIENT, GATEWAY_ADMIN, Fleet, log_in, shot
+from tests.support.gateway import metric
 from tests.support.redis import redis_server
 
 QUICK = "<|channel|>final<|message|>counted<|return|>"
@@ -36,6 +37,8 @@ def test_the_keys_page_counts_a_response_of_the_client_key(fleet: Fleet, browser
     after = _counts(browser, fleet)
     assert after[0] >= before[0] + 1 and after[1] == before[1] + 1
     assert after[2] == before[2] + done.usage.input_tokens and after[3] == before[3] + done.usage.output_tokens
+    counted = metric(fleet.url, "toolfleet_orchestrator_key_usage_total", key=key_id(CLIENT), counter="responses")
+    assert counted == after[1]  # this one replica counted every response the page shows
     shot(browser, "keys")
     assert all(secret not in browser.page_source for secret in (CLIENT, ADMIN, GATEWAY_ADMIN))
 
