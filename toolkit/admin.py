@@ -58,12 +58,13 @@ class End(BaseModel):
 
 
 def kind_of(key: str, handles: Handles) -> str:
-    """How the session is named, as its key says: a session handle, the MCP session, or the caller's x-session-id."""
-    if handles.owns(key):
-        return "handle"
+    """How the session is named, as its key says: a session handle, the MCP session, or the caller's x-session-id.
+    Only a key shaped as a handle has its signature checked (a listing of thousands checks few)."""
     for prefix, kind in (("mcp-", "mcp session"), ("sse-", "sse connection"), ("once-", "one call")):
         if key.startswith(prefix):
             return kind
+    if key.startswith(handles.namespace + ".") and handles.owns(key):
+        return "handle"
     return "x-session-id"
 
 

@@ -32,7 +32,9 @@ def flatten(found: dict[str, dict[str, Any]]) -> tuple[list[dict[str, Any]], lis
             held = listed.get("sessions") or []
             replicas.append({"namespace": namespace, "url": url, "error": listed.get("error"), "held": len(held)})
             replicas[-1] |= {"total": listed.get("total", len(held)), "snapshots": listed.get("snapshots")}
-            rows += [{**s, "namespace": namespace, "replica": url} for s in held]
+            for s in held:  # fresh from the gateway's JSON: labelled in place, not copied
+                s["namespace"], s["replica"] = namespace, url
+            rows += held
     return rows, replicas
 
 

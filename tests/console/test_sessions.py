@@ -12,7 +12,7 @@ from selenium import webdriver
 from orchestrator.guard.auth import key_id
 from tests.console.stack import ADMIN, CLIENT, GATEWAY_ADMIN, Fleet, click, csrf_of, log_in, session_client, shot
 from tests.support.gateway import call_text, connect
-from toolkit.wire import OWNER_HEADER, sign_owner
+from toolkit.wire import OWNER_HEADER, admin_token, sign_owner
 
 
 async def test_a_python_session_is_listed_and_ended_from_the_console(fleet: Fleet, browser: webdriver.Chrome) -> None:
@@ -58,8 +58,26 @@ def test_bad_input_on_the_sessions_page_gets_a_message(fleet: Fleet, browser: we
     assert beyond.status_code == 404 and "There is no page &#39;99&#39; of sessions" in beyond.text
 
 
-def test_a_tool_servers_session_list_needs_the_fleets_admin_token(fleet: Fleet) -> None:
-    with httpx.Client(base_url=fleet.python.url, trust_env=False) as http:
-        for auth in ({}, {"authorization": f"Bearer {GATEWAY_ADMIN}"}):
-            assert http.get("/admin/sessions", headers=auth).status_code == 401
-            assert http.post("/admin/sessions/end", headers=auth, json={"session": "x"}).status_code == 401
+async def test_a_tool_servers_session_list_pages_refuses_bad_input_and_needs_the_fleets_admin_token(
+    fleet: Fleet,
+) -> None:
+    sids = sorted(f"page-{uuid.uuid4().hex[:12]}" for _ in range(2))
+    for sid in sids:
+        async with connect(fleet.gateway.url("python"), "streamable-http", headers={"x-session-id": sid}) as mcp:
+            await call_text(mcp, "python", {"code": "1"})
+    auth = {"authorization": f"Bearer {admin_token()}"}
+    async with httpx.AsyncClient(base_url=fleet.python.url, trust_env=False, headers=auth) as http:
+        first = (await http.get("/admin/sessions", params={"after": "page-", "limit": 1})).json()
+        second = (await http.get("/admin/sessions", params={"after": first["next"], "limit": 1})).json()
+        bad = [await http.get("/admin/sessions", params=p) for p in ({"limit": 0}, {"limit": 5000}, {"page": 2})]
+        no_body = await http.post("/admin/sessions/end", content=b"{}")
+        ended = [(await http.post("/admin/sessions/end", json={"session": sid})).json()["ended"] for sid in sids]
+        for refused in ({}, {"authorization": f"Bearer {GATEWAY_ADMIN}"}):
+            http.headers = httpx.Headers(refused)
+            assert (await http.get("/admin/sessions")).status_code == 401
+            assert (await http.post("/admin/sessions/end", json={"session": "x"})).status_code == 401
+    assert [s["session"] for s in first["sessions"] + second["sessions"]][:2] == sids and first["next"] == sids[0]
+    assert first["sessions"][0]["owner"] == "anonymous" and "memory_bytes" not in first["sessions"][0]
+    assert [b.status_code for b in bad] == [400, 400, 400] and "limit" in bad[0].json()["error"]["message"]
+    assert no_body.status_code == 400 and "session" in no_body.json()["error"]["message"]
+    assert ended == [True, True]
