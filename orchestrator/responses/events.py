@@ -53,6 +53,7 @@ class ResponseBuilder:
         self._open: dict[int, str] = {}  # output_index -> item id, for items added and not yet done
         self._parts: dict[int, dict[str, Any]] = {}  # a restored builder's open content parts (text so far)
         self.finished = False
+        self.left = False  # another replica goes on with it: readers end at what was stored (`leave`)
         self.visible = 0  # events readers may have: every one, or (write-ahead) those stored
         self.write_ahead = False
         self._emitted = asyncio.Event()  # the journal's signal: events to store
@@ -75,6 +76,12 @@ class ResponseBuilder:
         else:
             self.publish(len(self.events))
         return event
+
+    def leave(self) -> None:
+        """This replica stops the response unfinished and another goes on with it: its readers end after the
+        events they may have, and a client resumes there (`starting_after`)."""
+        self.left = True
+        self.publish(self.visible)
 
     def publish(self, upto: int) -> None:
         """Readers may have the events before `upto` (write-ahead: they are stored)."""
@@ -209,7 +216,7 @@ class ResponseBuilder:
                 yield event
                 if event["type"] in TERMINAL:
                     return
-            if self.finished and position >= len(self.events):
+            if (self.finished and position >= len(self.events)) or (self.left and position >= self.visible):
                 return
             await self._changed.wait()
 

@@ -40,6 +40,8 @@ class Settler:
         status = b.body["status"]
         logged = held is not None and await held.close()  # no checkpoint after the settled record; events stored
         kept = req.store and not (held is not None and held.lost)  # lost: another replica goes on with it
+        if not kept and req.store:
+            b.leave()
         if self.on_settled is not None and (kept or not req.store):
             self.on_settled(status, b.body.get("usage"), r.tools.log)
         saving: str | None = None  # what the caller was promised and is being written, while it is

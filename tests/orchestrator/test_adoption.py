@@ -189,7 +189,7 @@ def test_a_restored_builder_ends_the_text_cut_off_with_what_was_written_and_numb
     assert final.output[0].status == "incomplete" and final.output[0].content[0].text == "Half an answer"
 
 
-async def test_a_write_ahead_builder_shows_an_event_once_stored_and_nothing_after_its_hold_is_taken() -> None:
+async def test_a_write_ahead_builder_shows_an_event_once_stored_and_its_readers_end_once_its_hold_is_taken() -> None:
     stores = SQLiteStores()
     store = stores.responses
     builder = ResponseBuilder(_body(ResponsesRequest(input="hi", background=True), "resp_wa", None, "gpt-oss"))
@@ -209,6 +209,9 @@ async def test_a_write_ahead_builder_shows_an_event_once_stored_and_nothing_afte
     await fenced.wait()
     assert journal.fenced and builder.visible == 2 and len(await store.events(builder.id, -1)) == 2
     assert not await journal.close()  # the last event was never stored, nor shown
+    builder.leave()  # as settling a response another replica goes on with does
+    with pytest.raises(StopAsyncIteration):  # its reader ends at what was stored, to resume elsewhere
+        await anext(reader)
     await stores.aclose()
 
 
