@@ -130,6 +130,12 @@ class OrchestratorSettings(ServiceSettings):
         description="a background response holds its place in the shared store this long, renewed every third;"
         " one whose replica stopped (killed, a lost node) is adopted by another replica once its hold lapses",
     )
+    event_flush_s: float = Field(
+        0.02,
+        ge=0,
+        description="a background response's events are stored in batches, one per this window, before any"
+        " client is sent them (write-ahead, so an adopting replica never numbers other text the same)",
+    )
     identity: str | None = Field(None, description="model identity line of the system message")
     date: str | None = Field(None, description="conversation start date (default: today)")
     health_interval_s: float = Field(5.0, description="worker health-check period")

@@ -1,9 +1,10 @@
 """Adoption: a background response whose replica stopped (its hold lapsed) is taken over by another replica,
 which takes the hold atomically, rebuilds the run from the last checkpoint (`checkpoint.py`) and goes on with
-its turn loop from the last completed item. A turn cut off mid-generation is generated again (its items end
-cut short); a tool call cut off in flight is followed by its MCP task when it had become one, else (or when
-the task is lost) runs again only when its kind declares it safe (`disposition`), otherwise the model is
-told it was interrupted. A response that cannot go on, or was adopted too often
+its turn loop from the last completed item. A turn cut off mid-generation is generated again: its items keep
+exactly the stored events (the only ones a client can have had: `journal.py`) and are closed cut short after
+them; a tool call cut off in flight is followed by its MCP task when it had become one, else (or when the task
+is lost) runs again only when its kind declares it safe (`disposition`), otherwise the model is told it was
+interrupted. A response that cannot go on, or was adopted too often
 (one that keeps killing its replicas), is stored `failed` with the reason."""
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from orchestrator.request.schema import ResponsesRequest
 from orchestrator.responses import toolcalls
 from orchestrator.responses.checkpoint import Checkpoints, Where
 from orchestrator.responses.events import ResponseBuilder
+from orchestrator.responses.journal import Journal
 from orchestrator.responses.live import RUNNING, Live
 from orchestrator.responses.prepare import Prepared, Preparer
 from orchestrator.responses.run import Call, Run, Usage
@@ -184,13 +186,15 @@ class Adopter:
                 await lease.release()
             raise
         r = p.run
-        r.builder = ResponseBuilder.restore(record.body, record.events)
-        r.builder.close_open()  # the turn cut off: its items end cut short, and it is generated again
+        r.builder = ResponseBuilder.restore(record.body, record.events)  # from the log: what clients may have
+        s = self.settings
+        journal = Journal(self.store, r.builder, self.holder, s.background_hold_s, s.event_flush_s, len(record.events))
+        r.builder.close_open()  # the turn cut off: its items end after the stored events, and it is generated again
         r.conversation = r.sessions.session_id = record.conversation  # the same tool sessions
         if state["messages"] is not None:
             restore(r, state)
         where = Where(record.id, p.items, record.owner, p.n_head, state["request"], adoptions)
-        r.checkpoint = checkpoint = Checkpoints(self.store, where, self.holder)
+        r.checkpoint = checkpoint = Checkpoints(self.store, where, self.holder, journal)
         r.sessions.on_task = checkpoint.task_started
         live = Live(r.builder, req, record.owner, conversation=p.conversation, lease=lease, checkpoint=checkpoint)
         return live, p
@@ -222,5 +226,7 @@ class Adopter:
         error = {"code": "server_error", "message": f"the background response cannot go on: {reason}"}
         builder.finish(status, error=error if reason else None)
         log.warning("response.not_adopted", response_id=record.id, status=status, reason=reason)
-        await self.store.put(dataclasses.replace(record, body=builder.body, events=builder.events, resume=None))
-        await self.store.release_running(record.id, self.holder)
+        ended = builder.events[len(record.events) :]
+        if await self.store.append_events(record.id, len(record.events), ended, self.holder, self.ttl_s):
+            await self.store.put(dataclasses.replace(record, body=builder.body, events=[], resume=None))
+            await self.store.release_running(record.id, self.holder)

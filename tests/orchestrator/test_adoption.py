@@ -1,11 +1,13 @@
 """Background responses that outlive their replica: two orchestrator replicas (real subprocesses) on one real
 redis-server, the stand-in scripted worker, and the real python tool server (local backend) behind the real
-gateway. A replica SIGKILLed mid tool call: the other adopts the response, and a stream resumes there; with
-MCP tasks on (the default), the other follows the call's task to its real result, the code having run once;
-a cancel through one replica stops the response, its task and the sandbox's process running on the other."""
+gateway. A replica SIGKILLed mid tool call, or mid answer: the other adopts the response, and a stream
+resumes there; with MCP tasks on (the default), the other follows the call's task to its real result, the
+code having run once; a cancel through one replica stops the response, its task and the sandbox's process
+running on the other."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import shutil
@@ -22,9 +24,11 @@ from conftest import scenario
 from invariants import check_stream
 
 from orchestrator.kinds import classify
+from orchestrator.persist.sqlite import SQLiteStores
 from orchestrator.request.schema import ResponsesRequest, Toolset
 from orchestrator.responses.adopt import disposition
 from orchestrator.responses.events import ResponseBuilder
+from orchestrator.responses.journal import Journal
 from orchestrator.responses.prepare import _body
 from tests.support.asgi import free_port
 from tests.support.service import Service, running_service, wait_until
@@ -136,6 +140,41 @@ def test_a_replica_killed_mid_task_the_other_follows_the_task_to_its_result_and_
         assert "response.call_interrupted" not in survivor.log()
 
 
+def words(n: int) -> str:
+    return " ".join(f"w{i}" for i in range(n))
+
+
+def test_a_replica_killed_mid_generation_the_stream_resumed_on_the_other_has_each_stored_word_once(
+    scripted, redis_url, gateway
+):
+    answer = "<|channel|>final<|message|>" + words(80) + "<|return|>"
+    scripted[1].scenario = scenario([{"match": "slow answer", "reply": answer, "delay_s": 0.02}])
+    with replicas(scripted, redis_url, gateway) as (doomed, survivor):
+        body = {"input": "slow answer", "background": True, "stream": True}
+        seen: list[dict[str, Any]] = []
+        with httpx.stream("POST", f"{doomed.url}/v1/responses", json=body, timeout=30) as stream:
+            for event in sse(stream.iter_lines()):
+                seen.append(event)
+                if sum(e["type"] == "response.output_text.delta" for e in seen) == 10:
+                    doomed.stop(signal.SIGKILL)  # mid-answer: what it generated and did not store is gone
+                    break
+        rid = seen[0]["response"]["id"]
+        url = f"{survivor.url}/v1/responses/{rid}?stream=true&starting_after={seen[-1]['sequence_number']}"
+        with httpx.stream("GET", url, timeout=60) as resumed:
+            rest = list(sse(resumed.iter_lines()))
+        everything = seen + rest
+        assert [e["sequence_number"] for e in everything] == list(range(len(everything)))
+        assert [e["type"] for e in everything].count("response.completed") == 1
+        final = check_stream(everything)  # no duplicate, every item closed, one terminal event
+        text = "".join(e["delta"] for e in everything if e["type"] == "response.output_text.delta")
+        assert text == final.output_text  # no delta the client had was numbered again with other text
+        cut, whole = final.output  # the cut message keeps exactly its stored text; the turn generated again
+        assert cut.status == "incomplete" and whole.status == "completed" and whole.content[0].text == words(80)
+        before_kill = "".join(e["delta"] for e in seen if e["type"] == "response.output_text.delta")
+        assert cut.content[0].text.startswith(before_kill) and words(80).startswith(cut.content[0].text)
+        assert stored(survivor, rid)["status"] == "completed" and "response.adopted" in survivor.log()
+
+
 def test_a_cancel_through_one_replica_stops_the_response_and_its_sandbox_process_on_the_other(
     scripted, redis_url, gateway
 ):
@@ -197,6 +236,32 @@ def test_a_restored_builder_ends_the_text_cut_off_with_what_was_written_and_numb
     assert adopted.events[: len(before.events)] == before.events
     final = check_stream(adopted.events)
     assert final.output[0].status == "incomplete" and final.output[0].content[0].text == "Half an answer"
+
+
+async def test_a_write_ahead_builder_shows_an_event_once_stored_and_its_readers_end_once_its_hold_is_taken() -> None:
+    stores = SQLiteStores()
+    store = stores.responses
+    builder = ResponseBuilder(_body(ResponsesRequest(input="hi", background=True), "resp_wa", None, "gpt-oss"))
+    await store.hold_running([builder.id], 30, "one")
+    journal = Journal(store, builder, "one", 30, window_s=0.01)
+    fenced = asyncio.Event()
+    builder.start(queued=True)
+    reader = builder.follow()
+    assert builder.visible == 0  # emitted, not stored: no reader has them
+    journal.start(fenced.set)
+    first = await anext(reader)
+    assert first["type"] == "response.created" and await store.events(builder.id, -1) == builder.events[:2]
+    await anext(reader)
+    await store.release_running(builder.id, "one")
+    await store.hold_running([builder.id], 30, "two")  # another replica adopted it
+    builder.in_progress()
+    await fenced.wait()
+    assert journal.fenced and builder.visible == 2 and len(await store.events(builder.id, -1)) == 2
+    assert not await journal.close()  # the last event was never stored, nor shown
+    builder.leave()  # as settling a response another replica goes on with does
+    with pytest.raises(StopAsyncIteration):  # its reader ends at what was stored, to resume elsewhere
+        await anext(reader)
+    await stores.aclose()
 
 
 def test_only_a_call_its_kind_declares_safe_to_repeat_is_run_again():
