@@ -122,6 +122,8 @@ class Drain:
         if scope["path"] != "/mcp" or scope["method"] != "POST":
             return False
         headers = Headers(scope=scope)
+        if headers.get("mcp-method", "").startswith("tasks/"):
+            return False  # a task of this replica's: read, answered or cancelled while the drain waits for it
         if (sid := headers.get(SESSION_HEADER)) is not None:
             return not self._holds(sid)  # in an MCP session too: its state was handed over, or never began here
         handle = headers.get(f"mcp-param-{handles.HEADER_TOKEN.lower()}")

@@ -1,15 +1,19 @@
 """MCP Tasks (2026-07-28 `io.modelcontextprotocol/tasks`) on the python tool, through the gateway.
 
-Two real python tool replicas (local backend: real bwrap sandboxes) behind a real gateway, spoken to in raw
-2026-07-28 JSON-RPC over httpx (the MCP SDK's client does not speak the tasks extension). A long call becomes a
-task that is polled to completion, or cancelled, which kills the sandbox's process; an unknown, forged or
-another owner's task id gets one error; a task whose replica is gone gets a clear one.
+Two real python tool replicas (local backend: real bwrap sandboxes) counting their tasks in a real Redis, behind
+a real gateway, spoken to in raw 2026-07-28 JSON-RPC over httpx (the MCP SDK's client does not speak the tasks
+extension). A long call becomes a task that is polled to completion, or cancelled, which kills the sandbox's
+process; an owner's running tasks are limited across both replicas; an unknown, forged or another owner's task
+id gets one error; a SIGTERM'd replica lets its task finish, refuses new ones, fails the one left at its drain's
+deadline with the reason (its process killed), and once it is gone its tasks get a clear error.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
+import signal
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,6 +25,7 @@ import pytest
 
 from tests.python_sandbox.conftest import server_args
 from tests.support.gateway import GatewayProc, eventually, gateway_config, running_gateway
+from tests.support.redis import redis_server
 from tests.support.service import Service, running_service
 from toolkit.tasks import EXTENSION
 from toolkit.wire import INSTANCE_HEADER, OWNER_HEADER, SECRET_ENV, sign_owner, task_instance
@@ -42,13 +47,28 @@ class Fleet:
         return self.gateway.url("python")
 
 
+LIMIT = 4
+"""Tasks an owner runs at once, across the fleet."""
+DRAIN_S = 6.0
+"""The second replica's drain: the last test SIGTERMs it."""
+
+
 @pytest.fixture(scope="module")
 def fleet() -> Iterator[Fleet]:
     env = {SECRET_ENV: SECRET}
     label = f"tasks-{uuid.uuid4().hex[:8]}"
+    with redis_server() as redis_url:
+        limits = ("--task-counts-url", redis_url, "--max-tasks-per-owner", str(LIMIT))
+        with _fleet(label, env, limits) as fleet:
+            yield fleet
+
+
+@contextlib.contextmanager
+def _fleet(label: str, env: dict[str, str], limits: tuple[str, ...]) -> Iterator[Fleet]:
+    b_args = server_args("local", f"{label}-b", *limits, "--drain-s", str(DRAIN_S), timeout_s=60)
     with (
-        running_service(server_args("local", f"{label}-a", timeout_s=60), env=env) as a,
-        running_service(server_args("local", f"{label}-b", timeout_s=60), env=env) as b,
+        running_service(server_args("local", f"{label}-a", *limits, timeout_s=60), env=env) as a,
+        running_service(b_args, env=env) as b,
         running_gateway(gateway_config({"python": [f"{a.url}/mcp", f"{b.url}/mcp"]}), env=env) as gw,
     ):
         yield Fleet([a, b], gw, [httpx.get(f"{r.url}/healthz").headers[INSTANCE_HEADER] for r in (a, b)])
@@ -141,14 +161,52 @@ def test_unknown_forged_and_foreign_task_ids_get_one_error(fleet: Fleet) -> None
     assert _rpc(fleet.url, "tasks/get", {"taskId": mine})["result"]["taskId"] == mine  # its owner still may
 
 
-async def test_a_task_whose_replica_is_gone_gets_a_clear_error(fleet: Fleet) -> None:
+async def test_an_owners_running_tasks_are_limited_across_the_replicas(fleet: Fleet) -> None:
+    started: list[str] = []
+    try:
+        for _ in range(LIMIT):
+            started.append(_start(fleet.url, "import time; time.sleep(600)", owner="carol")["taskId"])
+        assert {task_instance(t) for t in started} == set(fleet.instances)  # neither replica alone holds LIMIT
+        refused = _rpc(fleet.url, "tools/call", {"name": "python", "arguments": {"code": "print(1)"}}, "carol")
+        assert f"this caller runs {LIMIT} tasks across the fleet, its limit" in refused["error"]["message"], refused
+        assert _start(fleet.url, "print(1)", owner="erin")["status"] == "working"  # another owner is not limited
+        _rpc(fleet.url, "tasks/cancel", {"taskId": started.pop()}, "carol")
+        await eventually(lambda: "result" in _rpc(fleet.url, "tools/call", _code("print(3)"), "carol"), 30, "a place")
+    finally:
+        for task_id in started:
+            _rpc(fleet.url, "tasks/cancel", {"taskId": task_id}, "carol")
+
+
+def _code(code: str) -> dict[str, Any]:
+    return {"name": "python", "arguments": {"code": code}}
+
+
+async def test_a_draining_replica_finishes_its_task_fails_the_one_left_and_then_its_tasks_are_lost(
+    fleet: Fleet,
+) -> None:
     """Last in the module: it stops a replica."""
     victim, instance = fleet.replicas[1], fleet.instances[1]
-    task = next(t for t in (_start(fleet.url, "print(2)") for _ in range(6)) if task_instance(t["taskId"]) == instance)
-    victim.stop()
+    direct = f"{victim.url}/mcp"
+    marker = f"toolfleet-drain-{uuid.uuid4().hex}"
+    finishing = _start(direct, "import time; time.sleep(2); print('finished')")["taskId"]
+    left = _start(
+        direct,
+        f"import subprocess, sys; subprocess.run([sys.executable, '-c', 'import time; time.sleep(600)', {marker!r}])",
+    )
+    await eventually(lambda: bool(_processes_with(marker)), 30, "the left task's process started")
+    victim.proc.send_signal(signal.SIGTERM)  # the server alone: its sandboxes are its to stop
+    await eventually(lambda: "error" in _rpc(direct, "tools/call", _code("print(4)")), 10, "the drain began")
+    assert _rpc(direct, "tools/call", _code("print(4)"))["error"]["code"] == -32001  # the draining answer
+    assert task_instance(_start(fleet.url, "print(5)")["taskId"]) != instance  # the gateway places it elsewhere
+    done = await _settled(fleet.url, finishing)
+    assert done["status"] == "completed" and "finished" in done["result"]["content"][0]["text"], done
+    failed = await _settled(fleet.url, left["taskId"])
+    assert failed["status"] == "failed" and f"its drain ({DRAIN_S:g} s) ended" in failed["error"]["message"], failed
+    await eventually(lambda: not _processes_with(marker), 30, "the left task's process was killed")
+    await eventually(lambda: victim.proc.poll() is not None, 30, "the drained replica exited")
 
     def lost() -> bool:
-        error = _rpc(fleet.url, "tasks/get", {"taskId": task["taskId"]}).get("error") or {}
+        error = _rpc(fleet.url, "tasks/get", {"taskId": finishing}).get("error") or {}
         return "the replica of 'python' that ran it is gone" in error.get("message", "")
 
     await eventually(lost, 30, "the task was reported lost")
