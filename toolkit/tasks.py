@@ -220,10 +220,14 @@ class TaskStore:
         unpublished task (a gathering tool's call) is not found by its id until `publish`."""
         if self.draining:
             raise MCPError(DRAINED_CODE, DRAINED_WORDS)
-        if self._tg is None:
+        if (tg := self._tg) is None:
             raise MCPError(INTERNAL_ERROR, "this tool server is stopping: it starts no task")
         task = Task(seal_task(self.instance, owner), owner, tool, can_answer, escalated=published)
-        if (held := await self.counts.take(owner, task.id, self.max_per_owner)) is not None:
+        try:
+            held = await self.counts.take(owner, task.id, self.max_per_owner)
+        except Exception as exc:  # Redis unreachable: no task starts uncounted
+            raise MCPError(INTERNAL_ERROR, f"the running tasks could not be counted ({exc}): no task started") from exc
+        if held is not None:
             raise MCPError(
                 INVALID_PARAMS,
                 f"this caller runs {held} tasks {self.counts.scope}, its limit: wait for one to end, or cancel one",
@@ -231,7 +235,7 @@ class TaskStore:
         self._running[task.id] = task
         if published:
             self.publish(task)
-        self._tg.start_soon(self._run, task, work)
+        tg.start_soon(self._run, task, work)
         log.info("task.created", task_id=task.id, tool=tool, owner=owner, published=published)
         return task
 

@@ -11,17 +11,23 @@ deadline with the reason (its process killed), and once it is gone its tasks get
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import secrets
 import signal
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+import anyio
 import httpx
 import pytest
+from mcp.client import Client
+from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
+from mcp_types import CallToolResult, Request, RequestParams, Result
+from pydantic import TypeAdapter
 
 from tests.python_sandbox.conftest import server_args
 from tests.support.gateway import GatewayProc, eventually, gateway_config, running_gateway
@@ -124,6 +130,11 @@ def test_a_client_without_the_extension_gets_the_answer_itself(fleet: Fleet) -> 
     assert "error" in refused, refused
 
 
+def _sleeping(marker: str) -> str:
+    """Code whose child process sleeps 600 s, found by `marker` in its command line."""
+    return f"import subprocess, sys; subprocess.run([sys.executable, '-c', 'import time; time.sleep(600)', {marker!r}])"
+
+
 def _processes_with(marker: str) -> list[int]:
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -137,7 +148,7 @@ def _processes_with(marker: str) -> list[int]:
 
 async def test_a_cancelled_task_kills_its_sandbox_process(fleet: Fleet) -> None:
     marker = f"toolfleet-task-{uuid.uuid4().hex}"
-    code = f"import subprocess, sys; subprocess.run([sys.executable, '-c', 'import time; time.sleep(600)', {marker!r}])"
+    code = _sleeping(marker)
     task = _start(fleet.url, code)
     await eventually(lambda: bool(_processes_with(marker)), 30, "the task's process started")
     assert _rpc(fleet.url, "tasks/cancel", {"taskId": task["taskId"]})["result"]["resultType"] == "complete"
@@ -181,6 +192,80 @@ def _code(code: str) -> dict[str, Any]:
     return {"name": "python", "arguments": {"code": code}}
 
 
+ANSWER = TypeAdapter(dict[str, Any])
+
+
+class TaskCreated(Result):
+    """What a task-augmented `tools/call` answers (SEP-2663's CreateTaskResult)."""
+
+    result_type: Literal["task"] = "task"
+    task_id: str
+    status: str
+
+
+class TaskIdParams(RequestParams):
+    task_id: str
+
+
+class TaskRequest(Request[TaskIdParams, str]):
+    name_param = "taskId"  # SEP-2663: tasks/* carry the task id as their Mcp-Name
+
+
+class TaskPoller(ClientExtension):
+    """The tasks extension for the `mcp` SDK's `Client` (which ships none): a task the server answers is polled
+    to its end as `tasks/get` paces it, and cancelled with `tasks/cancel` when its caller gives up."""
+
+    identifier = EXTENSION
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def claims(self) -> Sequence[ResultClaim[Any]]:
+        return (ResultClaim(result_type="task", model=TaskCreated, resolve=self._resolve),)
+
+    async def _resolve(self, created: TaskCreated, ctx: ClaimContext) -> CallToolResult:
+        self.seen.append(created.task_id)
+        ask = functools.partial(self._send, ctx.session, created.task_id)
+        try:
+            while True:
+                task = await ask("tasks/get")
+                if task["status"] in ("completed", "failed", "cancelled"):
+                    break
+                await anyio.sleep(task["pollIntervalMs"] / 1000)  # the pace the server asks of its pollers
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                await ask("tasks/cancel")
+            raise
+        if task["status"] != "completed":
+            raise RuntimeError(f"task {created.task_id} ended {task['status']}: {task.get('error')}")
+        return CallToolResult.model_validate(task["result"])
+
+    @staticmethod
+    async def _send(session: Any, task_id: str, method: str) -> dict[str, Any]:
+        request = TaskRequest(method=method, params=TaskIdParams(task_id=task_id))
+        answer: dict[str, Any] = await session.send_request(request, ANSWER)
+        return answer
+
+
+async def test_the_mcp_sdk_client_with_a_tasks_extension_polls_a_task_and_cancels_it_when_it_gives_up(
+    fleet: Fleet,
+) -> None:
+    poller = TaskPoller()
+    async with Client(fleet.url, extensions=[poller]) as client:
+        done = await client.call_tool("python", {"code": "import time; time.sleep(1); print('via sdk')"})
+        assert "via sdk" in done.content[0].text and len(poller.seen) == 1  # type: ignore[union-attr]
+        marker = f"toolfleet-sdk-{uuid.uuid4().hex}"
+        code = _sleeping(marker)
+        with anyio.move_on_after(600) as gave_up:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(client.call_tool, "python", {"code": code})
+                await eventually(lambda: bool(_processes_with(marker)), 30, "the task's process started")
+                tg.cancel_scope.cancel()  # the caller gives up: the extension cancels the task
+        assert not gave_up.cancel_called
+        assert (await TaskPoller._send(client.session, poller.seen[1], "tasks/get"))["status"] == "cancelled"
+    await eventually(lambda: not _processes_with(marker), 30, "the given-up task's process was killed")
+
+
 async def test_a_draining_replica_finishes_its_task_fails_the_one_left_and_then_its_tasks_are_lost(
     fleet: Fleet,
 ) -> None:
@@ -189,10 +274,7 @@ async def test_a_draining_replica_finishes_its_task_fails_the_one_left_and_then_
     direct = f"{victim.url}/mcp"
     marker = f"toolfleet-drain-{uuid.uuid4().hex}"
     finishing = _start(direct, "import time; time.sleep(2); print('finished')")["taskId"]
-    left = _start(
-        direct,
-        f"import subprocess, sys; subprocess.run([sys.executable, '-c', 'import time; time.sleep(600)', {marker!r}])",
-    )
+    left = _start(direct, _sleeping(marker))
     await eventually(lambda: bool(_processes_with(marker)), 30, "the left task's process started")
     victim.proc.send_signal(signal.SIGTERM)  # the server alone: its sandboxes are its to stop
     await eventually(lambda: "error" in _rpc(direct, "tools/call", _code("print(4)")), 10, "the drain began")

@@ -44,13 +44,18 @@ async def test_an_expired_task_reads_as_unknown_and_its_work_is_cancelled() -> N
             stopped.set()
 
     async with store.running():
+        finished = await store.create("alice", "python", lambda: _answer("kept"))
         task = await store.create("alice", "python", work)
         assert store.get(task.id, "alice") is task
         with anyio.fail_after(10):
             await stopped.wait()  # the store's expiry loop cancelled it
+        await eventually(lambda: len(store) == 0, 10, "both tasks were removed")
         with pytest.raises(MCPError) as refused:
             store.get(task.id, "alice")
+        with pytest.raises(MCPError, match="unknown task"):
+            store.get(finished.id, "alice")  # a finished task's result is kept its ttl, then removed too
     assert refused.value.error.message == unknown_task(task.id) and task.status == "cancelled" and killed == [True]
+    assert finished.result == {"text": "kept"}
 
 
 async def test_an_owner_running_its_limit_is_refused_until_one_ends() -> None:
