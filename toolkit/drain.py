@@ -15,6 +15,10 @@ that could not be saved stays, served as above. A replica that handed sessions o
 period, refusing their calls: the gateway must hear that it drains (from a refusal or its next health probe)
 before it stops, for a replica that vanishes unannounced is taken for killed, and its sessions for lost.
 
+MCP tasks are waited for too: a draining replica starts none (the draining answer), still answers `tasks/*`
+about its own, and at the end of the grace period ends the ones still working `failed` with the reason (their
+processes killed), then gives each caller up to `LAST_WORD_S` to read it.
+
 Every answer also carries `Toolfleet-Room` (sessions this replica can still open), from which the gateway
 places a new session on the replica with the most room.
 """
