@@ -182,3 +182,21 @@ def test_parser_reads_every_turn_as_the_library_does():
     for tokens in cases:
         for finish in (False, True):
             assert _fast_reading(tokens, finish) == _library_reading(tokens, finish), enc.decode(tokens)
+
+
+def test_kept_renderings_of_system_and_developer_messages_follow_every_field():
+    """A system or developer message is rendered once and kept by its JSON: each field change is a new render."""
+    py = [h.Namespace("python", "py")]
+    variants = [
+        h.system_message(effort="low", date="2026-12-02", namespaces=[]),
+        h.system_message(effort="high", date="2026-12-02", namespaces=[]),
+        h.system_message(effort="low", date="2026-12-03", namespaces=[]),
+        h.system_message(effort="low", date="2026-12-02", namespaces=py),
+        h.system_message(effort="low", date="2026-12-02", namespaces=py, identity="You are a test."),
+        h.developer_message("be brief", []),
+        h.developer_message("be brief", [{"name": "f", "description": "d", "parameters": {"type": "object"}}]),
+    ]
+    for _ in range(2):  # the second time from what was kept
+        rendered = [h.render_message(m) for m in variants]
+        assert rendered == [h.encoding().render(m) for m in variants]
+    assert len({tuple(r) for r in rendered}) == len(variants)
