@@ -210,6 +210,20 @@ async def _no_client(url: str) -> AsyncIterator[ToolSessions]:
     yield _InstantTools(session_id="c")
 
 
+class _WaitingTools(ToolSessions):
+    """A tool that answers in-process after a 0.5 ms wait: the loop sleeps and wakes once per call, as it does
+    for a tool server's answer, with no client code at all (on a loaded machine that wake alone costs CPU)."""
+
+    async def call(self, url: str, name: str, args: dict[str, Any], headers: dict[str, str] | None = None):
+        await asyncio.sleep(0.0005)
+        return ToolOutcome("42\n")
+
+
+@contextlib.asynccontextmanager
+async def _waiting(url: str) -> AsyncIterator[ToolSessions]:
+    yield _WaitingTools(session_id="c")
+
+
 @contextlib.asynccontextmanager
 async def _lean_sessions(url: str) -> AsyncIterator[ToolSessions]:
     sessions = ToolSessions(session_id="c")
@@ -224,7 +238,7 @@ async def _cpu_per_turn(turns: int, url: str, client: str) -> float:
     enc = h.encoding()
     call = enc.encode("<|channel|>analysis to=python<|message|>print(6*7)<|call|>", allowed_special="all")
     final = enc.encode("<|channel|>final<|message|>42<|return|>", allowed_special="all")
-    opened = {"sdk": _sdk_sessions, "lean": _lean_sessions, "none": _no_client}[client](url)
+    opened = {"sdk": _sdk_sessions, "lean": _lean_sessions, "none": _no_client, "wait": _waiting}[client](url)
     async with opened as sessions:
         warm, _ = _run(lambda i: call if i < 3 else final, [{"type": "code_interpreter"}], 10, None, sessions, url)
         await run(warm)  # the era negotiated and the connection open, as in a conversation's later turns
@@ -257,7 +271,9 @@ def _tool_server():
 def bench_tool_turn_cpu(turns: int) -> list[dict[str, Any]]:
     """The orchestrator's CPU per tool turn with the MCP client included, lean and SDK, over one server. The
     service's JSON logging at INFO is on (one `tool.call` line per call is part of the cost), written to
-    /dev/null: the loggers first used here keep that sink for the rest of this process."""
+    /dev/null: the loggers first used here keep that sink for the rest of this process. The row of a tool
+    that answers in-process after a wait is the floor under the client rows: the loop sleeping and waking
+    once per call, which a call to a server in another process cannot avoid either."""
     from toolkit.logging import configure_logging
 
     rows = []
@@ -266,6 +282,7 @@ def bench_tool_turn_cpu(turns: int) -> list[dict[str, Any]]:
         configure_logging("INFO", service="orchestrator")
         clients = (
             ("none", "no MCP client: the tool answers in-process"),
+            ("wait", "no MCP client: the tool answers in-process after 0.5 ms"),
             ("lean", "MCP client included: the kit's lean client"),
             ("sdk", "MCP client included: the mcp SDK's client"),
         )
