@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -184,6 +185,7 @@ def render_message(msg: Message) -> list[int]:
 
 _RENDERED: dict[str, tuple[int, ...]] = {}
 _RENDERED_KEPT = 256
+_RENDERED_LOCK = threading.Lock()
 
 
 def _rendered(msg: Message) -> tuple[int, ...]:
@@ -192,9 +194,11 @@ def _rendered(msg: Message) -> tuple[int, ...]:
     send the same few such messages again and again. The oldest is dropped past `_RENDERED_KEPT`."""
     key = msg.to_json()
     if (tokens := _RENDERED.get(key)) is None:
-        tokens = _RENDERED[key] = tuple(encoding().render(msg))
-        if len(_RENDERED) > _RENDERED_KEPT:
-            del _RENDERED[next(iter(_RENDERED))]
+        tokens = tuple(encoding().render(msg))
+        with _RENDERED_LOCK:  # a long prompt renders in a worker thread (`render_off_loop`) beside the loop's
+            _RENDERED[key] = tokens
+            if len(_RENDERED) > _RENDERED_KEPT:
+                del _RENDERED[next(iter(_RENDERED))]
     return tokens
 
 
