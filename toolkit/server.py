@@ -235,12 +235,19 @@ class ToolServer(Generic[S]):
         if session_handle == handles.NEW:
             raise BadHandle(f"cleanup_session ends a session: pass its handle, not {handles.NEW!r}")
         async with self.observed("cleanup_session", ctx, session_handle) as who:
-            freed = not who.once and await self.sessions.close(who.key)
-            if self.keeper is not None and not who.once:
-                await self.keeper.forget(who.key, who.owner)
+            freed = not who.once and await self.end_session(who.key, who.owner)
         if who.once:
             return "this call names no session (no x-session-id, MCP session or session_handle): nothing to clean up"
         return f"session {who.key} cleaned up" if freed else f"session {who.key} held nothing"
+
+    async def end_session(self, key: str, owner: str | None = None) -> bool:
+        """End a session on purpose (`cleanup_session`, or an operator through `toolkit.admin`): its sandbox is
+        closed and its snapshot forgotten; True when it was held. `owner` None: the held session's own."""
+        owner = owner or self.sessions.owner_of(key)
+        freed = await self.sessions.close(key)
+        if self.keeper is not None and owner is not None:
+            await self.keeper.forget(key, owner)
+        return freed
 
     @contextlib.asynccontextmanager
     async def observed(self, tool: str, ctx: Context, handle: str | None = None) -> AsyncIterator[Identity]:

@@ -64,7 +64,10 @@ class ToolServerSettings(ServiceSettings):
         " work is cancelled (its sandbox's process killed) if it still runs: keep it above the tools' timeouts",
     )
     max_tasks_per_owner: int = Field(
-        16, ge=1, description="MCP tasks one owner holds at most (running or kept until their ttl): more are refused"
+        16,
+        ge=1,
+        description="MCP tasks one owner holds at most (running or kept until their ttl): more are refused, unless"
+        " one whose end its caller already read makes room",
     )
     max_body_bytes: int = Field(4 * 1024 * 1024, description="largest accepted request body")
     accepted_host_headers: list[str] = Field(

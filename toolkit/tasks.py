@@ -6,7 +6,13 @@ and the client polls `tasks/get` for its status and, once it ends, its inlined r
 `tasks/cancel`. Task ids are sealed for their owner and carry this replica's instance id (`toolkit.wire`), so
 the gateway routes them without a lookup and an id of another owner reads exactly as an unknown one. Tasks are
 bounded per owner; a task is kept `ttl_s` from its creation and then removed, its work cancelled if it still
-runs. Cancelling reaches the sandbox: the call's session is closed (`ToolServer.call`), killing the process.
+runs; an owner at its limit gets the place of its oldest task whose end it already read (as a session past
+its owner's limit evicts that owner's idle one). Cancelling reaches the sandbox: the call's session is closed
+(`ToolServer.call`), killing the process.
+
+A client may set the fleet's own `inlineWithinMs` in its declaration of the extension (the orchestrator does):
+a call that ends within that time is answered inline, as without the extension, and only a longer one becomes
+a task (the spec leaves whether to make a task to the server, per request).
 """
 
 from __future__ import annotations
@@ -60,6 +66,9 @@ class Task:
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    ended: anyio.Event = field(default_factory=anyio.Event)
+    delivered: bool = False
+    """Its end (result, error or cancel) was read by its caller through `tasks/get`."""
 
     def settle(self, status: str, *, result: dict[str, Any] | None = None, error: dict[str, Any] | None = None) -> None:
         if self.status in TERMINAL:
@@ -119,6 +128,9 @@ class TaskStore:
         if self._tg is None:
             raise MCPError(INTERNAL_ERROR, "this tool server is stopping: it starts no task")
         held = sum(1 for t in self._tasks.values() if t.owner == owner)
+        if held >= self.max_per_owner and (spent := self._delivered(owner)) is not None:
+            del self._tasks[spent.id]  # its caller has its end: the owner's new task takes its place
+            held -= 1
         if held >= self.max_per_owner:
             raise MCPError(
                 INVALID_PARAMS,
@@ -141,7 +153,30 @@ class TaskStore:
             except Exception as exc:
                 log.exception("task.failed", task_id=task.id)
                 task.settle("failed", error={"code": INTERNAL_ERROR, "message": f"the tool call failed: {exc}"})
+        task.ended.set()
         log.info("task.ended", task_id=task.id, status=task.status)
+
+    async def inline(self, task: Task, within_s: float) -> HandlerResult | None:
+        """The task's result when it ends within `within_s` (the task is then forgotten: its caller never
+        heard of it), else None. A caller gone before then never learns the id: the task is cancelled."""
+        try:
+            with anyio.move_on_after(within_s):
+                await task.ended.wait()
+        except anyio.get_cancelled_exc_class():
+            self._cancel(task, "its caller went away before it became a task")
+            raise
+        if not task.ended.is_set():
+            return None
+        del self._tasks[task.id]
+        if task.error is not None:
+            raise MCPError(int(task.error.get("code", INTERNAL_ERROR)), str(task.error.get("message")))
+        return task.result
+
+    def _delivered(self, owner: str) -> Task | None:
+        """The owner's oldest task whose end its caller already read, if any."""
+        return min(
+            (t for t in self._tasks.values() if t.owner == owner and t.delivered), key=lambda t: t.started, default=None
+        )
 
     def get(self, task_id: str, owner: str) -> Task:
         """The owner's task of that id; any other id gets the one refusal (`unknown_task`)."""
@@ -182,6 +217,7 @@ class TaskStore:
         body = self.envelope(task)
         if task.status == "working":
             body["statusMessage"] = f"running for {time.monotonic() - task.started:.0f} s"
+        task.delivered = task.status in TERMINAL
         if task.status == "completed":
             body["result"] = task.result
         elif task.status == "failed":
@@ -227,6 +263,14 @@ def _declared(ctx: ServerRequestContext[Any, Any]) -> bool:
     return bool(capabilities and capabilities.extensions and EXTENSION in capabilities.extensions)
 
 
+def _inline_s(ctx: ServerRequestContext[Any, Any]) -> float:
+    """How long the client asked a call to be awaited before it becomes a task (`inlineWithinMs`; 0: none)."""
+    capabilities = ctx.session.client_capabilities
+    settings = (capabilities.extensions or {}).get(EXTENSION) if capabilities else None
+    ms = settings.get("inlineWithinMs") if isinstance(settings, dict) else None
+    return min(float(ms), 600_000.0) / 1000 if isinstance(ms, int) and not isinstance(ms, bool) and ms > 0 else 0.0
+
+
 class Tasks(Extension):
     """The extension: `tasks/get`, `tasks/update`, `tasks/cancel`, and `tools/call` of a long tool as a task."""
 
@@ -256,6 +300,8 @@ class Tasks(Extension):
         elif not _declared(ctx):
             return await call_next(ctx)
         task = self.store.create(_owner(ctx), params.name, lambda: call_next(ctx))
+        if (within := _inline_s(ctx)) and (result := await self.store.inline(task, within)) is not None:
+            return result
         return self.store.envelope(task) | {"resultType": "task"}
 
     async def _get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:

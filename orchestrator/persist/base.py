@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from orchestrator.errors import RequestError
+from orchestrator.persist.usage import UsageStore
 
 RESULTS_PER_RESPONSE = 8  # kept results and reference entries of a key: this many for each response it may keep
 
@@ -133,6 +134,7 @@ class Stores(Protocol):
     responses: Store
     conversations: ConversationStore
     objects: Objects
+    usage: UsageStore
 
     async def check(self) -> None: ...
     async def aclose(self) -> None: ...

@@ -1,7 +1,8 @@
 """A background response kept in the shared store as it runs, so it outlives its replica: its events (for a
 stream that resumes on any replica) and the state its turn loop goes on from on another replica
 (`adopt.py`): the request, the Harmony messages up to the last completed item, the usage, the tool state,
-and the tool call in flight, if any. Holding and releasing its lease goes through here too."""
+and the tool call in flight, if any, with its MCP task once it became one. Holding and releasing its lease
+goes through here too."""
 
 from __future__ import annotations
 
@@ -58,6 +59,7 @@ class Checkpoints:
             "n_head": self.where.n_head,
             "messages": h.dump(r.messages[self.where.n_head :]),
             "calling": h.dump([calling.msg])[0] if calling is not None else None,
+            "task": None,
             "usage": dataclasses.asdict(r.usage),
             "tools": {"count": t.count, "calls": t.calls, "pages": t.pages, "results": t.results, "sources": t.sources},
             "required_met": r.turn.required is None,
@@ -65,6 +67,13 @@ class Checkpoints:
             "adoptions": self.where.adoptions,
         }
         await self._write()
+
+    async def task_started(self, url: str, task_id: str) -> None:
+        """The call in flight became an MCP task at `url`: written before it is first polled, so another
+        replica follows that task (`adopt.disposition`) instead of calling again."""
+        if self.state is not None:
+            self.state["task"] = {"url": url, "id": task_id}
+            await self._write()
 
     async def flush(self) -> None:
         """The events so far, when there are new ones (the heartbeat's write: streams on other replicas)."""

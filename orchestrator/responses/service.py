@@ -143,6 +143,7 @@ class ResponsesService:
         request = req.model_dump(mode="json", exclude_unset=True)
         where = Where(b.id, p.items, live.owner, p.n_head, request)
         p.run.checkpoint = live.checkpoint = Checkpoints(self.store, where, self.holder)
+        p.run.sessions.on_task = live.checkpoint.task_started
         start = {"request": request, "n_head": p.n_head, "messages": None, "adoptions": 0}  # not begun
         events = list(b.events)
         await self.store.put(Record(b.id, p.run.conversation, b.snapshot(), p.items, [], events, {}, live.owner, start))
@@ -238,6 +239,8 @@ class ResponsesService:
                 b.finish("failed", error={"code": "server_error", "message": f"internal error: {type(exc).__name__}"})
         finally:
             try:
+                if live.cut_call:  # cancelled in flight: the call's MCP task is cancelled too
+                    await r.sessions.cancel_tasks()
                 await r.sessions.aclose()
             finally:  # a cancel that lands while the sessions close must not skip storing the response
                 with anyio.CancelScope(shield=True):

@@ -20,8 +20,9 @@ from orchestrator.tools import cleanup_sessions
 
 log = structlog.get_logger(__name__)
 
-Settled = Callable[[str, dict[str, Any] | None, list[tuple[str, str]]], None]
-"""(status, usage, [(namespace, outcome)]) -> None: told of each response that ends (the metrics)."""
+Settled = Callable[[str, str, dict[str, Any] | None, list[tuple[str, str]]], None]
+"""(owner, status, usage, [(namespace, outcome)]) -> None: told of each response that ends (the metrics, the
+usage per key)."""
 
 
 class Settler:
@@ -41,7 +42,7 @@ class Settler:
             await held.close()
         kept = req.store and not (held is not None and held.lost)  # lost: another replica goes on with it
         if self.on_settled is not None and (kept or not req.store):
-            self.on_settled(status, b.body.get("usage"), r.tools.log)
+            self.on_settled(live.owner, status, b.body.get("usage"), r.tools.log)
         saving: str | None = None  # what the caller was promised and is being written, while it is
         try:
             state = {"calls": r.tools.calls, "pending": r.tools.pending, "pages": r.tools.pages}

@@ -1,7 +1,8 @@
 """Background responses that outlive their replica: two orchestrator replicas (real subprocesses) on one real
 redis-server, the stand-in scripted worker, and the real python tool server (local backend) behind the real
-gateway. A replica SIGKILLed mid tool call: the other adopts the response, and a stream resumes there; a
-cancel through one replica stops the response (and the sandbox's process) running on the other."""
+gateway. A replica SIGKILLed mid tool call: the other adopts the response, and a stream resumes there; with
+MCP tasks on (the default), the other follows the call's task to its real result, the code having run once;
+a cancel through one replica stops the response, its task and the sandbox's process running on the other."""
 
 from __future__ import annotations
 
@@ -47,11 +48,11 @@ def gateway(tmp_path_factory) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def replicas(scripted: Any, redis_url: str, gateway: str) -> Iterator[tuple[Service, Service]]:
+def replicas(scripted: Any, redis_url: str, gateway: str, *more: str) -> Iterator[tuple[Service, Service]]:
     """Two orchestrators sharing one Redis prefix, with a short background hold (3 s: renewed every second, so
     a replica starved of the CPU that long by a busy machine does not lose it)."""
     worker_url, _ = scripted
-    flags = ["--store", "redis", "--redis-url", redis_url, "--redis-prefix", f"t{uuid.uuid4().hex[:8]}:"]
+    flags = ["--store", "redis", "--redis-url", redis_url, "--redis-prefix", f"t{uuid.uuid4().hex[:8]}:", *more]
     flags += ["--worker-urls", f'["{worker_url}"]', "--tools-url", gateway, "--background-hold-s", "3"]
     with running_service(["-m", "orchestrator", *flags]) as a, running_service(["-m", "orchestrator", *flags]) as b:
         yield a, b
@@ -80,7 +81,7 @@ def test_a_replica_killed_mid_tool_call_the_other_adopts_it_and_the_stream_resum
             ("long job", PY_CALL.format(code="import time\ntime.sleep(10)\nprint('slept')")),
         ]
     )
-    with replicas(scripted, redis_url, gateway) as (doomed, survivor):
+    with replicas(scripted, redis_url, gateway, "--tool-task-after-ms", "null") as (doomed, survivor):  # no task
         body = {"input": "long job", "tools": TOOLS, "background": True, "stream": True}
         seen: list[dict[str, Any]] = []
         with httpx.stream("POST", f"{doomed.url}/v1/responses", json=body, timeout=30) as stream:
@@ -107,6 +108,34 @@ def test_a_replica_killed_mid_tool_call_the_other_adopts_it_and_the_stream_resum
         assert "response.adopted" in survivor.log() and "response.call_interrupted" in survivor.log()
 
 
+def test_a_replica_killed_mid_task_the_other_follows_the_task_to_its_result_and_the_code_ran_once(
+    scripted, redis_url, gateway
+):
+    code = "import time\nopen('runs.txt', 'a').write('ran\\n')\ntime.sleep(8)\n"
+    code += "print('runs:', open('runs.txt').read().count('ran'))"  # a second run would count two
+    scripted[1].scenario = scenario(
+        [
+            ("runs: 1", "<|channel|>final<|message|>It ran once.<|return|>"),
+            ("was interrupted before the tool answered", "<|channel|>final<|message|>It was interrupted.<|return|>"),
+            ("task job", PY_CALL.format(code=code)),
+        ]
+    )
+    with replicas(scripted, redis_url, gateway) as (doomed, survivor):
+        body = {"input": "task job", "tools": TOOLS, "background": True}
+        rid = httpx.post(f"{doomed.url}/v1/responses", json=body, timeout=30).json()["id"]
+        assert wait_until(lambda: "tool.task_started" in doomed.log()), stored(survivor, rid)  # id checkpointed
+        doomed.stop(signal.SIGKILL)
+        assert wait_until(lambda: stored(survivor, rid)["status"] not in ("queued", "in_progress"), timeout_s=60)
+        final = stored(survivor, rid)
+        assert final["status"] == "completed", final
+        call = final["output"][-2]  # the call followed to its task's result, then the answer
+        assert call["type"] == "code_interpreter_call" and call["status"] == "completed", final["output"]
+        assert call["outputs"] == [{"type": "logs", "logs": "runs: 1"}], call  # the code ran once: one line
+        assert final["output"][-1]["content"][0]["text"] == "It ran once."
+        assert "response.call_resumed" in survivor.log() and "tool.task_followed" in survivor.log()
+        assert "response.call_interrupted" not in survivor.log()
+
+
 def test_a_cancel_through_one_replica_stops_the_response_and_its_sandbox_process_on_the_other(
     scripted, redis_url, gateway
 ):
@@ -117,16 +146,36 @@ def test_a_cancel_through_one_replica_stops_the_response_and_its_sandbox_process
         body = {"input": "sleep on", "tools": TOOLS, "background": True}
         rid = httpx.post(f"{running.url}/v1/responses", json=body, timeout=30).json()["id"]
         assert wait_until(lambda: interpreting(other, rid) and sleeping()), stored(other, rid)
+        assert wait_until(lambda: "tool.task_started" in running.log())  # a task after --tool-task-after-ms
         cancelled = httpx.post(f"{other.url}/v1/responses/{rid}/cancel", timeout=30).json()
         assert cancelled["status"] == "cancelled" and cancelled["output"][0]["status"] == "failed"
         assert wait_until(lambda: not sleeping()), "the sandbox's process outlived the cancel"
         assert stored(running, rid)["status"] == "cancelled"
         assert "response.cancelled_elsewhere" in running.log() and "response.adopted" not in other.log()
+        assert "tool.task_cancelled" in running.log()  # the call's MCP task, cancelled besides its session
 
 
-def sleeping() -> bool:
-    """Whether the cancelled call's `sleep` runs (the host sees the sandbox's processes)."""
-    pattern = f"^sleep {MARKER.replace('.', '[.]')}$"
+def test_a_response_cancelled_after_its_replica_died_has_its_orphaned_task_cancelled_by_the_adopter(
+    scripted, redis_url, gateway
+):
+    marker = f"{MARKER}1"
+    scripted[1].scenario = scenario(
+        [("orphan on", PY_CALL.format(code=f"import subprocess\nsubprocess.run(['sleep', '{marker}'])"))]
+    )
+    with replicas(scripted, redis_url, gateway) as (doomed, other):
+        body = {"input": "orphan on", "tools": TOOLS, "background": True}
+        rid = httpx.post(f"{doomed.url}/v1/responses", json=body, timeout=30).json()["id"]
+        assert wait_until(lambda: "tool.task_started" in doomed.log() and sleeping(marker)), stored(other, rid)
+        doomed.stop(signal.SIGKILL)  # the task runs on, its response held by no replica until the hold lapses
+        cancelled = httpx.post(f"{other.url}/v1/responses/{rid}/cancel", timeout=30).json()
+        assert cancelled["status"] == "cancelled", cancelled
+        assert wait_until(lambda: not sleeping(marker)), "the orphaned task's process outlived the cancel"
+        assert "tool.task_cancelled" in other.log() and "response.call_resumed" not in other.log()
+
+
+def sleeping(marker: str = MARKER) -> bool:
+    """Whether a cancelled call's `sleep` runs (the host sees the sandbox's processes)."""
+    pattern = f"^sleep {marker.replace('.', '[.]')}$"
     return subprocess.run(["pgrep", "-f", pattern], capture_output=True).returncode == 0
 
 
@@ -156,3 +205,6 @@ def test_only_a_call_its_kind_declares_safe_to_repeat_is_run_again():
         kind, _, fn = classify(tools, recipient)
         assert kind is not None and disposition(kind, fn) == becomes, recipient
     assert disposition(None, "search") == "interrupt"  # no tool of the request: nothing to run again
+    python, _, fn = classify(tools, "python")
+    assert disposition(python, fn, task=True) == "resume"  # its MCP task id was checkpointed: followed
+    assert disposition(None, "python", task=True) == "interrupt"

@@ -3,11 +3,14 @@
 Two real python tool replicas (local backend: real bwrap sandboxes) behind a real gateway, spoken to in raw
 2026-07-28 JSON-RPC over httpx (the MCP SDK's client does not speak the tasks extension). A long call becomes a
 task that is polled to completion, or cancelled, which kills the sandbox's process; an unknown, forged or
-another owner's task id gets one error; a task whose replica is gone gets a clear one.
+another owner's task id gets one error; a task whose replica is gone gets a clear one. The kit's lean client
+(`McpClient`, the orchestrator's) declares the extension with an inline threshold: a short call is answered
+inline, a longer one is told as a task and polled to its real result, cancelled, or reported lost.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import uuid
@@ -22,6 +25,8 @@ import pytest
 from tests.python_sandbox.conftest import server_args
 from tests.support.gateway import GatewayProc, eventually, gateway_config, running_gateway
 from tests.support.service import Service, running_service
+from toolkit.mcpwire.client import McpClient, TaskEnded, TaskLost
+from toolkit.mcpwire.http import Pool, Timeouts
 from toolkit.tasks import EXTENSION
 from toolkit.wire import INSTANCE_HEADER, OWNER_HEADER, SECRET_ENV, sign_owner, task_instance
 
@@ -139,6 +144,52 @@ def test_unknown_forged_and_foreign_task_ids_get_one_error(fleet: Fleet) -> None
     words = {e["message"].split(": ", 1)[1] for e in errors}
     assert len(words) == 1 and "no task of this caller has that id" in words.pop(), errors
     assert _rpc(fleet.url, "tasks/get", {"taskId": mine})["result"]["taskId"] == mine  # its owner still may
+
+
+def _lean(fleet: Fleet, pool: Pool, inline_ms: int | None, owner: str = "alice") -> McpClient:
+    headers = {OWNER_HEADER: sign_owner(owner, SECRET.encode())}
+    return McpClient(pool, fleet.url, headers, timeouts=Timeouts(connect=5.0, read=60.0), inline_ms=inline_ms)
+
+
+async def test_the_lean_client_answers_a_short_call_inline_and_polls_a_long_one_as_a_task(fleet: Fleet) -> None:
+    pool, told = Pool(), []
+
+    async def on_task(task_id: str) -> None:
+        told.append(task_id)
+
+    try:
+        client = _lean(fleet, pool, inline_ms=800)
+        short = await client.call_tool("python", {"code": "print(6*7)"}, on_task)
+        assert told == [] and "42" in short["content"][0]["text"], short
+        long = await client.call_tool("python", {"code": "import time; time.sleep(2); print('slept')"}, on_task)
+        assert len(told) == 1 and task_instance(told[0]) in fleet.instances, told
+        assert "slept" in long["content"][0]["text"] and not long.get("isError"), long
+        again = await _lean(fleet, pool, None).task_result(told[0])  # followed by a client that did not start it
+        assert again["content"] == long["content"], again
+        with pytest.raises(TaskLost, match="no task of this caller"):  # another owner's id reads as unknown
+            await _lean(fleet, pool, 800, owner="mallory").task_result(told[0])
+    finally:
+        pool.close()
+
+
+async def test_the_lean_client_cancels_its_task_and_the_poll_ends_cancelled(fleet: Fleet) -> None:
+    marker = f"toolfleet-lean-{uuid.uuid4().hex}"
+    code = f"import subprocess, sys; subprocess.run([sys.executable, '-c', 'import time; time.sleep(600)', {marker!r}])"
+    pool, told = Pool(), []
+
+    async def on_task(task_id: str) -> None:
+        told.append(task_id)
+
+    try:
+        client = _lean(fleet, pool, inline_ms=0)  # no wait: a task at once
+        polled = asyncio.create_task(client.call_tool("python", {"code": code}, on_task))
+        await eventually(lambda: bool(told and _processes_with(marker)), 30, "the task's process started")
+        await client.cancel_task(told[0])
+        with pytest.raises(TaskEnded, match="cancelled"):
+            await polled
+        await eventually(lambda: not _processes_with(marker), 30, "the task's process was killed")
+    finally:
+        pool.close()
 
 
 async def test_a_task_whose_replica_is_gone_gets_a_clear_error(fleet: Fleet) -> None:

@@ -1,5 +1,5 @@
 """The task store in process: a task past its ttl is removed and read as unknown, its work cancelled if it still
-runs; an owner past its limit is refused."""
+runs; an owner past its limit is refused, unless a task whose end it already read makes room."""
 
 from __future__ import annotations
 
@@ -44,3 +44,24 @@ async def test_an_owner_past_its_limit_is_refused_and_others_are_not() -> None:
             store.create("alice", "python", _wait_forever)
         assert store.create("bob", "python", _wait_forever).owner == "bob"
     assert {t.status for t in held} == {"cancelled"}  # the server's stop cancels what still runs
+
+
+async def test_an_owner_at_its_limit_gets_the_place_of_a_task_whose_end_it_read() -> None:
+    store = TaskStore("ef" * 8, ttl_s=60, max_per_owner=2, poll_ms=100)
+
+    async def quick() -> dict[str, str]:
+        return {"done": "yes"}
+
+    async with store.running():
+        ended = store.create("alice", "python", quick)
+        store.create("alice", "python", _wait_forever)
+        with anyio.fail_after(10):
+            await ended.ended.wait()
+        with pytest.raises(MCPError, match="its limit"):  # ended, but its caller has not read it yet
+            store.create("alice", "python", _wait_forever)
+        assert store.detailed(store.get(ended.id, "alice"))["status"] == "completed"
+        assert store.create("alice", "python", _wait_forever).owner == "alice"  # took the read one's place
+        with pytest.raises(MCPError, match="its limit"):  # the running ones are never dropped
+            store.create("alice", "python", _wait_forever)
+        with pytest.raises(MCPError):
+            store.get(ended.id, "alice")
