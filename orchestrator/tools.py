@@ -7,6 +7,7 @@ model reads (an error says what went wrong), so the model can retry or answer wi
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import time
 import urllib.parse
@@ -107,13 +108,21 @@ def _trace_context(headers: dict[str, str]) -> None:
         headers[REQUEST_ID_HEADER] = rid
 
 
+@functools.lru_cache(maxsize=1024)
 def loggable(url: str) -> str:
-    """A URL without user-info, query or fragment (where clients put tokens), for logs."""
+    """A URL without user-info, query or fragment (where clients put tokens), for logs (parsed once per URL:
+    every call logs and traces its server's)."""
     try:
         parts = urllib.parse.urlsplit(url)
     except ValueError:
         return "(not a URL)"
     return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
+
+
+@functools.lru_cache(maxsize=1024)
+def _namespace(url: str) -> str | None:
+    """The first path segment of a tool URL (`{gateway}/{ns}/mcp`), for the call's span."""
+    return urllib.parse.urlsplit(url).path.strip("/").partition("/")[0] or None
 
 
 def private_session_id(conversation: str, url: str) -> str:
@@ -217,9 +226,13 @@ class ToolSessions:
     ) -> ToolOutcome:
         """Call `name` on `url`. A `client_named` server gets its own session id and no `cleanup_session`
         later (it is reached only while its request's checked address and credentials are at hand)."""
-        ns = urllib.parse.urlsplit(url).path.strip("/").partition("/")[0] or None
         with span(
-            f"tool {name}", kind=SpanKind.CLIENT, tool=name, url=loggable(url), session_id=self.session_id, namespace=ns
+            f"tool {name}",
+            kind=SpanKind.CLIENT,
+            tool=name,
+            url=loggable(url),
+            session_id=self.session_id,
+            namespace=_namespace(url),
         ) as current:
             outcome = await self._call(url, name, args, headers, address=address, client_named=client_named)
             annotate(current, outcome=outcome.kind)
