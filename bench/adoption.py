@@ -1,10 +1,12 @@
 """Background responses that outlive their replica: how long after a SIGKILL another replica adopts a running
 background response (p50, from the kill to the hold taken by the survivor, two orchestrator subprocesses on
-one redis-server, the scripted stand-in worker), and what the heartbeat costs per response and round:
-renewing the hold alone (the heartbeat before adoption: the baseline) and renewing it plus writing the
-response's newest events (now), against the same Redis in the same run.
+one redis-server, the scripted stand-in worker); what the heartbeat costs per response and round at
+`--events` events: before (the baseline, run here too: the hold renewed and the record rewritten with its
+whole event log) and now (the hold alone: the events are appended to their log as they come, whose one
+append is timed too); and what write-ahead adds before a client has an event (`responses/journal.py`).
 
-Usage: python -m bench.adoption [--kills 5] [--hold-s 2] [--responses 200] [--events 2000] [--out results.json]
+Usage: python -m bench.adoption [--kills 5] [--hold-s 2] [--responses 200] [--events 2000] [--tokens 300]
+       [--out results.json]
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import statistics
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +30,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.report import print_values, save  # noqa: E402
+from orchestrator.persist import Record  # noqa: E402
 from orchestrator.persist.redis import RedisStores  # noqa: E402
-from orchestrator.responses.checkpoint import Checkpoints, Where  # noqa: E402
 from orchestrator.responses.events import ResponseBuilder  # noqa: E402
+from orchestrator.responses.journal import Journal  # noqa: E402
+from orchestrator.settings import OrchestratorSettings  # noqa: E402
 from orchestrator.worker.scripted import Scenario, ScriptedModel, build_app  # noqa: E402
 from tests.support.asgi import serve_asgi  # noqa: E402
 from tests.support.redis import redis_server  # noqa: E402
@@ -44,6 +49,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--hold-s", type=float, default=2.0, help="--background-hold-s of the replicas")
     p.add_argument("--responses", type=int, default=200, help="background responses one heartbeat renews")
     p.add_argument("--events", type=int, default=2000, help="events each of them has so far")
+    p.add_argument("--tokens", type=int, default=300, help="deltas streamed to time the write-ahead delay")
+    p.add_argument("--token-ms", type=float, default=10.0, help="between two of them (a 100 token/s model)")
     p.add_argument("--out", default=None)
     return p.parse_args(argv)
 
@@ -53,17 +60,22 @@ def holder_of(r: redis.Redis, key: str) -> bytes | None:
     return value if isinstance(value, bytes) else None
 
 
-def one_kill(flags: list[str], survivor_url: str, r: redis.Redis, prefix: str) -> float:
-    """Seconds from a SIGKILL of the replica running a background response to its hold taken by the other."""
+def one_kill(flags: list[str], survivor_url: str, r: redis.Redis, prefix: str) -> float | None:
+    """Seconds from a SIGKILL of the replica running a background response to its hold taken by the other;
+    None when the hold lapsed before the kill (the replica starved of the CPU past its hold: no sample)."""
     with running_service(["-m", "orchestrator", *flags]) as doomed:
         body = {"input": "long job", "background": True}
         rid = httpx.post(f"{doomed.url}/v1/responses", json=body, timeout=30).json()["id"]
-        while not httpx.get(f"{survivor_url}/v1/responses/{rid}", timeout=30).json()["output"]:
-            time.sleep(0.05)  # until its answer is under way (the heartbeat stored it)
         first = holder_of(r, f"{prefix}running:{rid}")
+        while not httpx.get(f"{survivor_url}/v1/responses/{rid}", timeout=30).json()["output"]:
+            time.sleep(0.05)  # until its answer is under way (its events stored)
+        if holder_of(r, f"{prefix}running:{rid}") != first:
+            return None
         doomed.stop(signal.SIGKILL)
         killed = time.monotonic()
         while holder_of(r, f"{prefix}running:{rid}") in (first, None):
+            if time.monotonic() - killed > 120:
+                raise RuntimeError(f"{rid} was not adopted within 120 s of the kill")
             time.sleep(0.005)
         return time.monotonic() - killed
 
@@ -74,52 +86,121 @@ def adoption(args: argparse.Namespace, redis_url: str, worker_url: str) -> dict[
     flags += ["--worker-urls", f'["{worker_url}"]', "--background-hold-s", str(args.hold_s)]
     r = redis.Redis.from_url(redis_url)
     with running_service(["-m", "orchestrator", *flags]) as survivor:
-        took = [one_kill(flags, survivor.url, r, prefix) for _ in range(args.kills)]
-    p50 = statistics.median(took)
-    return {"name": "adopted after a SIGKILL (p50 from the kill)", "value": f"{p50:.2f} s", "hold_s": args.hold_s}
+        samples = [one_kill(flags, survivor.url, r, prefix) for _ in range(args.kills)]
+    took = [t for t in samples if t is not None]
+    p50 = statistics.median(took) if took else float("nan")
+    lapsed = len(samples) - len(took)  # holds that lapsed before their kill: not counted
+    name = "adopted after a SIGKILL (p50 from the kill)"
+    return {"name": name, "value": f"{p50:.2f} s", "hold_s": args.hold_s, "kills": len(took), "lapsed_before": lapsed}
 
 
-def _checkpoint(store: Any, rid: str, events: int) -> Checkpoints:
-    """A running response's checkpoint with `events` events so far (a 2,000-token answer's worth)."""
+def _events(rid: str, n: int) -> ResponseBuilder:
+    """A running response's builder with `n` events so far (a 2,000-token answer's worth)."""
     builder = ResponseBuilder({"id": rid, "status": "in_progress", "output": []})
-    for i in range(events):
+    for i in range(n):
         builder.emit("response.output_text.delta", output_index=0, item_id="msg", content_index=0, delta=f"w{i} ")
-    checkpoint = Checkpoints(store, Where(rid, [], "bench", 2, {"input": "x"}), "bench-replica")
-    checkpoint.run = type("RunView", (), {"builder": builder, "conversation": "conv_bench"})()  # type: ignore[assignment]
-    return checkpoint
+    return builder
+
+
+async def _per_response(rounds: int, ids: list[str], one_round: Callable[[], Awaitable[Any]]) -> dict[str, str]:
+    """Wall and this process's CPU time per response and round (CPU: the replica's own cost, which swings
+    less with the neighbours of a shared machine)."""
+    started, cpu = time.perf_counter(), time.process_time()
+    for _ in range(rounds):
+        await one_round()
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+    return {"value": f"{wall / rounds / len(ids) * 1e3:.3f} ms", "cpu": f"{cpu / rounds / len(ids) * 1e3:.3f} ms"}
 
 
 async def heartbeat(args: argparse.Namespace, redis_url: str) -> list[dict[str, Any]]:
-    """One heartbeat round over `--responses` responses: the hold alone (baseline), then hold + new events."""
+    """One heartbeat round over `--responses` responses of `--events` events each. Before: the hold renewed
+    and each record rewritten with its whole event log (the baseline, what the heartbeat did before the
+    log was append-only). Now: the hold alone, the events being appended as they come; and what one append
+    of a new event costs at that log length."""
     stores = RedisStores(redis_url, prefix=f"bench{uuid.uuid4().hex[:8]}:")
+    store, holder = stores.responses, "bench-replica"
     ids = [f"resp_{i}" for i in range(args.responses)]
-    checkpoints = [_checkpoint(stores.responses, rid, args.events) for rid in ids]
+    builders = [_events(rid, args.events) for rid in ids]
+
+    async def rewrite() -> None:
+        await store.hold_running(ids, 30, holder)
+        for b in builders:
+            await store.put(Record(b.id, "conv_bench", b.snapshot(), [], [], list(b.events), owner="bench"))
+
+    async def append() -> None:
+        for b in builders:
+            b.emit("response.output_text.delta", output_index=0, item_id="msg", content_index=0, delta="more ")
+            await store.append_events(b.id, len(b.events) - 1, b.events[-1:], holder, 30)
+
     try:
-        started = time.perf_counter()
-        for _ in range(5):
-            await stores.responses.hold_running(ids, 30, "bench-replica")
-        hold = (time.perf_counter() - started) / 5 / len(ids)
-        started = time.perf_counter()
-        for round_ in range(5):
-            await stores.responses.hold_running(ids, 30, "bench-replica")
-            for c in checkpoints:
-                c.run.builder.emit("response.output_text.delta", delta=f"r{round_}")  # type: ignore[union-attr]
-                await c.flush()
-        flushed = (time.perf_counter() - started) / 5 / len(ids)
+        for b in builders:
+            assert await store.append_events(b.id, 0, b.events, holder, 30)
+        before = await _per_response(5, ids, rewrite)
+        now = await _per_response(5, ids, lambda: store.hold_running(ids, 30, holder))
+        appended = await _per_response(5, ids, append)
     finally:
         await stores.aclose()
     extra = {"responses": args.responses, "events": args.events}
     return [
-        {"name": "heartbeat per response: hold only (baseline)", "value": f"{hold * 1e3:.3f} ms", **extra},
-        {"name": "heartbeat per response: hold + newest events", "value": f"{flushed * 1e3:.3f} ms", **extra},
+        {"name": "heartbeat per response: before (hold + log rewrite)", **before, **extra},
+        {"name": "heartbeat per response: now (hold only)", **now, **extra},
+        {"name": "one event appended to such a log", **appended, **extra},
     ]
+
+
+async def write_ahead(args: argparse.Namespace, redis_url: str) -> list[dict[str, Any]]:
+    """What write-ahead adds before a client has an event: from its emit to readers let have it (stored by
+    the journal), one response streaming a token every `--token-ms`, at the default flush window and none."""
+    stores = RedisStores(redis_url, prefix=f"bench{uuid.uuid4().hex[:8]}:")
+    rows = []
+    try:
+        for window in sorted({OrchestratorSettings.model_fields["event_flush_s"].default, 0.05, 0.0}, reverse=True):
+            cpu = time.process_time()
+            delays = await _delays(stores.responses, window, args)
+            cpu = (time.process_time() - cpu) / len(delays)
+            p50, p99 = statistics.median(delays), statistics.quantiles(delays, n=100)[98]
+            rows.append(
+                {
+                    "name": f"write-ahead delay, flush window {window * 1e3:.0f} ms",
+                    "value": f"{p50 * 1e3:.2f} ms",
+                    "p99": f"{p99 * 1e3:.2f} ms",
+                    "cpu_per_event": f"{cpu * 1e3:.3f} ms",
+                }
+            )
+    finally:
+        await stores.aclose()
+    return rows
+
+
+async def _delays(store: Any, window: float, args: argparse.Namespace) -> list[float]:
+    """Seconds from each event's emit to its publish, over `--tokens` deltas."""
+    builder = ResponseBuilder({"id": f"resp_{uuid.uuid4().hex}", "status": "in_progress", "output": []})
+    journal = Journal(store, builder, "bench-replica", 30, window)
+    journal.start(lambda: None)
+    emitted: list[float] = []
+    published: list[float] = []
+
+    async def read() -> None:
+        async for _ in builder.follow():
+            published.append(time.perf_counter())
+
+    reader = asyncio.create_task(read())
+    for i in range(args.tokens):
+        builder.emit("response.output_text.delta", output_index=0, item_id="msg", content_index=0, delta=f"w{i} ")
+        emitted.append(time.perf_counter())
+        await asyncio.sleep(args.token_ms / 1e3)
+    builder.finish("completed")
+    emitted.append(time.perf_counter())
+    await journal.close()
+    await reader
+    return [p - e for e, p in zip(emitted, published, strict=True)]
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     model = ScriptedModel(Scenario(default=SLOW, token_delay_s=0.01))
     with redis_server() as redis_url, serve_asgi(build_app(model)) as worker_url:
-        rows = asyncio.run(heartbeat(args, redis_url))
+        rows = asyncio.run(heartbeat(args, redis_url)) + asyncio.run(write_ahead(args, redis_url))
         rows.insert(0, adoption(args, redis_url, worker_url))
     print_values(rows, 48, 10)
     save(args.out, rows)

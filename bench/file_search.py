@@ -1,7 +1,7 @@
 """file_search: ingestion, retrieval quality, and query latency at N chunks in process and through MCP.
 
     python -m bench.file_search [--sizes 10000,100000] [--pages 24] [--pairs 200] [--queries 100]
-                                [--hnsw-max 10000] [--out FILE]
+                                [--hnsw-max 10000] [--chroma-max 10000] [--out FILE]
 
 Quality and ingestion (`bench.file_search_quality`): `--pages` pages of the Python documentation indexed with
 the real model, `--pairs` labelled queries scored by MRR@10 for BM25, vectors and hybrid; HNSW's recall@10 on
@@ -12,7 +12,10 @@ not retrieval quality. Baselines in the same run: exact top-10 in numpy over the
 MCP call the server refuses at once (the round trip's floor); then the store's hybrid search with a given
 vector, the engine's (the query embedded too), the same search through a real file_search server over
 streamable HTTP (the lean client of `bench.wire`, as the gateway's calls arrive), and usearch's HNSW for stores
-up to `--hnsw-max` chunks (building it over 100k took 11 minutes on two shared cores).
+up to `--hnsw-max` chunks (building it over 100k took 11 minutes on two shared cores). Stores up to
+`--chroma-max` chunks are built again with the `chroma` engine in a real Chroma server (`chroma run` from
+`deploy/scripts/setup_chroma.sh`'s venv): its add rate, its hybrid search time and its vector recall@10
+against exact's, same texts and vectors.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from tokenizers import Tokenizer
 from bench.file_search_quality import DOCS, hnsw, quality_rows
 from bench.report import print_rows, save
 from bench.wire import wire_session
+from tests.support.chroma import chroma_server
 from tests.support.service import running_service
 from toolkit.wire import OWNER_HEADER, sign_owner
 from tools.file_search.chunking import Chunker, StaticChunking
@@ -40,13 +44,17 @@ from tools.file_search.embedders import LocalEmbedder
 from tools.file_search.engine import Engine
 from tools.file_search.minilm import MiniLM, extract_packaged_model
 from tools.file_search.parse import extract_text
+from tools.file_search.settings import FileSearchSettings
 from tools.file_search.store import Ranking, Store
+from tools.file_search.vectors import Live, VectorEngine
+from tools.file_search.vectors.chroma import ChromaEngine
+from tools.file_search.vectors.exact import ExactEngine, ExactIndex
 
 QUERIES = ["how do I sort a list by a key", "open a file for reading", "regular expression groups", "thread pool"]
 OWNER = "bench"
 DIMS = 384
 PER_FILE = 1000
-"""Chunks per file of the latency stores: each add rewrites the matrix, so many small files would cost N^2."""
+"""Chunks per file of the latency stores."""
 
 
 def summary(samples: list[float]) -> dict[str, float]:
@@ -92,9 +100,9 @@ def unit_vectors(rng: np.random.Generator, n: int) -> np.ndarray:
     return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
-def build_store(directory: Path, texts: list[str]) -> tuple[Store, dict[str, Any]]:
+def build_store(directory: Path, texts: list[str], vectors: VectorEngine) -> tuple[Store, dict[str, Any]]:
     rng = np.random.default_rng(0)
-    store, started = Store(directory), time.perf_counter()
+    store, started = Store(directory, vectors), time.perf_counter()
     for i in range(0, len(texts), PER_FILE):
         part = texts[i : i + PER_FILE]
         meta = {"file_id": f"file-{i}", "filename": f"part-{i}.txt", "attributes": {"n": i}, "bytes": 0}
@@ -105,7 +113,8 @@ def build_store(directory: Path, texts: list[str]) -> tuple[Store, dict[str, Any
 
 async def in_process_rows(store: Store, engine: Engine, size: int, n: int, hnsw_max: int) -> list[dict[str, Any]]:
     queries = unit_vectors(np.random.default_rng(1), 50)
-    matrix = np.load(store.directory / "vectors.npy", mmap_mode="r")
+    matrix = ExactIndex(store.directory).matrix()
+    assert matrix is not None
 
     def exact(i: int) -> None:
         scores = matrix @ queries[i % len(queries)]
@@ -158,13 +167,38 @@ async def searched(session: Any, args: dict[str, Any], error: bool) -> None:
         raise RuntimeError(f"search {args}: {answer.text[:300]}")
 
 
-async def latency_rows(model_dir: Path, root: Path, sizes: list[int], n: int, hnsw_max: int) -> list[dict[str, Any]]:
+def chroma_rows(exact: Store, texts: list[str], root: Path, n: int) -> list[dict[str, Any]]:
+    """The same store (same texts, same vectors) in a real Chroma server: its add rate, its search time beside
+    exact's, and its vector recall@10 against exact's over the 50 query vectors."""
+    size = len(texts)
+    with chroma_server(root / "chroma") as url:
+        engine = ChromaEngine(FileSearchSettings(vector_engine="chroma", chroma_url=url))
+        store, added = build_store(root / f"chroma-{size}", texts, engine)
+        queries = unit_vectors(np.random.default_rng(1), 50)
+        live = Live.of(store.files(), complete=True)
+        found = [store.vectors.query(q, live, 10) for q in queries]
+        truth = [exact.vectors.query(q, live, 10) for q in queries]
+        recall = np.mean([len(set(f) & set(t)) / 10 for f, t in zip(found, truth, strict=True)])
+        timed_search = timed(lambda i: store.search(queries[i % 50], QUERIES[i % 4], 10, None, Ranking()), n)
+        engine.close()
+    return [
+        {**added, "name": f"{size}: chroma, add with given vectors (store + server)"},
+        {"name": f"{size}: chroma vector recall@10 vs exact", "recall@10": round(float(recall), 3)},
+        {"name": f"{size}: chroma store hybrid search, given vector", **timed_search},
+    ]
+
+
+async def latency_rows(model_dir: Path, root: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
+    sizes, n = [int(s) for s in args.sizes.split(",")], args.queries
     texts = corpus_texts(model_dir, max(sizes))
-    engine = Engine(root, LocalEmbedder(model_dir, 32), Chunker(Tokenizer.from_file(str(model_dir / "tokenizer.json"))))
+    chunker = Chunker(Tokenizer.from_file(str(model_dir / "tokenizer.json")))
+    engine = Engine(root, LocalEmbedder(model_dir, 32), chunker, ExactEngine())
     rows: list[dict[str, Any]] = []
     for size in sizes:
-        store, added = build_store(root / "stores" / OWNER / f"vs_{size}", texts[:size])
-        rows += [added, *await in_process_rows(store, engine, size, n, hnsw_max)]
+        store, added = build_store(root / "stores" / OWNER / f"vs_{size}", texts[:size], ExactEngine())
+        rows += [added, *await in_process_rows(store, engine, size, n, args.hnsw_max)]
+        if size <= args.chroma_max:
+            rows += chroma_rows(store, texts[:size], root / "chroma", n)
     flags = ["-m", "tools.file_search", "--data-dir", str(root), "--model-dir", str(model_dir), "--drain-s", "0"]
     with running_service(flags, timeout_s=120) as svc:
         rows += await mcp_rows(svc.url, sizes, n)
@@ -179,6 +213,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--queries", type=int, default=100, help="timed queries per latency row")
     parser.add_argument("--hnsw-max", type=int, default=10_000, help="largest store also indexed by usearch HNSW")
+    parser.add_argument("--chroma-max", type=int, default=10_000, help="largest store also put in Chroma (0: none)")
     parser.add_argument("--out")
     return parser.parse_args()
 
@@ -192,7 +227,7 @@ def main() -> None:
         rows = asyncio.run(quality_rows(model_dir, root / "quality", args.pages, args.pairs, args.seed))
         model = MiniLM(model_dir)
         rows.append({"name": "embed one query (local model)", **timed(lambda i: model.encode([QUERIES[0]]), 20)})
-        rows += asyncio.run(latency_rows(model_dir, root / "latency", sizes, args.queries, args.hnsw_max))
+        rows += asyncio.run(latency_rows(model_dir, root / "latency", args))
     blas = os.environ.get("OPENBLAS_NUM_THREADS", "default")  # the local model's speed on a shared machine hangs on it
     print_rows([*rows, {"name": "OPENBLAS_NUM_THREADS", "value": blas}], width=56)
     save(args.out, rows, sizes=sizes, pages=args.pages, pairs=args.pairs, seed=args.seed, openblas_threads=blas)

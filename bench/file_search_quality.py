@@ -26,6 +26,7 @@ from tools.file_search.chunking import AUTO, Chunker
 from tools.file_search.embedders import LocalEmbedder
 from tools.file_search.engine import Engine
 from tools.file_search.store import Ranking, Store
+from tools.file_search.vectors.exact import ExactEngine, ExactIndex
 
 DOCS = Path("/usr/share/doc/python3-doc/html")
 OWNER, STORE = "bench", "vs_quality"
@@ -121,13 +122,14 @@ async def quality_rows(model_dir: Path, root: Path, pages: int, pairs: int, seed
     """Index the sampled pages, then score the sampled pairs each way; the ingestion row comes first."""
     chosen, asked = labelled_set(pages, pairs, seed)
     embedder = LocalEmbedder(model_dir, 32)
-    engine = Engine(root, embedder, Chunker(Tokenizer.from_file(str(model_dir / "tokenizer.json"))))
+    chunker = Chunker(Tokenizer.from_file(str(model_dir / "tokenizer.json")))
+    engine = Engine(root, embedder, chunker, ExactEngine())
     rows = [await index_pages(engine, chosen)]
-    store = Store(root / "stores" / OWNER / STORE)
+    store = Store(root / "stores" / OWNER / STORE, ExactEngine())
     vectors = await embedder.embed([pair.query for pair in asked])
     rows.append({"name": "labelled set", "pages": len(chosen), "pairs": len(asked), "seed": seed})
     rows += mrr_rows(store, asked, vectors)
     rows.append({"name": "store vector recall@10 vs exact", "recall@10": 1.0, "why": "the store's search is exact"})
-    matrix = np.ascontiguousarray(np.load(store.directory / "vectors.npy"))
+    matrix = np.ascontiguousarray(ExactIndex(store.directory).matrix())
     rows.append(hnsw(matrix, vectors, "these pages' chunk vectors, the labelled queries")[0])
     return rows

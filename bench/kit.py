@@ -56,9 +56,10 @@ async def _nothing(_key: str) -> _Nothing:
     return _Nothing()
 
 
-def kit_app() -> ASGIApp:
+def kit_app(settings: ToolServerSettings | None = None) -> ASGIApp:
+    """A kit server whose one tool, `noop`, runs in the caller's session (`bench.console` holds 1,000 of them)."""
     mcp = MCPServer("kit")
-    kit: ToolServer[_Nothing] = ToolServer(mcp, ToolServerSettings(), _nothing)
+    kit: ToolServer[_Nothing] = ToolServer(mcp, settings or ToolServerSettings(), _nothing)
 
     @mcp.tool()
     async def noop(ctx: Context) -> str:

@@ -181,11 +181,12 @@ class _SdkTools(ToolSessions):
         super().__init__(session_id="c")
         self._sdk = client
 
-    async def _get(self, url: str, headers: Any, address: Any, session_id: str) -> Any:
+    async def _get(self, url: str, *_: Any) -> Any:
         return self
 
-    async def call_tool(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
-        """The SDK's result read as the old `_answered` read it (attributes, no re-serialisation)."""
+    async def call_tool(self, name: str, args: dict[str, Any], on_task: Any = None) -> dict[str, Any]:
+        """The SDK's result read as the old `_answered` read it (attributes, no re-serialisation). `on_task` is
+        for a call that becomes an MCP task: the bench's `print(6*7)` never does (the caller checks each answer)."""
         result = await self._sdk.call_tool(name, args)
         content = [{"type": part.type, "text": getattr(part, "text", "")} for part in result.content]
         return {"content": content, "isError": result.is_error, "structuredContent": result.structured_content}
@@ -210,6 +211,20 @@ async def _no_client(url: str) -> AsyncIterator[ToolSessions]:
     yield _InstantTools(session_id="c")
 
 
+class _WaitingTools(ToolSessions):
+    """A tool that answers in-process after a 0.5 ms wait: the loop sleeps and wakes once per call, as it does
+    for a tool server's answer, with no client code at all (on a loaded machine that wake alone costs CPU)."""
+
+    async def call(self, url: str, name: str, args: dict[str, Any], headers: dict[str, str] | None = None):
+        await asyncio.sleep(0.0005)
+        return ToolOutcome("42\n")
+
+
+@contextlib.asynccontextmanager
+async def _waiting(url: str) -> AsyncIterator[ToolSessions]:
+    yield _WaitingTools(session_id="c")
+
+
 @contextlib.asynccontextmanager
 async def _lean_sessions(url: str) -> AsyncIterator[ToolSessions]:
     sessions = ToolSessions(session_id="c")
@@ -224,7 +239,7 @@ async def _cpu_per_turn(turns: int, url: str, client: str) -> float:
     enc = h.encoding()
     call = enc.encode("<|channel|>analysis to=python<|message|>print(6*7)<|call|>", allowed_special="all")
     final = enc.encode("<|channel|>final<|message|>42<|return|>", allowed_special="all")
-    opened = {"sdk": _sdk_sessions, "lean": _lean_sessions, "none": _no_client}[client](url)
+    opened = {"sdk": _sdk_sessions, "lean": _lean_sessions, "none": _no_client, "wait": _waiting}[client](url)
     async with opened as sessions:
         warm, _ = _run(lambda i: call if i < 3 else final, [{"type": "code_interpreter"}], 10, None, sessions, url)
         await run(warm)  # the era negotiated and the connection open, as in a conversation's later turns
@@ -235,6 +250,9 @@ async def _cpu_per_turn(turns: int, url: str, client: str) -> float:
         await run(r)
         elapsed = time.process_time() - start
     assert counts[0] == turns + 1 and r.builder.body["status"] == "completed", (counts, r.builder.body["status"])
+    calls = [item for item in r.builder.body["output"] if item["type"] == "code_interpreter_call"]
+    failed = [item for item in calls if item.get("outputs") != [{"type": "logs", "logs": "42\n"}]]
+    assert len(calls) == turns and not failed, f"{client}: a call the tool did not answer: {failed[:1]}"
     return elapsed / turns * 1000
 
 
@@ -257,7 +275,9 @@ def _tool_server():
 def bench_tool_turn_cpu(turns: int) -> list[dict[str, Any]]:
     """The orchestrator's CPU per tool turn with the MCP client included, lean and SDK, over one server. The
     service's JSON logging at INFO is on (one `tool.call` line per call is part of the cost), written to
-    /dev/null: the loggers first used here keep that sink for the rest of this process."""
+    /dev/null: the loggers first used here keep that sink for the rest of this process. The row of a tool
+    that answers in-process after a wait is the floor under the client rows: the loop sleeping and waking
+    once per call, which a call to a server in another process cannot avoid either."""
     from toolkit.logging import configure_logging
 
     rows = []
@@ -266,6 +286,7 @@ def bench_tool_turn_cpu(turns: int) -> list[dict[str, Any]]:
         configure_logging("INFO", service="orchestrator")
         clients = (
             ("none", "no MCP client: the tool answers in-process"),
+            ("wait", "no MCP client: the tool answers in-process after 0.5 ms"),
             ("lean", "MCP client included: the kit's lean client"),
             ("sdk", "MCP client included: the mcp SDK's client"),
         )

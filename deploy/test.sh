@@ -10,6 +10,8 @@ echo "[test] vLLM CPU worker and tiny gpt-oss model for the slow tests (first ru
 bash deploy/scripts/setup_vllm_cpu.sh
 echo "[test] the real clients for tests/clients: Codex CLI (npm), openai-agents, langchain-openai, litellm (PyPI), in .cache/clients"
 bash deploy/scripts/setup_clients.sh
+echo "[test] Chroma's server (chromadb from PyPI) for the file_search chroma engine's tests, in .cache/chroma (first run ~2 min)"
+bash deploy/scripts/setup_chroma.sh >/dev/null
 echo "[test] ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check . >/dev/null || { .venv/bin/ruff format --diff . | head -50; exit 1; }

@@ -7,7 +7,8 @@ import json
 import structlog
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.asgi import send_bytes, send_error, send_json
+from gateway import sessionlist
+from gateway.asgi import read_body, send_bytes, send_error, send_json
 from gateway.errors import GatewayError, UnknownNamespace
 from gateway.legacy import handle_messages, handle_sse
 from gateway.lifecycle import running
@@ -45,7 +46,7 @@ def build_app(gw: Gateway) -> ASGIApp:
         elif path == "/metrics":
             await _metrics(gw, send)
         elif parts[0] == "admin":
-            await _admin(gw, scope, parts, send)
+            await _admin(gw, scope, receive, parts, send)
         else:
             await send_error(send, None, UnknownNamespace(f"no route for {path!r}; use /<namespace>/mcp or /sse"))
 
@@ -111,12 +112,18 @@ async def _metrics(gw: Gateway, send: Send) -> None:
     await send_bytes(send, 200, gw.metrics.render(), b"text/plain; version=0.0.4")
 
 
-async def _admin(gw: Gateway, scope: Scope, parts: list[str], send: Send) -> None:
+async def _admin(gw: Gateway, scope: Scope, receive: Receive, parts: list[str], send: Send) -> None:
     """`GET /admin/tools`: pending tool changes (with the approved and pending texts); `POST
     /admin/tools/<ns>/approve` or `reject`: decide them; `GET /admin/status`: readiness with every replica's URL
-    and state."""
+    and state; `GET /admin/sessions` and `POST /admin/sessions/end`: every replica's sandbox sessions, and ending
+    one (`sessionlist`)."""
     try:
-        if parts == ["admin", "status"] and scope["method"] == "GET":
+        if parts == ["admin", "sessions"] and scope["method"] == "GET":
+            await send_json(send, 200, {"namespaces": await sessionlist.listing(gw)})
+        elif parts == ["admin", "sessions", "end"] and scope["method"] == "POST":
+            asked = await read_body(scope, receive, gw.cfg.security.max_body_bytes)
+            await send_json(send, 200, await sessionlist.end(gw, asked))
+        elif parts == ["admin", "status"] and scope["method"] == "GET":
             await send_json(send, 200, {"ready": _ready(gw), "namespaces": await _status(gw)})
         elif parts == ["admin", "tools"] and scope["method"] == "GET":
             await send_json(send, 200, {n: ns.guard.report() for n, ns in gw.namespaces.items()})

@@ -17,11 +17,13 @@ from gateway.discovery import discover_forever, getaddrinfo, probe_now
 from gateway.health import probe_forever, reap_forever
 from gateway.service import Gateway, Resolver
 from gateway.store import Store
+from toolkit.wire import fleet_secret
 
 
 def build_gateway(cfg: GatewayConfig, *, store: Store | None = None, resolver: Resolver = getaddrinfo) -> Gateway:
     """A gateway whose calls that find no available replica probe the ones down once, at once."""
     gw = Gateway(cfg, store=store, resolver=resolver)
+    fleet_secret()  # the tool servers' admin token's key (`sessionlist`): read now, not on the event loop
     gw.router.revive = functools.partial(probe_now, gw)
     return gw
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -34,8 +35,10 @@ from orchestrator.kinds import SANDBOX_NAMESPACES
 from orchestrator.metrics import LatencyMiddleware, OrchestratorMetrics
 from orchestrator.persist import Stores, open_stores
 from orchestrator.responses.service import ResponsesService
+from orchestrator.responses.settle import Settled
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.tools import Endpoints, cleanup_sessions, close_pools
+from orchestrator.usage import Usage
 from orchestrator.worker.affinity import Affinity, MemoryAffinity, NoAffinity, RedisAffinity
 from orchestrator.worker.client import Chat, Generate, WorkerPool
 from toolkit.tracing import TracingMiddleware
@@ -76,6 +79,7 @@ def create_app(
     # a container's tool sessions (in its sandboxes) go with it
     containers = Containers.from_settings(files, settings, on_drop=lambda cid: cleanup_sessions(cid, sandboxes))
     metrics = OrchestratorMetrics(pool, lambda: len(service.live))  # `service` is read when the gauge is
+    usage = Usage(stores.usage, metrics.count_key)
     service = ResponsesService(
         settings,
         generate=generate,
@@ -86,22 +90,32 @@ def create_app(
         chat=chat or (pool.chat if pool is not None else None),
         api_for=pool.api_for if pool is not None else None,
         count_chat=pool.count_chat if pool is not None else None,
-        on_settled=metrics.settled,
+        on_settled=_settled(metrics, usage),
     )
+    service.limits.count_refusals(usage.refused)
     keys = ApiKeys(load_keys(settings))
-    app = FastAPI(
-        title="toolfleet orchestrator", lifespan=_lifespan(settings, keys, stores, pool, service), responses=ERRORS
-    )
-    _wrap(app, settings, keys, service, metrics)
+    lifespan = _lifespan(settings, keys, stores, pool, service, usage)
+    app = FastAPI(title="toolfleet orchestrator", lifespan=lifespan, responses=ERRORS)
+    _wrap(app, settings, keys, service, metrics, usage)
     app.state.service = service
     app.state.stores = stores
     app.state.files = files
     app.state.containers = containers
-    deps = Deps(settings, service, pool, files, containers, metrics)
+    deps = Deps(settings, service, pool, files, containers, metrics, usage)
     for resource in RESOURCES:
         app.include_router(resource.router(deps))
     orchestrator.console.router.mount(app, deps)
     return app
+
+
+def _settled(metrics: OrchestratorMetrics, usage: Usage) -> Settled:
+    """What a finished response tells: the metrics (fleet totals) and the usage of its key."""
+
+    def settled(owner: str, status: str, used: dict[str, Any] | None, calls: list[tuple[str, str]]) -> None:
+        metrics.settled(status, used, calls)
+        usage.settled(owner, used, calls)
+
+    return settled
 
 
 def _pool(settings: OrchestratorSettings) -> WorkerPool:
@@ -129,7 +143,12 @@ def _affinity(settings: OrchestratorSettings) -> Affinity:
 
 
 def _lifespan(
-    settings: OrchestratorSettings, keys: ApiKeys, stores: Stores, pool: WorkerPool | None, service: ResponsesService
+    settings: OrchestratorSettings,
+    keys: ApiKeys,
+    stores: Stores,
+    pool: WorkerPool | None,
+    service: ResponsesService,
+    usage: Usage,
 ) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]:
     """Start-up checks the store and warns of an open service; the pool and the service run while the app does."""
 
@@ -140,7 +159,7 @@ def _lifespan(
         if pool is not None:
             await pool.start()
         try:
-            async with service.running():
+            async with service.running(), usage.running():
                 yield
         finally:
             if pool is not None:
@@ -152,10 +171,16 @@ def _lifespan(
 
 
 def _wrap(
-    app: FastAPI, settings: OrchestratorSettings, keys: ApiKeys, service: ResponsesService, metrics: OrchestratorMetrics
+    app: FastAPI,
+    settings: OrchestratorSettings,
+    keys: ApiKeys,
+    service: ResponsesService,
+    metrics: OrchestratorMetrics,
+    usage: Usage,
 ) -> None:
     """The middleware, each added outside the one before, and the one error handler."""
-    app.add_middleware(AuthMiddleware, keys=keys, rate=service.limits.rate, metrics_token=settings.metrics_token)
+    rate, token = service.limits.rate, settings.metrics_token
+    app.add_middleware(AuthMiddleware, keys=keys, rate=rate, metrics_token=token, counted=usage.request)
     app.add_middleware(BodyLimitMiddleware, limits=BodyLimits(settings.max_body_bytes, settings.max_file_bytes))
     app.add_middleware(LatencyMiddleware, metrics=metrics)
     app.add_middleware(ConsoleHeaders)  # outside the body limit and auth: their refusals carry the CSP too

@@ -44,8 +44,18 @@ class OrchestratorMetrics:
             ["namespace", "outcome"],
             registry=r,
         )
+        self.per_key = Counter(
+            "toolfleet_orchestrator_key_usage",
+            "Usage per API key id, counted by this replica (requests, responses, tokens_in, tokens_out, tool_calls,"
+            " limit:rate, limit:running, limit:sockets); the key ids are the configured keys' (and anonymous)",
+            ["key", "counter"],
+            registry=r,
+        )
         if pool is not None:
             r.register(_WorkerCollector(pool))
+
+    def count_key(self, key: str, counter: str, n: int) -> None:
+        self.per_key.labels(key, counter).inc(n)
 
     def settled(self, status: str, usage: dict[str, Any] | None, tool_calls: list[tuple[str, str]]) -> None:
         """One finished response: its status, its token usage and the outcome of each tool call it made."""

@@ -111,6 +111,13 @@ class OrchestratorSettings(ServiceSettings):
     )
     max_tool_calls: int = Field(32, description="tool calls per response when the request sets none")
     tool_timeout_s: float = Field(120.0, description="give up on one tool call after this long")
+    tool_task_after_ms: int | None = Field(
+        1000,
+        ge=0,
+        description="a call to a fleet tool that may run long (python, exec) still running after this long becomes"
+        " an MCP task, polled, so a background response's call outlives this replica (another resumes it by its"
+        " task id) and a cancel stops it; `null`: no tasks",
+    )
     session_idle_s: float = Field(
         1200.0,
         description="clean up a stored conversation's tool sessions when idle; idle order: the owner cleans up"
@@ -122,6 +129,12 @@ class OrchestratorSettings(ServiceSettings):
         30.0,
         description="a background response holds its place in the shared store this long, renewed every third;"
         " one whose replica stopped (killed, a lost node) is adopted by another replica once its hold lapses",
+    )
+    event_flush_s: float = Field(
+        0.02,
+        ge=0,
+        description="a background response's events are stored in batches, one per this window, before any"
+        " client is sent them (write-ahead, so an adopting replica never numbers other text the same)",
     )
     identity: str | None = Field(None, description="model identity line of the system message")
     date: str | None = Field(None, description="conversation start date (default: today)")

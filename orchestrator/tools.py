@@ -7,10 +7,12 @@ model reads (an error says what went wrong), so the model can retry or answer wi
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import time
 import urllib.parse
 import weakref
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +24,7 @@ from orchestrator.guard.addresses import hide
 from orchestrator.harmony import Namespace
 from orchestrator.settings import KEEPALIVE_EXPIRY_S
 from toolkit.handles import ARGUMENT as HANDLE_ARGUMENT
-from toolkit.mcpwire.client import McpClient
+from toolkit.mcpwire.client import McpClient, TaskLost
 from toolkit.mcpwire.http import ClosedUnanswered, ConnectFailed, Pool, ProtocolError, Timeouts
 from toolkit.tracing import annotate, current_request_id, inject, span
 from toolkit.wire import ANONYMOUS, MEMORY_HEADER, OWNER_HEADER, REQUEST_ID_HEADER, SESSION_HEADER, sign_owner
@@ -88,11 +90,14 @@ def _client(
     timeout_s: float,
     address: str | None = None,
     keepalive_s: float = KEEPALIVE_EXPIRY_S,
+    inline_ms: int | None = None,
 ) -> McpClient:
     """An MCP client of `url`; with `address`, every connection goes to that checked IP (no proxy, no DNS), with
-    the URL's host in `Host` and TLS SNI. It follows no redirect: an answer elsewhere is an error."""
+    the URL's host in `Host` and TLS SNI. It follows no redirect: an answer elsewhere is an error. `inline_ms`:
+    it takes MCP tasks, for calls still running after that long."""
     timeouts = Timeouts(connect=5.0, read=timeout_s)
-    return McpClient(_pool(keepalive_s), url, headers, timeouts=timeouts, address=address, stamp=_trace_context)
+    pool = _pool(keepalive_s)
+    return McpClient(pool, url, headers, timeouts=timeouts, address=address, stamp=_trace_context, inline_ms=inline_ms)
 
 
 def _trace_context(headers: dict[str, str]) -> None:
@@ -103,13 +108,21 @@ def _trace_context(headers: dict[str, str]) -> None:
         headers[REQUEST_ID_HEADER] = rid
 
 
+@functools.lru_cache(maxsize=1024)
 def loggable(url: str) -> str:
-    """A URL without user-info, query or fragment (where clients put tokens), for logs."""
+    """A URL without user-info, query or fragment (where clients put tokens), for logs (parsed once per URL:
+    every call logs and traces its server's)."""
     try:
         parts = urllib.parse.urlsplit(url)
     except ValueError:
         return "(not a URL)"
     return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
+
+
+@functools.lru_cache(maxsize=1024)
+def _namespace(url: str) -> str | None:
+    """The first path segment of a tool URL (`{gateway}/{ns}/mcp`), for the call's span."""
+    return urllib.parse.urlsplit(url).path.strip("/").partition("/")[0] or None
 
 
 def private_session_id(conversation: str, url: str) -> str:
@@ -121,6 +134,25 @@ def private_session_id(conversation: str, url: str) -> str:
 def _error_text(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
+
+LOST_TASK = (
+    "Error: this call was interrupted before the tool answered (the server running it stopped), and its task is"
+    " gone: what it did, if anything, is unknown. Check before calling it again."
+)
+
+
+@dataclass
+class Resume:
+    """A call adopted in flight (`adopt.go_on`): its MCP task at `url` is followed instead of calling again;
+    `rerun`: the call may be made again if the task is lost."""
+
+    url: str
+    task_id: str
+    rerun: bool = False
+
+
+OnTask = Callable[[str, str], Awaitable[object]]
+"""(url, task id): a call became an MCP task (the checkpoint records it before the first poll)."""
 
 _BROKEN = (ProtocolError, ClosedUnanswered, ConnectionError, asyncio.IncompleteReadError)
 """How a call fails when its connection breaks under it (the gateway replica relaying it was killed)."""
@@ -136,6 +168,7 @@ class ToolSessions:
         timeout_s: float = 120.0,
         keepalive_s: float = KEEPALIVE_EXPIRY_S,
         owner: str = ANONYMOUS,
+        task_after_ms: int | None = None,
     ) -> None:
         self.session_id = session_id
         self.timeout_s = timeout_s
@@ -150,15 +183,26 @@ class ToolSessions:
         # URL -> the sandbox size (MiB) a container asks there, above the tool server's default
         self.sizes: dict[str, int] = {}
         self._clients: dict[tuple[str, str | None, tuple[tuple[str, str], ...]], McpClient] = {}
+        self.task_after_ms = task_after_ms
+        """Calls to the fleet's servers still running after this long become MCP tasks (None: never)."""
+        self.on_task: OnTask | None = None
+        self.resuming: Resume | None = None
+        """Set by an adopting replica: the next call follows this task instead of calling."""
+        self.tasks: dict[str, McpClient] = {}
+        """The tasks of calls in flight, or left by a call cancelled mid-poll (`cancel_tasks`)."""
 
-    async def _get(self, url: str, headers: dict[str, str] | None, address: str | None, session_id: str) -> McpClient:
+    async def _get(
+        self, url: str, headers: dict[str, str] | None, address: str | None, session_id: str, fleet: bool = True
+    ) -> McpClient:
         """The client of `url` with these headers, its era negotiated; one that fails to open is not kept, so
-        the next call tries again."""
+        the next call tries again. Only a `fleet` server's calls become tasks (a client-named server's task
+        could not be followed by another replica, which holds neither its checked address nor credentials)."""
         merged = {**(headers or {}), SESSION_HEADER: session_id}
         key = (url, address, tuple(sorted(merged.items())))
         client = self._clients.get(key)
         if client is None:  # kept before it opens: a concurrent call waits for the one negotiation
-            client = self._clients[key] = _client(url, merged, self.timeout_s, address, self.keepalive_s)
+            inline = self.task_after_ms if fleet else None
+            client = self._clients[key] = _client(url, merged, self.timeout_s, address, self.keepalive_s, inline)
         if client.version is not None:
             return client
         try:
@@ -182,9 +226,13 @@ class ToolSessions:
     ) -> ToolOutcome:
         """Call `name` on `url`. A `client_named` server gets its own session id and no `cleanup_session`
         later (it is reached only while its request's checked address and credentials are at hand)."""
-        ns = urllib.parse.urlsplit(url).path.strip("/").partition("/")[0] or None
         with span(
-            f"tool {name}", kind=SpanKind.CLIENT, tool=name, url=loggable(url), session_id=self.session_id, namespace=ns
+            f"tool {name}",
+            kind=SpanKind.CLIENT,
+            tool=name,
+            url=loggable(url),
+            session_id=self.session_id,
+            namespace=_namespace(url),
         ) as current:
             outcome = await self._call(url, name, args, headers, address=address, client_named=client_named)
             annotate(current, outcome=outcome.kind)
@@ -209,21 +257,90 @@ class ToolSessions:
         if not client_named:
             headers = self._owned(headers)
         try:
-            client = await self._get(url, headers, address, session_id)
+            client = await self._get(url, headers, address, session_id, not client_named)
             if not client_named and url not in self.named:
                 self.used.add(url)
             async with asyncio.timeout(self.timeout_s):  # asyncio's own: a third of anyio's cost, per call
-                outcome = _answered(await client.call_tool(name, args))
+                outcome = _answered(await self._invoke(client, url, name, args))
         except Exception as exc:
+            if isinstance(exc, TimeoutError):  # given up on: its task's work is stopped too
+                await self.cancel_tasks()
             outcome = self._failed(url, name, exc)
         finally:
             ms = round((time.perf_counter() - start) * 1000, 2)
             log.info("tool.call", url=loggable(url), tool=name, ms=ms, outcome=outcome.kind, session_id=session_id)
         return outcome
 
+    async def _invoke(self, client: McpClient, url: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
+        """`tools/call`, or the task an adopted call left (`resuming`). A task is kept in `tasks` until its
+        call ends; a call cancelled mid-poll leaves it there: a cancelled response cancels it (`cancel_tasks`),
+        a replica handing the response over leaves it to the next."""
+        resume, self.resuming = self.resuming, None
+        started: list[str] = []
+
+        async def record(task_id: str) -> None:
+            started.append(task_id)
+            self.tasks[task_id] = client
+            if self.on_task is not None:
+                await self.on_task(url, task_id)
+            log.info("tool.task_started", task_id=task_id, url=loggable(url), tool=name)
+
+        try:
+            if resume is not None and (result := await self._resumed(client, url, resume, record)) is not None:
+                return result
+            result = await client.call_tool(name, args, record)
+        except asyncio.CancelledError:
+            raise
+        except BaseException:
+            self._forget(started)
+            raise
+        self._forget(started)
+        return result
+
+    def _forget(self, task_ids: list[str]) -> None:
+        for task_id in task_ids:
+            self.tasks.pop(task_id, None)
+
+    async def _resumed(
+        self, client: McpClient, url: str, resume: Resume, record: Callable[[str], Awaitable[None]]
+    ) -> dict[str, Any] | None:
+        """The result of the task an adopted call left; None: it is lost and the call may run again."""
+        try:
+            if resume.url != url:
+                raise TaskLost(f"its server moved ({loggable(resume.url)} then, {loggable(url)} now)")
+            await record(resume.task_id)
+            log.info("tool.task_followed", task_id=resume.task_id, url=loggable(url))
+            return await client.task_result(resume.task_id)
+        except TaskLost as exc:
+            then = "rerun" if resume.rerun else "interrupt"
+            log.warning("tool.task_lost", task_id=resume.task_id, error=str(exc), then=then)
+            if not resume.rerun:
+                raise
+            return None
+
+    async def cancel_tasks(self) -> None:
+        """Cancel the tasks of calls in flight (the response was cancelled, or gave up on the call): the
+        server stops their work. Best effort, bounded in time, shielded from the caller's own cancel."""
+        tasks, self.tasks = self.tasks, {}
+        with anyio.CancelScope(shield=True):
+            for task_id, client in tasks.items():
+                try:
+                    with anyio.fail_after(5):
+                        await client.cancel_task(task_id)
+                    log.info("tool.task_cancelled", task_id=task_id)
+                except Exception as exc:
+                    log.warning("tool.task_cancel_failed", task_id=task_id, error=_error_text(exc))
+
+    async def cancel_task(self, url: str, task_id: str) -> None:
+        """Cancel a task a stopped replica's call left (a response cancelled before another adopted it)."""
+        self.tasks[task_id] = await self._get(url, self._owned(None), None, self.session_id)
+        await self.cancel_tasks()
+
     def _failed(self, url: str, name: str, exc: Exception) -> ToolOutcome:
         """What the model reads of a call that failed: the failures are told apart for it and for the metrics."""
         match exc:
+            case TaskLost():
+                return ToolOutcome(LOST_TASK, True, outcome="interrupted")
             case ToolUnavailable():
                 return ToolOutcome(f"Error: {exc}", True, outcome="unavailable")
             case TimeoutError():

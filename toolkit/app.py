@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 
-from toolkit import handles
+from toolkit import admin, handles
 from toolkit.answers import SingleAnswerSessionManager
 from toolkit.callers import Callers
 from toolkit.drain import Drain
@@ -59,6 +59,8 @@ class Served(Protocol):
     keeper: SnapshotKeeper | None
     tasks: TaskStore
 
+    async def end_session(self, key: str, owner: str | None = None) -> bool: ...
+
 
 def build_app(server: Served) -> Front:
     """`/sse` + `/messages/`, `/mcp`, `/healthz`, `/readyz`, `/metrics` behind `Front` (whose `drain`
@@ -85,6 +87,7 @@ def build_app(server: Served) -> Front:
             Route("/healthz", healthz),
             Route("/readyz", readyz),
             Route("/metrics", server.metrics.endpoint),
+            *admin.routes(server),
         ],
         lifespan=_lifespan(server, manager),
     )

@@ -15,6 +15,10 @@ that could not be saved stays, served as above. A replica that handed sessions o
 period, refusing their calls: the gateway must hear that it drains (from a refusal or its next health probe)
 before it stops, for a replica that vanishes unannounced is taken for killed, and its sessions for lost.
 
+MCP tasks are waited for too: a draining replica starts none (the draining answer), still answers `tasks/*`
+about its own, and at the end of the grace period ends the ones still working `failed` with the reason (their
+processes killed), then gives each caller up to `LAST_WORD_S` to read it.
+
 Every answer also carries `Toolfleet-Room` (sessions this replica can still open), from which the gateway
 places a new session on the replica with the most room.
 """
@@ -22,6 +26,7 @@ places a new session on the replica with the most room.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 import anyio
 import structlog
@@ -38,6 +43,21 @@ DRAINED_CODE = -32001
 DRAINED_WORDS = "this replica is draining (shutting down): it takes no new session; another replica will"
 
 
+LAST_WORD_S = 5.0
+"""How long a drain that failed its unfinished tasks at its deadline waits for their callers to read why."""
+
+
+class DrainedTasks(Protocol):
+    """What a drain needs of the replica's MCP tasks (`toolkit.tasks.TaskStore`)."""
+
+    @property
+    def working(self) -> int: ...
+
+    def refuse_new(self) -> None: ...
+
+    async def fail_working(self, why: str, told_within_s: float) -> int: ...
+
+
 class Drain:
     """A replica's drain state, shared by its front (`toolkit.front`), its `/readyz` and `toolkit.serve`."""
 
@@ -49,8 +69,10 @@ class Drain:
         hand_over: Callable[[], Awaitable[int]] | None = None,
         *,
         instance: str,
+        tasks: DrainedTasks | None = None,
     ) -> None:
         self._holds, self._sessions, self._room, self._hand_over = holds, sessions, room, hand_over
+        self._tasks = tasks
         self.instance = instance
         """This replica's instance id, stamped on every answer (`INSTANCE_HEADER`)."""
         self.draining = False
@@ -59,31 +81,41 @@ class Drain:
         """Set when a session ends or a call finishes, while a drain waits."""
 
     async def __call__(self, grace_s: float) -> None:
-        """Stop taking sessions and wait, at most `grace_s`, for those held to end (or be handed over) and calls in
-        flight to finish."""
+        """Stop taking sessions and tasks and wait, at most `grace_s`, for the sessions held to end (or be handed
+        over), calls in flight to finish and MCP tasks to end; a task still working then ends `failed`."""
         self.draining = True
+        if self._tasks is not None:
+            self._tasks.refuse_new()
         log.info("server.draining", sessions=self._sessions(), in_flight=self.in_flight, grace_s=grace_s)
         handed = 0
         with anyio.move_on_after(grace_s) as scope:
-            while self._sessions() or self.in_flight:
+            while self._busy():
                 self._changed = anyio.Event()  # before handing over: a change meanwhile is not missed
                 if self._hand_over is not None:
                     handed += await self._hand_over()
-                if self._sessions() or self.in_flight:
+                if self._busy():
                     await self._changed.wait()
             if handed:  # see the module's docstring: the gateway must hear of the drain first
                 await anyio.sleep_forever()
+        failed = 0
+        if self._tasks is not None and self._tasks.working:
+            why = f"the tool server stopped: its drain ({grace_s:g} s) ended before the task did"
+            failed = await self._tasks.fail_working(why, LAST_WORD_S)
         log.info(
             "server.drained",
             sessions=self._sessions(),
             in_flight=self.in_flight,
             handed_over=handed,
+            tasks_failed=failed,
             graced=scope.cancel_called,
         )
 
+    def _busy(self) -> bool:
+        return bool(self._sessions() or self.in_flight or (self._tasks is not None and self._tasks.working))
+
     def changed(self) -> None:
-        """A session ended or a call finished: a waiting drain looks again (it may be over, or have more to hand
-        over)."""
+        """A session ended, a call finished or a task ended: a waiting drain looks again (it may be over, or have
+        more to hand over)."""
         if self._changed is not None:
             self._changed.set()
 
@@ -94,6 +126,8 @@ class Drain:
         if scope["path"] != "/mcp" or scope["method"] != "POST":
             return False
         headers = Headers(scope=scope)
+        if headers.get("mcp-method", "").startswith("tasks/"):
+            return False  # a task of this replica's: read, answered or cancelled while the drain waits for it
         if (sid := headers.get(SESSION_HEADER)) is not None:
             return not self._holds(sid)  # in an MCP session too: its state was handed over, or never began here
         handle = headers.get(f"mcp-param-{handles.HEADER_TOKEN.lower()}")

@@ -34,6 +34,7 @@ from toolkit.settings import ToolServerSettings
 from toolkit.signature import Body, ToolSignature
 from toolkit.snapshots.autosave import Autosave
 from toolkit.snapshots.keeper import SnapshotKeeper
+from toolkit.task_counts import running_counts
 from toolkit.tasks import Tasks, TaskStore, cancelled_task
 from toolkit.tracing import annotate, extract, request_context, span
 from toolkit.wire import MEMORY_HEADER, REQUEST_ID_HEADER, fleet_secret, size_refusal
@@ -165,15 +166,25 @@ def _kept_by(
     return keeper
 
 
-def _drain(sessions: SessionRegistry[S], max_sessions: int, keeper: SnapshotKeeper | None, instance: str) -> Drain:
-    """The replica's drain: with a snapshot store, it hands its sessions over to other replicas as it goes."""
-    return Drain(
+def _tasks(settings: ToolServerSettings) -> TaskStore:
+    """The replica's MCP tasks, its instance id new at each start, their owners counted where configured."""
+    counts = running_counts(settings.task_counts_url)
+    return TaskStore(secrets.token_hex(8), settings.task_ttl_s, settings.max_tasks_per_owner, TASK_POLL_MS, counts)
+
+
+def _drain(sessions: SessionRegistry[S], max_sessions: int, keeper: SnapshotKeeper | None, tasks: TaskStore) -> Drain:
+    """The replica's drain: with a snapshot store, it hands its sessions over to other replicas as it goes; it
+    waits for the MCP tasks too."""
+    drain = Drain(
         holds=sessions.__contains__,
         sessions=sessions.__len__,
         room=lambda: max_sessions - len(sessions),
         hand_over=sessions.hand_over if keeper is not None and keeper.store.enabled else None,
-        instance=instance,
+        instance=tasks.instance,
+        tasks=tasks,
     )
+    tasks.on_end = drain.changed
+    return drain
 
 
 class ToolServer(Generic[S]):
@@ -212,9 +223,9 @@ class ToolServer(Generic[S]):
         self._reads: set[str] = set()  # tools that never change a session's state: they arm no background save
         fleet_secret()  # read (or made) now, not on the event loop by the first call
         self.loops = Loops()
-        self.tasks = TaskStore(secrets.token_hex(8), settings.task_ttl_s, settings.max_tasks_per_owner, TASK_POLL_MS)
+        self.tasks = _tasks(settings)
         self._long: list[str] = []  # the tools that run as MCP tasks for a client that declared the extension
-        self.drain = _drain(self.sessions, settings.max_sessions, keeper, self.tasks.instance)
+        self.drain = _drain(self.sessions, settings.max_sessions, keeper, self.tasks)
         self.sessions.on_change = self._sessions_changed
         self.callers = Callers(self.sessions, Handles(self.namespace), settings.session_ttl_s, keeper)
         self.backend = lifespan
@@ -235,12 +246,19 @@ class ToolServer(Generic[S]):
         if session_handle == handles.NEW:
             raise BadHandle(f"cleanup_session ends a session: pass its handle, not {handles.NEW!r}")
         async with self.observed("cleanup_session", ctx, session_handle) as who:
-            freed = not who.once and await self.sessions.close(who.key)
-            if self.keeper is not None and not who.once:
-                await self.keeper.forget(who.key, who.owner)
+            freed = not who.once and await self.end_session(who.key, who.owner)
         if who.once:
             return "this call names no session (no x-session-id, MCP session or session_handle): nothing to clean up"
         return f"session {who.key} cleaned up" if freed else f"session {who.key} held nothing"
+
+    async def end_session(self, key: str, owner: str | None = None) -> bool:
+        """End a session on purpose (`cleanup_session`, or an operator through `toolkit.admin`): its sandbox is
+        closed and its snapshot forgotten; True when it was held. `owner` None: the held session's own."""
+        owner = owner or self.sessions.owner_of(key)
+        freed = await self.sessions.close(key)
+        if self.keeper is not None and owner is not None:
+            await self.keeper.forget(key, owner)
+        return freed
 
     @contextlib.asynccontextmanager
     async def observed(self, tool: str, ctx: Context, handle: str | None = None) -> AsyncIterator[Identity]:

@@ -59,11 +59,26 @@ class _Entry(Generic[S]):
     state: S
     owner: str
     last_used: float = field(default_factory=time.monotonic)
+    started: float = field(default_factory=time.monotonic)
     busy: int = 0
+    saved_at: float | None = None  # wall clock of its last background snapshot (for the operator's listing)
     reset: str | None = None  # why the state this one replaces went (evicted, reaped, a lost replica): told once
     restored: str | None = None  # the notice of a snapshot this state was restored from: told once
     unsaved: str | None = None  # why its background save failed, until told (once for each new reason)
     told_unsaved: str | None = None
+
+
+@dataclass(frozen=True)
+class Held:
+    """One session as the operator's listing shows it (`SessionRegistry.listing`)."""
+
+    key: str
+    owner: str
+    idle_s: float
+    age_s: float
+    busy: bool
+    saved_at: float | None
+    state: object
 
 
 REAPED_MEMORY = 4096
@@ -118,7 +133,26 @@ class _Notices(Generic[S]):
         return entry.told_unsaved
 
 
-class SessionRegistry(_Notices[S]):
+class _Census(Generic[S]):
+    """The sessions held, as an operator lists them (`toolkit.admin`)."""
+
+    _entries: dict[str, _Entry[S]]
+
+    def listing(self) -> list[Held]:
+        """Every session held now, by key (the operator's view: `toolkit.admin`), with no state read from it."""
+        now = time.monotonic()
+        return [
+            Held(key, e.owner, now - e.last_used, now - e.started, e.busy > 0, e.saved_at, e.state)
+            for key, e in sorted(self._entries.items())
+        ]
+
+    def owner_of(self, key: str) -> str | None:
+        """Whose session `key` is, while it is held."""
+        entry = self._entries.get(key)
+        return entry.owner if entry is not None else None
+
+
+class SessionRegistry(_Notices[S], _Census[S]):
     """Maps a session key to its state; creation is serialized per key so one key never gets two states."""
 
     def __init__(
@@ -261,6 +295,7 @@ class SessionRegistry(_Notices[S]):
         why = taken if isinstance(taken, str) else await keeper.put(taken)
         if why is None:
             entry.unsaved = entry.told_unsaved = None
+            entry.saved_at = time.time()
         elif why != entry.told_unsaved:
             entry.unsaved = why
 

@@ -64,7 +64,15 @@ class ToolServerSettings(ServiceSettings):
         " work is cancelled (its sandbox's process killed) if it still runs: keep it above the tools' timeouts",
     )
     max_tasks_per_owner: int = Field(
-        16, ge=1, description="MCP tasks one owner holds at most (running or kept until their ttl): more are refused"
+        16,
+        ge=1,
+        description="MCP tasks one owner (API key) runs at once: more are refused (a finished task, kept until its"
+        " ttl, no longer counts); across the fleet with --task-counts-url, else on each replica",
+    )
+    task_counts_url: str | None = Field(
+        None,
+        description="Redis URL where every replica counts its owners' running MCP tasks, so --max-tasks-per-owner"
+        " holds across the fleet (a killed replica's counts lapse in 30 s); unset: each replica counts its own",
     )
     max_body_bytes: int = Field(4 * 1024 * 1024, description="largest accepted request body")
     accepted_host_headers: list[str] = Field(

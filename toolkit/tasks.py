@@ -4,14 +4,25 @@ A call to a tool that declares it may run long, from a client that declared the 
 with a task (`resultType: "task"`); the call goes on in the server's own task group, outliving the HTTP request,
 and the client polls `tasks/get` for its status and, once it ends, its inlined result, or stops it with
 `tasks/cancel`. Task ids are sealed for their owner and carry this replica's instance id (`toolkit.wire`), so
-the gateway routes them without a lookup and an id of another owner reads exactly as an unknown one. Tasks are
-bounded per owner; a task is kept `ttl_s` from its creation and then removed, its work cancelled if it still
-runs. Cancelling reaches the sandbox: the call's session is closed (`ToolServer.call`), killing the process.
+the gateway routes them without a lookup and an id of another owner reads exactly as an unknown one. An owner
+runs a bounded number of tasks at once (`toolkit.task_counts`: per replica, or across the fleet); a task is kept
+`ttl_s` from its creation and then removed, its work cancelled if it still runs. Cancelling reaches the sandbox:
+the call's session is closed (`ToolServer.call`), killing the process.
+
+A task may ask its client for input mid-run (`ask`): it reads `input_required`, with the pending requests
+inlined on `tasks/get`, until `tasks/update` answers them (one at a time or together). A tool that gathers its
+input first, in SEP-2322 rounds answered at once (`Resolve`/`Elicit`), is a "gathering" tool: its call becomes a
+task only when it says it has what it needs (`escalate`), so its input rounds never carry a task id.
+
+A client may set the fleet's own `inlineWithinMs` in its declaration of the extension (the orchestrator does):
+a call that ends within that time is answered inline, as without the extension, and only a longer one becomes
+a task (the spec leaves whether to make a task to the server, per request).
 """
 
 from __future__ import annotations
 
 import contextlib
+import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar
@@ -26,16 +37,20 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension, MethodBinding
 from mcp.server.mcpserver.server import require_client_extension
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolRequestParams, RequestParams
-from mcp_types.jsonrpc import HEADER_MISMATCH, INTERNAL_ERROR, INVALID_PARAMS
+from mcp_types import CallToolRequestParams, ClientCapabilities, RequestParams
+from mcp_types.jsonrpc import HEADER_MISMATCH, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 from pydantic import BaseModel, Field
 
+from toolkit.drain import DRAINED_CODE, DRAINED_WORDS
+from toolkit.task_counts import LEASE_S, ReplicaCounts, RunningCounts
 from toolkit.wire import OWNER_HEADER, read_owner, seal_task, task_instance, unknown_task
 
 log = structlog.get_logger(__name__)
 
 EXTENSION = "io.modelcontextprotocol/tasks"
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
+ASKABLE = {"elicitation/create": "elicitation", "sampling/createMessage": "sampling", "roots/list": "roots"}
+"""The requests a task may ask its client, each with the client capability it needs."""
 
 
 class TaskParams(RequestParams):
@@ -47,12 +62,23 @@ class UpdateParams(TaskParams):
 
 
 @dataclass(eq=False)
+class _Asked:
+    """One request a task put to its client, waiting for its answer."""
+
+    request: dict[str, Any]
+    answered: anyio.Event = field(default_factory=anyio.Event)
+    response: Any = None
+
+
+@dataclass(eq=False)
 class Task:
     """One task: its status and, once it ended, its result or its error."""
 
     id: str
     owner: str
     tool: str
+    can_answer: frozenset[str] = frozenset()
+    """The client capabilities its creator declared: which requests `ask` may put to it."""
     created: datetime = field(default_factory=lambda: datetime.now(UTC))
     updated: datetime = field(default_factory=lambda: datetime.now(UTC))
     started: float = field(default_factory=time.monotonic)
@@ -60,6 +86,13 @@ class Task:
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    asked: dict[str, _Asked] = field(default_factory=dict)
+    """Requests waiting for the client's `tasks/update`, by the key they were put under."""
+    escalated: bool = False
+    decided: anyio.Event = field(default_factory=anyio.Event)
+    """Set when the work ended or escalated: what a gathering tool's call waits for."""
+    told: anyio.Event = field(default_factory=anyio.Event)
+    """Set once `tasks/get` read it ended: what a drain that failed it waits for."""
 
     def settle(self, status: str, *, result: dict[str, Any] | None = None, error: dict[str, Any] | None = None) -> None:
         if self.status in TERMINAL:
@@ -67,15 +100,51 @@ class Task:
         self.status, self.result, self.error = status, result, error
         self.updated = datetime.now(UTC)
 
+    def waits(self) -> None:
+        """Its status follows its unanswered requests: `input_required` while any is left, else `working`."""
+        if self.status not in TERMINAL:
+            self.status = "input_required" if self.asked else "working"
+            self.updated = datetime.now(UTC)
+
 
 CURRENT_TASK: ContextVar[Task | None] = ContextVar("toolfleet_task", default=None)
 """The task the current call runs as, if any: a call cancelled as its task was ends its session."""
 
 
 def cancelled_task() -> bool:
-    """Whether the current call runs as a task that was cancelled (or expired): its sandbox must be killed."""
+    """Whether the current call runs as a task whose work was stopped (cancelled, expired, or failed by a drain's
+    deadline): its sandbox must be killed."""
     task = CURRENT_TASK.get()
-    return task is not None and task.status == "cancelled"
+    return task is not None and task.scope.cancel_called
+
+
+def escalate() -> None:
+    """Called by a gathering tool once its input rounds are over: its call is answered with a task from here on
+    (and runs on as one). Outside a task it does nothing: the call simply goes on."""
+    if (task := CURRENT_TASK.get()) is not None and not task.decided.is_set():
+        task.escalated = True
+        task.decided.set()
+
+
+async def ask(method: str, params: Mapping[str, Any]) -> Any:
+    """Put a request (`elicitation/create`, `sampling/createMessage`, `roots/list`) to the client of the task this
+    call runs as, and wait for its answer: meanwhile the task reads `input_required` with the request among its
+    `inputRequests`. Only a call running as a task can ask this way; a client that did not declare the
+    capability the request needs is never asked."""
+    task = CURRENT_TASK.get()
+    if task is None or not task.escalated:
+        raise MCPError(INVALID_REQUEST, f"{method} mid-call needs a task: this call does not run as one")
+    if ASKABLE.get(method) not in task.can_answer:
+        raise MCPError(INVALID_REQUEST, f"the client did not declare what {method} needs, so it cannot be asked")
+    key = secrets.token_hex(8)
+    asked = task.asked[key] = _Asked({"method": method, "params": dict(params)})
+    task.waits()
+    try:
+        await asked.answered.wait()
+    finally:
+        task.asked.pop(key, None)
+        task.waits()
+    return asked.response
 
 
 def _stamp(when: datetime) -> str:
@@ -87,18 +156,30 @@ def _unknown(task_id: object) -> MCPError:
 
 
 class TaskStore:
-    """This replica's tasks: made, run in the store's own task group, read, cancelled, expired."""
+    """This replica's tasks: made, run in the store's own task group, read, answered, cancelled, expired."""
 
-    def __init__(self, instance: str, ttl_s: float, max_per_owner: int, poll_ms: int) -> None:
+    def __init__(
+        self, instance: str, ttl_s: float, max_per_owner: int, poll_ms: int, counts: RunningCounts | None = None
+    ) -> None:
         self.instance = instance
         self.ttl_s = ttl_s
         self.max_per_owner = max_per_owner
         self.poll_ms = poll_ms
+        self.counts = counts or ReplicaCounts()
         self._tasks: dict[str, Task] = {}
+        self._running: dict[str, Task] = {}
         self._tg: TaskGroup | None = None
+        self.draining = False
+        self.on_end: Callable[[], None] = lambda: None
+        """Called as a task's work ends: a drain waiting for tasks looks again."""
 
     def __len__(self) -> int:
         return len(self._tasks)
+
+    @property
+    def working(self) -> int:
+        """Tasks whose work still runs here (what a drain waits for)."""
+        return len(self._running)
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -106,42 +187,98 @@ class TaskStore:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             tg.start_soon(self._expire_forever)
+            tg.start_soon(self._renew_forever)
             try:
                 yield
             finally:
                 self._tg = None
-                for task in self._tasks.values():
+                for task in list(self._running.values()):
                     self._cancel(task, "the server stopped")
                 tg.cancel_scope.cancel()
 
-    def create(self, owner: str, tool: str, work: Callable[[], Awaitable[HandlerResult]]) -> Task:
-        """A new task running `work`; refused when the owner holds its limit or the server is not running."""
-        if self._tg is None:
+    def refuse_new(self) -> None:
+        """Start no more tasks: a drain began (`toolkit.drain`)."""
+        self.draining = True
+
+    async def fail_working(self, why: str, told_within_s: float) -> int:
+        """End every task still working as `failed` with `why` (its work cancelled, its sandbox's process killed),
+        then wait, at most `told_within_s`, for each to be read once by `tasks/get`: its caller learns why."""
+        ended = list(self._running.values())
+        for task in ended:
+            self._cancel(task, why, "failed")
+        with anyio.move_on_after(told_within_s):
+            for task in ended:
+                await task.told.wait()
+        return len(ended)
+
+    async def create(
+        self,
+        owner: str,
+        tool: str,
+        work: Callable[[], Awaitable[HandlerResult]],
+        *,
+        published: bool = True,
+        can_answer: frozenset[str] = frozenset(),
+    ) -> Task:
+        """A new task running `work`; refused when the owner runs its limit or the server is not running. An
+        unpublished task (a gathering tool's call) is not found by its id until `publish`."""
+        if self.draining:
+            raise MCPError(DRAINED_CODE, DRAINED_WORDS)
+        if (tg := self._tg) is None:
             raise MCPError(INTERNAL_ERROR, "this tool server is stopping: it starts no task")
-        held = sum(1 for t in self._tasks.values() if t.owner == owner)
-        if held >= self.max_per_owner:
+        task = Task(seal_task(self.instance, owner), owner, tool, can_answer, escalated=published)
+        try:
+            held = await self.counts.take(owner, task.id, self.max_per_owner)
+        except Exception as exc:  # Redis unreachable: no task starts uncounted
+            raise MCPError(INTERNAL_ERROR, f"the running tasks could not be counted ({exc}): no task started") from exc
+        if held is not None:
             raise MCPError(
                 INVALID_PARAMS,
-                f"this caller holds {held} tasks on this replica, its limit: wait for one to end and its ttl "
-                f"({self.ttl_s:g} s) to pass, or cancel one",
+                f"this caller runs {held} tasks {self.counts.scope}, its limit: wait for one to end, or cancel one",
             )
-        task = Task(seal_task(self.instance, owner), owner, tool)
-        self._tasks[task.id] = task
-        self._tg.start_soon(self._run, task, work)
-        log.info("task.created", task_id=task.id, tool=tool, owner=owner)
+        self._running[task.id] = task
+        if published:
+            self.publish(task)
+        tg.start_soon(self._run, task, work)
+        log.info("task.created", task_id=task.id, tool=tool, owner=owner, published=published)
         return task
+
+    def publish(self, task: Task) -> None:
+        self._tasks[task.id] = task
 
     async def _run(self, task: Task, work: Callable[[], Awaitable[HandlerResult]]) -> None:
         CURRENT_TASK.set(task)
-        with task.scope:
-            try:
+        try:
+            with task.scope:
                 task.settle("completed", result=_dump(await work()))
-            except MCPError as exc:
-                task.settle("failed", error=exc.error.model_dump(mode="json", exclude_none=True))
-            except Exception as exc:
-                log.exception("task.failed", task_id=task.id)
-                task.settle("failed", error={"code": INTERNAL_ERROR, "message": f"the tool call failed: {exc}"})
+        except MCPError as exc:
+            task.settle("failed", error=exc.error.model_dump(mode="json", exclude_none=True))
+        except Exception as exc:
+            log.exception("task.failed", task_id=task.id)
+            task.settle("failed", error={"code": INTERNAL_ERROR, "message": f"the tool call failed: {exc}"})
+        finally:
+            del self._running[task.id]
+            task.decided.set()
+            with anyio.CancelScope(shield=True):
+                await self.counts.release(task.owner, task.id)
+            self.on_end()
         log.info("task.ended", task_id=task.id, status=task.status)
+
+    async def inline(self, task: Task, within_s: float) -> HandlerResult | None:
+        """The task's result when it ends within `within_s` (the task is then forgotten: its caller never
+        heard of it), else None. A caller gone before then never learns the id: the task is cancelled."""
+        try:
+            with anyio.move_on_after(within_s):
+                await task.decided.wait()
+        except anyio.get_cancelled_exc_class():
+            self._cancel(task, "its caller went away before it became a task")
+            raise
+        if not task.decided.is_set():
+            return None
+        del self._tasks[task.id]
+        if task.error is not None:
+            raise MCPError(int(task.error.get("code", INTERNAL_ERROR)), str(task.error.get("message")))
+        return task.result
 
     def get(self, task_id: str, owner: str) -> Task:
         """The owner's task of that id; any other id gets the one refusal (`unknown_task`)."""
@@ -154,11 +291,23 @@ class TaskStore:
         self._cancel(self.get(task_id, owner), "cancelled by its caller")
 
     @staticmethod
-    def _cancel(task: Task, why: str) -> None:
+    def _cancel(task: Task, why: str, status: str = "cancelled") -> None:
         if task.status not in TERMINAL:
-            task.settle("cancelled", error={"code": INTERNAL_ERROR, "message": why})
+            task.settle(status, error={"code": INTERNAL_ERROR, "message": why})
             task.scope.cancel()
-            log.info("task.cancelled", task_id=task.id, why=why)
+            log.info("task.cancelled", task_id=task.id, why=why, status=status)
+
+    @staticmethod
+    def update(task: Task, responses: Mapping[str, Any]) -> None:
+        """Answer the task's pending requests named in `responses` (keys it did not ask are ignored); it stays
+        `input_required` while any request is left unanswered."""
+        if task.status != "input_required":
+            raise MCPError(INVALID_PARAMS, f"task {task.id!r} is {task.status}, not input_required: it takes no input")
+        for key in responses.keys() & task.asked.keys():
+            asked = task.asked.pop(key)
+            asked.response = responses[key]
+            asked.answered.set()
+        task.waits()
 
     def _expired(self, task: Task) -> bool:
         return time.monotonic() - task.started >= self.ttl_s
@@ -177,12 +326,23 @@ class TaskStore:
             if removed := self.expire():
                 log.info("tasks.expired", count=removed)
 
+    async def _renew_forever(self) -> None:
+        while True:
+            await anyio.sleep(LEASE_S / 3)
+            try:
+                await self.counts.renew({t.id: t.owner for t in self._running.values()})
+            except Exception as exc:  # the next round tries again; a lease lapses only after three misses
+                log.warning("tasks.renew_failed", error=str(exc))
+
     def detailed(self, task: Task) -> dict[str, Any]:
-        """`tasks/get`'s answer: the task, with its result (completed) or error (failed) inlined."""
+        """`tasks/get`'s answer: the task, with its pending requests (input_required), result (completed) or error
+        (failed) inlined."""
         body = self.envelope(task)
-        if task.status == "working":
+        if task.status in ("working", "input_required"):
             body["statusMessage"] = f"running for {time.monotonic() - task.started:.0f} s"
-        if task.status == "completed":
+        if task.status == "input_required":
+            body["inputRequests"] = {key: asked.request for key, asked in task.asked.items()}
+        elif task.status == "completed":
             body["result"] = task.result
         elif task.status == "failed":
             body["error"] = task.error
@@ -222,9 +382,26 @@ def _checked(ctx: ServerRequestContext[Any, Any], params: TaskParams) -> str:
     return _owner(ctx)
 
 
+def _capabilities(ctx: ServerRequestContext[Any, Any]) -> ClientCapabilities | None:
+    return ctx.session.client_capabilities
+
+
 def _declared(ctx: ServerRequestContext[Any, Any]) -> bool:
-    capabilities = ctx.session.client_capabilities
+    capabilities = _capabilities(ctx)
     return bool(capabilities and capabilities.extensions and EXTENSION in capabilities.extensions)
+
+
+def _inline_s(ctx: ServerRequestContext[Any, Any]) -> float:
+    """How long the client asked a call to be awaited before it becomes a task (`inlineWithinMs`; 0: none)."""
+    capabilities = ctx.session.client_capabilities
+    settings = (capabilities.extensions or {}).get(EXTENSION) if capabilities else None
+    ms = settings.get("inlineWithinMs") if isinstance(settings, dict) else None
+    return min(float(ms), 600_000.0) / 1000 if isinstance(ms, int) and not isinstance(ms, bool) and ms > 0 else 0.0
+
+
+def _can_answer(ctx: ServerRequestContext[Any, Any]) -> frozenset[str]:
+    capabilities = _capabilities(ctx)
+    return frozenset(c for c in ASKABLE.values() if capabilities and getattr(capabilities, c, None) is not None)
 
 
 class Tasks(Extension):
@@ -232,12 +409,21 @@ class Tasks(Extension):
 
     identifier = EXTENSION
 
-    def __init__(self, store: TaskStore, *, long: Sequence[str] = (), required: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        store: TaskStore,
+        *,
+        long: Sequence[str] = (),
+        required: Sequence[str] = (),
+        gathering: Sequence[str] = (),
+    ) -> None:
         self.store = store
-        self.long = set(long) | set(required)
+        self.long = set(long) | set(required) | set(gathering)
         """Tools that run as a task for a client that declared the extension."""
         self.required = set(required)
         """Tools that run only as a task: a client without the extension is refused (-32021)."""
+        self.gathering = set(gathering)
+        """Tools whose call becomes a task only once they `escalate` (their input rounds are answered at once)."""
 
     def methods(self) -> Sequence[MethodBinding]:
         return (
@@ -255,17 +441,40 @@ class Tasks(Extension):
             require_client_extension(ctx, EXTENSION)
         elif not _declared(ctx):
             return await call_next(ctx)
-        task = self.store.create(_owner(ctx), params.name, lambda: call_next(ctx))
+        gathers = params.name in self.gathering
+        task = await self.store.create(
+            _owner(ctx), params.name, lambda: call_next(ctx), published=not gathers, can_answer=_can_answer(ctx)
+        )
+        if gathers:
+            try:
+                await task.decided.wait()
+            finally:
+                if not task.decided.is_set():  # its caller went away before it became a task
+                    task.scope.cancel()
+            if not task.escalated:  # it answered before it became a task: an input round, or its result
+                return _answer(task)
+            self.store.publish(task)
+        elif (within := _inline_s(ctx)) and (result := await self.store.inline(task, within)) is not None:
+            return result
         return self.store.envelope(task) | {"resultType": "task"}
 
     async def _get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
-        return self.store.detailed(self.store.get(params.task_id, _checked(ctx, params)))
+        task = self.store.get(params.task_id, _checked(ctx, params))
+        if task.status in TERMINAL:
+            task.told.set()
+        return self.store.detailed(task)
 
     async def _update(self, ctx: ServerRequestContext[Any, Any], params: UpdateParams) -> dict[str, Any]:
-        """No tool of ours asks its caller for input mid-task, so no task is ever `input_required`."""
-        task = self.store.get(params.task_id, _checked(ctx, params))
-        raise MCPError(INVALID_PARAMS, f"task {task.id!r} is {task.status}, not input_required: it takes no input")
+        self.store.update(self.store.get(params.task_id, _checked(ctx, params)), params.input_responses)
+        return {"resultType": "complete"}
 
     async def _cancel(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
         self.store.cancel(params.task_id, _checked(ctx, params))
         return {"resultType": "complete"}
+
+
+def _answer(task: Task) -> HandlerResult:
+    """What a call that ended before it became a task answers: its result, or its error raised again."""
+    if task.error is not None:
+        raise MCPError(task.error.get("code", INTERNAL_ERROR), task.error.get("message", ""), task.error.get("data"))
+    return task.result

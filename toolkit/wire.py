@@ -94,6 +94,12 @@ def fleet_key(purpose: str) -> bytes:
     return hmac.new(fleet_secret(), f"toolfleet key: {purpose}".encode(), hashlib.sha256).digest()
 
 
+def admin_token() -> str:
+    """The bearer token of a tool server's `/admin` routes (`toolkit.admin`): the gateway's, derived from the fleet
+    secret, so only a service of the fleet lists or ends sessions; never a client's key."""
+    return fleet_key("admin").hex()
+
+
 def _mac(owner: str, secret: bytes) -> str:
     return hmac.new(secret, b"owner:" + owner.encode(), hashlib.sha256).hexdigest()[:32]
 

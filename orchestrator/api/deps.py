@@ -9,6 +9,7 @@ from orchestrator.files import Files
 from orchestrator.metrics import OrchestratorMetrics
 from orchestrator.responses.service import ResponsesService
 from orchestrator.settings import OrchestratorSettings
+from orchestrator.usage import Usage
 from orchestrator.worker.client import WorkerPool
 
 
@@ -23,3 +24,4 @@ class Deps:
     files: Files
     containers: Containers
     metrics: OrchestratorMetrics
+    usage: Usage  # counted per key, fleet-wide (the console's Keys page)

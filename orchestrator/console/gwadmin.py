@@ -1,6 +1,7 @@
 """The gateway's admin API as the console reads and acts through it (`GET /admin/status`, `GET /admin/tools`,
-`POST /admin/tools/{ns}/approve` and `reject`). A gateway that cannot be reached or answers an error is a `GatewayDown`
-whose message the page shows in place of the data, so a page never breaks."""
+`POST /admin/tools/{ns}/approve` and `reject`, `GET /admin/sessions`, `POST /admin/sessions/end`). A gateway
+that cannot be reached or answers an error is a `GatewayDown` whose message the page shows in place of the data,
+so a page never breaks."""
 
 from __future__ import annotations
 
@@ -11,6 +12,15 @@ from typing import Any
 import httpx
 
 TIMEOUT_S = 5.0
+
+
+def _said(answer: httpx.Response) -> str | None:
+    """The gateway's own words for a refusal (its JSON-RPC error's message), where it gave some."""
+    try:
+        message = answer.json()["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return str(message)
 
 
 class GatewayDown(Exception):
@@ -32,17 +42,20 @@ class GatewayAdmin:
             yield
         self._http = None
 
-    async def _call(self, method: str, path: str) -> Any:
+    async def _call(self, method: str, path: str, body: dict[str, str] | None = None) -> Any:
         if self.url is None:
             raise GatewayDown("this orchestrator runs without a gateway (--tools-url '')")
         if self._http is None:
             raise GatewayDown("the console is not running (the app has not started or is stopping)")
         try:
-            answer = await self._http.request(method, self.url + path, headers=self._headers)
+            answer = await self._http.request(method, self.url + path, headers=self._headers, json=body)
         except httpx.HTTPError as exc:
             raise GatewayDown(f"the gateway at {self.url} could not be reached: {type(exc).__name__}") from exc
         if answer.status_code != 200:
-            raise GatewayDown(f"the gateway at {self.url} answered {method} {path} with HTTP {answer.status_code}")
+            said = f" ({why})" if (why := _said(answer)) else ""
+            raise GatewayDown(
+                f"the gateway at {self.url} answered {method} {path} with HTTP {answer.status_code}{said}"
+            )
         return answer.json()
 
     async def status(self) -> dict[str, Any]:
@@ -60,3 +73,16 @@ class GatewayAdmin:
         """Approve or reject (`decision`) a namespace's pending definitions; the tools decided."""
         body = await self._call("POST", f"/admin/tools/{namespace}/{decision}")
         return list(body.get("approved" if decision == "approve" else "rejected", []))
+
+    async def sessions(self) -> dict[str, dict[str, Any]]:
+        """Per namespace, per replica URL: its sandbox sessions (`sessions`, `total`) or why it was not read
+        (`error`)."""
+        body = await self._call("GET", "/admin/sessions")
+        return dict(body.get("namespaces", {}))
+
+    async def end_session(self, namespace: str, replica: str, session: str) -> bool:
+        """End one session on one replica, as `cleanup_session` would; whether the replica still held it."""
+        body = await self._call(
+            "POST", "/admin/sessions/end", {"namespace": namespace, "replica": replica, "session": session}
+        )
+        return bool(body.get("ended"))

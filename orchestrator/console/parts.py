@@ -23,6 +23,7 @@ class Parts:
     deps: Deps
     sessions: ConsoleSessions
     gateway: GatewayAdmin
+    clients: frozenset[str] = frozenset()  # the configured client keys' ids (the Keys page lists each)
     started: float = field(default_factory=time.time)  # this replica's start, for its uptime
     throttle: LoginThrottle = field(default_factory=LoginThrottle)  # failed logins, per address and in all
 

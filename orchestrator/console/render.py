@@ -76,12 +76,21 @@ def duration(seconds: float) -> str:
     return f"{seconds / 86400:.1f} d"
 
 
+def size(n: float) -> str:
+    """Bytes in the largest binary unit that keeps them readable: 512 B, 3.2 KiB, 41.0 MiB, 1.2 GiB."""
+    for unit in ("B", "KiB", "MiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
 def percent(part: float | None, whole: float | None) -> str:
     return "not reported" if not whole or part is None else f"{100 * part / whole:.1f} %"
 
 
 ENV = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]))
-ENV.filters.update(when=when, duration=duration)
+ENV.filters.update(when=when, duration=duration, size=size)
 ENV.globals.update(percent=percent)
 
 

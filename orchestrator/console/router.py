@@ -9,25 +9,25 @@ from fastapi import APIRouter, FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from orchestrator.api.deps import Deps
-from orchestrator.console import approvals, calls, fleet, live, login, traces
+from orchestrator.console import approvals, calls, fleet, keys, live, login, toolsessions, traces
 from orchestrator.console.gwadmin import GatewayAdmin
 from orchestrator.console.parts import Parts
 from orchestrator.console.relay import RedisRelay
 from orchestrator.console.render import HERE
 from orchestrator.console.session import ConsoleSessions
-from orchestrator.guard.auth import load_admin_keys
+from orchestrator.guard.auth import ApiKeys, load_admin_keys, load_keys
 from orchestrator.persist.redis import RedisStores
 
-PAGES = (login, fleet, live, calls, approvals, traces)
+PAGES = (login, fleet, live, calls, toolsessions, approvals, keys, traces)
 
 
 def mount(app: FastAPI, deps: Deps) -> None:
     """The console's pages and `/console/static` on the app, and while it runs the gateway admin client and,
     with a Redis store, the tool-call relay."""
     settings = deps.settings
-    parts = Parts(
-        deps, ConsoleSessions(load_admin_keys(settings)), GatewayAdmin(settings.tools_url, settings.gateway_admin_token)
-    )
+    gateway = GatewayAdmin(settings.tools_url, settings.gateway_admin_token)
+    clients = ApiKeys(load_keys(settings)).ids()
+    parts = Parts(deps, ConsoleSessions(load_admin_keys(settings)), gateway, clients)
     relay = _relay(app, parts)
 
     @contextlib.asynccontextmanager

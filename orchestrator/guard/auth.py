@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import structlog
@@ -104,8 +104,17 @@ class AuthMiddleware:
     (and on the open paths whether the caller is an operator in `request.state.operator`: `/healthz` shows them
     its details)."""
 
-    def __init__(self, app: ASGIApp, *, keys: ApiKeys, rate: RequestRate, metrics_token: str | None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        keys: ApiKeys,
+        rate: RequestRate,
+        metrics_token: str | None,
+        counted: Callable[[str], None] = lambda owner: None,
+    ) -> None:
         self.app, self.keys, self.rate, self.metrics_token = app, keys, rate, metrics_token
+        self.counted = counted  # told of each authenticated request's owner (`usage`)
 
     def operator(self, scope: Scope) -> bool:
         """An operator presents `--metrics-token`; without one configured, a caller on loopback is one (the
@@ -139,6 +148,7 @@ class AuthMiddleware:
             body = error_body(str(exc), exc.etype, None, exc.code)
             return await JSONResponse(body, 429, headers=exc.headers)(scope, receive, send)
         scope.setdefault("state", {})["owner"] = owner
+        self.counted(owner)
         with structlog.contextvars.bound_contextvars(key_id=owner):
             await self.app(scope, receive, send)
 

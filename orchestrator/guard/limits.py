@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -48,6 +49,7 @@ class RequestRate:
         self.rps = rps
         self.burst = float(burst or max(1, math.ceil(2 * rps)))
         self._buckets: dict[str, _Bucket] = {}
+        self.refused: Callable[[str], None] = lambda key: None  # told of each refusal (`usage`)
 
     def admit(self, key: str) -> None:
         """Take one token of `key`'s bucket; raises LimitExceeded when it is empty."""
@@ -60,6 +62,7 @@ class RequestRate:
         if b.tokens < 1:
             self._buckets[key] = b
             wait = (1 - b.tokens) / self.rps
+            self.refused(key)
             raise LimitExceeded(f"Rate limit reached: {self.rps:g} requests per second per API key.", wait)
         b.tokens -= 1
         self._buckets[key] = b
@@ -78,11 +81,13 @@ class Slots:
         self.limit = limit
         self.refusal = refusal  # the 429's message; `{limit}` is filled in
         self._held: Counter[str] = Counter()
+        self.refused: Callable[[str], None] = lambda key: None  # told of each refusal (`usage`)
 
     def take(self, key: str) -> Slot:
         """One of `key`'s slots, or LimitExceeded when all are held. Synchronous on purpose: the check and
         the count happen with no await between them, so concurrent requests cannot all pass the check."""
         if self.limit and self._held[key] >= self.limit:
+            self.refused(key)
             raise LimitExceeded(self.refusal.format(limit=self.limit), 1.0)
         self._held[key] += 1
         return Slot(self, key)
@@ -136,3 +141,9 @@ class KeyLimits:
                 "Too many WebSocket connections open at once: at most {limit} per API key.",
             ),
         )
+
+    def count_refusals(self, refused: Callable[[str, str], None]) -> None:
+        """Tell `refused(key, kind)` of each 429 (kinds: rate, running, sockets), for the usage per key."""
+        self.rate.refused = lambda key: refused(key, "rate")
+        self.running.refused = lambda key: refused(key, "running")
+        self.sockets.refused = lambda key: refused(key, "sockets")

@@ -5,7 +5,9 @@ The response store keeps a response's body (what GET returns), its input items, 
 the conversation so far (what `previous_response_id` continues from) and its events (for replay).
 Conversations record which tool servers hold session state for them, so idle ones can be cleaned up.
 A running background response is held (a lease with a holder and an expiry, renewed by its replica) and
-indexed until released, so a lapsed one can be found and adopted by another replica.
+indexed until released, so a lapsed one can be found and adopted by another replica. Its events are kept
+apart, in an append-only log (`append_events`, written before any client is sent them, fenced by the hold),
+so a write costs its new events alone; a record that leaves its events out gets its log's from `get`.
 The conversation store keeps the Conversations API's records and items, and each conversation's lease.
 The object store keeps owned objects with an expiry (files, containers, container files).
 
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from orchestrator.errors import RequestError
+from orchestrator.persist.usage import UsageStore
 
 RESULTS_PER_RESPONSE = 8  # kept results and reference entries of a key: this many for each response it may keep
 
@@ -50,7 +53,7 @@ class Record:
     body: dict[str, Any]
     input_items: list[dict[str, Any]] = field(default_factory=list)
     messages: list[dict[str, Any]] = field(default_factory=list)
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)  # empty: those of its log (`get`)
     tools: dict[str, Any] = field(default_factory=dict)  # request's tools, for chained approvals and mcp lists
     owner: str = "anonymous"  # the creating API key's id (orchestrator.guard.auth.key_id): other keys get 404
     resume: dict[str, Any] | None = None  # a running background response's checkpoint (`responses/adopt.py`)
@@ -98,6 +101,18 @@ class Store(Protocol):
         (the replica running it): what a replica's console lists as running elsewhere in the fleet."""
         ...
 
+    async def append_events(
+        self, response_id: str, start: int, events: list[dict[str, Any]], holder: str, hold_s: float
+    ) -> bool:
+        """Append `events` (numbered from `start`) to a background response's log in one atomic step, only
+        when `holder` has its hold (renewed for `hold_s`, or taken again when it lapsed and nobody else took
+        it) and the log ends at `start`; False otherwise: another replica goes on with the response."""
+        ...
+
+    async def events(self, response_id: str, after: int) -> list[dict[str, Any]]:
+        """The logged events numbered after `after` (a stream that follows a response running elsewhere)."""
+        ...
+
     async def get_results(self, item_ids: list[str]) -> dict[str, str]: ...
 
 
@@ -138,6 +153,7 @@ class Stores(Protocol):
     responses: Store
     conversations: ConversationStore
     objects: Objects
+    usage: UsageStore
 
     async def check(self) -> None: ...
     async def aclose(self) -> None: ...

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import StoreUnavailable
 from orchestrator.persist.base import RESULTS_PER_RESPONSE, Conversation, Obj, Record, StoreFull
+from orchestrator.persist.usage import RedisUsage
 from toolkit.redis_client import redis_client
 
 if TYPE_CHECKING:
@@ -184,19 +185,42 @@ class RedisResponses:
             holders = await self._r.mget([f"{self._p}running:{i}" for i in ids]) if ids else []
         return {i: h.decode() for i, h in zip(ids, holders, strict=True) if h is not None and h.decode() != besides}
 
+    async def append_events(
+        self, response_id: str, start: int, events: list[dict[str, Any]], holder: str, hold_s: float
+    ) -> bool:
+        """`_APPEND`: the hold checked (and renewed) and the events pushed in one script."""
+        keys = (f"{self._p}running:{response_id}", f"{self._p}events:{response_id}")
+        args = (holder, start, max(1, int(hold_s * 1000)), self._c.ttl_s, *(json.dumps(e) for e in events))
+        async with self._c.errors():
+            return bool(await self._r.eval(_APPEND, 2, *keys, *args))
+
+    async def events(self, response_id: str, after: int) -> list[dict[str, Any]]:
+        async with self._c.errors():
+            raws = await self._r.lrange(f"{self._p}events:{response_id}", after + 1, -1)
+        return [json.loads(raw) for raw in raws]
+
     async def put(self, record: Record) -> None:
         data = {
             k: getattr(record, k)
             for k in ("id", "conversation", "body", "input_items", "messages", "events", "tools", "owner", "resume")
         }
-        await self._c.admit("index", "responses", record.owner, record.id, [f"{self._p}resp:"])
+        dropped = [f"{self._p}resp:", f"{self._p}events:"]  # what an evicted response leaves
+        await self._c.admit("index", "responses", record.owner, record.id, dropped)
         async with self._c.errors():
             await self._r.set(f"{self._p}resp:{record.id}", json.dumps(data), ex=self._c.ttl_s)
 
     async def get(self, response_id: str) -> Record | None:
-        async with self._c.errors():
-            raw = await self._r.get(f"{self._p}resp:{response_id}")
-        return Record(**json.loads(raw)) if raw else None
+        """The record, its events read from its log when it leaves them there (a background response's)."""
+        async with self._c.errors(), self._r.pipeline(transaction=False) as pipe:
+            pipe.get(f"{self._p}resp:{response_id}")
+            pipe.lrange(f"{self._p}events:{response_id}", 0, -1)
+            raw, logged = await pipe.execute()
+        if not raw:
+            return None
+        record = Record(**json.loads(raw))
+        if not record.events:
+            record.events = [json.loads(e) for e in logged]
+        return record
 
     async def delete(self, response_id: str) -> bool:
         record = await self.get(response_id)
@@ -204,6 +228,7 @@ class RedisResponses:
             await self._r.zrem(f"{self._p}index", response_id)
             if record is not None:
                 await self._r.zrem(f"{self._p}index:{record.owner}", response_id)
+            await self._r.delete(f"{self._p}events:{response_id}")
             return bool(await self._r.delete(f"{self._p}resp:{response_id}"))
 
     async def touch_conversation(self, conversation: str, urls: set[str]) -> None:
@@ -239,6 +264,18 @@ if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[
 if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
 return 0
 """
+_APPEND = """
+local current = redis.call('get', KEYS[1])
+if current and current ~= ARGV[1] then return 0 end
+if redis.call('llen', KEYS[2]) ~= tonumber(ARGV[2]) then return 0 end
+redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[3])
+for i = 5, #ARGV, 1000 do redis.call('rpush', KEYS[2], unpack(ARGV, i, math.min(i + 999, #ARGV))) end
+redis.call('expire', KEYS[2], ARGV[4])
+return 1
+"""
+"""Events ARGV[5..] appended to log KEYS[2] while the hold KEYS[1] is holder ARGV[1]'s (renewed for ARGV[3] ms)
+or free (taken again: it lapsed and no replica adopted it), and the log ends at ARGV[2]; 0 otherwise. The log
+expires ARGV[4] s after its last append, as the record does after its last write."""
 _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
 _TOUCH = """
 local raw = redis.call('get', KEYS[1])
@@ -390,6 +427,7 @@ class RedisStores:
         self.responses = RedisResponses(self.connection)
         self.conversations = RedisConversations(self.connection)
         self.objects = RedisObjects(self.connection)
+        self.usage = RedisUsage(self.connection)
 
     @classmethod
     def from_settings(cls, settings: OrchestratorSettings) -> RedisStores:

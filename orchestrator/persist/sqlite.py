@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 
 from orchestrator.persist.base import RESULTS_PER_RESPONSE, Conversation, Obj, Record, StoreFull
+from orchestrator.persist.usage import SQLiteUsage
 
 if TYPE_CHECKING:
     from orchestrator.settings import OrchestratorSettings
@@ -74,6 +75,38 @@ def make_room(db: sqlite3.Connection, table: str, stamp: str, owner: str, bounds
     )
 
 
+_TAKE_HOLD = (
+    "INSERT INTO running (id, until, holder) VALUES (?,?,?) ON CONFLICT(id) DO UPDATE SET"
+    " until = excluded.until, holder = excluded.holder WHERE holder = excluded.holder OR until < ?"
+)
+"""A response's hold taken (when free or lapsed) or renewed (when the holder's), in one statement."""
+
+
+def append_events(db: sqlite3.Connection, rid: str, start: int, events: list[str], hold: tuple[str, float]) -> bool:
+    """Events (JSON) appended to response `rid`'s log in one transaction, while `hold` (holder, seconds) is
+    taken or renewed and the log ends at `start`; nothing written otherwise (`Store.append_events`)."""
+    holder, hold_s = hold
+    now = time.time()
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        held = db.execute(_TAKE_HOLD, (rid, now + hold_s, holder, now)).rowcount > 0
+        end = db.execute("SELECT COALESCE(MAX(seq) + 1, 0) FROM events WHERE rid = ?", (rid,)).fetchone()[0]
+        if not held or end != start:
+            db.execute("ROLLBACK")
+            return False
+        db.executemany("INSERT INTO events VALUES (?,?,?)", [(rid, start + i, e) for i, e in enumerate(events)])
+        db.execute("COMMIT")
+        return True
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+
+
+def logged_events(db: sqlite3.Connection, rid: str, after: int) -> list[dict[str, Any]]:
+    rows = db.execute("SELECT event FROM events WHERE rid = ? AND seq > ? ORDER BY seq", (rid, after))
+    return [json.loads(r[0]) for r in rows]
+
+
 class SQLiteResponses:
     """Responses: a key's oldest beyond `per_key` and any older than `ttl_s` are dropped, and a new one is
     refused at `max_responses` (see `base`)."""
@@ -102,6 +135,10 @@ class SQLiteResponses:
             db.execute("ALTER TABLE running ADD COLUMN holder TEXT NOT NULL DEFAULT ''")
         if "resume" not in columns:
             db.execute("ALTER TABLE responses ADD COLUMN resume TEXT")
+        db.execute(  # background responses' event logs
+            "CREATE TABLE IF NOT EXISTS events (rid TEXT, seq INTEGER, event TEXT, PRIMARY KEY (rid, seq))"
+            " WITHOUT ROWID"
+        )
 
     def _put(self, record: Record) -> None:
         if self._db.execute("SELECT 1 FROM responses WHERE id = ?", (record.id,)).fetchone() is None:
@@ -131,6 +168,7 @@ class SQLiteResponses:
     def _prune(self) -> None:
         self._db.execute("DELETE FROM responses WHERE created < ?", (time.time() - self._c.ttl_s,))
         self._db.execute("DELETE FROM results WHERE created < ?", (time.time() - self._c.ttl_s,))
+        self._db.execute("DELETE FROM events WHERE rid NOT IN (SELECT id FROM responses)")  # expired or dropped
 
     def _room(self, owner: str) -> None:
         """Refuse (StoreFull) when a new response of `owner` could only be kept past the fleet-wide bound."""
@@ -147,9 +185,12 @@ class SQLiteResponses:
         if row is None or row[7] < time.time() - self._c.ttl_s:
             return None
         resume = json.loads(row[9]) if row[9] is not None else None
-        return Record(row[0], row[1], *(json.loads(x) for x in row[2:7]), owner=row[8], resume=resume)
+        record = Record(row[0], row[1], *(json.loads(x) for x in row[2:7]), owner=row[8], resume=resume)
+        record.events = record.events or logged_events(self._db, response_id, -1)  # a background response's log
+        return record
 
     def _delete(self, response_id: str) -> bool:
+        self._db.execute("DELETE FROM events WHERE rid = ?", (response_id,))
         return self._db.execute("DELETE FROM responses WHERE id = ?", (response_id,)).rowcount > 0
 
     def _touch_conversation(self, conversation: str, urls: set[str]) -> None:
@@ -204,11 +245,7 @@ class SQLiteResponses:
         now = time.time()
         held = set()
         for response_id in response_ids:
-            taken = self._db.execute(
-                "INSERT INTO running (id, until, holder) VALUES (?,?,?) ON CONFLICT(id) DO UPDATE SET"
-                " until = excluded.until, holder = excluded.holder WHERE holder = excluded.holder OR until < ?",
-                (response_id, now + ttl_s, holder, now),
-            )
+            taken = self._db.execute(_TAKE_HOLD, (response_id, now + ttl_s, holder, now))
             if taken.rowcount > 0:
                 held.add(response_id)
         return held
@@ -274,6 +311,15 @@ class SQLiteResponses:
 
     async def held(self, most: int, besides: str) -> dict[str, str]:
         return await self._c.run(self._held, most, besides)
+
+    async def append_events(
+        self, response_id: str, start: int, events: list[dict[str, Any]], holder: str, hold_s: float
+    ) -> bool:
+        rows = [json.dumps(e) for e in events]
+        return await self._c.run(append_events, self._db, response_id, start, rows, (holder, hold_s))
+
+    async def events(self, response_id: str, after: int) -> list[dict[str, Any]]:
+        return await self._c.run(logged_events, self._db, response_id, after)
 
 
 class SQLiteConversations:
@@ -424,6 +470,7 @@ class SQLiteStores:
         self.responses = SQLiteResponses(self.connection)
         self.conversations = SQLiteConversations(self.connection)
         self.objects = SQLiteObjects(self.connection)
+        self.usage = SQLiteUsage(self.connection)
 
     @classmethod
     def from_settings(cls, settings: OrchestratorSettings) -> SQLiteStores:

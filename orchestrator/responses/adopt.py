@@ -1,8 +1,10 @@
 """Adoption: a background response whose replica stopped (its hold lapsed) is taken over by another replica,
 which takes the hold atomically, rebuilds the run from the last checkpoint (`checkpoint.py`) and goes on with
-its turn loop from the last completed item. A turn cut off mid-generation is generated again (its items end
-cut short); a tool call cut off in flight runs again only when its kind declares it safe (`disposition`),
-otherwise the model is told it was interrupted. A response that cannot go on, or was adopted too often
+its turn loop from the last completed item. A turn cut off mid-generation is generated again: its items keep
+exactly the stored events (the only ones a client can have had: `journal.py`) and are closed cut short after
+them; a tool call cut off in flight is followed by its MCP task when it had become one, else (or when the task
+is lost) runs again only when its kind declares it safe (`disposition`), otherwise the model is told it was
+interrupted. A response that cannot go on, or was adopted too often
 (one that keeps killing its replicas), is stored `failed` with the reason."""
 
 from __future__ import annotations
@@ -24,11 +26,13 @@ from orchestrator.request.schema import ResponsesRequest
 from orchestrator.responses import toolcalls
 from orchestrator.responses.checkpoint import Checkpoints, Where
 from orchestrator.responses.events import ResponseBuilder
+from orchestrator.responses.journal import Journal
 from orchestrator.responses.live import RUNNING, Live
 from orchestrator.responses.prepare import Prepared, Preparer
 from orchestrator.responses.run import Call, Run, Usage
 from orchestrator.responses.turns import run
 from orchestrator.settings import OrchestratorSettings
+from orchestrator.tools import Resume, ToolSessions
 
 log = structlog.get_logger(__name__)
 
@@ -51,19 +55,27 @@ class Later(Exception):
     the hold is left to lapse, and a replica tries again."""
 
 
-def disposition(kind: Kind | None, fn: str) -> Literal["rerun", "interrupt"]:
-    """What becomes of a tool call in flight when its replica stopped: run again when its kind declares the
-    function safe to repeat (`Kind.rerun_safe`), else the model is told it was interrupted. The seam for
-    MCP Tasks: a call made as a task will be "resume"d by its task id here."""
+def disposition(kind: Kind | None, fn: str, task: bool = False) -> Literal["resume", "rerun", "interrupt"]:
+    """What becomes of a tool call in flight when its replica stopped: followed by its MCP task id when it
+    became a task (`task`), run again when its kind declares the function safe to repeat (`Kind.rerun_safe`),
+    else the model is told it was interrupted."""
+    if task and kind is not None:
+        return "resume"
     return "rerun" if kind is not None and fn in kind.rerun_safe else "interrupt"
 
 
-async def go_on(r: Run, calling: dict[str, Any] | None) -> None:
-    """An adopted run: the call that was in flight settled (`disposition`), then the turn loop."""
+async def go_on(r: Run, calling: dict[str, Any] | None, task: dict[str, str] | None = None) -> None:
+    """An adopted run: the call that was in flight settled (`disposition`), then the turn loop. A resumed
+    call whose task is lost falls back to the rule without a task (`ToolSessions._resumed`)."""
     if calling is not None:
         msg = h.load([calling])[0]
         kind, ns, fn = classify(r.toolset, msg.recipient or "")
-        if disposition(kind, fn) == "rerun":
+        becomes = disposition(kind, fn, task is not None)
+        if becomes == "resume" and task is not None:
+            log.info("response.call_resumed", recipient=msg.recipient, task_id=task["id"])
+            r.sessions.resuming = Resume(task["url"], task["id"], rerun=disposition(kind, fn) == "rerun")
+            await toolcalls.call(r, Call(msg, None, True, kind, ns, fn))
+        elif becomes == "rerun":
             log.info("response.call_rerun", recipient=msg.recipient)
             await toolcalls.call(r, Call(msg, None, True, kind, ns, fn))
         else:
@@ -140,6 +152,7 @@ class Adopter:
         if state is None:
             raise CannotGoOn("it has no checkpoint to go on from")
         if await self.store.cancel_requested([record.id]):
+            await self._cancel_task(record, state.get("task"))
             return await self.end(record, "cancelled", None)
         adoptions = state["adoptions"] + 1
         if adoptions > MAX_ADOPTIONS:
@@ -157,7 +170,7 @@ class Adopter:
         live.slot = slot
         begun = state["messages"] is not None
         log.warning("response.adopted", response_id=record.id, adoptions=adoptions, begun=begun)
-        resume = (lambda: go_on(p.run, state["calling"])) if begun else None
+        resume = (lambda: go_on(p.run, state["calling"], state.get("task"))) if begun else None
         self.launch(live, p, resume)
 
     async def _rebuild(
@@ -173,15 +186,30 @@ class Adopter:
                 await lease.release()
             raise
         r = p.run
-        r.builder = ResponseBuilder.restore(record.body, record.events)
-        r.builder.close_open()  # the turn cut off: its items end cut short, and it is generated again
+        r.builder = ResponseBuilder.restore(record.body, record.events)  # from the log: what clients may have
+        s = self.settings
+        journal = Journal(self.store, r.builder, self.holder, s.background_hold_s, s.event_flush_s, len(record.events))
+        r.builder.close_open()  # the turn cut off: its items end after the stored events, and it is generated again
         r.conversation = r.sessions.session_id = record.conversation  # the same tool sessions
         if state["messages"] is not None:
             restore(r, state)
         where = Where(record.id, p.items, record.owner, p.n_head, state["request"], adoptions)
-        r.checkpoint = checkpoint = Checkpoints(self.store, where, self.holder)
+        r.checkpoint = checkpoint = Checkpoints(self.store, where, self.holder, journal)
+        r.sessions.on_task = checkpoint.task_started
         live = Live(r.builder, req, record.owner, conversation=p.conversation, lease=lease, checkpoint=checkpoint)
         return live, p
+
+    async def _cancel_task(self, record: Record, task: dict[str, str] | None) -> None:
+        """A response cancelled while no replica ran it: the MCP task its stopped replica left is cancelled."""
+        if task is None:
+            return
+        sessions = ToolSessions(session_id=record.conversation, owner=record.owner)
+        try:
+            await sessions.cancel_task(task["url"], task["id"])
+        except Exception as exc:  # the server is gone: its task is gone with it
+            log.warning("response.task_cancel_failed", response_id=record.id, error=str(exc))
+        finally:
+            await sessions.aclose()
 
     async def _lease(self, req: ResponsesRequest, owner: str) -> Lease | None:
         conv = await self.preparer.conversation(req, owner)
@@ -198,5 +226,7 @@ class Adopter:
         error = {"code": "server_error", "message": f"the background response cannot go on: {reason}"}
         builder.finish(status, error=error if reason else None)
         log.warning("response.not_adopted", response_id=record.id, status=status, reason=reason)
-        await self.store.put(dataclasses.replace(record, body=builder.body, events=builder.events, resume=None))
-        await self.store.release_running(record.id, self.holder)
+        ended = builder.events[len(record.events) :]
+        if await self.store.append_events(record.id, len(record.events), ended, self.holder, self.ttl_s):
+            await self.store.put(dataclasses.replace(record, body=builder.body, events=[], resume=None))
+            await self.store.release_running(record.id, self.holder)

@@ -4,6 +4,8 @@ Every change to the response goes through `ResponseBuilder`, which numbers event
 `*.added` paired with its `*.done`, and emits exactly one terminal event. An output item is written only
 through the `Item` handle `add_item` returns (its events, its fields, its status, its one `done`). Live
 readers follow the event log (`follow`), which is also what `GET /v1/responses/{id}?stream=true` replays.
+A background response's builder is write-ahead: readers see an event only once its journal stored it
+(`publish`, `responses/journal.py`), so no client holds an event another replica could number otherwise.
 """
 
 from __future__ import annotations
@@ -51,6 +53,10 @@ class ResponseBuilder:
         self._open: dict[int, str] = {}  # output_index -> item id, for items added and not yet done
         self._parts: dict[int, dict[str, Any]] = {}  # a restored builder's open content parts (text so far)
         self.finished = False
+        self.left = False  # another replica goes on with it: readers end at what was stored (`leave`)
+        self.visible = 0  # events readers may have: every one, or (write-ahead) those stored
+        self.write_ahead = False
+        self._emitted = asyncio.Event()  # the journal's signal: events to store
 
     @property
     def id(self) -> str:
@@ -65,9 +71,29 @@ class ResponseBuilder:
             raise RuntimeError(f"event {type_} after the terminal event")
         event = {"type": type_, "sequence_number": len(self.events), **fields}
         self.events.append(event)
+        if self.write_ahead:
+            self._emitted.set()
+        else:
+            self.publish(len(self.events))
+        return event
+
+    def leave(self) -> None:
+        """This replica stops the response unfinished and another goes on with it: its readers end after the
+        events they may have, and a client resumes there (`starting_after`)."""
+        self.left = True
+        self.publish(self.visible)
+
+    def publish(self, upto: int) -> None:
+        """Readers may have the events before `upto` (write-ahead: they are stored)."""
+        self.visible = upto
         self._changed.set()
         self._changed = asyncio.Event()
-        return event
+
+    async def unstored(self, stored: int) -> None:
+        """Wait until there are events past the first `stored` (the journal's next batch)."""
+        while len(self.events) <= stored:
+            self._emitted.clear()
+            await self._emitted.wait()
 
     def snapshot(self) -> dict[str, Any]:
         return json_copy(self.body)
@@ -124,24 +150,45 @@ class ResponseBuilder:
 
     @classmethod
     def restore(cls, body: dict[str, Any], events: list[dict[str, Any]]) -> ResponseBuilder:
-        """A stored response's builder, to go on from its last event (adoption): its open items are those
-        added and not yet done, so the next event is numbered after the stored ones."""
+        """A stored response's builder, rebuilt from its event log (a GET on another replica, an adoption):
+        the body's fields from the last event that carries the response, its output from the items' events
+        (`_replay`); open items are those added and not yet done, so the next event is numbered after the
+        stored ones."""
         builder = cls(json_copy(body))
         builder.events = list(events)
+        builder.visible = len(events)
+        if events:  # an old record's body without its events is taken as it is
+            builder.body["output"] = []
         for event in events:
-            kind, index = event["type"], event.get("output_index", -1)
-            if kind == "response.output_item.added":
-                builder._open[index] = event["item"]["id"]
-            elif kind == "response.output_item.done":
-                builder._open.pop(index, None)
-            elif kind == "response.content_part.added":
-                builder._parts[index] = json_copy(event["part"])
-            elif kind == "response.content_part.done":
-                builder._parts.pop(index, None)
-            elif kind in ("response.output_text.delta", "response.reasoning_text.delta") and index in builder._parts:
-                builder._parts[index]["text"] += event["delta"]
+            builder._replay(event)
         builder.finished = bool(events) and events[-1]["type"] in TERMINAL
         return builder
+
+    def _replay(self, event: dict[str, Any]) -> None:
+        """One stored event applied again. Within an item still open, a `*.done` event sets the fields it
+        names that the item has (a call's `arguments`, `code`, `input`), and `response.<type>.<word>` of an
+        item of that type sets its status (`searching`, `interpreting`); content parts keep their text."""
+        kind, index = event["type"], event.get("output_index", -1)
+        if isinstance(event.get("response"), dict):
+            self.body.update({k: json_copy(v) for k, v in event["response"].items() if k != "output"})
+        if kind in ("response.output_item.added", "response.output_item.done"):
+            item = json_copy(event["item"])
+            if index == len(self.output):
+                self.output.append(item)
+            else:
+                self.output[index] = item
+            if kind.endswith("added"):
+                self._open[index] = item["id"]
+            else:
+                self._open.pop(index, None)
+        elif kind == "response.content_part.added":
+            self._parts[index] = json_copy(event["part"])
+        elif kind == "response.content_part.done":
+            self._parts.pop(index, None)
+        elif kind in ("response.output_text.delta", "response.reasoning_text.delta") and index in self._parts:
+            self._parts[index]["text"] += event["delta"]
+        elif index in self._open:
+            _fold(self.output[index], kind, event)
 
     # --- output items ----------------------------------------------------------------------------
 
@@ -163,15 +210,27 @@ class ResponseBuilder:
         """Every event after `starting_after`, waiting for new ones until the terminal event."""
         position = starting_after + 1
         while True:
-            while position < len(self.events):
+            while position < self.visible:
                 event = self.events[position]
                 position += 1
                 yield event
                 if event["type"] in TERMINAL:
                     return
-            if self.finished:
+            if (self.finished and position >= len(self.events)) or (self.left and position >= self.visible):
                 return
             await self._changed.wait()
+
+
+_NOT_FIELDS = frozenset(("type", "sequence_number", "output_index", "item_id", "content_index"))
+
+
+def _fold(item: dict[str, Any], kind: str, event: dict[str, Any]) -> None:
+    """What an open item's own event tells of it (`ResponseBuilder._replay`)."""
+    prefix, _, word = kind.rpartition(".")
+    if word == "done":
+        item.update({k: json_copy(v) for k, v in event.items() if k in item and k not in _NOT_FIELDS})
+    elif prefix == f"response.{item.get('type')}" and word != "delta" and "status" in item:
+        item["status"] = word
 
 
 class Item:

@@ -18,13 +18,13 @@ from orchestrator.guard.limits import Slot
 from orchestrator.persist import Conversation, Record, Store
 from orchestrator.request.schema import ResponsesRequest
 from orchestrator.responses.checkpoint import Checkpoints
-from orchestrator.responses.events import ResponseBuilder
+from orchestrator.responses.events import TERMINAL, ResponseBuilder
 
 log = structlog.get_logger(__name__)
 
 RUNNING = ("queued", "in_progress")
 CANCEL_WAIT_S = 15.0
-REPLAY_POLL_S = 0.25  # a stream of a response running on another replica follows the shared store
+REPLAY_POLL_S = 0.25  # a stream of a response running on another replica follows its log in the shared store
 
 
 @dataclass
@@ -133,7 +133,11 @@ class LiveResponses:
 
     async def retrieve(self, rid: str, owner: str) -> dict[str, Any]:
         live, record = await self.find(rid, owner)
-        return live.builder.snapshot() if live is not None else record.body
+        if live is not None:
+            return live.builder.snapshot()
+        if record.body.get("status") in RUNNING:  # running elsewhere: as far as its stored events tell
+            return ResponseBuilder.restore(record.body, record.events).body
+        return record.body
 
     async def replay(self, rid: str, owner: str, starting_after: int) -> AsyncIterator[dict[str, Any]]:
         """The events after `starting_after`: live ones, or stored ones (for a response running on another
@@ -142,23 +146,29 @@ class LiveResponses:
         return live.builder.follow(starting_after) if live is not None else self._stored_events(record, starting_after)
 
     async def _stored_events(self, record: Record, starting_after: int) -> AsyncIterator[dict[str, Any]]:
-        """The stored events, then those stored as the response goes on elsewhere (its replica writes them
-        every turn and heartbeat), gapless across an adoption; once this replica runs it, its own."""
+        """The stored events, then those its replica appends to its log as the response goes on elsewhere
+        (`journal.py`), gapless across an adoption, to the terminal event; once this replica runs it, its own."""
         position = starting_after + 1
+        events = record.events[position:]
         while True:
-            for event in record.events[position:]:
+            for event in events:
                 yield event
-            position = max(position, len(record.events))
+                if event["type"] in TERMINAL:
+                    return
+            position += len(events)
             if record.body.get("status") not in RUNNING:
-                return
+                return  # a stored response's whole log was read
             if (live := self.live.get(record.id)) is not None:  # adopted here
                 async for event in live.builder.follow(position - 1):
                     yield event
                 return
             await asyncio.sleep(REPLAY_POLL_S)
-            if (current := await self.store.get(record.id)) is None:
-                return  # deleted meanwhile
-            record = await self._unless_orphaned(current)
+            events = await self.store.events(record.id, position - 1)
+            if not events and not await self.store.is_held(record.id):  # ended, or nobody runs it: adopted here
+                if (current := await self.store.get(record.id)) is None:
+                    return  # deleted meanwhile
+                record = await self._unless_orphaned(current)
+                events = record.events[position:]
 
     async def input_items(self, rid: str, owner: str, limit: int, order: str, after: str | None) -> dict[str, Any]:
         """One page of a finished response's input items (as OpenAI lists them: newest first by default)."""

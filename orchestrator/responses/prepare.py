@@ -117,6 +117,7 @@ class Preparer:
             timeout_s=self.settings.tool_timeout_s,
             keepalive_s=self.settings.keepalive_expiry_s,
             owner=owner,
+            task_after_ms=self.settings.tool_task_after_ms,
         )
         r = Run.for_request(
             req,

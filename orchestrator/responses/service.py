@@ -29,6 +29,7 @@ from orchestrator.responses import compaction, truncation
 from orchestrator.responses.adopt import Adopter
 from orchestrator.responses.checkpoint import Checkpoints, Where
 from orchestrator.responses.events import new_id
+from orchestrator.responses.journal import Journal
 from orchestrator.responses.live import Live, LiveResponses
 from orchestrator.responses.prepare import Prepared, Preparer
 from orchestrator.responses.run import Run
@@ -139,22 +140,27 @@ class ResponsesService:
         return live
 
     async def _hold(self, live: Live, p: Prepared) -> None:
-        """A background response held by this replica, then stored with a checkpoint that starts it over."""
-        b, req = live.builder, live.request
-        await self.store.hold_running([b.id], self.settings.background_hold_s, self.holder)  # before it is read
+        """A background response held by this replica, then stored with a checkpoint that starts it over, and
+        its first events in its log (`journal.py`: readers have them once stored)."""
+        b, req, s = live.builder, live.request, self.settings
+        await self.store.hold_running([b.id], s.background_hold_s, self.holder)  # before it is read
         request = req.model_dump(mode="json", exclude_unset=True)
         where = Where(b.id, p.items, live.owner, p.n_head, request)
-        p.run.checkpoint = live.checkpoint = Checkpoints(self.store, where, self.holder)
+        journal = Journal(self.store, b, self.holder, s.background_hold_s, s.event_flush_s)
+        p.run.checkpoint = live.checkpoint = Checkpoints(self.store, where, self.holder, journal)
+        p.run.sessions.on_task = live.checkpoint.task_started
         start = {"request": request, "n_head": p.n_head, "messages": None, "adoptions": 0}  # not begun
-        events = list(b.events)
-        await self.store.put(Record(b.id, p.run.conversation, b.snapshot(), p.items, [], events, {}, live.owner, start))
+        await self.store.put(Record(b.id, p.run.conversation, b.snapshot(), p.items, [], [], {}, live.owner, start))
+        await journal.flush()
 
     def _launch(self, live: Live, p: Prepared, resume: Callable[[], Awaitable[None]] | None = None) -> None:
         """Run `live` on this replica: from the start, or (`resume`) as an adopted response goes on."""
         self.live[live.builder.id] = live
         p.run.feed = self.calls
         begin = resume or functools.partial(self._start, live, p.run, p.listings)
-        live.task = asyncio.create_task(self._traced(live, p.run, p.n_head, p.items, begin))
+        live.task = task = asyncio.create_task(self._traced(live, p.run, p.n_head, p.items, begin))
+        if live.checkpoint is not None:
+            live.checkpoint.start(task.cancel)
 
     async def count_input_tokens(self, req: ResponsesRequest, owner: str) -> int:
         """The first turn's prompt in tokens, rendered exactly as `create` would render it (nothing runs)."""
@@ -241,6 +247,8 @@ class ResponsesService:
                 b.finish("failed", error={"code": "server_error", "message": f"internal error: {type(exc).__name__}"})
         finally:
             try:
+                if live.cut_call:  # cancelled in flight: the call's MCP task is cancelled too
+                    await r.sessions.cancel_tasks()
                 await r.sessions.aclose()
             finally:  # a cancel that lands while the sessions close must not skip storing the response
                 with anyio.CancelScope(shield=True):

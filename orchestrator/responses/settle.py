@@ -4,6 +4,7 @@ up, then its slot, its conversation and its waiters released."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -20,8 +21,9 @@ from orchestrator.tools import cleanup_sessions
 
 log = structlog.get_logger(__name__)
 
-Settled = Callable[[str, dict[str, Any] | None, list[tuple[str, str]]], None]
-"""(status, usage, [(namespace, outcome)]) -> None: told of each response that ends (the metrics)."""
+Settled = Callable[[str, str, dict[str, Any] | None, list[tuple[str, str]]], None]
+"""(owner, status, usage, [(namespace, outcome)]) -> None: told of each response that ends (the metrics, the
+usage per key)."""
 
 
 class Settler:
@@ -37,11 +39,12 @@ class Settler:
         then give back what it held; a write that fails is told to the caller (`Live.unsaved`), never raised."""
         b, req, held = live.builder, live.request, live.checkpoint
         status = b.body["status"]
-        if held is not None:  # no checkpoint written after the settled record
-            await held.close()
+        logged = held is not None and await held.close()  # no checkpoint after the settled record; events stored
         kept = req.store and not (held is not None and held.lost)  # lost: another replica goes on with it
+        if not kept and req.store:
+            b.leave()
         if self.on_settled is not None and (kept or not req.store):
-            self.on_settled(status, b.body.get("usage"), r.tools.log)
+            self.on_settled(live.owner, status, b.body.get("usage"), r.tools.log)
         saving: str | None = None  # what the caller was promised and is being written, while it is
         try:
             state = {"calls": r.tools.calls, "pending": r.tools.pending, "pages": r.tools.pages}
@@ -53,7 +56,7 @@ class Settler:
             )
             if kept:
                 saving = "stored"
-                await self.store.put(live.record)
+                await self.store.put(dataclasses.replace(live.record, events=[]) if logged else live.record)
             saving = None
             if kept:
                 if held is not None:  # stored finished: no replica is to adopt it

@@ -1,6 +1,6 @@
 """The loops a replica runs beside its responses: the tool sessions of idle conversations cleaned up, the
-cancels asked on other replicas applied to the background responses it runs, their holds renewed with
-their newest events written, and the background responses whose replica stopped adopted."""
+cancels asked on other replicas applied to the background responses it runs, their holds renewed, and the
+background responses whose replica stopped adopted."""
 
 from __future__ import annotations
 
@@ -47,17 +47,15 @@ class Upkeep:
             await self.store.forget_conversation(conversation)
 
     async def hold_background(self) -> None:
-        """Renew the holds of the background responses this replica runs and write their newest events (for
-        streams on other replicas); one another replica took meanwhile (this one stalled past its hold) is
-        stopped here without a word more to the store."""
+        """Renew the holds of the background responses this replica runs (their events are stored as they
+        come, `journal.py`: the heartbeat writes nothing else); one another replica took meanwhile (this one
+        stalled past its hold) is stopped here without a word more to the store."""
         running = {rid: lv.checkpoint for rid, lv in self.live.items() if lv.checkpoint is not None}
         if not running:
             return
         held = await self.store.hold_running(list(running), self.settings.background_hold_s, self.adopter.holder)
         for rid, checkpoint in running.items():
-            if rid in held:
-                await checkpoint.flush()
-            elif (live := self.live.get(rid)) is not None and live.task is not None:
+            if rid not in held and (live := self.live.get(rid)) is not None and live.task is not None:
                 log.warning("response.hold_lost", response_id=rid)
                 checkpoint.lost = True
                 live.task.cancel()

@@ -22,6 +22,7 @@ import structlog
 
 from orchestrator.errors import RequestError
 from orchestrator.files import Files
+from orchestrator.persist import Objects
 from orchestrator.tools import ToolOutcome, ToolSessions
 from orchestrator.vector_stores.records import FileRecord, failure
 
@@ -61,6 +62,16 @@ class Limits:
     concurrency: int = 2
     max_file_bytes: int = 16 * 1024 * 1024
     max_bytes_per_key: int = 1 << 30
+
+
+async def used_bytes(objects: Objects, owner: str, but: str | None = None) -> int:
+    """What the key's completed files hold in all its stores (less the file `but`, about to be replaced): its
+    quota's count, and the console's stored bytes."""
+    total = 0
+    for store in await objects.owned("vector_store", owner):
+        files = await objects.owned("vector_store_file", store["id"])
+        total += sum(f["usage_bytes"] for f in files if f["status"] == "completed" and f["id"] != but)
+    return total
 
 
 class Ingestion:
@@ -124,12 +135,7 @@ class Ingestion:
         return await self.tool.call(owner, "index_file", args)
 
     async def used_bytes(self, owner: str, but: str | None = None) -> int:
-        """What the key's completed files hold in all its stores (less the file `but`, about to be replaced)."""
-        total = 0
-        for store in await self.objects.owned("vector_store", owner):
-            files = await self.objects.owned("vector_store_file", store["id"])
-            total += sum(f["usage_bytes"] for f in files if f["status"] == "completed" and f["id"] != but)
-        return total
+        return await used_bytes(self.objects, owner, but)
 
     async def _settle(self, owner: str, record: FileRecord, outcome: ToolOutcome) -> None:
         current = await self.objects.get("vector_store_file", record.id)

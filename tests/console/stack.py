@@ -1,5 +1,6 @@
 """One fleet for the console's tests: an orchestrator (in process, over loopback) in front of the scripted
-stand-in worker and a real gateway subprocess over a fixture MCP server, and one headless Debian Chromium."""
+stand-in worker and a real gateway subprocess over a fixture MCP server and a python tool server, and one
+headless Debian Chromium."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ from orchestrator.worker.scripted import Scenario, ScriptedModel
 from orchestrator.worker.scripted import build_app as build_worker
 from tests.support.asgi import serve_asgi
 from tests.support.gateway import GatewayProc, Upstream, fixtures, gateway_config, running_gateway, stop_process
+from tests.support.service import Service as ToolService
+from tests.support.service import running_service
 
 ADMIN, CLIENT = "adm-" + uuid.uuid4().hex, "sk-client-" + uuid.uuid4().hex
 GATEWAY_ADMIN = "gw-admin-" + uuid.uuid4().hex
@@ -40,6 +43,7 @@ class Fleet:
     model: ScriptedModel
     gateway: GatewayProc
     upstream: Upstream
+    python: ToolService  # a real python tool server (local backend): its sessions are the Sessions page's
 
 
 @contextlib.contextmanager
@@ -68,10 +72,14 @@ def fleet() -> Iterator[Fleet]:
     with contextlib.ExitStack() as stack:
         worker = stack.enter_context(serve_asgi(build_worker(model)))
         upstream = stack.enter_context(fixtures("v1"))[0]
-        cfg = gateway_config({"fixture": [upstream.url]}, security={"admin_tokens": [GATEWAY_ADMIN]})
+        python = stack.enter_context(
+            running_service(["-m", "tools.python_sandbox", "--backend", "local", "--drain-s", "0"])
+        )
+        namespaces = {"fixture": [upstream.url], "python": [f"{python.url}/mcp"]}
+        cfg = gateway_config(namespaces, security={"admin_tokens": [GATEWAY_ADMIN]})
         gateway = stack.enter_context(running_gateway(cfg))
         url = stack.enter_context(orchestrator(worker, gateway.base))
-        fleet = Fleet(url, model, gateway, upstream)
+        fleet = Fleet(url, model, gateway, upstream, python)
         stack.callback(lambda: stop_process(fleet.upstream.proc))  # the replacement a test may have started
         yield fleet
 

@@ -12,11 +12,12 @@ import base64
 import contextlib
 import socket
 import sys
+from typing import Annotated
 
 import anyio
 import mcp_types as types
 import uvicorn
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context, Elicit, MCPServer, Resolve
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
@@ -26,7 +27,7 @@ from starlette.applications import Starlette
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from toolkit.tasks import Tasks, TaskStore
+from toolkit.tasks import Tasks, TaskStore, ask, escalate
 from toolkit.wire import INSTANCE_HEADER
 
 PNG = base64.b64encode(
@@ -54,12 +55,27 @@ class Defaults(BaseModel):
 
 INSTANCE = "c0f0c0f0c0f0c0f0"
 """The instance id of this server's task ids (`toolkit.wire.seal_task`)."""
-TASK_TOOLS = ("slow_compute", "protocol_error_job")
-REQUIRED_TASK_TOOLS = ("failing_job",)
+TASK_TOOLS = ("slow_compute", "protocol_error_job", "confirm_delete", "multi_input")
+REQUIRED_TASK_TOOLS = ("failing_job", "test_tool_with_task")
+GATHERING_TASK_TOOLS = ("test_tool_with_task",)
+
+
+class UserName(BaseModel):
+    name: str = Field(description="Your name")
+
+
+def _asked_name() -> Elicit[UserName]:
+    return Elicit("What is your name?", UserName)
+
+
+def _form(message: str, **fields: str) -> dict[str, object]:
+    """An `elicitation/create` form asking for the boolean or string `fields`."""
+    properties = {name: {"type": kind} for name, kind in fields.items()}
+    return {"mode": "form", "message": message, "requestedSchema": {"type": "object", "properties": properties}}
 
 
 def build(store: TaskStore) -> MCPServer:
-    tasks = Tasks(store, long=TASK_TOOLS, required=REQUIRED_TASK_TOOLS)
+    tasks = Tasks(store, long=TASK_TOOLS, required=REQUIRED_TASK_TOOLS, gathering=GATHERING_TASK_TOOLS)
     mcp = MCPServer("conformance-fixture", version="1.0.0", extensions=[tasks])
     _task_fixtures(mcp)
 
@@ -196,6 +212,34 @@ def _task_fixtures(mcp: MCPServer) -> None:
         """Always a tool error (a task only)."""
         await anyio.sleep(0.2)
         raise ToolError("failing_job always fails")
+
+    @mcp.tool()
+    async def confirm_delete(filename: str) -> str:
+        """Asks the client to confirm mid-task, then answers."""
+        answer = await ask("elicitation/create", _form(f"Delete {filename}?", confirm="boolean"))
+        confirmed = answer.get("action") == "accept" and (answer.get("content") or {}).get("confirm")
+        return f"{filename} {'deleted' if confirmed else 'kept'}"
+
+    @mcp.tool()
+    async def multi_input() -> str:
+        """Asks two questions at once mid-task, then answers with both answers."""
+        names: list[str] = []
+
+        async def one(n: int) -> None:
+            answer = await ask("elicitation/create", _form(f"Name {n}?", name="string", confirm="boolean"))
+            names.append(str((answer.get("content") or {}).get("name")))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(one, 1)
+            tg.start_soon(one, 2)
+        return "names: " + ", ".join(sorted(names))
+
+    @mcp.tool()
+    async def test_tool_with_task(name: Annotated[UserName, Resolve(_asked_name)]) -> str:
+        """Asks for the user's name in input rounds, then becomes a task that greets them."""
+        escalate()
+        await anyio.sleep(0.2)
+        return f"Hello, {name.name}!"
 
     @mcp.tool()
     async def protocol_error_job() -> str:

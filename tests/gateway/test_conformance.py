@@ -81,8 +81,8 @@ TASK_SCENARIOS = {
     "tasks-dispatch-and-envelope": (9, 0),
     "tasks-required-task-error": (3, 0),
     "tasks-status-notifications": (0, 0),  # optional pushes, which we do not send
-    "tasks-mrtr-input": (1, 3),  # no tool of ours asks for input mid-task: no task is ever input_required
-    "tasks-mrtr-composition": (1, 1),
+    "tasks-mrtr-input": (4, 0),
+    "tasks-mrtr-composition": (2, 0),
 }
 """The Tasks extension's scenarios (`toolkit.tasks`), the same directly and through the gateway."""
 

@@ -115,3 +115,88 @@ def test_after_a_final_answer_new_messages_extend_the_prompt_that_dropped_the_ol
         appended = [t for m in conversation[start:n] for t in h.encoding().render(m)]
         assert renderer.render(conversation[:n]) == head + appended + h.render([])
     assert h.render(conversation) != renderer.render(conversation)  # the library's rule, for the record
+
+
+def _library_reading(tokens: list[int], finish: bool) -> list:
+    """What the library's own StreamableParser reports for each token (the oracle `TurnParser` must match)."""
+    parser = h.StreamableParser(h.encoding(), h.Role.ASSISTANT, strict=False)
+    out, done, in_content, broken = [], 0, False, False
+    for token in tokens:
+        try:
+            if broken:
+                raise h.HarmonyError("broken")
+            parser.process(token)
+        except h.HarmonyError:
+            broken = True
+            out.append((None, "", None))
+            continue
+        header, msg = None, None
+        if token == h.MESSAGE:
+            in_content = True
+            header = (parser.current_channel, parser.current_recipient, parser.current_content_type)
+        elif token in h.MESSAGE_END_TOKENS:
+            in_content = False
+            if len(parser.messages) > done:
+                done, msg = len(parser.messages), parser.messages[-1]
+        delta = (parser.last_content_delta or "") if in_content and token != h.MESSAGE else ""
+        out.append((header, delta, msg))
+    if finish and not broken and in_content:
+        parser.process_eos()
+        out.append(parser.messages[-1] if len(parser.messages) > done else None)
+    elif finish:
+        out.append(None)
+    return out
+
+
+def _fast_reading(tokens: list[int], finish: bool) -> list:
+    parser, out = h.TurnParser(), []
+    for token in tokens:
+        header, delta, msg = parser.feed(token)
+        out.append(((header.channel, header.recipient, header.content_type) if header else None, delta, msg))
+    return [*out, parser.finish()] if finish else out
+
+
+def test_parser_reads_every_turn_as_the_library_does():
+    """The fast path (and its hand-over to the library mid-turn) reports exactly what the library's parser
+    reports, token by token: well-formed turns, characters split across tokens, constrained calls, text cut
+    short, and random tokens."""
+    import random
+
+    enc = h.encoding()
+    texts = [
+        "<|channel|>analysis<|message|>think first<|end|><|start|>assistant<|channel|>final<|message|>done<|return|>",
+        "<|channel|>analysis to=python<|message|>print(6*7)<|call|>",
+        '<|channel|>commentary to=functions.f <|constrain|>json<|message|>{"a": 1}<|call|>',
+        "<|channel|>final<|message|>naïve café 日本語 🙂 emoji split<|return|>",
+        "<|channel|>analysis<|message|>ok<|end|><|start|>assistant to=functions.g<|channel|>commentary<|message|>{}",
+        "<|channel|>final<|message|>cut sh",
+        "<|channel|><|message|>empty channel<|end|>",
+        "<|channel|>final<|message|>a<|end|>stray text<|start|>assistant<|channel|>final<|message|>b<|return|>",
+        "<|channel|>final<|message|>a<|start|>b<|channel|>c<|return|>",
+    ]
+    cases = [enc.encode(t, allowed_special="all") for t in texts]
+    rng = random.Random(38)
+    pool = [h.START, h.MESSAGE, h.END, h.CALL, h.RETURN, 200005, 200003, 1598, 35644, 316, 28, 29010, 9, 22, 8]
+    cases += [[rng.choice(pool) for _ in range(rng.randint(1, 30))] for _ in range(300)]
+    cases += [case[:cut] for case in cases[:9] for cut in range(1, len(case))]
+    for tokens in cases:
+        for finish in (False, True):
+            assert _fast_reading(tokens, finish) == _library_reading(tokens, finish), enc.decode(tokens)
+
+
+def test_kept_renderings_of_system_and_developer_messages_follow_every_field():
+    """A system or developer message is rendered once and kept by its JSON: each field change is a new render."""
+    py = [h.Namespace("python", "py")]
+    variants = [
+        h.system_message(effort="low", date="2026-12-02", namespaces=[]),
+        h.system_message(effort="high", date="2026-12-02", namespaces=[]),
+        h.system_message(effort="low", date="2026-12-03", namespaces=[]),
+        h.system_message(effort="low", date="2026-12-02", namespaces=py),
+        h.system_message(effort="low", date="2026-12-02", namespaces=py, identity="You are a test."),
+        h.developer_message("be brief", []),
+        h.developer_message("be brief", [{"name": "f", "description": "d", "parameters": {"type": "object"}}]),
+    ]
+    for _ in range(2):  # the second time from what was kept
+        rendered = [h.render_message(m) for m in variants]
+        assert rendered == [h.encoding().render(m) for m in variants]
+    assert len({tuple(r) for r in rendered}) == len(variants)

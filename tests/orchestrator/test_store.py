@@ -307,3 +307,65 @@ def test_a_response_that_finished_but_could_not_be_stored_is_not_answered_as_kep
         stack.client.responses.retrieve(events[-2].response.id)
     unstored = stack.client.responses.create(model="gpt-oss", input="hello", store=False)
     assert unstored.output_text == "Hi."  # nothing promised, nothing to refuse
+
+
+def _delta(n: int) -> dict[str, object]:
+    return {"type": "response.output_text.delta", "sequence_number": n, "delta": f"w{n} "}
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+async def event_stores(request: pytest.FixtureRequest):
+    """Each backend's stores: SQLite in a file, Redis under a prefix of its own on the module's redis-server."""
+    if request.param == "sqlite":
+        stores = SQLiteStores(str(request.getfixturevalue("tmp_path") / "store.sqlite3"))
+    else:
+        stores = RedisStores(request.getfixturevalue("redis_url"), prefix=f"t{uuid.uuid4().hex[:8]}:", ttl_s=600)
+    yield stores
+    await stores.aclose()
+
+
+async def test_a_background_response_s_event_log_is_appended_only_by_its_holder_and_only_where_it_ends(
+    event_stores,
+) -> None:
+    store = event_stores.responses
+    await store.put(Record("resp_log", "conv", {"status": "in_progress"}, owner="k"))  # its events left out
+    assert await store.hold_running(["resp_log"], 30, "one") == {"resp_log"}
+    assert await store.append_events("resp_log", 0, [_delta(0), _delta(1)], "one", 30)
+    assert await store.append_events("resp_log", 2, [_delta(2)], "one", 30)
+    assert not await store.append_events("resp_log", 2, [_delta(2)], "one", 30)  # the log does not end at 2
+    assert not await store.append_events("resp_log", 3, [_delta(3)], "two", 30)  # another replica's hold
+    assert await store.events("resp_log", 0) == [_delta(1), _delta(2)]
+    record = await store.get("resp_log")
+    assert record is not None and record.events == [_delta(0), _delta(1), _delta(2)]  # read back from the log
+    await store.put(Record("resp_kept", "conv", {"status": "completed"}, events=[_delta(0)], owner="k"))
+    assert (await store.get("resp_kept")).events == [_delta(0)]  # a record keeping its own events
+    assert await store.delete("resp_log") and await store.events("resp_log", -1) == []
+
+
+async def test_an_append_renews_its_holder_s_hold_and_takes_a_lapsed_one_nobody_adopted(event_stores) -> None:
+    store = event_stores.responses
+    await store.put(Record("resp_lapsed", "conv", {"status": "in_progress"}, owner="k"))
+    assert await store.hold_running(["resp_lapsed"], 0.2, "one") == {"resp_lapsed"}
+    await asyncio.sleep(0.4)
+    assert not await store.is_held("resp_lapsed")
+    assert await store.append_events("resp_lapsed", 0, [_delta(0)], "one", 30)  # lapsed, nobody took it
+    assert await store.is_held("resp_lapsed") and await store.hold_running(["resp_lapsed"], 30, "two") == set()
+    await store.release_running("resp_lapsed", "one")
+    assert await store.hold_running(["resp_lapsed"], 30, "two") == {"resp_lapsed"}  # adopted
+    assert not await store.append_events("resp_lapsed", 1, [_delta(1)], "one", 30)  # fenced off
+    assert await store.events("resp_lapsed", -1) == [_delta(0)]
+
+
+async def test_the_redis_event_log_expires_with_the_response_and_goes_with_an_evicted_one(redis_url) -> None:
+    prefix = f"t{uuid.uuid4().hex[:8]}:"
+    stores = RedisStores(redis_url, prefix=prefix, ttl_s=600, per_key=1)
+    store = stores.responses
+    try:
+        await store.put(Record("resp_old", "conv", {"status": "in_progress"}, owner="k"))
+        assert await store.append_events("resp_old", 0, [_delta(0)], "one", 30)
+        with redis.from_url(redis_url) as client:
+            assert 0 < client.ttl(f"{prefix}events:resp_old") <= 600
+            await store.put(Record("resp_new", "conv", {"status": "completed"}, owner="k"))  # per_key 1: evicts
+            assert not client.exists(f"{prefix}events:resp_old")
+    finally:
+        await stores.aclose()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("orchestrator", "gateway", "toolkit")
+PACKAGES = ("orchestrator", "gateway", "toolkit", "tools/file_search")
 TABLE = "## Where things live"
 _CODE = re.compile(r"`([^`]+)`")
 

@@ -15,6 +15,14 @@ A `tools/call` answered `input_required` (2026-07-28) with only a `requestState`
 state, backing off, for at most `INPUT_ROUNDS` rounds, as the SDK's client does; one that asks for input
 (elicitation, sampling, roots) fails with `InputUnavailable`: this client has no one to ask. A request the
 server sends on a stream is answered (`ping`) or refused (anything else), so the server never waits on it.
+
+Given `inline_ms`, a 2026-07-28 client declares the Tasks extension (SEP-2663, `io.modelcontextprotocol/tasks`)
+in every request's capabilities, with the fleet's own `inlineWithinMs` setting: a tool server of the fleet makes
+a long call a task only when it has not ended within that time (the server decides, per request, as the spec
+has it; another server ignores the setting and may answer with a task at once). A call answered with a task
+is told to `on_task` (the orchestrator checkpoints the id) and then polled with `tasks/get` at the server's
+`pollIntervalMs`, bounded to [`POLL_FLOOR_S`, `POLL_CEILING_S`], until it ends; its result is what a plain
+call returns. A 2025-era server never sees the extension.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from toolkit.handles import ARGUMENT as HANDLE_ARGUMENT
@@ -41,7 +49,14 @@ _META_CLIENT = "io.modelcontextprotocol/clientInfo"
 _META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
 _META_SERVER = "io.modelcontextprotocol/serverInfo"
 _UNSUPPORTED_VERSION = -32022
-_NAMED = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+TASKS = "io.modelcontextprotocol/tasks"
+POLL_FLOOR_S = 0.1
+POLL_CEILING_S = 5.0
+"""The bounds on the wait between two `tasks/get`, whatever `pollIntervalMs` the server suggests."""
+TASK_LOST = -32002
+"""The gateway's error for a task whose replica is gone."""
+_NAMED = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri", "tasks/get": "taskId"}
+_NAMED |= {"tasks/cancel": "taskId"}
 """The methods whose `Mcp-Name` header mirrors a body parameter, and that parameter."""
 _PLAIN = re.compile(r"[\x21-\x7e]([\x20-\x7e]*[\x21-\x7e])?")
 HANDLE_HEADER = f"mcp-param-{HEADER_TOKEN.lower()}"
@@ -50,6 +65,19 @@ HANDLE_HEADER = f"mcp-param-{HEADER_TOKEN.lower()}"
 
 class InputUnavailable(Exception):
     """The server needs input this client cannot give, or kept asking past `INPUT_ROUNDS`."""
+
+
+class TaskLost(Exception):
+    """A task this client polls is gone: its replica stopped (-32002), or the server knows no such task
+    (unknown, expired, another owner's: one refusal)."""
+
+
+class TaskEnded(Exception):
+    """A task ended without a result: `failed` (its error's message) or `cancelled`."""
+
+
+OnTask = Callable[[str], Awaitable[object]]
+"""Told a call's task id as soon as the server answered with it, before the first poll."""
 
 
 def header_value(value: str) -> str:
@@ -75,6 +103,7 @@ class McpClient:
         timeouts: Timeouts,
         address: str | None = None,
         stamp: Callable[[dict[str, str]], object] | None = None,
+        inline_ms: int | None = None,
     ) -> None:
         async def send(method: str, sent: dict[str, str], body: bytes | None) -> Response:
             if stamp is not None:
@@ -89,6 +118,8 @@ class McpClient:
         """The protocol version spoken, once negotiated."""
         self.server_name = ""
         self.instructions = ""
+        self.inline_ms = inline_ms
+        """Declare the Tasks extension, asking a fleet server to answer inline a call that ends this soon."""
 
     @property
     def modern(self) -> bool:
@@ -124,12 +155,19 @@ class McpClient:
         self.server_name = str(info.get("name", "")) if isinstance(info, dict) else ""
         self.instructions = str(result.get("instructions") or "")
 
-    def _meta(self, params: dict[str, Any]) -> dict[str, Any]:
-        """`params` with the 2026-07-28 envelope in its `_meta` (a 2025-era session needs none)."""
+    def _meta(self, params: dict[str, Any], method: str = "") -> dict[str, Any]:
+        """`params` with the 2026-07-28 envelope in its `_meta` (a 2025-era session needs none). A `tasks/*`
+        request always declares the extension: following or cancelling a task another client started (an
+        adopted call) needs no threshold of this one's."""
         if self.version is not None and not self.modern:
             return params
         meta = {**(params.get("_meta") or {}), _META_VERSION: MODERN, _META_CLIENT: CLIENT_INFO}
-        return {**params, "_meta": {**meta, _META_CAPABILITIES: {}}}
+        capabilities: dict[str, Any] = {}
+        if self.inline_ms is not None:
+            capabilities = {"extensions": {TASKS: {"inlineWithinMs": self.inline_ms}}}
+        elif method.startswith("tasks/"):
+            capabilities = {"extensions": {TASKS: {}}}
+        return {**params, "_meta": {**meta, _META_CAPABILITIES: capabilities}}
 
     def _headers(self, method: str, params: dict[str, Any]) -> dict[str, str]:
         """A 2026-07-28 request's headers: the version, and the method, name and handle mirrored (a 2025-era
@@ -149,7 +187,7 @@ class McpClient:
         await self.open()
         for attempt in range(2):
             sid, rid = self._wire.sid, self._wire.next_id()
-            message = {"jsonrpc": "2.0", "id": rid, "method": method, "params": self._meta(params)}
+            message = {"jsonrpc": "2.0", "id": rid, "method": method, "params": self._meta(params, method)}
             response = await self._wire.post(message, self._headers(method, params))
             try:
                 if not (response.status_code == 404 and sid is not None and attempt == 0):
@@ -175,11 +213,15 @@ class McpClient:
                 break
         return tools
 
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        """The result of `tools/call`, after any state-only `input_required` rounds."""
+    async def call_tool(self, name: str, arguments: dict[str, Any], on_task: OnTask | None = None) -> dict[str, Any]:
+        """The result of `tools/call`, after any state-only `input_required` rounds, or its task's once it ends."""
         params: dict[str, Any] = {"name": name, "arguments": arguments}
         for round_ in range(INPUT_ROUNDS + 1):
             result = await self.request("tools/call", params)
+            if result.get("resultType") == "task" and isinstance(task_id := result.get("taskId"), str):
+                if on_task is not None:
+                    await on_task(task_id)
+                return await self.task_result(task_id, result.get("pollIntervalMs"))
             if result.get("resultType") != "input_required":
                 return result
             if asked := result.get("inputRequests"):
@@ -188,6 +230,30 @@ class McpClient:
             await asyncio.sleep(_BACKOFF_S[min(round_, len(_BACKOFF_S) - 1)])
             params = {"name": name, "arguments": arguments, "requestState": result.get("requestState")}
         raise InputUnavailable(f"the tool still needed input after {INPUT_ROUNDS} rounds")
+
+    async def task_result(self, task_id: str, poll_ms: Any = None) -> dict[str, Any]:
+        """The result of the task `task_id`, polled until it ends (also a task another client started, for
+        the same owner: an adopted call); `TaskLost` when the server no longer has it, `TaskEnded` when it
+        failed or was cancelled."""
+        while True:
+            await asyncio.sleep(_poll_s(poll_ms))
+            try:
+                task = await self.request("tasks/get", {"taskId": task_id})
+            except RpcError as exc:
+                if exc.code in (TASK_LOST, -32602):  # lost with its replica; unknown, expired or not ours
+                    raise TaskLost(f"task {task_id}: {exc.message}") from None
+                raise
+            poll_ms, status = task.get("pollIntervalMs", poll_ms), task.get("status")
+            if status == "completed" and isinstance(result := task.get("result"), dict):
+                return result
+            if status in ("failed", "cancelled"):
+                raise TaskEnded(f"its task {status}: {(task.get('error') or {}).get('message', 'no reason given')}")
+            if status == "input_required":
+                raise InputUnavailable("the tool's task asked for input no one here can give")
+
+    async def cancel_task(self, task_id: str) -> None:
+        """Ask the server to cancel the task (its work stops; a task already ended or gone is left as it is)."""
+        await self.request("tasks/cancel", {"taskId": task_id})
 
     async def _server_message(self, message: dict[str, Any]) -> None:
         """A message on a stream before its answer: a request of the server's is answered, a notification
@@ -204,6 +270,12 @@ class McpClient:
     async def aclose(self) -> None:
         """End a 2025-era session (`DELETE`); a sessionless client has nothing to end."""
         await self._wire.close()
+
+
+def _poll_s(poll_ms: Any) -> float:
+    """The wait before the next `tasks/get`: the server's suggestion, kept within the bounds."""
+    wanted = poll_ms / 1000 if isinstance(poll_ms, int | float) and not isinstance(poll_ms, bool) else POLL_FLOOR_S
+    return min(max(wanted, POLL_FLOOR_S), POLL_CEILING_S)
 
 
 def _speaks_handshake(data: Any) -> bool:

@@ -193,7 +193,9 @@ class Response:
                         return
                     yield data
                 else:
-                    data = await self._read(reader.read(min(READ_SIZE, self._left or 0)))
+                    want = min(READ_SIZE, self._left or 0)
+                    # a body already received needs no timer (a small answer arrives with its head)
+                    data = await (reader.read(want) if reader._buffer else self._read(reader.read(want)))  # type: ignore[attr-defined]
                     if not data:
                         raise ProtocolError("connection closed before the body ended")
                     self._left = (self._left or 0) - len(data)

@@ -108,6 +108,10 @@ class ContainerRuntime:
     def memory_limit_bytes(self) -> int:
         return sum(self._limits.values())
 
+    def memory_of_sandbox(self, container_id: str) -> int | None:
+        """One sandbox's memory use at the last sample; None: not sampled (yet, or the engine did not say)."""
+        return self._used.get(container_id)
+
     def memory_used_bytes(self) -> int:
         return sum(self._used.values())
 

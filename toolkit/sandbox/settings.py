@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import socket
+from typing import Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from toolkit.settings import ToolServerSettings
 from toolkit.snapshots import Limits as SnapshotLimits
@@ -61,6 +62,13 @@ class DockerSandboxSettings(ToolServerSettings):
         description="with --snapshots, also save a session in the background once it has been quiet this long "
         "after a call (at the latest 3x this after its first unsaved change): what a killed server loses; 0: off",
     )
+
+    @model_validator(mode="after")
+    def _tasks_counted_with_snapshots(self) -> Self:
+        """A fleet that saves sessions in Redis counts its MCP tasks there too, unless told another place."""
+        if self.task_counts_url is None and self.snapshots == "redis":
+            self.task_counts_url = self.snapshot_url
+        return self
 
     @property
     def session_memory_cap_mb(self) -> int:

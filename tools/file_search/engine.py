@@ -22,6 +22,7 @@ from tools.file_search.embedders import Embedder
 from tools.file_search.filters import Filter
 from tools.file_search.parse import extract_text
 from tools.file_search.store import Hit, Ranking, Store
+from tools.file_search.vectors import VectorEngine
 
 log = structlog.get_logger(__name__)
 _ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
@@ -48,11 +49,18 @@ def checked_id(value: str, what: str) -> str:
     return value
 
 
+def _drop_unless_live(store: Store, file_id: str) -> None:
+    """A failed add (the vector engine down) leaves no parsed text behind, unless an earlier copy is still live."""
+    if file_id not in store.files():
+        store.drop_text(file_id)
+
+
 class Engine:
-    def __init__(self, data_dir: Path, embedder: Embedder, chunker: Chunker) -> None:
+    def __init__(self, data_dir: Path, embedder: Embedder, chunker: Chunker, vectors: VectorEngine) -> None:
         self.root = data_dir / "stores"
         self.embedder = embedder
         self.chunker = chunker
+        self.vectors = vectors
         self._stores: dict[Path, Store] = {}
         self._locks: defaultdict[Path, asyncio.Lock] = defaultdict(asyncio.Lock)
 
@@ -61,8 +69,12 @@ class Engine:
 
     async def _store(self, path: Path) -> Store:
         if path not in self._stores:
-            self._stores[path] = await anyio.to_thread.run_sync(Store, path)
+            self._stores[path] = await anyio.to_thread.run_sync(Store, path, self.vectors)
         return self._stores[path]
+
+    async def aclose(self) -> None:
+        await self.embedder.aclose()
+        await anyio.to_thread.run_sync(self.vectors.close)
 
     async def index_file(
         self,
@@ -90,7 +102,11 @@ class Engine:
             store = await self._store(path)
             meta = {**file, "bytes": usage}
             await anyio.to_thread.run_sync(store.keep_text, file["file_id"], text)
-            await anyio.to_thread.run_sync(store.add, file["file_id"], meta, texts, vectors)
+            try:
+                await anyio.to_thread.run_sync(store.add, file["file_id"], meta, texts, vectors)
+            except Exception:
+                await anyio.to_thread.run_sync(_drop_unless_live, store, file["file_id"])
+                raise
         elapsed = time.perf_counter() - started
         log.info("file.indexed", owner=owner, store=store_id, file_id=file["file_id"], chunks=len(texts), s=elapsed)
         return Indexed(len(texts), usage, elapsed)

@@ -29,8 +29,9 @@ from tools.file_search.filters import Filter
 from tools.file_search.parse import UnparsableFile
 from tools.file_search.settings import FileSearchSettings
 from tools.file_search.store import Hit, Ranking
+from tools.file_search.vectors import VectorsUnavailable
 
-FAULTS = Faults("file_search", usage=(BadRequest, UnparsableFile), unavailable=(EmbeddingFailed,))
+FAULTS = Faults("file_search", usage=(BadRequest, UnparsableFile), unavailable=(EmbeddingFailed, VectorsUnavailable))
 INSTRUCTIONS = "Search the files of the vector stores named in each call; index and delete files of a store."
 Attributes = dict[str, str | float | bool]
 
@@ -126,7 +127,7 @@ def build_server(settings: FileSearchSettings, engine: Engine) -> ToolServer[Cal
         try:
             yield
         finally:
-            await engine.embedder.aclose()
+            await engine.aclose()
 
     kit: ToolServer[Call] = ToolServer(mcp, settings, new_call, lifespan=lifespan)
     _writes(kit, settings, engine)

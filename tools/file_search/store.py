@@ -1,13 +1,13 @@
-"""One vector store on disk: BM25 over the chunks (tantivy) and exact vector search (numpy over a memory-mapped
-float32 matrix), fused by reciprocal rank.
+"""One vector store on disk: BM25 over the chunks (tantivy) and the store's vector index (`vectors/`: exact numpy
+search over its own file, or a Chroma server), fused by reciprocal rank.
 
-Layout of a store's directory: `vectors.npy` (one row per chunk ever added), `text/` (the tantivy index: row,
-file_id, text), `parsed/` (each file's parsed text) and `files.json` (each live file: name, attributes, its row
-range, bytes). `files.json` is written
-last when a file is added and first when one is deleted, each time by an atomic rename, so a reader (another
-replica on the same volume too) never sees half a file: a row no live file claims is not found. Writers hold an
-exclusive `flock` on `lock`, so replicas sharing the volume take turns. All of it is blocking: callers run it in a
-worker thread.
+Layout of a store's directory: `text/` (the tantivy index: row, file_id, text), `parsed/` (each file's parsed
+text), `files.json` (each live file: name, attributes, its row range, bytes) and what the vector index keeps
+there. A file's vectors go into the index first, which numbers their rows; its text is added under the same rows;
+`files.json` is written last when a file is added, and after the index forgot the file's vectors (before its
+text) when one is deleted, each time by an atomic rename, so a reader (another replica on the same volume too)
+never sees half a file: a row no live file claims is not found. Writers hold an exclusive `flock` on `lock`, so
+replicas sharing the volume take turns. All of it is blocking: callers run it in a worker thread.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import numpy as np
 import tantivy
 
 from tools.file_search.filters import Filter
+from tools.file_search.vectors import Live, VectorEngine
 
 RRF_K = 60
 """The rank constant of reciprocal rank fusion (the usual 60): a hit at rank r adds weight / (RRF_K + r)."""
@@ -68,10 +69,11 @@ def _write_atomic(path: Path, data: bytes) -> None:
 class Store:
     """A store's directory, opened; its methods block."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, vectors: VectorEngine) -> None:
         self.directory = directory
         (directory / "text").mkdir(parents=True, exist_ok=True)
         self.index = tantivy.Index(_schema(), path=str(directory / "text"), reuse=True)
+        self.vectors = vectors.open(directory)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -83,22 +85,13 @@ class Store:
         path = self.directory / "files.json"
         return json.loads(path.read_bytes()) if path.exists() else {}
 
-    def _vectors(self) -> np.ndarray | None:
-        path = self.directory / "vectors.npy"
-        return np.load(path, mmap_mode="r") if path.exists() else None
-
     def add(self, file_id: str, meta: dict[str, Any], texts: list[str], vectors: np.ndarray) -> None:
         """Add (or replace) one file's chunks and their vectors."""
         with self._locked():
             files = self.files()
             if file_id in files:
                 self._forget(files, file_id)
-            old = self._vectors()
-            start = 0 if old is None else len(old)
-            matrix = vectors if old is None else np.concatenate([old, vectors])
-            partial = self.directory / ".vectors.partial.npy"
-            np.save(partial, matrix.astype(np.float32))
-            os.replace(partial, self.directory / "vectors.npy")
+            start = self.vectors.add(file_id, vectors)
             writer = self.index.writer(heap_size=32 * 1024 * 1024)
             for offset, text in enumerate(texts):
                 writer.add_document(tantivy.Document(row=start + offset, file_id=file_id, text=text))
@@ -117,6 +110,7 @@ class Store:
             return True
 
     def _forget(self, files: dict[str, dict[str, Any]], file_id: str) -> None:
+        self.vectors.delete(file_id)
         del files[file_id]
         _write_atomic(self.directory / "files.json", json.dumps(files).encode())
         writer = self.index.writer(heap_size=16 * 1024 * 1024)
@@ -152,46 +146,43 @@ class Store:
 
     def destroy(self) -> None:
         with self._locked():
+            self.vectors.destroy()
             shutil.rmtree(self.directory)
 
     def search(self, vector: np.ndarray, query: str, limit: int, where: Filter | None, ranking: Ranking) -> list[Hit]:
         """The best `limit` chunks of files that pass `where`, by fused rank, at least `score_threshold`."""
-        files = {k: v for k, v in self.files().items() if where is None or where.matches(v["attributes"])}
-        owner = self._row_owners(files)
-        if not files:
+        files = self.files()
+        passing = {k: v for k, v in files.items() if where is None or where.matches(v["attributes"])}
+        if not passing:
             return []
+        live = Live.of(passing, complete=len(passing) == len(files))
         fused: dict[int, float] = {}
-        for rank, row in enumerate(self._vector_rows(vector, owner, ranking.depth)):
+        for rank, row in enumerate(_claimed(self.vectors.query(vector, live, ranking.depth), live)):
             fused[row] = fused.get(row, 0.0) + ranking.embedding_weight / (RRF_K + rank + 1)
-        for rank, row in enumerate(self._text_rows(query, owner, ranking.depth)):
+        for rank, row in enumerate(self._text_rows(query, live, ranking.depth)):
             fused[row] = fused.get(row, 0.0) + ranking.text_weight / (RRF_K + rank + 1)
         best = (ranking.embedding_weight + ranking.text_weight) / (RRF_K + 1)
         ranked = sorted(((score / best, row) for row, score in fused.items()), reverse=True)
         kept = [(score, row) for score, row in ranked if score >= ranking.score_threshold][:limit]
-        return [self._hit(row, score, files[owner[row]]) for score, row in kept]
+        owners = live.owners(np.array([row for _, row in kept], dtype=np.int64))
+        metas = [passing[live.file_ids[at]] for at in owners]
+        return [self._hit(row, score, meta) for (score, row), meta in zip(kept, metas, strict=True)]
 
-    def _row_owners(self, files: dict[str, dict[str, Any]]) -> dict[int, str]:
-        return {row: file_id for file_id, meta in files.items() for row in range(meta["start"], meta["end"])}
-
-    def _vector_rows(self, vector: np.ndarray, owner: dict[int, str], depth: int) -> list[int]:
-        matrix = self._vectors()
-        if matrix is None:
-            return []
-        rows = np.fromiter(owner, dtype=np.int64)
-        scores = matrix[rows] @ vector if len(rows) < len(matrix) // 2 else (matrix @ vector)[rows]
-        top = np.argsort(-scores)[:depth] if len(scores) <= depth else np.argpartition(-scores, depth)[:depth]
-        return [int(r) for r in rows[top[np.argsort(-scores[top])]]]
-
-    def _text_rows(self, query: str, owner: dict[int, str], depth: int) -> list[int]:
+    def _text_rows(self, query: str, live: Live, depth: int) -> list[int]:
         self.index.reload()
         parsed, _errors = self.index.parse_query_lenient(query, ["text"])
         searcher = self.index.searcher()
         hits = searcher.search(parsed, limit=depth * 4, count=False).hits
-        rows = (int(searcher.doc(address)["row"][0]) for _, address in hits)
-        return [row for row in rows if row in owner][:depth]
+        return _claimed([int(searcher.doc(address)["row"][0]) for _, address in hits], live)[:depth]
 
     def _hit(self, row: int, score: float, meta: dict[str, Any]) -> Hit:
         searcher = self.index.searcher()
         found = searcher.search(tantivy.Query.term_query(self.index.schema, "row", row), limit=1).hits
         text = searcher.doc(found[0][1])["text"][0] if found else ""
         return Hit(meta["file_id"], meta["filename"], round(score, 6), meta["attributes"], text)
+
+
+def _claimed(rows: list[int], live: Live) -> list[int]:
+    """`rows` in their order, less those no file of `live` claims (a deleted file's, a half-added one's)."""
+    owners = live.owners(np.array(rows, dtype=np.int64))
+    return [row for row, at in zip(rows, owners, strict=True) if at >= 0]
