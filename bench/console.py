@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import re
 import sys
 import time
 from collections.abc import Iterator
@@ -33,7 +32,7 @@ from bench.report import print_values, save  # noqa: E402
 from bench.wire import wire_session  # noqa: E402
 from orchestrator.worker.scripted import Scenario, ScriptedModel  # noqa: E402
 from orchestrator.worker.scripted import build_app as build_worker  # noqa: E402
-from tests.console.stack import ADMIN, CLIENT, GATEWAY_ADMIN, orchestrator  # noqa: E402
+from tests.console.stack import CLIENT, GATEWAY_ADMIN, admin_client, orchestrator  # noqa: E402
 from tests.support.asgi import serve_asgi  # noqa: E402
 from tests.support.gateway import fixtures, gateway_config, running_gateway  # noqa: E402
 from toolkit.settings import ToolServerSettings  # noqa: E402
@@ -103,17 +102,9 @@ def start_running(base: str, count: int) -> list[str]:
         return [http.post("/v1/responses", json=body).raise_for_status().json()["id"] for _ in range(count)]
 
 
-def logged_in(base: str) -> httpx.Client:
-    http = httpx.Client(base_url=base, trust_env=False, timeout=30)
-    nonce = re.search(r'name="csrf" value="(\w+)"', http.get("/console/login").text)
-    assert nonce is not None
-    assert http.post("/console/login", data={"csrf": nonce.group(1), "key": ADMIN}).status_code == 303
-    return http
-
-
 def rows(base: str, gateway: str, ids: list[str], sessions: int, n: int) -> list[dict[str, Any]]:
     gw_auth = {"authorization": f"Bearer {GATEWAY_ADMIN}"}
-    with contextlib.closing(logged_in(base)) as http:
+    with admin_client(base) as http:
         assert f"of {len(ids)}." in http.get("/console/live").text  # every response is running and counted
         assert f"of {sessions}." in http.get("/console/sessions").text  # every session is held and listed
         last = -(-sessions // 50)

@@ -21,6 +21,7 @@ from gateway.upstream import Replica
 log = structlog.get_logger(__name__)
 
 TRANSPORTS = {"mcp": handle_mcp, "sse": handle_sse, "messages": handle_messages}
+DECISIONS = {"approve": "approved", "reject": "rejected"}  # POST /admin/tools/<ns>/<decision> -> its answer's key
 
 
 def build_app(gw: Gateway) -> ASGIApp:
@@ -81,6 +82,7 @@ async def _status(gw: Gateway) -> dict[str, object]:
             **({"discover": f"{ns.cfg.discover.dns}:{ns.cfg.discover.port}"} if ns.cfg.discover else {}),
             "discovery_cached": ns.tools is not None,
             "pending_tools": sorted(ns.guard.pending),
+            "rejected_tools": sorted(ns.guard.held),
         }
         for name, ns in gw.namespaces.items()
     }
@@ -111,9 +113,10 @@ async def _metrics(gw: Gateway, send: Send) -> None:
 
 
 async def _admin(gw: Gateway, scope: Scope, receive: Receive, parts: list[str], send: Send) -> None:
-    """`GET /admin/tools`: pending tool changes; `POST /admin/tools/<ns>/approve`: accept them; `GET /admin/status`:
-    readiness with every replica's URL and state; `GET /admin/sessions` and `POST /admin/sessions/end`: every
-    replica's sandbox sessions, and ending one (`sessionlist`)."""
+    """`GET /admin/tools`: pending tool changes (with the approved and pending texts); `POST
+    /admin/tools/<ns>/approve` or `reject`: decide them; `GET /admin/status`: readiness with every replica's URL
+    and state; `GET /admin/sessions` and `POST /admin/sessions/end`: every replica's sandbox sessions, and ending
+    one (`sessionlist`)."""
     try:
         if parts == ["admin", "sessions"] and scope["method"] == "GET":
             await send_json(send, 200, {"namespaces": await sessionlist.listing(gw)})
@@ -123,13 +126,13 @@ async def _admin(gw: Gateway, scope: Scope, receive: Receive, parts: list[str], 
         elif parts == ["admin", "status"] and scope["method"] == "GET":
             await send_json(send, 200, {"ready": _ready(gw), "namespaces": await _status(gw)})
         elif parts == ["admin", "tools"] and scope["method"] == "GET":
-            body = {n: {"approved": ns.guard.approved, "pending": ns.guard.pending} for n, ns in gw.namespaces.items()}
-            await send_json(send, 200, body)
-        elif len(parts) == 4 and parts[1] == "tools" and parts[3] == "approve" and scope["method"] == "POST":
+            await send_json(send, 200, {n: ns.guard.report() for n, ns in gw.namespaces.items()})
+        elif len(parts) == 4 and parts[1] == "tools" and parts[3] in DECISIONS and scope["method"] == "POST":
             ns = gw.namespaces.get(parts[2])
             if ns is None:
                 raise UnknownNamespace(f"unknown namespace {parts[2]!r}")
-            await send_bytes(send, 200, json.dumps({"approved": await ns.guard.approve()}).encode())
+            decided = await (ns.guard.approve() if parts[3] == "approve" else ns.guard.reject())
+            await send_bytes(send, 200, json.dumps({DECISIONS[parts[3]]: decided}).encode())
         else:
             raise UnknownNamespace("unknown admin route")
     except GatewayError as exc:

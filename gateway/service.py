@@ -82,7 +82,7 @@ class Gateway:
                 if same_name:
                     ns.resolved_at = prev.resolved_at
                 ns.initialize_result, ns.tools = prev.initialize_result, prev.tools
-                ns.guard.approved, ns.guard.pending = prev.guard.approved, prev.guard.pending
+                ns.guard.take_over(prev.guard)
             ns.guard.on_flag = functools.partial(self._flag, name)
             for replica in ns.replicas.values():
                 self.watch(replica)

@@ -1,7 +1,7 @@
 """The gateway's admin API as the console reads and acts through it (`GET /admin/status`, `GET /admin/tools`,
-`POST /admin/tools/{ns}/approve`, `GET /admin/sessions`, `POST /admin/sessions/end`). A gateway that cannot be
-reached or answers an error is a `GatewayDown` whose message the page shows in place of the data, so a page never
-breaks."""
+`POST /admin/tools/{ns}/approve` and `reject`, `GET /admin/sessions`, `POST /admin/sessions/end`). A gateway
+that cannot be reached or answers an error is a `GatewayDown` whose message the page shows in place of the data,
+so a page never breaks."""
 
 from __future__ import annotations
 
@@ -64,14 +64,15 @@ class GatewayAdmin:
         return body
 
     async def tools(self) -> dict[str, Any]:
-        """Per namespace, the approved and the pending tool definitions' hashes by tool name."""
+        """Per namespace, the approved, pending and rejected definitions' hashes by tool name, and each pending
+        tool's approved and pending text."""
         body: dict[str, Any] = await self._call("GET", "/admin/tools")
         return body
 
-    async def approve(self, namespace: str) -> list[str]:
-        """Accept a namespace's pending definitions; the tools approved."""
-        body = await self._call("POST", f"/admin/tools/{namespace}/approve")
-        return list(body.get("approved", []))
+    async def decide(self, namespace: str, decision: str) -> list[str]:
+        """Approve or reject (`decision`) a namespace's pending definitions; the tools decided."""
+        body = await self._call("POST", f"/admin/tools/{namespace}/{decision}")
+        return list(body.get("approved" if decision == "approve" else "rejected", []))
 
     async def sessions(self) -> dict[str, dict[str, Any]]:
         """Per namespace, per replica URL: its sandbox sessions (`sessions`, `total`) or why it was not read

@@ -1,8 +1,15 @@
-"""`/console/live`: the responses running on this replica (key, model, status, turns' tool calls, elapsed), with
-cancel for background ones. Sorts and filters by query parameters, so it reads the same without JavaScript."""
+"""`/console/live`: the responses running in the fleet (key, model, status, turns' tool calls, elapsed, replica),
+with cancel for background ones, and the recent tool calls (`calls.py` streams the new ones). Sorts and filters by
+query parameters, so it reads the same without JavaScript.
+
+The fleet's are this replica's own (foreground and background) and the background responses other replicas
+hold in the shared store (`Store.held`), read from their last checkpoint; a cancel of one of those goes
+through the store (`LiveResponses.cancel`), to the replica running it. Other replicas' foreground responses
+are not in the store, so they are not listed."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -10,18 +17,21 @@ import structlog
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from orchestrator.callfeed import KEEP, ToolCallSeen
 from orchestrator.console.parts import Parts, posted
 from orchestrator.console.render import page, to
-from orchestrator.errors import RequestError
-from orchestrator.responses.live import Live
+from orchestrator.errors import RequestError, StoreUnavailable
+from orchestrator.responses.live import RUNNING
 
 log = structlog.get_logger(__name__)
 PAGE_ROWS = 50
-SORTS = {"elapsed": "elapsed", "id": "id", "model": "model", "key": "key", "tool_calls": "tool_calls"}
+FLEET_MOST = 1000  # responses held by other replicas listed at most
+HERE = "this replica"
+SORTS = ("elapsed", "id", "model", "key", "tool_calls", "replica")
+CALL_SORTS = ("at", "namespace", "tool", "latency_ms", "outcome")
 
 
-def _row(live: Live, now: float) -> dict[str, Any]:
-    body = live.builder.body
+def _row(body: dict[str, Any], owner: str, background: bool, replica: str, now: float) -> dict[str, Any]:
     output = body.get("output") or []
     calls = [
         i for i in output if isinstance(i, dict) and str(i.get("type", "")).endswith("_call")
@@ -29,32 +39,81 @@ def _row(live: Live, now: float) -> dict[str, Any]:
     created = float(body.get("created_at") or now)
     return {
         "id": body.get("id", ""),
-        "key": live.owner,
+        "key": owner,
         "model": body.get("model") or "",
         "status": body.get("status", ""),
-        "background": bool(live.request.background),
+        "background": background,
         "tool_calls": len(calls),
         "created": created,
         "elapsed": now - created,
+        "replica": replica,
     }
 
 
-def rows(parts: Parts, q: str, sort: str, desc: bool) -> list[dict[str, Any]]:
-    """The running responses matching `q` (in the id, key or model), sorted by a `SORTS` column."""
+async def _elsewhere(parts: Parts, now: float) -> list[dict[str, Any]]:
+    """The background responses other replicas hold in the shared store, as their last checkpoint shows them."""
+    service = parts.deps.service
+    held = await service.store.held(FLEET_MOST, service.holder)
+    ids = [rid for rid in held if rid not in service.live]
+    records = await asyncio.gather(*(service.store.get(rid) for rid in ids))
+    running = [r for r in records if r is not None and r.body.get("status") in RUNNING]
+    return [_row(r.body, r.owner, True, held[r.id], now) for r in running]
+
+
+async def rows(parts: Parts, q: str, sort: str, desc: bool) -> tuple[list[dict[str, Any]], str | None]:
+    """The fleet's running responses matching `q` (in the id, key, model or replica), sorted by a `SORTS`
+    column; and why the other replicas' are missing, if they are (the shared store did not answer)."""
     now = time.time()
-    found = [_row(live, now) for live in list(parts.deps.service.live.values())]
+    lives = list(parts.deps.service.live.values())
+    found = [_row(lv.builder.body, lv.owner, bool(lv.request.background), HERE, now) for lv in lives]
+    try:
+        found += await _elsewhere(parts, now)
+        error = None
+    except StoreUnavailable as exc:
+        error = f"Only this replica's responses are listed: {exc}"
     needle = q.strip().lower()
     if needle:
-        found = [r for r in found if any(needle in str(r[c]).lower() for c in ("id", "key", "model"))]
-    return sorted(found, key=lambda r: r[SORTS.get(sort, "elapsed")], reverse=desc)
+        found = [r for r in found if any(needle in str(r[c]).lower() for c in ("id", "key", "model", "replica"))]
+    return sorted(found, key=lambda r: r[sort if sort in SORTS else "elapsed"], reverse=desc), error
+
+
+def recent(parts: Parts, cq: str, csort: str, cdesc: bool) -> list[ToolCallSeen]:
+    """The recent tool calls matching `cq` (in the namespace, tool, outcome, replica or response), sorted by a
+    `CALL_SORTS` field."""
+    needle = cq.strip().lower()
+    calls = [
+        c
+        for c in parts.deps.service.calls.recent
+        if not needle or any(needle in v.lower() for v in (c.namespace, c.tool, c.outcome, c.replica, c.response_id))
+    ]
+    return sorted(calls, key=lambda c: getattr(c, csort if csort in CALL_SORTS else "at"), reverse=cdesc)
+
+
+async def _cancel(parts: Parts, rid: str) -> dict[str, Any] | None:
+    """Cancel `rid` wherever it runs (another replica's through the shared store); None: it runs nowhere."""
+    service = parts.deps.service
+    if (live := service.live.get(rid)) is not None:
+        return await service.responses.cancel(rid, live.owner)
+    record = await service.store.get(rid)
+    if record is None or record.body.get("status") not in RUNNING:
+        return None
+    return await service.responses.cancel(rid, record.owner)
 
 
 def routes(router: APIRouter, parts: Parts) -> None:
     @router.get("/console/live")
-    async def live_page(request: Request, q: str = "", sort: str = "elapsed", desc: bool = True) -> Response:
+    async def live_page(
+        request: Request,
+        q: str = "",
+        sort: str = "elapsed",
+        desc: bool = True,
+        cq: str = "",
+        csort: str = "at",
+        cdesc: bool = True,
+    ) -> Response:
         if (session := parts.sessions.check(request)) is None:
             return to("/login")
-        found = rows(parts, q, sort, desc)
+        found, store_error = await rows(parts, q, sort, desc)
         number = request.query_params.get("page", "1")
         last = max(1, -(-len(found) // PAGE_ROWS))
         if not number.isdigit() or not 1 <= int(number) <= last:
@@ -64,7 +123,9 @@ def routes(router: APIRouter, parts: Parts) -> None:
         shown = found[start : start + PAGE_ROWS]
         listing = {"rows": shown, "total": len(found), "first": start + 1, "number": int(number), "last": last}
         notice = request.query_params.get("notice")
-        return page(request, "live.html", user=session, q=q, sort=sort, desc=desc, notice=notice, **listing)
+        ordered = {"cq": cq, "csort": csort, "cdesc": cdesc, "calls": recent(parts, cq, csort, cdesc)}
+        calls = {**ordered, "keep": KEEP, "error": store_error, "here": HERE}
+        return page(request, "live.html", user=session, q=q, sort=sort, desc=desc, notice=notice, **listing, **calls)
 
     @router.post("/console/live/{rid}/cancel")
     async def cancel(request: Request, rid: str) -> Response:
@@ -72,13 +133,12 @@ def routes(router: APIRouter, parts: Parts) -> None:
         if isinstance(checked, Response):
             return checked
         session, _ = checked
-        live = parts.deps.service.live.get(rid)
-        if live is None:
-            message = f"No response {rid!r} is running on this replica: it finished, or the id is unknown."
-            return page(request, "error.html", 404, user=session, error=message)
         try:
-            body = await parts.deps.service.responses.cancel(rid, live.owner)
+            body = await _cancel(parts, rid)
         except RequestError as exc:
             return page(request, "error.html", exc.status, user=session, error=f"{rid} was not cancelled: {exc}")
+        if body is None:
+            message = f"No response {rid!r} is running in the fleet: it finished, or the id is unknown."
+            return page(request, "error.html", 404, user=session, error=message)
         log.info("console.cancelled", response_id=rid, admin=session.admin)
         return to("/live", f"{rid} is now {body.get('status')}.")

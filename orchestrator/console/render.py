@@ -58,12 +58,13 @@ class ConsoleHeaders:
 
 
 def when(ts: float | None, now: float | None = None) -> Markup:
-    """`<time>` with a relative text ("3 min ago") and the absolute UTC time as its title and datetime."""
+    """`<time>` with a relative text ("3 min ago"), the absolute UTC time as its title and datetime, and the Unix
+    time (`data-at`) from which the Live page's script keeps the relative text current."""
     if ts is None:
         return Markup("&mdash;")
     stamp = datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     text = f"{duration((now or time.time()) - ts)} ago"
-    return Markup('<time datetime="{0}" title="{0}">{1}</time>').format(stamp, text)
+    return Markup('<time datetime="{0}" title="{0}" data-at="{2}">{1}</time>').format(stamp, text, f"{ts:.3f}")
 
 
 def duration(seconds: float) -> str:

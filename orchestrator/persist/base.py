@@ -96,6 +96,11 @@ class Store(Protocol):
         ...
 
     async def is_held(self, response_id: str) -> bool: ...
+    async def held(self, most: int, besides: str) -> dict[str, str]:
+        """Up to `most` background responses whose hold has not lapsed and is not `besides`'s, each with its holder
+        (the replica running it): what a replica's console lists as running elsewhere in the fleet."""
+        ...
+
     async def append_events(
         self, response_id: str, start: int, events: list[dict[str, Any]], holder: str, hold_s: float
     ) -> bool:

@@ -179,6 +179,12 @@ class RedisResponses:
         async with self._c.errors():
             return bool(await self._r.exists(f"{self._p}running:{response_id}"))
 
+    async def held(self, most: int, besides: str) -> dict[str, str]:
+        async with self._c.errors():
+            ids = [i.decode() for i in await self._r.srandmember(f"{self._p}running", most) or []]
+            holders = await self._r.mget([f"{self._p}running:{i}" for i in ids]) if ids else []
+        return {i: h.decode() for i, h in zip(ids, holders, strict=True) if h is not None and h.decode() != besides}
+
     async def append_events(
         self, response_id: str, start: int, events: list[dict[str, Any]], holder: str, hold_s: float
     ) -> bool:

@@ -256,6 +256,10 @@ class SQLiteResponses:
     def _orphaned(self) -> list[str]:
         return [r[0] for r in self._db.execute("SELECT id FROM running WHERE until < ?", (time.time(),))]
 
+    def _held(self, most: int, besides: str) -> dict[str, str]:
+        query = "SELECT id, holder FROM running WHERE until >= ? AND holder != ? LIMIT ?"
+        return dict(self._db.execute(query, (time.time(), besides, most)).fetchall())
+
     def _is_held(self, response_id: str) -> bool:
         row = self._db.execute("SELECT 1 FROM running WHERE id = ? AND until >= ?", (response_id, time.time()))
         return row.fetchone() is not None
@@ -304,6 +308,9 @@ class SQLiteResponses:
 
     async def is_held(self, response_id: str) -> bool:
         return await self._c.run(self._is_held, response_id)
+
+    async def held(self, most: int, besides: str) -> dict[str, str]:
+        return await self._c.run(self._held, most, besides)
 
     async def append_events(
         self, response_id: str, start: int, events: list[dict[str, Any]], holder: str, hold_s: float

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from openai_harmony import Message
 
 from orchestrator import harmony as h
+from orchestrator.callfeed import CallFeed
 from orchestrator.request.schema import AnswerFormat, Requirement, ResponsesRequest, Toolset, answer_format
 from orchestrator.responses.events import ResponseBuilder, usage
 from orchestrator.settings import OrchestratorSettings
@@ -188,6 +189,7 @@ class Run:
     warm_only: bool = False  # WebSocket `generate: false`: prefill the worker's cache, make no output
     compact_only: bool = False  # a `compaction_trigger` input item: the output is one compaction item
     checkpoint: Checkpoint | None = None  # a background response's: kept so another replica can adopt it
+    feed: CallFeed | None = None  # the replica's feed of finished tool calls (the console's Live page)
 
     @classmethod
     def for_request(

@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 import structlog
 
+from orchestrator.callfeed import CallFeed
 from orchestrator.containers import Containers
 from orchestrator.conversations import Bounds, Conversations
 from orchestrator.errors import RequestError
@@ -89,6 +90,7 @@ class ResponsesService:
             api_for=api_for,
         )
         self.holder = new_id("replica")  # this replica's name on the background responses it holds
+        self.calls = CallFeed(self.holder)
         self.adopter = Adopter(
             settings, self.store, self.conversations, self.preparer, self.limits, self.live, self.holder, self._launch
         )
@@ -154,6 +156,7 @@ class ResponsesService:
     def _launch(self, live: Live, p: Prepared, resume: Callable[[], Awaitable[None]] | None = None) -> None:
         """Run `live` on this replica: from the start, or (`resume`) as an adopted response goes on."""
         self.live[live.builder.id] = live
+        p.run.feed = self.calls
         begin = resume or functools.partial(self._start, live, p.run, p.listings)
         live.task = task = asyncio.create_task(self._traced(live, p.run, p.n_head, p.items, begin))
         if live.checkpoint is not None:

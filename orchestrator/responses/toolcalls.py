@@ -1,8 +1,11 @@
 """Running the built-in and MCP calls the model wrote: each by the kind that claims its recipient
 (`kinds/`), within the response's `max_tool_calls`. Failures, bad arguments, unknown recipients and the
-limit become tool messages the model reads; the loop goes on."""
+limit become tool messages the model reads; the loop goes on. Each call run is told to the replica's feed
+of tool calls (`callfeed`), which the console streams."""
 
 from __future__ import annotations
+
+import time
 
 from orchestrator.kinds import classify
 from orchestrator.kinds.base import answer, rejected
@@ -26,6 +29,7 @@ def sort(r: Run, calls: list[Call]) -> tuple[list[Call], list[Call], list[Call]]
 async def call(r: Run, c: Call) -> bool:
     """Run one admitted, classified call; False when the response must stop for an approval."""
     recipient = c.msg.recipient or ""
+    started = time.perf_counter()
     if c.kind is None:
         known = sorted([*r.toolset.builtins, *r.toolset.mcp]) + (["functions"] if r.toolset.functions else [])
         outcome = rejected(f"Error: unknown tool `{recipient}`. Available namespaces: {', '.join(known) or 'none'}.")
@@ -35,7 +39,10 @@ async def call(r: Run, c: Call) -> bool:
         outcome = result
     if c.stream is not None:
         c.stream.abandon()  # an item no kind finished (its call was refused before a kind ran it) failed
-    r.tools.log.append((c.ns if c.kind is not None else "unknown", outcome.kind))
+    ns = c.ns if c.kind is not None else "unknown"
+    r.tools.log.append((ns, outcome.kind))
+    if r.feed is not None:
+        r.feed.record(ns, c.fn or recipient, started, outcome.kind, r.builder.id)
     answer(r, recipient, outcome.text, c.msg.channel)
     return True
 

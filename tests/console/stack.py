@@ -21,6 +21,7 @@ from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.ui import WebDriverWait
 
 from orchestrator.app import create_app
+from orchestrator.persist import Stores
 from orchestrator.persist.sqlite import SQLiteStores
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.worker.scripted import Scenario, ScriptedModel
@@ -46,8 +47,9 @@ class Fleet:
 
 
 @contextlib.contextmanager
-def orchestrator(worker: str, tools_url: str | None, **extra: object) -> Iterator[str]:
-    """An orchestrator with a client key and an admin key, its store in a temporary directory."""
+def orchestrator(worker: str, tools_url: str | None, stores: Stores | None = None, **extra: object) -> Iterator[str]:
+    """An orchestrator with a client key and an admin key, its store in memory (or `stores`: replicas may share a
+    SQLite file or a Redis)."""
     with tempfile.TemporaryDirectory(prefix="toolfleet-console-") as scratch:
         settings = OrchestratorSettings(
             worker_urls=[worker],
@@ -60,7 +62,7 @@ def orchestrator(worker: str, tools_url: str | None, **extra: object) -> Iterato
             files_dir=f"{scratch}/files",
             **extra,
         )
-        with serve_asgi(create_app(settings, stores=SQLiteStores())) as url:
+        with serve_asgi(create_app(settings, stores=stores or SQLiteStores())) as url:
             yield url
 
 
@@ -91,6 +93,7 @@ def browser() -> Iterator[webdriver.Chrome]:
     options.binary_location = CHROMIUM
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,900"):
         options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the console's messages: CSP refusals, errors
     with tempfile.TemporaryDirectory(prefix="toolfleet-chromium-") as profile:
         options.add_argument(f"--user-data-dir={profile}")
         driver = webdriver.Chrome(options=options, service=Service(executable_path=DRIVER))
@@ -130,3 +133,12 @@ def csrf_of(html: str) -> str:
     found = re.search(r'name="csrf" value="([0-9a-f]+)"', html)
     assert found, "the page has no CSRF token"
     return found.group(1)
+
+
+@contextlib.contextmanager
+def admin_client(base: str) -> Iterator[httpx.Client]:
+    """An HTTP client logged in to the console at `base` with the admin key (the login form's nonce and all)."""
+    with httpx.Client(base_url=base, trust_env=False, timeout=30) as http:
+        login = http.post("/console/login", data={"csrf": csrf_of(http.get("/console/login").text), "key": ADMIN})
+        assert login.status_code == 303, login.text
+        yield http

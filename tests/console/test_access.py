@@ -1,13 +1,15 @@
-"""Who opens the console (an admin key, never a client key or none), the cookie, CSRF and the CSP, in Chromium."""
+"""Who opens the console (an admin key, never a client key or none), the cookie, CSRF, the CSP and the bounds on
+guessing keys, in Chromium."""
 
 from __future__ import annotations
 
 import httpx
 from selenium import webdriver
 
+from orchestrator.console.throttle import PER_ADDRESS, LoginThrottle
 from orchestrator.guard.auth import load_admin_keys, load_keys
 from orchestrator.settings import OrchestratorSettings
-from tests.console.stack import ADMIN, CLIENT, Fleet, csrf_of, log_in, session_client, shot
+from tests.console.stack import ADMIN, CLIENT, Fleet, csrf_of, log_in, orchestrator, session_client, shot
 
 
 def test_the_keys_file_marks_admin_keys_and_keeps_plain_lines_client_keys(tmp_path) -> None:
@@ -62,3 +64,35 @@ def test_every_console_response_carries_a_strict_csp_and_no_third_party_asset(fl
             assert headers["x-frame-options"] == "DENY" and headers["cache-control"] == "no-store"
         page = http.get("/console/login").text
     assert "<script" not in page and "http://" not in page and "https://" not in page
+
+
+def test_login_failures_are_bounded_per_address_and_over_all_addresses_in_bounded_memory() -> None:
+    now = [1000.0]
+    throttle = LoginThrottle(per_address=3, overall=5, window_s=60, addresses=2, clock=lambda: now[0])
+    for _ in range(3):
+        assert throttle.retry_after("10.0.0.1") == 0
+        throttle.failed("10.0.0.1")
+    assert throttle.retry_after("10.0.0.1") == 60 and throttle.retry_after("10.0.0.2") == 0
+    now[0] += 59.5
+    assert throttle.retry_after("10.0.0.1") == 1  # whole seconds, rounded up
+    now[0] += 0.5
+    assert throttle.retry_after("10.0.0.1") == 0  # the window slid past the first failure
+    for address in ("10.0.0.2", "10.0.0.3", "10.0.0.2", "10.0.0.3", "10.0.0.5"):
+        throttle.failed(address)  # five failures in the window, none past its address's bound: everyone waits
+    assert throttle.retry_after("10.0.0.4") == 60 and throttle.retry_after("10.0.0.2") == 60
+    assert len(throttle._by_address) == 2  # the address failing least recently was forgotten
+
+
+def test_a_client_address_past_its_failed_logins_gets_429_with_retry_after(fleet: Fleet, capsys) -> None:
+    with httpx.Client(trust_env=False) as probe:
+        worker = probe.get(f"{fleet.url}/healthz").json()["workers"][0]["url"]
+    with orchestrator(worker, None) as url, httpx.Client(base_url=url, trust_env=False) as http:
+        answer = http.get("/console/login")
+        for n in range(PER_ADDRESS):  # each refusal's page carries the next form's nonce
+            answer = http.post("/console/login", data={"csrf": csrf_of(answer.text), "key": f"guess-{n}"})
+            assert answer.status_code == 401
+        limited = http.post("/console/login", data={"csrf": csrf_of(answer.text), "key": ADMIN})  # the right key too
+        assert limited.status_code == 429 and 0 < int(limited.headers["retry-after"]) <= 60
+        assert "Too many failed logins" in limited.text and limited.cookies.get("toolfleet_console") is None
+    logged = capsys.readouterr().out
+    assert "console.login_throttled" in logged and "guess-" not in logged and ADMIN not in logged

@@ -140,7 +140,7 @@ async def test_a_changed_tool_definition_is_refused_until_an_operator_approves_i
                 changed.kill()
 
 
-async def test_in_flag_mode_a_changed_tool_passes_but_is_flagged() -> None:
+async def test_in_flag_mode_a_changed_tool_passes_but_is_flagged_until_an_operator_rejects_it() -> None:
     with fixtures("v1") as ups:
         cfg = gateway_config({"fixture": [ups[0].url]})
         cfg["namespaces"]["fixture"]["tool_pinning"] = "flag"
@@ -157,5 +157,19 @@ async def test_in_flag_mode_a_changed_tool_passes_but_is_flagged() -> None:
                 ) as client:
                     assert await call_text(client, "echo", {"text": "flagged"}) == "flagged"
                 assert "tools.changed" in gw.logs()
+                async with httpx.AsyncClient(base_url=gw.base, trust_env=False) as http:
+                    pending = (await http.get("/admin/tools")).json()["fixture"]
+                    assert "SECRETS" in pending["definitions"]["echo"]["pending"]  # the texts a diff is made of
+                    assert "SECRETS" not in pending["definitions"]["echo"]["approved"]
+                    assert (await http.post("/admin/tools/fixture/reject")).json() == {"rejected": ["echo"]}
+                    after = (await http.get("/admin/tools")).json()["fixture"]
+                    status = (await http.get("/admin/status")).json()["namespaces"]["fixture"]
+                assert after["pending"] == {} and list(after["rejected"]) == ["echo"]
+                assert status["rejected_tools"] == ["echo"]
+                async with connect(gw.url("fixture"), "streamable-http") as client:  # refused in flag mode too
+                    assert "echo" not in {t.name for t in (await client.list_tools()).tools}
+                    with pytest.raises(MCPError) as refused:
+                        await call_text(client, "echo", {"text": "x"})
+                    assert refused.value.error.code == -32006
             finally:
                 changed.kill()

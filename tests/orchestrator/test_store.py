@@ -258,7 +258,8 @@ async def test_a_sqlite_hold_lasts_its_time_is_renewed_by_its_holder_and_taken_b
     assert await store.hold_running(["resp_a"], 2, "one") == {"resp_a"}  # renewed: b lapses first
     await asyncio.sleep(1.2)
     assert await store.is_held("resp_a") and not await store.is_held("resp_b")
-    assert await store.orphaned() == ["resp_b"]
+    assert await store.orphaned() == ["resp_b"] and await store.held(10, "") == {"resp_a": "one"}  # the lapsed: not
+    assert await store.held(10, "one") == {}  # nor the asking replica's own
     taken = await asyncio.gather(*(store.hold_running(["resp_b"], 2, f"r{i}") for i in range(4)))
     assert sum(len(t) for t in taken) == 1  # adopted by one replica alone
     await store.release_running("resp_b", "one")  # not its holder: nothing happens
@@ -273,8 +274,9 @@ async def test_a_redis_hold_is_taken_by_one_replica_once_lapsed(redis_url) -> No
     store = stores.responses
     assert await store.hold_running(["resp_a"], 0.3, "one") == {"resp_a"}
     assert await store.hold_running(["resp_a"], 0.3, "two") == set() and await store.orphaned() == []
+    assert await store.held(10, "two") == {"resp_a": "one"} and await store.held(10, "one") == {}
     await asyncio.sleep(0.5)
-    assert await store.orphaned() == ["resp_a"]
+    assert await store.orphaned() == ["resp_a"] and await store.held(10, "two") == {}
     taken = await asyncio.gather(*(store.hold_running(["resp_a"], 5, f"r{i}") for i in range(4)))
     assert sum(len(t) for t in taken) == 1
     winner = next(f"r{i}" for i, t in enumerate(taken) if t)
