@@ -87,14 +87,15 @@ def close_pools() -> None:
 def _client(
     url: str,
     headers: dict[str, str],
-    timeout_s: float,
+    timeout_s: float | None,
     address: str | None = None,
     keepalive_s: float = KEEPALIVE_EXPIRY_S,
     inline_ms: int | None = None,
 ) -> McpClient:
     """An MCP client of `url`; with `address`, every connection goes to that checked IP (no proxy, no DNS), with
     the URL's host in `Host` and TLS SNI. It follows no redirect: an answer elsewhere is an error. `inline_ms`:
-    it takes MCP tasks, for calls still running after that long."""
+    it takes MCP tasks, for calls still running after that long. `timeout_s` None: every use of the client is
+    bounded by its caller (a session's calls by their own timeout), so its requests arm no timer of their own."""
     timeouts = Timeouts(connect=5.0, read=timeout_s)
     pool = _pool(keepalive_s)
     return McpClient(pool, url, headers, timeouts=timeouts, address=address, stamp=_trace_context, inline_ms=inline_ms)
@@ -202,7 +203,8 @@ class ToolSessions:
         client = self._clients.get(key)
         if client is None:  # kept before it opens: a concurrent call waits for the one negotiation
             inline = self.task_after_ms if fleet else None
-            client = self._clients[key] = _client(url, merged, self.timeout_s, address, self.keepalive_s, inline)
+            # no read timer per request: each use is bounded, by the call's timeout or a close's (same length or less)
+            client = self._clients[key] = _client(url, merged, None, address, self.keepalive_s, inline)
         if client.version is not None:
             return client
         try:
