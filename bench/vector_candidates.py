@@ -229,7 +229,7 @@ class SqliteVec(Candidate):
 class LanceFlat(Candidate):
     """A Lance table scanned in full (no index: exact)."""
 
-    name, module = "lancedb, no index (exact)", "lancedb"
+    name, module = "lancedb flat (exact)", "lancedb"
 
     def build(self, vectors: np.ndarray) -> None:
         pa = importlib.import_module("pyarrow")

@@ -59,6 +59,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.base <= NEIGHBOURS or min(ints(args.sizes)) <= K:
         p.error(f"--base must be over {NEIGHBOURS} (its vectors' neighbours grow the set) and each size over {K}")
+    unknown = [name for name in args.engines.split(",") if name not in CANDIDATES and args.engines != "all"]
+    if unknown:
+        p.error(f"unknown --engines {unknown}; the candidates: {list(CANDIDATES)}")
     return args
 
 
@@ -92,9 +95,6 @@ def exact_top(vectors: np.ndarray, asked: np.ndarray, k: int) -> np.ndarray:
 
 def jobs(args: argparse.Namespace, size: int, data: Path) -> list[Job]:
     chosen = list(CANDIDATES) if args.engines == "all" else args.engines.split(",")
-    unknown = [name for name in chosen if name not in CANDIDATES]
-    if unknown:
-        raise SystemExit(f"unknown --engines {unknown}; the candidates: {list(CANDIDATES)}")
     base = Job(engine="", size=size, m=0, data=data, efs=tuple(ints(args.ef)), timed=args.timed, target=args.target)
     out = []
     for name in [BASELINE, *(n for n in chosen if n != BASELINE)]:

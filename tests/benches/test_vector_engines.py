@@ -63,3 +63,10 @@ def test_too_small_a_base_is_refused(capsys: pytest.CaptureFixture[str]) -> None
         main(["--base", "5"])
     assert stop.value.code == 2
     assert "--base must be over 10" in capsys.readouterr().err
+
+
+def test_an_unknown_engine_is_refused_by_name(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["--engines", "hnswlib,annoy"])
+    assert stop.value.code == 2
+    assert "unknown --engines ['annoy']" in capsys.readouterr().err
