@@ -24,6 +24,8 @@ class Candidate:
     name: ClassVar[str]
     module: ClassVar[str]
     """The library's import name: absent means the candidate is skipped."""
+    needs: ClassVar[tuple[str, ...]] = ()
+    """Other modules it cannot run without, checked the same way."""
     graph: ClassVar[bool] = False
     EF_CONSTRUCTION: ClassVar[int] = 128
 
@@ -31,6 +33,7 @@ class Candidate:
         self.directory, self.dims, self.m = directory, dims, m
         directory.mkdir(parents=True, exist_ok=True)
         self.lib: Any = importlib.import_module(self.module)
+        self.extra = {name: importlib.import_module(name) for name in self.needs}
 
     def build(self, vectors: np.ndarray) -> None:
         raise NotImplementedError
@@ -198,11 +201,10 @@ class SqliteVec(Candidate):
     """sqlite-vec's `vec0` table (a brute-force scan; its stable release has no ANN index), through apsw:
     Python's own sqlite3 here is built without extension loading."""
 
-    name, module = "sqlite-vec vec0 (exact)", "sqlite_vec"
+    name, module, needs = "sqlite-vec vec0 (exact)", "sqlite_vec", ("apsw",)
 
     def open(self) -> None:
-        apsw = importlib.import_module("apsw")
-        self.db = apsw.Connection(str(self.directory / "vectors.db"))
+        self.db = self.extra["apsw"].Connection(str(self.directory / "vectors.db"))
         self.db.enable_load_extension(True)
         self.db.load_extension(self.lib.loadable_path())
 
@@ -229,10 +231,10 @@ class SqliteVec(Candidate):
 class LanceFlat(Candidate):
     """A Lance table scanned in full (no index: exact)."""
 
-    name, module = "lancedb flat (exact)", "lancedb"
+    name, module, needs = "lancedb flat (exact)", "lancedb", ("pyarrow",)
 
     def build(self, vectors: np.ndarray) -> None:
-        pa = importlib.import_module("pyarrow")
+        pa = self.extra["pyarrow"]
         column = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), self.dims)
         data = pa.table({"id": pa.array(np.arange(len(vectors))), "vector": column})
         self.open_db().create_table("v", data=data)

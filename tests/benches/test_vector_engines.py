@@ -26,8 +26,8 @@ def rows(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     return {r["name"]: r for r in json.loads(out.read_text())["rows"]}
 
 
-def installed(module: str) -> bool:
-    return importlib.util.find_spec(module.partition(".")[0]) is not None
+def installed(*modules: str) -> bool:
+    return all(importlib.util.find_spec(module.partition(".")[0]) is not None for module in modules)
 
 
 def test_exact_baseline_finds_the_truth_and_keeps_it_across_reopen_and_delete(rows: dict[str, dict[str, Any]]) -> None:
@@ -44,7 +44,7 @@ def test_each_candidate_is_measured_or_said_missing(name: str, rows: dict[str, d
     candidate = CANDIDATES[name]
     title = f"{SIZE}: {name}" + (" M=16" if candidate.graph else "")
     row = rows[title]
-    if not installed(candidate.module):
+    if not installed(candidate.module, *candidate.needs):
         assert row["skipped"].startswith("not installed")
         return
     assert "failed" not in row and "skipped" not in row, row
