@@ -8,6 +8,7 @@ built, so a missing one is a skipped row, not a failed bench; a deletion the lib
 from __future__ import annotations
 
 import importlib
+from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -18,7 +19,7 @@ class Unsupported(RuntimeError):
     """The engine cannot do this (its message says what the library answered)."""
 
 
-class Candidate:
+class Candidate(ABC):
     """The adapter's shape. `graph` adapters take `m` (links per node) and an effort (ef_search) per query."""
 
     name: ClassVar[str]
@@ -35,20 +36,20 @@ class Candidate:
         self.lib: Any = importlib.import_module(self.module)
         self.extra = {name: importlib.import_module(name) for name in self.needs}
 
-    def build(self, vectors: np.ndarray) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def build(self, vectors: np.ndarray) -> None: ...
 
-    def search(self, query: np.ndarray, k: int) -> np.ndarray:
-        raise NotImplementedError
+    @abstractmethod
+    def search(self, query: np.ndarray, k: int) -> np.ndarray: ...
 
-    def close(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def close(self) -> None: ...
 
-    def open(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def open(self) -> None: ...
 
-    def delete(self, ids: np.ndarray) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def delete(self, ids: np.ndarray) -> None: ...
 
     def effort(self, ef: int) -> None:
         raise Unsupported(f"{self.name} is exact: it has no search effort")
@@ -86,11 +87,11 @@ class ExactNumpy(Candidate):
         np.save(self.directory / "live.npy", self.live)
 
 
-class _Faiss(Candidate):
+class _Faiss(Candidate, ABC):
     module = "faiss"
 
-    def make(self) -> Any:
-        raise NotImplementedError
+    @abstractmethod
+    def make(self) -> Any: ...
 
     def build(self, vectors: np.ndarray) -> None:
         self.index = self.make()
