@@ -15,13 +15,11 @@ import contextlib
 import os
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
-
 from tests.support.asgi import free_port
+from tests.support.service import wait_healthy
 
 SETUP = Path(__file__).resolve().parents[2] / "deploy" / "scripts" / "setup_chroma.sh"
 
@@ -44,24 +42,12 @@ def chroma_server(path: Path, port: int | None = None, binary: Path | None = Non
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait_for(url, proc, log_path)
+        wait_healthy(url, proc, log_path, 60, path="/api/v2/heartbeat")
         yield url
     finally:
         proc.kill()
         proc.wait(10)
         log_path.unlink(missing_ok=True)
-
-
-def _wait_for(url: str, proc: subprocess.Popen[bytes], log_path: Path, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"chroma exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{url}/api/v2/heartbeat", timeout=1).status_code == 200:
-                return
-        time.sleep(0.1)
-    raise TimeoutError(f"chroma did not answer in {timeout_s} s:\n{log_path.read_text()[-3000:]}")
 
 
 class Chroma:
