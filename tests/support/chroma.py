@@ -42,7 +42,7 @@ def chroma_server(path: Path, port: int | None = None, binary: Path | None = Non
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_healthy(url, proc, log_path, 60, path="/api/v2/heartbeat")
+        wait_healthy(url, proc, log_path, 60, path="/api/v2/heartbeat", what="chroma")
         yield url
     finally:
         proc.kill()

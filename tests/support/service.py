@@ -53,18 +53,24 @@ class Service:
 
 
 def wait_healthy(
-    url: str, proc: subprocess.Popen[bytes], log_path: Path, timeout_s: float, *, path: str = "/healthz"
+    url: str,
+    proc: subprocess.Popen[bytes],
+    log_path: Path,
+    timeout_s: float,
+    *,
+    path: str = "/healthz",
+    what: str = "service",
 ) -> None:
     """Until `url` + `path` answers 200; the process's log in the error when it exits or never answers."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}:\n{log_path.read_text()[-4000:]}")
+            raise RuntimeError(f"{what} exited with {proc.returncode}:\n{log_path.read_text()[-4000:]}")
         with contextlib.suppress(httpx.HTTPError):
             if httpx.get(f"{url}{path}", timeout=1).status_code == 200:
                 return
         time.sleep(0.1)
-    raise TimeoutError(f"{url} not healthy after {timeout_s} s:\n{log_path.read_text()[-4000:]}")
+    raise TimeoutError(f"{what} not healthy after {timeout_s} s:\n{log_path.read_text()[-4000:]}")
 
 
 @contextlib.contextmanager
