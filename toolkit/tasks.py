@@ -22,6 +22,7 @@ a task (the spec leaves whether to make a task to the server, per request).
 from __future__ import annotations
 
 import contextlib
+import math
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -264,21 +265,20 @@ class TaskStore:
             self.on_end()
         log.info("task.ended", task_id=task.id, status=task.status)
 
-    async def inline(self, task: Task, within_s: float) -> HandlerResult | None:
-        """The task's result when it ends within `within_s` (the task is then forgotten: its caller never
-        heard of it), else None. A caller gone before then never learns the id: the task is cancelled."""
+    async def decided(self, task: Task, within_s: float = math.inf) -> bool:
+        """Whether the task ended (or, a gathering tool's, escalated) within `within_s`. A caller that goes away
+        before then never learns its id: the task is cancelled."""
         try:
             with anyio.move_on_after(within_s):
                 await task.decided.wait()
         except anyio.get_cancelled_exc_class():
             self._cancel(task, "its caller went away before it became a task")
             raise
-        if not task.decided.is_set():
-            return None
-        del self._tasks[task.id]
-        if task.error is not None:
-            raise MCPError(int(task.error.get("code", INTERNAL_ERROR)), str(task.error.get("message")))
-        return task.result
+        return task.decided.is_set()
+
+    def forget(self, task: Task) -> None:
+        """Drop a task its caller was answered without (inline): its id was never told."""
+        self._tasks.pop(task.id, None)
 
     def get(self, task_id: str, owner: str) -> Task:
         """The owner's task of that id; any other id gets the one refusal (`unknown_task`)."""
@@ -393,7 +393,7 @@ def _declared(ctx: ServerRequestContext[Any, Any]) -> bool:
 
 def _inline_s(ctx: ServerRequestContext[Any, Any]) -> float:
     """How long the client asked a call to be awaited before it becomes a task (`inlineWithinMs`; 0: none)."""
-    capabilities = ctx.session.client_capabilities
+    capabilities = _capabilities(ctx)
     settings = (capabilities.extensions or {}).get(EXTENSION) if capabilities else None
     ms = settings.get("inlineWithinMs") if isinstance(settings, dict) else None
     return min(float(ms), 600_000.0) / 1000 if isinstance(ms, int) and not isinstance(ms, bool) and ms > 0 else 0.0
@@ -446,16 +446,13 @@ class Tasks(Extension):
             _owner(ctx), params.name, lambda: call_next(ctx), published=not gathers, can_answer=_can_answer(ctx)
         )
         if gathers:
-            try:
-                await task.decided.wait()
-            finally:
-                if not task.decided.is_set():  # its caller went away before it became a task
-                    task.scope.cancel()
+            await self.store.decided(task)
             if not task.escalated:  # it answered before it became a task: an input round, or its result
                 return _answer(task)
             self.store.publish(task)
-        elif (within := _inline_s(ctx)) and (result := await self.store.inline(task, within)) is not None:
-            return result
+        elif (within := _inline_s(ctx)) and await self.store.decided(task, within):
+            self.store.forget(task)  # it ended within the client's wait: answered inline, as without the extension
+            return _answer(task)
         return self.store.envelope(task) | {"resultType": "task"}
 
     async def _get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
