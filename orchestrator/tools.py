@@ -136,10 +136,15 @@ def _error_text(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-LOST_TASK = (
-    "Error: this call was interrupted before the tool answered (the server running it stopped), and its task is"
-    " gone: what it did, if anything, is unknown. Check before calling it again."
-)
+def interrupted(why: str) -> str:
+    """What the model reads of a call cut off when the server running it stopped: never a made-up result."""
+    return (
+        f"Error: this call was interrupted before the tool answered (the server running it stopped), and {why}:"
+        " what it did, if anything, is unknown. Check before calling it again."
+    )
+
+
+LOST_TASK = interrupted("its task is gone")
 
 
 @dataclass

@@ -32,15 +32,12 @@ from orchestrator.responses.prepare import Prepared, Preparer
 from orchestrator.responses.run import Call, Run, Usage
 from orchestrator.responses.turns import run
 from orchestrator.settings import OrchestratorSettings
-from orchestrator.tools import Resume, ToolSessions
+from orchestrator.tools import Resume, ToolSessions, interrupted
 
 log = structlog.get_logger(__name__)
 
 MAX_ADOPTIONS = 3  # a response whose replicas stopped this many more times is failed, not adopted again
-INTERRUPTED = (
-    "Error: this call was interrupted before the tool answered (the server running it stopped), and it is not"
-    " safe to run it again unasked: what it did, if anything, is unknown. Check before calling it again."
-)
+INTERRUPTED = interrupted("it is not safe to run it again unasked")
 
 Launch = Callable[[Live, Prepared, Callable[[], Awaitable[None]] | None], None]
 """(live, prepared, how it goes on: None for from the start) -> None: the service runs it on this replica."""
