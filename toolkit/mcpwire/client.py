@@ -55,8 +55,13 @@ POLL_CEILING_S = 5.0
 """The bounds on the wait between two `tasks/get`, whatever `pollIntervalMs` the server suggests."""
 TASK_LOST = -32002
 """The gateway's error for a task whose replica is gone."""
-_NAMED = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri", "tasks/get": "taskId"}
-_NAMED |= {"tasks/cancel": "taskId"}
+_NAMED = {
+    "tools/call": "name",
+    "prompts/get": "name",
+    "resources/read": "uri",
+    "tasks/get": "taskId",
+    "tasks/cancel": "taskId",
+}
 """The methods whose `Mcp-Name` header mirrors a body parameter, and that parameter."""
 _PLAIN = re.compile(r"[\x21-\x7e]([\x20-\x7e]*[\x21-\x7e])?")
 HANDLE_HEADER = f"mcp-param-{HEADER_TOKEN.lower()}"
