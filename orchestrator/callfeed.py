@@ -16,8 +16,9 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Protocol
 
-from opentelemetry import trace
 from pydantic import BaseModel
+
+from toolkit.tracing import current_trace_id
 
 KEEP = 50
 QUEUE = 100
@@ -45,11 +46,6 @@ class Relay(Protocol):
 
 class TooManyWatchers(Exception):
     """`WATCHERS` streams are open already: a new one is refused rather than grow without bound."""
-
-
-def current_trace_id() -> str | None:
-    ctx = trace.get_current_span().get_span_context()
-    return f"{ctx.trace_id:032x}" if ctx.is_valid else None
 
 
 class CallFeed:

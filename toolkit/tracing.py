@@ -199,6 +199,12 @@ def current_request_id() -> str | None:
     return structlog.contextvars.get_contextvars().get("request_id")
 
 
+def current_trace_id() -> str | None:
+    """The current span's trace id, as the logs write it (None: no span, or tracing is off)."""
+    ctx = trace.get_current_span().get_span_context()
+    return f"{ctx.trace_id:032x}" if ctx.is_valid else None
+
+
 def trace_ids(_logger: Any, _name: str, event: EventDict) -> EventDict:
     """structlog processor: the current span's trace and span ids on every log line."""
     ctx = trace.get_current_span().get_span_context()
