@@ -200,3 +200,20 @@ def test_kept_renderings_of_system_and_developer_messages_follow_every_field():
         rendered = [h.render_message(m) for m in variants]
         assert rendered == [h.encoding().render(m) for m in variants]
     assert len({tuple(r) for r in rendered}) == len(variants)
+
+
+def test_the_special_token_ids_read_here_are_the_librarys() -> None:
+    """The fast path of `TurnParser` and the worker's stop tokens name Harmony's special tokens by id: a wrong id
+    would not break a turn (the library takes it over) but would silently cost every turn its fast path."""
+    named = {
+        "<|start|>": h.START,
+        "<|message|>": h.MESSAGE,
+        "<|end|>": h.END,
+        "<|call|>": h.CALL,
+        "<|return|>": h.RETURN,
+        "<|channel|>": h._CHANNEL,
+        "<|constrain|>": h._CONSTRAIN,
+        "<|endoftext|>": h.END_OF_TEXT,
+    }
+    enc = h.encoding()
+    assert {text: enc.encode(text, allowed_special="all") for text in named} == {t: [i] for t, i in named.items()}
