@@ -16,16 +16,10 @@ PIN=chromadb==1.5.9
 
 log() { printf '[setup_chroma %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
-mkdir -p "$DIR"
-exec 9>"$DIR.setup.lock"
-flock 9
-
-STAMP="$DIR/.toolfleet-setup-stamp"
-WANT="$(sha256sum "${BASH_SOURCE[0]}" | cut -d' ' -f1)"
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
+source "$REPO_ROOT/deploy/scripts/stamp.sh"
+if stamp_lock "$DIR" "${BASH_SOURCE[0]}"; then
     log "$DIR is up to date; skipping install"
 else
-    rm -f "$STAMP"
     T0=$SECONDS
     log "PyPI: $PIN"
     rm -rf "$DIR/venv"
@@ -33,7 +27,7 @@ else
     "$DIR/venv/bin/python" -m pip install -q --disable-pip-version-check "$PIN" 2>&1 \
         | { grep -v "^WARNING: Location '.*' is ignored" || true; } >&2
     [ -x "$DIR/venv/bin/chroma" ] || { log "ERROR: chroma was not installed"; exit 1; }
-    echo "$WANT" > "$STAMP"
+    stamp_done "$DIR" "${BASH_SOURCE[0]}"
     log "done in $((SECONDS - T0)) s"
 fi
 echo "$DIR/venv/bin/chroma"

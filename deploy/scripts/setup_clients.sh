@@ -17,17 +17,11 @@ NPM_PINS=(@openai/codex@0.171.0)
 
 log() { printf '[setup_clients %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 
-mkdir -p "$DIR"
-exec 9>"$DIR.setup.lock"
-flock 9
-
-STAMP="$DIR/.toolfleet-setup-stamp"
-WANT="$(sha256sum "${BASH_SOURCE[0]}" | cut -d' ' -f1)"
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
+source "$REPO_ROOT/deploy/scripts/stamp.sh"
+if stamp_lock "$DIR" "${BASH_SOURCE[0]}"; then
     log "$DIR is up to date; skipping install"
     exit 0
 fi
-rm -f "$STAMP"
 T0=$SECONDS
 log "PyPI: ${PIP_PINS[*]}"
 rm -rf "$DIR/venv"
@@ -39,5 +33,5 @@ rm -rf "$DIR/npm"
 mkdir -p "$DIR/npm"
 npm install --silent --no-audit --no-fund --prefix "$DIR/npm" "${NPM_PINS[@]}"
 [ -x "$DIR/npm/node_modules/.bin/codex" ] || { log "ERROR: codex was not installed" >&2; exit 1; }
-echo "$WANT" > "$STAMP"
+stamp_done "$DIR" "${BASH_SOURCE[0]}"
 log "done in $((SECONDS - T0)) s"
