@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import signal
 import uuid
 
@@ -13,6 +14,7 @@ import redis
 
 from orchestrator.persist import Record
 from orchestrator.persist.redis import RedisStores
+from orchestrator.persist.roster import Running
 from orchestrator.persist.sqlite import SQLiteResponses, SQLiteStores
 from orchestrator.worker.scripted import Scenario
 from tests.support.asgi import free_port
@@ -367,5 +369,36 @@ async def test_the_redis_event_log_expires_with_the_response_and_goes_with_an_ev
             assert 0 < client.ttl(f"{prefix}events:resp_old") <= 600
             await store.put(Record("resp_new", "conv", {"status": "completed"}, owner="k"))  # per_key 1: evicts
             assert not client.exists(f"{prefix}events:resp_old")
+    finally:
+        await stores.aclose()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+async def test_the_foreground_roster_lists_other_replicas_entries_and_drops_the_left_replaced_and_lapsed(
+    backend: str, redis_url: str
+) -> None:
+    stores = SQLiteStores() if backend == "sqlite" else RedisStores(redis_url, prefix=f"t{uuid.uuid4().hex[:8]}:")
+    roster = stores.roster
+    x, y = (
+        Running("resp_x", "key-1", "gpt-oss", 1000.0, "replica_a"),
+        Running("resp_y", "key-1", "m", 1001.0, "replica_a"),
+    )
+    z = Running("resp_z", "key-2", "gpt-oss", 1002.0, "replica_b")
+    try:
+        for entry in (x, y, z):
+            await roster.enter(entry, 60)
+        assert await roster.listed(10, besides="replica_a") == [z]
+        assert await roster.listed(10, besides="replica_b") == [x, y]
+        assert await roster.listed(1, besides="nobody") == [x]  # bounded, oldest first
+        await roster.leave("replica_a", "resp_y")
+        await roster.leave("replica_b", "resp_x")  # another replica's entry is not its to take out
+        assert await roster.listed(10, besides="replica_b") == [x]
+        counted = dataclasses.replace(x, tool_calls=2)
+        await roster.renew("replica_a", [counted], 60)
+        assert await roster.listed(10, besides="replica_b") == [counted]
+        await roster.renew("replica_b", [z], -1)  # its replica stopped renewing: the list lapsed
+        assert await roster.listed(10, besides="replica_a") == []
+        await roster.renew("replica_a", [], 60)  # nothing running there any more
+        assert await roster.listed(10, besides="nobody") == []
     finally:
         await stores.aclose()
