@@ -32,6 +32,7 @@ from orchestrator.responses.events import new_id
 from orchestrator.responses.journal import Journal
 from orchestrator.responses.live import Live, LiveResponses
 from orchestrator.responses.prepare import Prepared, Preparer
+from orchestrator.responses.roster import ForegroundRoster
 from orchestrator.responses.run import Run
 from orchestrator.responses.settle import Settled, Settler
 from orchestrator.responses.turns import HARMONY, run
@@ -96,7 +97,8 @@ class ResponsesService:
         )
         self.responses = LiveResponses(self.live, self.store, self.adopter.adopt)
         self.settler = Settler(self.store, self.conversations, self.live, on_settled)
-        self.upkeep = Upkeep(settings, self.store, self.live, self.adopter)
+        self.roster = ForegroundRoster(stores.roster, self.holder, self.live)  # the foreground ones, fleet-wide
+        self.upkeep = Upkeep(settings, self.store, self.live, self.adopter, self.roster)
 
     # --- creating ---------------------------------------------------------------------------------
 
@@ -191,11 +193,13 @@ class ResponsesService:
     async def _traced(
         self, live: Live, r: Run, n_head: int, items: list[dict], begin: Callable[[], Awaitable[None]]
     ) -> None:
-        """`_execute` under one span per response (a child of the request's), its ids on every log line."""
+        """`_execute` under one span per response (a child of the request's), its ids on every log line, a
+        foreground response in the fleet's roster meanwhile."""
         ids = {"response_id": live.builder.id, "conversation_id": r.conversation}
         with span("response", **ids) as current, structlog.contextvars.bound_contextvars(**ids):
             try:
-                await self._execute(live, r, n_head, items, begin)
+                async with self.roster.entered(live):
+                    await self._execute(live, r, n_head, items, begin)
             finally:
                 status = live.builder.body.get("status")
                 annotate(current, outcome="ok" if status == "completed" else str(status))
