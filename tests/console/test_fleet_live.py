@@ -22,7 +22,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from orchestrator.persist.redis import RedisStores
 from orchestrator.persist.sqlite import SQLiteStores
 from orchestrator.worker.scripted import Scenario
-from tests.console.stack import ADMIN, CLIENT, Fleet, admin_client, click, log_in, orchestrator
+from tests.console.stack import ADMIN, CLIENT, Fleet, admin_client, click, csrf_of, log_in, orchestrator
 from tests.console.test_feed import ADD, ADDING, FIXTURE
 from tests.support.redis import redis_server
 from tests.support.service import wait_until
@@ -141,6 +141,9 @@ def test_with_a_redis_store_a_foreground_response_is_listed_with_its_tool_calls_
                 return row is not None and "1 calls" in row
 
             assert wait_until(counted)  # its tool call, counted by the replica's next renewal
-            row = _row(http.get("/console/live", params={"q": rid}).text, rid) or ""
+            page = http.get("/console/live", params={"q": rid}).text
+            row = _row(page, rid) or ""
             assert "replica_" in row and "this replica" not in row and "gpt-oss" in row
+            refused = http.post(f"/console/live/{rid}/cancel", data={"csrf": csrf_of(page)})
+            assert refused.status_code == 400 and "only background responses can be cancelled" in refused.text
         assert wait_until(lambda: _row(http.get("/console/live", params={"q": rid}).text, rid) is None)
