@@ -1,7 +1,7 @@
 """Fleet-wide Live: a response running on one orchestrator replica is listed by another replica's console (the
 two share a store): a background one cancelled from there, through the shared store, and a foreground one with
 its replica's name and tool-call count, and no Cancel; with a Redis store, a tool call run by one replica
-streams into the other replica's feed."""
+streams into the other replica's feed, and failed logins are bounded across the two."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import pytest
 from selenium import webdriver
 from selenium.webdriver.support.ui import WebDriverWait
 
+from orchestrator.console.throttle import PER_ADDRESS
 from orchestrator.persist.redis import RedisStores
 from orchestrator.persist.sqlite import SQLiteStores
 from orchestrator.worker.scripted import Scenario
@@ -147,3 +148,19 @@ def test_with_a_redis_store_a_foreground_response_is_listed_with_its_tool_calls_
             refused = http.post(f"/console/live/{rid}/cancel", data={"csrf": csrf_of(page)})
             assert refused.status_code == 400 and "only background responses can be cancelled" in refused.text
         assert wait_until(lambda: _row(http.get("/console/live", params={"q": rid}).text, rid) is None)
+
+
+def test_with_a_redis_store_failed_logins_are_bounded_across_the_replicas(pair: Pair, capsys) -> None:
+    """Last in the module: 127.0.0.1 is refused on both replicas afterwards, for a minute."""
+    with httpx.Client(trust_env=False) as one, httpx.Client(trust_env=False) as two:
+        answer = one.get(f"{pair.there}/console/login")
+        for n in range(PER_ADDRESS - 1):  # each refusal's page carries the next form's nonce
+            answer = one.post(f"{pair.there}/console/login", data={"csrf": csrf_of(answer.text), "key": f"guess-{n}"})
+            assert answer.status_code == 401
+        other = two.get(f"{pair.here}/console/login")
+        other = two.post(f"{pair.here}/console/login", data={"csrf": csrf_of(other.text), "key": "guess-last"})
+        assert other.status_code == 401  # the fifth failure, the first on this replica
+        limited = one.post(f"{pair.there}/console/login", data={"csrf": csrf_of(answer.text), "key": ADMIN})
+        assert limited.status_code == 429 and 0 < int(limited.headers["retry-after"]) <= 60  # the right key too
+    logged = capsys.readouterr().out
+    assert "console.login_throttled" in logged and "guess-" not in logged and ADMIN not in logged
