@@ -4,7 +4,7 @@ query parameters, so it reads the same without JavaScript.
 
 The fleet's are this replica's own (foreground and background), the background responses other replicas
 hold in the shared store (`Store.held`), read from their last checkpoint, and the foreground ones other replicas
-keep in the fleet's roster (`responses.roster`: their tool-call counts as of its last renewal). A cancel of
+keep in the fleet's roster (`responses.roster`: as their replica last wrote its list, every 2 s). A cancel of
 another replica's background response goes through the store (`LiveResponses.cancel`), to the replica running
 it. A foreground response is not cancelled from here, on any replica: it is its caller's, which ends it by
 going away (the API refuses to cancel one too), so its row says so instead of offering a button."""

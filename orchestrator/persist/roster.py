@@ -1,11 +1,10 @@
 """The foreground responses running in the fleet, listed where every replica reads them (the console's Live page).
 
 A background response is in the shared store already (its record and hold); a foreground one lives only in its
-replica's memory, so each replica enters its own here as they start, leaves them as they end, and renews its
-whole list on a heartbeat. An entry carries no secret (the key's id, never the key) and no output, only what a
-row of the Live page shows. Every entry expires by itself: a replica that dies stops renewing, and its entries
-lapse within `ttl_s`; a leave that failed (the store away at that moment) is mended by the next renewal, which
-replaces the replica's whole list.
+replica's memory, so each replica writes its own list here on a heartbeat: the whole list when it changed
+(`renew`, which replaces what the replica had), else only a later expiry (`extend`). An entry carries no secret
+(the key's id, never the key) and no output, only what a row of the Live page shows. Every list expires by
+itself: a replica that dies stops renewing, and its entries lapse within `ttl_s`.
 
 SQLite: one row per response with its expiry (`foreground`), several replicas on one file each renewing their
 own rows in one transaction. Redis: one hash per replica (`fg:REPLICA`, a field per response) expiring as a
@@ -35,10 +34,13 @@ class Running:
 
 
 class Roster(Protocol):
-    async def enter(self, entry: Running, ttl_s: float) -> None: ...
-    async def leave(self, replica: str, response_id: str) -> None: ...
     async def renew(self, replica: str, entries: list[Running], ttl_s: float) -> None:
-        """`replica`'s whole list, replacing what it had, each entry expiring in `ttl_s` unless renewed again."""
+        """`replica`'s whole list, replacing what it had, expiring in `ttl_s` unless renewed or extended."""
+        ...
+
+    async def extend(self, replica: str, ttl_s: float) -> bool:
+        """`replica`'s list as it is, expiring in `ttl_s` now; False: the store has none (it lapsed, or the store
+        lost it), to be renewed whole."""
         ...
 
     async def listed(self, most: int, besides: str) -> list[Running]:
@@ -55,11 +57,10 @@ class SQLiteRoster:
         )
         connection.db.execute("CREATE INDEX IF NOT EXISTS foreground_replica ON foreground(replica)")
 
-    def _enter(self, entry: Running, ttl_s: float) -> None:
-        self._c.db.execute("INSERT OR REPLACE INTO foreground VALUES (?,?,?,?,?,?,?)", _row(entry, ttl_s))
-
-    def _leave(self, replica: str, response_id: str) -> None:
-        self._c.db.execute("DELETE FROM foreground WHERE id = ? AND replica = ?", (response_id, replica))
+    def _extend(self, replica: str, ttl_s: float) -> bool:
+        query = "UPDATE foreground SET until = ? WHERE replica = ? AND until >= ?"
+        now = time.time()
+        return self._c.db.execute(query, (now + ttl_s, replica, now)).rowcount > 0
 
     def _renew(self, replica: str, entries: list[Running], ttl_s: float) -> None:
         """One transaction, so a reader never sees the replica's list half replaced; the lapsed rows of every
@@ -83,14 +84,11 @@ class SQLiteRoster:
         )
         return [Running(*row) for row in self._c.db.execute(query, (time.time(), besides, most))]
 
-    async def enter(self, entry: Running, ttl_s: float) -> None:
-        await self._c.run(self._enter, entry, ttl_s)
-
-    async def leave(self, replica: str, response_id: str) -> None:
-        await self._c.run(self._leave, replica, response_id)
-
     async def renew(self, replica: str, entries: list[Running], ttl_s: float) -> None:
         await self._c.run(self._renew, replica, entries, ttl_s)
+
+    async def extend(self, replica: str, ttl_s: float) -> bool:
+        return await self._c.run(self._extend, replica, ttl_s)
 
     async def listed(self, most: int, besides: str) -> list[Running]:
         return await self._c.run(self._listed, most, besides)
@@ -109,17 +107,12 @@ class RedisRoster:
     def _hash(self, replica: str) -> str:
         return f"{self._c.prefix}fg:{replica}"
 
-    async def enter(self, entry: Running, ttl_s: float) -> None:
-        ms, key = _ms(ttl_s), self._hash(entry.replica)
+    async def extend(self, replica: str, ttl_s: float) -> bool:
         async with self._c.errors(), self._c.client.pipeline(transaction=True) as pipe:
-            pipe.hset(key, entry.id, json.dumps(asdict(entry)))
-            pipe.pexpire(key, ms)
-            pipe.zadd(self._replicas, {entry.replica: time.time() + ttl_s})
-            await pipe.execute()
-
-    async def leave(self, replica: str, response_id: str) -> None:
-        async with self._c.errors():
-            await self._c.client.hdel(self._hash(replica), response_id)
+            pipe.pexpire(self._hash(replica), _ms(ttl_s))
+            pipe.zadd(self._replicas, {replica: time.time() + ttl_s}, xx=True, ch=True)
+            there, indexed = await pipe.execute()
+        return bool(there and indexed)  # not lapsed: a reader drops a lapsed list from the index
 
     async def renew(self, replica: str, entries: list[Running], ttl_s: float) -> None:
         key = self._hash(replica)

@@ -193,13 +193,11 @@ class ResponsesService:
     async def _traced(
         self, live: Live, r: Run, n_head: int, items: list[dict], begin: Callable[[], Awaitable[None]]
     ) -> None:
-        """`_execute` under one span per response (a child of the request's), its ids on every log line, a
-        foreground response in the fleet's roster meanwhile."""
+        """`_execute` under one span per response (a child of the request's), its ids on every log line."""
         ids = {"response_id": live.builder.id, "conversation_id": r.conversation}
         with span("response", **ids) as current, structlog.contextvars.bound_contextvars(**ids):
             try:
-                async with self.roster.entered(live):
-                    await self._execute(live, r, n_head, items, begin)
+                await self._execute(live, r, n_head, items, begin)
             finally:
                 status = live.builder.body.get("status")
                 annotate(current, outcome="ok" if status == "completed" else str(status))

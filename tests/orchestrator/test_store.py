@@ -374,7 +374,7 @@ async def test_the_redis_event_log_expires_with_the_response_and_goes_with_an_ev
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "redis"])
-async def test_the_foreground_roster_lists_other_replicas_entries_and_drops_the_left_replaced_and_lapsed(
+async def test_the_foreground_roster_lists_other_replicas_lists_as_last_renewed_until_they_lapse(
     backend: str, redis_url: str
 ) -> None:
     stores = SQLiteStores() if backend == "sqlite" else RedisStores(redis_url, prefix=f"t{uuid.uuid4().hex[:8]}:")
@@ -385,20 +385,20 @@ async def test_the_foreground_roster_lists_other_replicas_entries_and_drops_the_
     )
     z = Running("resp_z", "key-2", "gpt-oss", 1002.0, "replica_b")
     try:
-        for entry in (x, y, z):
-            await roster.enter(entry, 60)
+        await roster.renew("replica_a", [x, y], 60)
+        await roster.renew("replica_b", [z], 60)
         assert await roster.listed(10, besides="replica_a") == [z]
         assert await roster.listed(10, besides="replica_b") == [x, y]
         assert await roster.listed(1, besides="nobody") == [x]  # bounded, oldest first
-        await roster.leave("replica_a", "resp_y")
-        await roster.leave("replica_b", "resp_x")  # another replica's entry is not its to take out
-        assert await roster.listed(10, besides="replica_b") == [x]
         counted = dataclasses.replace(x, tool_calls=2)
-        await roster.renew("replica_a", [counted], 60)
+        await roster.renew("replica_a", [counted], 60)  # y ended, x made two tool calls
         assert await roster.listed(10, besides="replica_b") == [counted]
+        assert await roster.extend("replica_a", 60) and await roster.listed(10, besides="replica_b") == [counted]
         await roster.renew("replica_b", [z], -1)  # its replica stopped renewing: the list lapsed
         assert await roster.listed(10, besides="replica_a") == []
+        assert not await roster.extend("replica_b", 60)  # a lapsed list is not brought back: it is renewed whole
         await roster.renew("replica_a", [], 60)  # nothing running there any more
         assert await roster.listed(10, besides="nobody") == []
+        assert not await roster.extend("replica_a", 60)
     finally:
         await stores.aclose()
