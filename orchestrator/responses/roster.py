@@ -26,6 +26,7 @@ from orchestrator.responses.live import Live
 log = structlog.get_logger(__name__)
 RENEW_S = 2.0
 TTL_S = 3 * RENEW_S  # two failed renewals before another replica's console stops listing them
+MOST = 1000  # entries a replica lists at most (its longest running): each write and each read stays bounded
 
 
 def tool_calls(body: dict[str, Any]) -> int:
@@ -50,7 +51,8 @@ class ForegroundRoster:
 
     async def renew(self) -> None:
         """The replica's foreground responses now: written when the list changed, else its expiry pushed on."""
-        entries = [entry(lv, self.replica) for lv in list(self.live.values()) if not lv.request.background]
+        running = [lv for lv in list(self.live.values()) if not lv.request.background]  # in the order they started
+        entries = [entry(lv, self.replica) for lv in running[:MOST]]
         shown = [(e.id, e.tool_calls) for e in entries]
         if shown == self._written and (not entries or await self._write(self.store.extend(self.replica, TTL_S))):
             return

@@ -16,6 +16,10 @@ from orchestrator.persist import Record
 from orchestrator.persist.redis import RedisStores
 from orchestrator.persist.roster import Running
 from orchestrator.persist.sqlite import SQLiteResponses, SQLiteStores
+from orchestrator.request.schema import ResponsesRequest
+from orchestrator.responses.events import ResponseBuilder
+from orchestrator.responses.live import Live
+from orchestrator.responses.roster import MOST, ForegroundRoster
 from orchestrator.worker.scripted import Scenario
 from tests.support.asgi import free_port
 from tests.support.redis import redis_server
@@ -400,5 +404,28 @@ async def test_the_foreground_roster_lists_other_replicas_lists_as_last_renewed_
         await roster.renew("replica_a", [], 60)  # nothing running there any more
         assert await roster.listed(10, besides="nobody") == []
         assert not await roster.extend("replica_a", 60)
+    finally:
+        await stores.aclose()
+
+
+async def test_a_replicas_roster_tick_lists_its_longest_running_foreground_ones_and_mends_a_lost_list() -> None:
+    stores = SQLiteStores()
+    live = {}
+    for i in range(MOST + 5):
+        body = {"id": f"resp_{i:05d}", "model": "gpt-oss", "created_at": 1000 + i, "output": []}
+        live[body["id"]] = Live(ResponseBuilder(body), ResponsesRequest(model="gpt-oss", input="hi"), "key_1")
+    live["resp_bg"] = Live(ResponseBuilder({"id": "resp_bg"}), ResponsesRequest(input="hi", background=True), "k")
+    here = ForegroundRoster(stores.roster, "replica_here", live)
+    try:
+        await here.renew()
+        listed = await stores.roster.listed(2 * MOST, besides="elsewhere")
+        assert [e.id for e in listed] == [f"resp_{i:05d}" for i in range(MOST)]  # bounded; background ones apart
+        await stores.connection.run(stores.connection.db.execute, "DELETE FROM foreground")  # the store lost it
+        await here.renew()  # nothing changed here: the expiry it pushes on finds no list, so it is written whole
+        assert len(await stores.roster.listed(2 * MOST, besides="elsewhere")) == MOST
+        live["resp_00000"].builder.body["output"].append({"type": "mcp_call", "id": "mcp_1"})
+        await here.renew()
+        first = (await stores.roster.listed(1, besides="elsewhere"))[0]
+        assert (first.id, first.tool_calls) == ("resp_00000", 1)  # its tool call, at the next tick
     finally:
         await stores.aclose()
