@@ -4,7 +4,8 @@ and vLLM's own /v1/responses overhead over /v1/completions as the baseline. Each
 the chat path (chat-template workers over /v1/chat/completions); with --vllm, the chat path against
 vLLM's own /v1/responses on the same tiny chat model and request.
 
-Also the response store: put + get per response, SQLite and (when redis-server is installed) Redis.
+Also the response store: put + get per response, SQLite and (when redis-server is installed) Redis, and a tick of
+the foreground roster (what listing foreground responses on every replica's console costs a replica).
 Usage: python -m bench.orchestrator [--tokens 20000] [--turns 200] [--streams 32] [--store-n 200] [--vllm]
                                     [--out results.json]
 """
@@ -444,6 +445,54 @@ async def _put_get_ms(stores: Any, records: list[Any]) -> float:
     return elapsed / len(records) * 1000
 
 
+def bench_roster(n: int, running: int = 32) -> list[dict[str, Any]]:
+    """What listing foreground responses fleet-wide costs a replica (`responses/roster.py`): nothing on a
+    response's path, and each second one tick, writing its list of `running` responses when it changed or only
+    its expiry when not; wall and CPU ms (every thread) per tick, SQLite and Redis."""
+    import shutil
+    import tempfile
+
+    from orchestrator.persist.redis import RedisStores
+    from orchestrator.persist.sqlite import SQLiteStores
+
+    found = []
+    with tempfile.TemporaryDirectory() as tmp:
+        found.append(("SQLite file, WAL", asyncio.run(_roster_ms(SQLiteStores(f"{tmp}/bench.sqlite3"), n, running))))
+    if shutil.which("redis-server"):
+        from conftest import redis_server
+
+        with redis_server() as url:
+            found.append(("Redis on loopback", asyncio.run(_roster_ms(RedisStores(url), n, running))))
+    return [
+        {"name": f"roster tick ms, {step} ({where})", "value": wall, "cpu_ms": cpu, "n": n, "running": running}
+        for where, steps in found
+        for step, (wall, cpu) in steps.items()
+    ]
+
+
+async def _roster_ms(stores: Any, n: int, running: int) -> dict[str, tuple[float, float]]:
+    """{step: (wall, CPU) ms per tick} for a changed list and an unchanged one; the stores are closed after."""
+    from orchestrator.persist.roster import Running
+
+    roster, steps = stores.roster, {}
+    lists = [
+        [Running(f"resp_{t}_{i}", "key", "gpt-oss", time.time(), "replica_b", t) for i in range(running)]
+        for t in range(n)
+    ]
+    ticks = {
+        f"{running} responses written": lambda t: roster.renew("replica_b", lists[t], 5.0),
+        "unchanged (expiry only)": lambda t: roster.extend("replica_b", 5.0),
+    }
+    for step, tick in ticks.items():
+        wall, cpu = time.perf_counter(), time.process_time()
+        for t in range(n):
+            await tick(t)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        steps[step] = (round(wall / n * 1000, 3), round(cpu / n * 1000, 3))
+    await stores.aclose()
+    return steps
+
+
 def bench_vllm() -> dict[str, Any]:
     """vLLM's own /v1/responses vs /v1/completions for the same prompt and number of tokens."""
 
@@ -566,6 +615,7 @@ def main(argv: list[str] | None = None) -> int:
         bench_concurrent(args.streams),
     ]
     rows += bench_store(args.store_n)
+    rows += bench_roster(args.store_n)
     if args.vllm:
         rows += [bench_vllm(), bench_vllm_chat()]
     save(args.out, rows)

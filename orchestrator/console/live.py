@@ -2,10 +2,12 @@
 with cancel for background ones, and the recent tool calls (`calls.py` streams the new ones). Sorts and filters by
 query parameters, so it reads the same without JavaScript.
 
-The fleet's are this replica's own (foreground and background) and the background responses other replicas
-hold in the shared store (`Store.held`), read from their last checkpoint; a cancel of one of those goes
-through the store (`LiveResponses.cancel`), to the replica running it. Other replicas' foreground responses
-are not in the store, so they are not listed."""
+The fleet's are this replica's own (foreground and background), the background responses other replicas
+hold in the shared store (`Store.held`), read from their last checkpoint, and the foreground ones other replicas
+keep in the fleet's roster (`responses.roster`: as their replica last wrote its list, every 2 s). A cancel of
+another replica's background response goes through the store (`LiveResponses.cancel`), to the replica running
+it. A foreground response is not cancelled from here, on any replica: it is its caller's, which ends it by
+going away (the API refuses to cancel one too), so its row says so instead of offering a button."""
 
 from __future__ import annotations
 
@@ -21,21 +23,19 @@ from orchestrator.callfeed import KEEP, ToolCallSeen
 from orchestrator.console.parts import Parts, posted
 from orchestrator.console.render import page, to
 from orchestrator.errors import RequestError, StoreUnavailable
+from orchestrator.persist.roster import Running
 from orchestrator.responses.live import RUNNING
+from orchestrator.responses.roster import RENEW_S, tool_calls
 
 log = structlog.get_logger(__name__)
 PAGE_ROWS = 50
-FLEET_MOST = 1000  # responses held by other replicas listed at most
+FLEET_MOST = 1000  # responses other replicas run listed at most, of each kind (background, foreground)
 HERE = "this replica"
 SORTS = ("elapsed", "id", "model", "key", "tool_calls", "replica")
 CALL_SORTS = ("at", "namespace", "tool", "latency_ms", "outcome")
 
 
 def _row(body: dict[str, Any], owner: str, background: bool, replica: str, now: float) -> dict[str, Any]:
-    output = body.get("output") or []
-    calls = [
-        i for i in output if isinstance(i, dict) and str(i.get("type", "")).endswith("_call")
-    ]  # every tool call kind
     created = float(body.get("created_at") or now)
     return {
         "id": body.get("id", ""),
@@ -43,21 +43,30 @@ def _row(body: dict[str, Any], owner: str, background: bool, replica: str, now: 
         "model": body.get("model") or "",
         "status": body.get("status", ""),
         "background": background,
-        "tool_calls": len(calls),
+        "tool_calls": tool_calls(body),
         "created": created,
         "elapsed": now - created,
         "replica": replica,
     }
 
 
+def _listed(entry: Running, now: float) -> dict[str, Any]:
+    """A foreground response of another replica, as its roster entry has it."""
+    body = {"id": entry.id, "model": entry.model, "status": "in_progress", "created_at": entry.created}
+    return {**_row(body, entry.owner, False, entry.replica, now), "tool_calls": entry.tool_calls}
+
+
 async def _elsewhere(parts: Parts, now: float) -> list[dict[str, Any]]:
-    """The background responses other replicas hold in the shared store, as their last checkpoint shows them."""
+    """The responses other replicas run: the background ones they hold in the shared store, as their last
+    checkpoint shows them, and the foreground ones in the fleet's roster."""
     service = parts.deps.service
-    held = await service.store.held(FLEET_MOST, service.holder)
+    held, foreground = await asyncio.gather(
+        service.store.held(FLEET_MOST, service.holder), service.roster.elsewhere(FLEET_MOST)
+    )
     ids = [rid for rid in held if rid not in service.live]
     records = await asyncio.gather(*(service.store.get(rid) for rid in ids))
     running = [r for r in records if r is not None and r.body.get("status") in RUNNING]
-    return [_row(r.body, r.owner, True, held[r.id], now) for r in running]
+    return [_row(r.body, r.owner, True, held[r.id], now) for r in running] + [_listed(e, now) for e in foreground]
 
 
 async def rows(parts: Parts, q: str, sort: str, desc: bool) -> tuple[list[dict[str, Any]], str | None]:
@@ -90,14 +99,17 @@ def recent(parts: Parts, cq: str, csort: str, cdesc: bool) -> list[ToolCallSeen]
 
 
 async def _cancel(parts: Parts, rid: str) -> dict[str, Any] | None:
-    """Cancel `rid` wherever it runs (another replica's through the shared store); None: it runs nowhere."""
+    """Cancel `rid` wherever it runs (another replica's through the shared store); None: it runs nowhere. A
+    foreground response is refused alike on every replica."""
     service = parts.deps.service
     if (live := service.live.get(rid)) is not None:
         return await service.responses.cancel(rid, live.owner)
     record = await service.store.get(rid)
-    if record is None or record.body.get("status") not in RUNNING:
-        return None
-    return await service.responses.cancel(rid, record.owner)
+    if record is not None and record.body.get("status") in RUNNING:
+        return await service.responses.cancel(rid, record.owner)
+    if any(e.id == rid for e in await service.roster.elsewhere(FLEET_MOST)):  # as the replica running it answers
+        raise RequestError("only background responses can be cancelled", None, 400)
+    return None
 
 
 def routes(router: APIRouter, parts: Parts) -> None:
@@ -124,7 +136,7 @@ def routes(router: APIRouter, parts: Parts) -> None:
         listing = {"rows": shown, "total": len(found), "first": start + 1, "number": int(number), "last": last}
         notice = request.query_params.get("notice")
         ordered = {"cq": cq, "csort": csort, "cdesc": cdesc, "calls": recent(parts, cq, csort, cdesc)}
-        calls = {**ordered, "keep": KEEP, "error": store_error, "here": HERE}
+        calls = {**ordered, "keep": KEEP, "error": store_error, "here": HERE, "renew_s": RENEW_S}
         return page(request, "live.html", user=session, q=q, sort=sort, desc=desc, notice=notice, **listing, **calls)
 
     @router.post("/console/live/{rid}/cancel")

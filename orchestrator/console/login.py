@@ -2,8 +2,8 @@
 
 A client key, an unknown key and no key are refused alike (401, the same words: the page says nothing about
 which client keys exist); too many failures from one address, or from all, are a 429 for a while
-(`throttle.py`). The login form carries its own double-submit nonce (`LOGIN_COOKIE`) since no session
-exists yet to bind a token to.
+(`throttle.py`; counted fleet-wide with a Redis store). The login form carries its own double-submit nonce
+(`LOGIN_COOKIE`) since no session exists yet to bind a token to.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def routes(router: APIRouter, parts: Parts) -> None:
     @router.post("/console/login")
     async def login(request: Request) -> Response:
         address = request.client.host if request.client else "unknown"
-        if wait := parts.throttle.retry_after(address):
+        if wait := await parts.throttle.retry_after(address):
             log.warning("console.login_throttled", address=address, retry_after_s=wait)
             refused = _login_page(request, 429, f"Too many failed logins: try again in {wait} s.", parts)
             refused.headers["retry-after"] = str(wait)
@@ -55,7 +55,7 @@ def routes(router: APIRouter, parts: Parts) -> None:
             return _login_page(request, 403, "The form expired or was not ours (CSRF check failed): try again.", parts)
         admin = parts.sessions.admins.owner(fields.get("key", "").strip()) if fields.get("key") else None
         if admin is None:
-            parts.throttle.failed(address)
+            await parts.throttle.failed(address)
             log.info("console.login_refused", address=address)
             return _login_page(request, 401, "That is not an admin key.", parts)
         log.info("console.login", admin=admin)

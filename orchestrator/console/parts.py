@@ -13,7 +13,7 @@ from orchestrator.api.deps import Deps
 from orchestrator.console.gwadmin import GatewayAdmin
 from orchestrator.console.render import form, page, to
 from orchestrator.console.session import ConsoleSessions, Session, csrf_ok
-from orchestrator.console.throttle import LoginThrottle
+from orchestrator.console.throttle import FleetThrottle, LoginThrottle
 
 log = structlog.get_logger(__name__)
 
@@ -25,7 +25,7 @@ class Parts:
     gateway: GatewayAdmin
     clients: frozenset[str] = frozenset()  # the configured client keys' ids (the Keys page lists each)
     started: float = field(default_factory=time.time)  # this replica's start, for its uptime
-    throttle: LoginThrottle = field(default_factory=LoginThrottle)  # failed logins, per address and in all
+    throttle: FleetThrottle = field(default_factory=lambda: FleetThrottle(LoginThrottle()))  # failed logins
 
 
 async def posted(request: Request, parts: Parts) -> tuple[Session, dict[str, str]] | Response:

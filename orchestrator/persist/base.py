@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from orchestrator.errors import RequestError
+from orchestrator.persist.roster import Roster
 from orchestrator.persist.usage import UsageStore
 
 RESULTS_PER_RESPONSE = 8  # kept results and reference entries of a key: this many for each response it may keep
@@ -154,6 +155,7 @@ class Stores(Protocol):
     conversations: ConversationStore
     objects: Objects
     usage: UsageStore
+    roster: Roster
 
     async def check(self) -> None: ...
     async def aclose(self) -> None: ...

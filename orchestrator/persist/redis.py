@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import StoreUnavailable
 from orchestrator.persist.base import RESULTS_PER_RESPONSE, Conversation, Obj, Record, StoreFull
+from orchestrator.persist.roster import RedisRoster
 from orchestrator.persist.usage import RedisUsage
 from toolkit.redis_client import redis_client
 
@@ -428,6 +429,7 @@ class RedisStores:
         self.conversations = RedisConversations(self.connection)
         self.objects = RedisObjects(self.connection)
         self.usage = RedisUsage(self.connection)
+        self.roster = RedisRoster(self.connection)
 
     @classmethod
     def from_settings(cls, settings: OrchestratorSettings) -> RedisStores:

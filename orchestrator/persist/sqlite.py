@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 
 from orchestrator.persist.base import RESULTS_PER_RESPONSE, Conversation, Obj, Record, StoreFull
+from orchestrator.persist.roster import SQLiteRoster
 from orchestrator.persist.usage import SQLiteUsage
 
 if TYPE_CHECKING:
@@ -471,6 +472,7 @@ class SQLiteStores:
         self.conversations = SQLiteConversations(self.connection)
         self.objects = SQLiteObjects(self.connection)
         self.usage = SQLiteUsage(self.connection)
+        self.roster = SQLiteRoster(self.connection)
 
     @classmethod
     def from_settings(cls, settings: OrchestratorSettings) -> SQLiteStores:

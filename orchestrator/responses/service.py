@@ -32,6 +32,7 @@ from orchestrator.responses.events import new_id
 from orchestrator.responses.journal import Journal
 from orchestrator.responses.live import Live, LiveResponses
 from orchestrator.responses.prepare import Prepared, Preparer
+from orchestrator.responses.roster import ForegroundRoster
 from orchestrator.responses.run import Run
 from orchestrator.responses.settle import Settled, Settler
 from orchestrator.responses.turns import HARMONY, run
@@ -96,7 +97,8 @@ class ResponsesService:
         )
         self.responses = LiveResponses(self.live, self.store, self.adopter.adopt)
         self.settler = Settler(self.store, self.conversations, self.live, on_settled)
-        self.upkeep = Upkeep(settings, self.store, self.live, self.adopter)
+        self.roster = ForegroundRoster(stores.roster, self.holder, self.live)  # the foreground ones, fleet-wide
+        self.upkeep = Upkeep(settings, self.store, self.live, self.adopter, self.roster)
 
     # --- creating ---------------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """The loops a replica runs beside its responses: the tool sessions of idle conversations cleaned up, the
-cancels asked on other replicas applied to the background responses it runs, their holds renewed, and the
-background responses whose replica stopped adopted."""
+cancels asked on other replicas applied to the background responses it runs, their holds renewed, the
+background responses whose replica stopped adopted, and its foreground ones renewed in the fleet's roster."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import structlog
 from orchestrator.persist import Store
 from orchestrator.responses.adopt import Adopter
 from orchestrator.responses.live import Live
+from orchestrator.responses.roster import RENEW_S, ForegroundRoster
 from orchestrator.settings import OrchestratorSettings
 from orchestrator.tools import cleanup_sessions
 
@@ -22,8 +23,15 @@ log = structlog.get_logger(__name__)
 class Upkeep:
     """The background loops over the shared store and this replica's `live` responses."""
 
-    def __init__(self, settings: OrchestratorSettings, store: Store, live: dict[str, Live], adopter: Adopter) -> None:
-        self.settings, self.store, self.live, self.adopter = settings, store, live, adopter
+    def __init__(
+        self,
+        settings: OrchestratorSettings,
+        store: Store,
+        live: dict[str, Live],
+        adopter: Adopter,
+        roster: ForegroundRoster,
+    ) -> None:
+        self.settings, self.store, self.live, self.adopter, self.roster = settings, store, live, adopter, roster
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -33,6 +41,7 @@ class Upkeep:
             asyncio.create_task(every(self.settings.cancel_poll_s, self.watch_cancels, "cancel_watch")),
             asyncio.create_task(every(self.settings.background_hold_s / 3, self.hold_background, "background_hold")),
             asyncio.create_task(every(self.settings.background_hold_s / 3, self.adopt_orphans, "adoption")),
+            asyncio.create_task(every(RENEW_S, self.roster.renew, "foreground_roster")),
         ]
         try:
             yield

@@ -1,15 +1,22 @@
 """Who opens the console (an admin key, never a client key or none), the cookie, CSRF, the CSP and the bounds on
-guessing keys, in Chromium."""
+guessing keys (each replica's, and the fleet's over Redis), in Chromium."""
 
 from __future__ import annotations
 
+import contextlib
+import uuid
+
 import httpx
 from selenium import webdriver
+from structlog.testing import capture_logs
 
-from orchestrator.console.throttle import PER_ADDRESS, LoginThrottle
+from orchestrator.console.throttle import PER_ADDRESS, FleetThrottle, LoginThrottle
 from orchestrator.guard.auth import load_admin_keys, load_keys
 from orchestrator.settings import OrchestratorSettings
 from tests.console.stack import ADMIN, CLIENT, Fleet, csrf_of, log_in, orchestrator, session_client, shot
+from tests.support.asgi import free_port
+from tests.support.redis import redis_server
+from toolkit.redis_client import redis_client
 
 
 def test_the_keys_file_marks_admin_keys_and_keeps_plain_lines_client_keys(tmp_path) -> None:
@@ -81,6 +88,25 @@ def test_login_failures_are_bounded_per_address_and_over_all_addresses_in_bounde
         throttle.failed(address)  # five failures in the window, none past its address's bound: everyone waits
     assert throttle.retry_after("10.0.0.4") == 60 and throttle.retry_after("10.0.0.2") == 60
     assert len(throttle._by_address) == 2  # the address failing least recently was forgotten
+
+
+async def test_fleet_login_counts_fall_back_to_each_replicas_own_while_redis_is_away() -> None:
+    port, prefix = free_port(), f"throttle-{uuid.uuid4().hex[:8]}:"
+    with capture_logs() as logs, contextlib.ExitStack() as outage:
+        client = redis_client(outage.enter_context(redis_server(port)))
+        one, two = (FleetThrottle(LoginThrottle(per_address=2), client, prefix) for _ in range(2))  # two replicas
+        try:
+            await one.failed("10.0.0.1")
+            await two.failed("10.0.0.1")  # one failure on each: the fleet's bound of two is reached
+            assert 0 < await one.retry_after("10.0.0.1") <= 60 and 0 < await two.retry_after("10.0.0.1") <= 60
+            assert await one.retry_after("10.0.0.2") == 0
+            outage.close()  # Redis gone
+            assert await one.retry_after("10.0.0.1") == 0  # not locked out: this replica saw one failure
+            await one.failed("10.0.0.1")
+            assert 0 < await one.retry_after("10.0.0.1") <= 60  # nor the door opened: its own bound holds
+        finally:
+            await client.aclose()
+    assert [e["event"] for e in logs].count("console.login_counts_local") == 1  # once for the whole outage
 
 
 def test_a_client_address_past_its_failed_logins_gets_429_with_retry_after(fleet: Fleet, capsys) -> None:

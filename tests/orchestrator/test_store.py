@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import signal
 import uuid
 
@@ -13,7 +14,12 @@ import redis
 
 from orchestrator.persist import Record
 from orchestrator.persist.redis import RedisStores
+from orchestrator.persist.roster import Running
 from orchestrator.persist.sqlite import SQLiteResponses, SQLiteStores
+from orchestrator.request.schema import ResponsesRequest
+from orchestrator.responses.events import ResponseBuilder
+from orchestrator.responses.live import Live
+from orchestrator.responses.roster import MOST, ForegroundRoster
 from orchestrator.worker.scripted import Scenario
 from tests.support.asgi import free_port
 from tests.support.redis import redis_server
@@ -367,5 +373,59 @@ async def test_the_redis_event_log_expires_with_the_response_and_goes_with_an_ev
             assert 0 < client.ttl(f"{prefix}events:resp_old") <= 600
             await store.put(Record("resp_new", "conv", {"status": "completed"}, owner="k"))  # per_key 1: evicts
             assert not client.exists(f"{prefix}events:resp_old")
+    finally:
+        await stores.aclose()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+async def test_the_foreground_roster_lists_other_replicas_lists_as_last_renewed_until_they_lapse(
+    backend: str, redis_url: str
+) -> None:
+    stores = SQLiteStores() if backend == "sqlite" else RedisStores(redis_url, prefix=f"t{uuid.uuid4().hex[:8]}:")
+    roster = stores.roster
+    x, y = (
+        Running("resp_x", "key-1", "gpt-oss", 1000.0, "replica_a"),
+        Running("resp_y", "key-1", "m", 1001.0, "replica_a"),
+    )
+    z = Running("resp_z", "key-2", "gpt-oss", 1002.0, "replica_b")
+    try:
+        await roster.renew("replica_a", [x, y], 60)
+        await roster.renew("replica_b", [z], 60)
+        assert await roster.listed(10, besides="replica_a") == [z]
+        assert await roster.listed(10, besides="replica_b") == [x, y]
+        assert await roster.listed(1, besides="nobody") == [x]  # bounded, oldest first
+        counted = dataclasses.replace(x, tool_calls=2)
+        await roster.renew("replica_a", [counted], 60)  # y ended, x made two tool calls
+        assert await roster.listed(10, besides="replica_b") == [counted]
+        assert await roster.extend("replica_a", 60) and await roster.listed(10, besides="replica_b") == [counted]
+        await roster.renew("replica_b", [z], -1)  # its replica stopped renewing: the list lapsed
+        assert await roster.listed(10, besides="replica_a") == []
+        assert not await roster.extend("replica_b", 60)  # a lapsed list is not brought back: it is renewed whole
+        await roster.renew("replica_a", [], 60)  # nothing running there any more
+        assert await roster.listed(10, besides="nobody") == []
+        assert not await roster.extend("replica_a", 60)
+    finally:
+        await stores.aclose()
+
+
+async def test_a_replicas_roster_tick_lists_its_longest_running_foreground_ones_and_mends_a_lost_list() -> None:
+    stores = SQLiteStores()
+    live = {}
+    for i in range(MOST + 5):
+        body = {"id": f"resp_{i:05d}", "model": "gpt-oss", "created_at": 1000 + i, "output": []}
+        live[body["id"]] = Live(ResponseBuilder(body), ResponsesRequest(model="gpt-oss", input="hi"), "key_1")
+    live["resp_bg"] = Live(ResponseBuilder({"id": "resp_bg"}), ResponsesRequest(input="hi", background=True), "k")
+    here = ForegroundRoster(stores.roster, "replica_here", live)
+    try:
+        await here.renew()
+        listed = await stores.roster.listed(2 * MOST, besides="elsewhere")
+        assert [e.id for e in listed] == [f"resp_{i:05d}" for i in range(MOST)]  # bounded; background ones apart
+        await stores.connection.run(stores.connection.db.execute, "DELETE FROM foreground")  # the store lost it
+        await here.renew()  # nothing changed here: the expiry it pushes on finds no list, so it is written whole
+        assert len(await stores.roster.listed(2 * MOST, besides="elsewhere")) == MOST
+        live["resp_00000"].builder.body["output"].append({"type": "mcp_call", "id": "mcp_1"})
+        await here.renew()
+        first = (await stores.roster.listed(1, besides="elsewhere"))[0]
+        assert (first.id, first.tool_calls) == ("resp_00000", 1)  # its tool call, at the next tick
     finally:
         await stores.aclose()
