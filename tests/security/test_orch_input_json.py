@@ -149,6 +149,48 @@ def test_invalid_utf8_anywhere_is_a_400(stack: Stack, conv: str, route: str, bad
     assert answer.status == 400 and "UTF-8" in answer.error["message"], answer.body[:300]
 
 
+NON_FINITE = st.sampled_from(["NaN", "Infinity", "-Infinity", "1e999", "-2.5E+400", "1" + "0" * 400 + ".0"])
+LONG_INTEGER = "9" * 5000  # past Python's bound on the digits it parses (4300): a ValueError, not a decode error
+
+
+@settings(max_examples=60, deadline=None)
+@given(route=st.sampled_from(list(ROUTES)), trail=TRAILS, leaf=NON_FINITE | st.just(LONG_INTEGER))
+def test_a_number_python_reads_but_json_has_not_anywhere_is_a_400_never_a_500(
+    stack: Stack, conv: str, route: str, trail: list[Any], leaf: str
+):
+    """Python's parser reads NaN and Infinity (and 1e999 as inf) though JSON has no such number, and no encoder
+    writes them back: a NaN in a tool's schema or a chat `temperature` used to be a 500, as did an integer
+    longer than Python parses."""
+    body = f'{{"{ROUTES[route]}": {_json_with(leaf, trail)}}}'.encode()
+    answer = _post(stack, route, conv, body)
+    message = answer.error["message"] if answer.status == 400 else ""
+    assert any(words in message for words in ("not a JSON number", "out of range", "digits")), answer.body[:300]
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "bad", "good"),
+    [
+        (
+            "/v1/chat/completions",
+            '{"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": X}',
+            "NaN",
+            "0.5",
+        ),
+        (
+            "/v1/responses",
+            '{"model": "m", "input": "hi", "tools": [{"type": "function", "name": "f", '
+            '"parameters": {"type": "object", "properties": {"a": {"type": "number", "default": X}}}}]}',
+            "NaN",
+            "0.5",
+        ),
+        ("/v1/responses", '{"model": "m", "input": "hi", "max_output_tokens": X}', LONG_INTEGER, "100"),
+    ],
+)
+def test_the_numbers_that_were_500s_are_400s(stack: Stack, conv: str, route: str, body: str, bad: str, good: str):
+    assert _post(stack, route, conv, body.replace("X", bad).encode()).status == 400
+    assert _post(stack, route, conv, body.replace("X", good).encode()).status == 200
+
+
 def _socket(stack: Stack):
     return connect(f"ws://127.0.0.1:{stack.port}/v1/responses", open_timeout=10, close_timeout=2)
 
