@@ -4,9 +4,7 @@ enable (`Toolset`; each tool type is parsed by its kind, `kinds.toolset`)."""
 from __future__ import annotations
 
 import json
-import math
 import re
-import sys
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -15,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.errors import RequestError
 from orchestrator.request.params import PARAMS, REFUSED
+from toolkit import strictjson
 
 
 class Reasoning(BaseModel):
@@ -169,34 +168,15 @@ def parse_json(raw: bytes | str) -> Any:
     except UnicodeDecodeError as exc:
         raise RequestError(f"the request body is not valid UTF-8 (at byte {exc.start})") from None
     try:
-        data = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
-    except (json.JSONDecodeError, _NonFinite) as exc:
+        data = strictjson.loads(text)
+    except strictjson.NotJson as exc:
         raise RequestError(f"the request body is not valid JSON: {exc}") from None
-    except ValueError:  # the only other: an integer past Python's digit bound for parsing one
-        limit = sys.get_int_max_str_digits()
-        raise RequestError(f"the request body holds an integer of more than {limit} digits") from None
     except RecursionError:
         raise _too_deep(_deep_member(text)) from None
     deep = text.count("[") + text.count("{") > MAX_DEPTH
     if deep or _SURROGATE_ESCAPE.search(text):  # else neither can be there: the walk is skipped
         _check_tree(data)
     return data
-
-
-class _NonFinite(ValueError):
-    """A number JSON cannot carry: Python's parser reads `NaN`, `Infinity` and `1e999`, which no JSON encoder
-    writes back (Starlette's refuses them: a 500), nor the worker, the chat template or a tool server reads."""
-
-
-def _no_constant(name: str) -> float:
-    raise _NonFinite(f"{name} is not a JSON number")
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise _NonFinite(f"the number {text[:40]} is out of range (past the largest finite float)")
-    return value
 
 
 def _check_tree(data: Any) -> None:

@@ -219,3 +219,19 @@ def test_a_deep_or_surrogate_frame_is_an_error_event_and_the_socket_stays_open(s
         assert event["type"] == "error" and event["status"] == 400
         ws.send(json.dumps({"type": "nonsense"}))  # still open: the next frame is answered
         assert _next(ws)["error"]["param"] == "type"
+
+
+def _shell_call(stack: Stack, arguments: str) -> dict[str, Any]:
+    """The local_shell_call item of a response whose model calls `container.exec` with `arguments`."""
+    stack.script([("", f"<|channel|>commentary to=container.exec <|constrain|>json<|message|>{arguments}<|call|>")])
+    body = json.dumps({"model": "m", "input": "go", "tools": [{"type": "local_shell"}]}).encode()
+    answer = send(stack.port, "POST", "/v1/responses", body)
+    assert answer.status == 200, answer.body[:300]
+    return answer.json()["output"][0]
+
+
+@pytest.mark.parametrize("bad", ["1e999", "NaN", LONG_INTEGER, "[" * 3000 + "]" * 3000])
+def test_a_model_call_holding_what_json_has_not_is_an_incomplete_call_not_a_crash(stack: Stack, bad: str):
+    """The model writes anything: each of these used to fail its response with a 500 (OverflowError, ValueError,
+    RecursionError); now the call's arguments are not JSON, as any malformed call's."""
+    assert _shell_call(stack, f'{{"cmd": ["ls"], "timeout": {bad}}}')["status"] == "incomplete"
