@@ -235,3 +235,12 @@ def test_a_model_call_holding_what_json_has_not_is_an_incomplete_call_not_a_cras
     """The model writes anything: each of these used to fail its response with a 500 (OverflowError, ValueError,
     RecursionError); now the call's arguments are not JSON, as any malformed call's."""
     assert _shell_call(stack, f'{{"cmd": ["ls"], "timeout": {bad}}}')["status"] == "incomplete"
+
+
+@settings(max_examples=30, deadline=None)
+@given(seconds=st.floats(allow_nan=False, allow_infinity=False) | st.integers(-(10**30), 10**30))
+def test_a_model_shell_timeout_of_any_number_is_a_bounded_timeout_or_none(stack: Stack, seconds: float):
+    item = _shell_call(stack, json.dumps({"cmd": ["ls"], "timeout": seconds}))
+    assert item["status"] == "completed"
+    timeout_ms = item["action"]["timeout_ms"]
+    assert timeout_ms is None if not 0 < seconds <= 86_400 else timeout_ms == int(seconds * 1000)
