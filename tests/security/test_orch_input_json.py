@@ -244,3 +244,50 @@ def test_a_model_shell_timeout_of_any_number_is_a_bounded_timeout_or_none(stack:
     assert item["status"] == "completed"
     timeout_ms = item["action"]["timeout_ms"]
     assert timeout_ms is None if not 0 < seconds <= 86_400 else timeout_ms == int(seconds * 1000)
+
+
+def _replayed(stack: Stack, rid: str, starting_after: int) -> tuple[int, list[int]]:
+    """The status and the sequence numbers of `GET /v1/responses/{rid}?stream=true&starting_after=...`."""
+    answer = send(stack.port, "GET", f"/v1/responses/{rid}?stream=true&starting_after={starting_after}")
+    data = [line[6:] for line in answer.body.decode().splitlines() if line.startswith("data: ")]
+    return answer.status, [json.loads(d)["sequence_number"] for d in data] if answer.status == 200 else []
+
+
+@pytest.fixture(scope="module")
+def finished(stack: Stack) -> tuple[str, int]:
+    """A stored background response and how many events it has."""
+    stack.script([("", "<|channel|>final<|message|>Done.<|return|>")])
+    rid = stack.client.responses.create(model="m", input="go", background=True).id
+    status, seqs = _replayed(stack, rid, -1)  # follows it to its end
+    assert status == 200 and seqs == list(range(len(seqs)))
+    return rid, len(seqs)
+
+
+@settings(max_examples=40, deadline=None)
+@given(starting_after=st.integers(-(2**70), 2**70) | st.integers(-10, 20))
+def test_any_starting_after_is_a_400_out_of_range_or_the_gapless_rest(
+    stack: Stack, finished: tuple[str, int], starting_after: int
+):
+    """Below -1 the log was indexed from its end: a replay from the middle, then the whole log again."""
+    rid, count = finished
+    status, seqs = _replayed(stack, rid, starting_after)
+    if not -1 <= starting_after < 2**53:
+        assert status == 400
+    else:
+        assert status == 200 and seqs == list(range(starting_after + 1, count))
+
+
+def test_a_negative_starting_after_on_a_running_response_is_a_400_not_a_broken_stream(stack: Stack):
+    """On a response running here it was an IndexError mid-stream (the connection cut, no terminal event)."""
+    stack.script([("", "<|channel|>final<|message|>" + "word " * 20 + "<|return|>")], delay_s=0.05)
+    rid = stack.client.responses.create(model="m", input="go", background=True).id
+    assert _replayed(stack, rid, -1_000_000)[0] == 400
+    status, seqs = _replayed(stack, rid, -1)
+    assert status == 200 and seqs == list(range(len(seqs)))
+
+
+@pytest.mark.parametrize("query", ["limit=0", "limit=101", "limit=-5", "order=sideways"])
+def test_input_items_paging_out_of_range_is_a_400_naming_it(stack: Stack, finished: tuple[str, int], query: str):
+    """These were clamped, or (an unknown order) read as `asc`, rather than refused."""
+    answer = send(stack.port, "GET", f"/v1/responses/{finished[0]}/input_items?{query}")
+    assert answer.status == 400 and answer.error["param"] == query.split("=")[0], answer.body[:300]
