@@ -68,6 +68,11 @@ class OrchestratorSettings(ServiceSettings):
         str(Path(tempfile.gettempdir()) / "toolfleet-files"), description="where uploaded files' bytes are kept"
     )
     max_file_bytes: int = Field(512 * 1024 * 1024, description="largest file one upload may carry (larger: 413)")
+    max_file_bytes_per_key: int = Field(
+        10 * 1024**3,
+        ge=0,
+        description="bytes one key's uploaded files may hold together (an upload past them: 413; 0: no bound)",
+    )
     max_body_bytes: int = Field(
         16 * 1024 * 1024,
         description="largest JSON request body and WebSocket message (larger: 413, before it is read); uploads:"
