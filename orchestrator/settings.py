@@ -98,6 +98,9 @@ class OrchestratorSettings(ServiceSettings):
         description="largest file added to a vector store (larger: failed with last_error, its bytes never read);"
         " keep it at most the file_search tool's --max-file-bytes",
     )
+    max_vector_stores_per_key: int = Field(
+        10_000, ge=1, description="vector stores one key may have (one more: 400); its listings read them all"
+    )
     max_vector_store_bytes_per_key: int = Field(
         1 << 30,
         ge=0,

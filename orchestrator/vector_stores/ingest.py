@@ -62,6 +62,7 @@ class Limits:
     concurrency: int = 2
     max_file_bytes: int = 16 * 1024 * 1024
     max_bytes_per_key: int = 1 << 30
+    max_stores_per_key: int = 10_000
 
 
 async def used_bytes(objects: Objects, owner: str, but: str | None = None) -> int:
