@@ -242,7 +242,7 @@ class Files:
     async def upload(self, request: Request, owner: str) -> FileRecord:
         """Stream a multipart upload to the volume and record it; any failure leaves nothing behind."""
         file_id = "file-" + secrets.token_hex(16)
-        limit, too_large = await self._room(owner)
+        limit, too_large = await self.room(owner)
         async with receive_upload(request, self.path(file_id), limit, FIELDS, too_large) as form:
             purpose = form.fields.get("purpose")
             if purpose not in PURPOSES:
@@ -254,18 +254,27 @@ class Files:
         log.info("file.uploaded", file_id=file_id, bytes=record.bytes, purpose=purpose)
         return record
 
-    async def _room(self, owner: str) -> tuple[int, str | None]:
-        """What the key's next upload may carry, and what to say past it: the file bound, or less where the key's
-        files leave less of theirs (a key at its bound is refused before a byte is read). Replicas uploading for
-        one key at the same moment each see the others' files only once recorded."""
+    async def room(self, owner: str) -> tuple[int, str | None]:
+        """What the key's next upload (a file, or a file into a container) may carry, and what to say past it:
+        the file bound, or less where the key's files leave less of theirs (a key at its bound is refused before
+        a byte is read). Replicas uploading for one key at the same moment each see the others' files only once
+        recorded."""
         if not self.max_bytes_per_key:
             return self.max_bytes, None
-        used = sum(int(o["bytes"]) for o in await self.objects.owned("file", owner))
+        used = await self.held(owner)
         room = self.max_bytes_per_key - used
         bound = f"--max-file-bytes-per-key, {self.max_bytes_per_key} bytes, of which this key's files hold {used}"
         if room <= 0:
             raise RequestError(f"this key's files are at {bound}: delete some first", "file", 413)
         return (room, f"the {room} bytes left by {bound}") if room < self.max_bytes else (self.max_bytes, None)
+
+    async def held(self, owner: str) -> int:
+        """The bytes of the key's files and of its containers' files (uploaded, copied in, or written by code:
+        a copy counts again, though the volume may share its bytes by a hard link)."""
+        total = sum(int(o["bytes"]) for o in await self.objects.owned("file", owner))
+        for container in await self.objects.owned("container", owner):
+            total += sum(int(o["bytes"]) for o in await self.objects.owned("container_file", container["id"]))
+        return total
 
     async def find(self, file_id: str, owner: str) -> FileRecord:
         """The caller's file; another key's, a missing or an expired one: the same 404."""

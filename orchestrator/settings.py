@@ -71,7 +71,8 @@ class OrchestratorSettings(ServiceSettings):
     max_file_bytes_per_key: int = Field(
         10 * 1024**3,
         ge=0,
-        description="bytes one key's uploaded files may hold together (an upload past them: 413; 0: no bound)",
+        description="bytes one key's files and its containers' files may hold together (an upload past them:"
+        " 413; 0: no bound)",
     )
     max_body_bytes: int = Field(
         16 * 1024 * 1024,

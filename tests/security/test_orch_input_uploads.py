@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import httpx
 import openai
 import pytest
 from hypothesis import given, settings
@@ -103,3 +104,25 @@ def test_a_keys_uploads_together_stop_at_its_bound_and_not_at_another_keys(
             for made in client.files.list():
                 client.files.delete(made.id)
     assert other and list(bounded.files_dir.iterdir()) == []
+
+
+def test_a_containers_files_count_in_its_keys_bound(bounded: Stack):
+    """Uploads into a container went to the same volume past the key's bound (only /v1/files was counted)."""
+    http = httpx.Client(base_url=f"{bounded.url}/v1", headers={"authorization": "Bearer key-a"}, timeout=10)
+    container = http.post("/containers", json={"name": "bounded"}).json()["id"]
+    try:
+
+        def into_container(size: int) -> int:
+            files = {"file": (f"c{size}.txt", b"c" * size)}  # one name each: a name taken is a 400
+            return http.post(f"/containers/{container}/files", files=files).status_code
+
+        assert into_container(2000) == 200
+        assert _upload(bounded, "key-a", 1500).status == 413  # 2000 + 1500 is past 3000
+        assert into_container(1500) == 413
+        assert into_container(1000) == 200
+        assert into_container(1) == 413  # at the bound: refused before a byte is read
+    finally:
+        assert http.delete(f"/containers/{container}").status_code == 200
+    made = _upload(bounded, "key-a", 1500)
+    assert made.status == 200
+    _client(bounded, "key-a").files.delete(made.json()["id"])
