@@ -26,6 +26,7 @@ from orchestrator.files import FileRecord as Upload
 from orchestrator.files import Files
 from orchestrator.persist.sqlite import SQLiteStores
 from orchestrator.settings import OrchestratorSettings
+from orchestrator.tools import ToolOutcome
 from orchestrator.vector_stores import (
     AddFile,
     CreateBatch,
@@ -35,7 +36,7 @@ from orchestrator.vector_stores import (
     UpdateStore,
     VectorStores,
 )
-from orchestrator.vector_stores.ingest import Limits
+from orchestrator.vector_stores.ingest import IndexTool, Ingestion, Limits
 from orchestrator.vector_stores.records import MAX_STORE_FILES
 from tests.support.asgi import serve_asgi
 from tests.support.gateway import gateway_config, running_gateway
@@ -337,4 +338,42 @@ async def test_a_keys_stores_and_a_stores_files_are_bounded(fleet: Fleet, tmp_pa
         await direct.delete(store.id, owner)
     finally:
         await direct.aclose()
+        await stores.aclose()
+
+
+def _waiting(ingestion: Ingestion) -> int:
+    """The files waiting for the replica's indexing slot, or for their key's turn at it."""
+    limiters = [ingestion.limiter, *getattr(ingestion, "keys", {}).values()]
+    return sum(limiter.statistics().tasks_waiting for limiter in limiters)
+
+
+async def test_keys_take_turns_at_indexing_however_many_adds_one_has_queued(tmp_path: Path) -> None:
+    """The replica's indexing slots were one queue of every add's workers: a key with ten adds in flight had ten
+    places in it, and another key's one file waited for all ten."""
+    stores = SQLiteStores()
+    files = Files(stores.objects, tmp_path, max_bytes=1 << 20, retention_s=3600)
+    ingestion = Ingestion(files, IndexTool("http://127.0.0.1:9", 10), Limits(concurrency=1))
+    order: list[str] = []
+
+    async def index(owner: str, record: Any, filename: str) -> ToolOutcome:  # what the tool is not asked here
+        order.append(owner)
+        return ToolOutcome("indexed", False, structured={"usage_bytes": 1})
+
+    ingestion._index = index  # type: ignore[method-assign]
+    vector_stores = VectorStores(files, "http://127.0.0.1:9")
+    try:
+        await ingestion.limiter.acquire_on_behalf_of("test")  # everything queues, then starts in turn
+        for owner, adds in (("busy", 10), ("quiet", 1)):
+            for n in range(adds):
+                record = vector_stores.new_record(f"vs_{owner}", f"file-{n}", AddFile(file_id=f"file-{n}"))
+                await stores.objects.put("vector_store_file", asdict(record))
+                ingestion.start(owner, [(record, f"{n}.txt")])
+        with anyio.fail_after(10):
+            while _waiting(ingestion) < 11:  # every add's worker has taken its place in the queues
+                await anyio.wait_all_tasks_blocked()
+        ingestion.limiter.release_on_behalf_of("test")
+        await asyncio.gather(*ingestion.tasks)
+        assert len(order) == 11 and order.index("quiet") <= 2, order
+    finally:
+        await vector_stores.aclose()
         await stores.aclose()
