@@ -88,8 +88,9 @@ def corpus_texts(model_dir: Path, n: int) -> list[str]:
     chunker = Chunker(Tokenizer.from_file(str(model_dir / "tokenizer.json")))
     rule = StaticChunking(max_chunk_size_tokens=200, chunk_overlap_tokens=0)
     texts: list[str] = []
+    most = FileSearchSettings().max_text_chars
     for page in sorted(DOCS.rglob("*.html")):
-        texts += chunker.chunks(extract_text(page.name, page.read_bytes()), rule)
+        texts += chunker.chunks(extract_text(page.name, page.read_bytes(), most), rule)
         if len(texts) >= n:
             break
     return list(itertools.islice(itertools.cycle(texts), n))

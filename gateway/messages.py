@@ -22,6 +22,7 @@ from mcp.shared.inbound import NAME_BEARING_METHODS, encode_header_value
 from mcp_types.version import KNOWN_PROTOCOL_VERSIONS
 
 from gateway.errors import InvalidParams, InvalidRequest, ParseError
+from toolkit import strictjson
 from toolkit.handles import without_argument
 
 META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
@@ -54,8 +55,8 @@ _SUSPECT = re.compile(rb"\\u[dD][89a-fA-F]")
 def parse_message(body: bytes) -> dict[str, Any]:
     """One client JSON-RPC message; batches and malformed messages are refused precisely."""
     try:
-        msg = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        msg = strictjson.loads(body)
+    except strictjson.NotJson as exc:
         raise ParseError(f"request body is not valid JSON: {exc}") from exc
     except RecursionError as exc:
         raise ParseError(f"request body nests deeper than {MAX_DEPTH} levels") from exc

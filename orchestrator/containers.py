@@ -234,7 +234,8 @@ class Containers:
         await self.find(container_id, owner)
         if request.headers.get("content-type", "").startswith("multipart/"):
             file_id = "cfile_" + secrets.token_hex(16)
-            async with receive_upload(request, self.files.path(file_id), self.files.max_bytes, frozenset()) as form:
+            limit, too_large = await self.files.room(owner)
+            async with receive_upload(request, self.files.path(file_id), limit, frozenset(), too_large) as form:
                 name = form.filename or ""  # one path component: checked as the part arrived
                 await self._taken(container_id, name)
                 return await self._new_file(container_id, name, form.size, file_id)

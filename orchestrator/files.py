@@ -76,6 +76,7 @@ class _Form:
 
     limit: int
     allowed: frozenset[str]
+    too_large: str
     fields: dict[str, str] = field(default_factory=dict)
     filename: str | None = None
     size: int = 0
@@ -125,7 +126,7 @@ class _Form:
             return
         self.size += end - start
         if self.size > self.limit:
-            raise RequestError(f"the file is larger than this server's limit of {self.limit} bytes", "file", 413)
+            raise RequestError(f"the file is larger than {self.too_large}", "file", 413)
         self.pending.append(data[start:end])
         self.pending_size += end - start
 
@@ -170,14 +171,17 @@ def page(items: list[Any], *, limit: int, order: str, after: str | None, before:
 
 
 @contextlib.asynccontextmanager
-async def receive_upload(request: Request, target: Path, limit: int, fields: frozenset[str]) -> AsyncIterator[_Form]:
+async def receive_upload(
+    request: Request, target: Path, limit: int, fields: frozenset[str], too_large: str | None = None
+) -> AsyncIterator[_Form]:
     """Stream a multipart body's one `file` part to `target` and yield the form for the caller to record;
-    a bad body, the size limit, or a failure in the caller's block removes the bytes again."""
+    a bad body, the size limit (`too_large` says which), or a failure in the caller's block removes the bytes
+    again."""
     ctype, params = parse_options_header(request.headers.get("content-type", ""))
     if ctype != b"multipart/form-data" or not params.get(b"boundary"):
         raise RequestError("the request body must be multipart/form-data with a 'file' part", "file")
     part = target.with_name(f".part-{target.name}")
-    form = _Form(limit, fields)
+    form = _Form(limit, fields, too_large or f"this server's limit of {limit} bytes")
     try:
         parser = MultipartParser(params[b"boundary"], form.callbacks())
         async with await anyio.open_file(part, "xb") as out:
@@ -215,8 +219,11 @@ def _parse(parser: MultipartParser, chunk: bytes | None) -> None:
 class Files:
     """The files of every key: upload, look up (owner-checked), list, delete and expire."""
 
-    def __init__(self, objects: Objects, directory: Path, *, max_bytes: int, retention_s: float) -> None:
+    def __init__(
+        self, objects: Objects, directory: Path, *, max_bytes: int, retention_s: float, max_bytes_per_key: int = 0
+    ) -> None:
         self.objects, self.directory, self.max_bytes, self.retention_s = objects, directory, max_bytes, retention_s
+        self.max_bytes_per_key = max_bytes_per_key
         directory.mkdir(parents=True, exist_ok=True)
 
     @classmethod
@@ -226,6 +233,7 @@ class Files:
             Path(settings.files_dir),
             max_bytes=settings.max_file_bytes,
             retention_s=settings.file_retention_s,
+            max_bytes_per_key=settings.max_file_bytes_per_key,
         )
 
     def path(self, file_id: str) -> Path:
@@ -234,7 +242,8 @@ class Files:
     async def upload(self, request: Request, owner: str) -> FileRecord:
         """Stream a multipart upload to the volume and record it; any failure leaves nothing behind."""
         file_id = "file-" + secrets.token_hex(16)
-        async with receive_upload(request, self.path(file_id), self.max_bytes, FIELDS) as form:
+        limit, too_large = await self.room(owner)
+        async with receive_upload(request, self.path(file_id), limit, FIELDS, too_large) as form:
             purpose = form.fields.get("purpose")
             if purpose not in PURPOSES:
                 raise RequestError(f"purpose must be one of {', '.join(PURPOSES)} (got {purpose!r})", "purpose")
@@ -244,6 +253,28 @@ class Files:
             await self.objects.put("file", asdict(record))
         log.info("file.uploaded", file_id=file_id, bytes=record.bytes, purpose=purpose)
         return record
+
+    async def room(self, owner: str) -> tuple[int, str | None]:
+        """What the key's next upload (a file, or a file into a container) may carry, and what to say past it:
+        the file bound, or less where the key's files leave less of theirs (a key at its bound is refused before
+        a byte is read). Replicas uploading for one key at the same moment each see the others' files only once
+        recorded."""
+        if not self.max_bytes_per_key:
+            return self.max_bytes, None
+        used = await self.held(owner)
+        room = self.max_bytes_per_key - used
+        bound = f"--max-file-bytes-per-key, {self.max_bytes_per_key} bytes, of which this key's files hold {used}"
+        if room <= 0:
+            raise RequestError(f"this key's files are at {bound}: delete some first", "file", 413)
+        return (room, f"the {room} bytes left by {bound}") if room < self.max_bytes else (self.max_bytes, None)
+
+    async def held(self, owner: str) -> int:
+        """The bytes of the key's files and of its containers' files (uploaded, copied in, or written by code:
+        a copy counts again, though the volume may share its bytes by a hard link)."""
+        total = sum(int(o["bytes"]) for o in await self.objects.owned("file", owner))
+        for container in await self.objects.owned("container", owner):
+            total += sum(int(o["bytes"]) for o in await self.objects.owned("container_file", container["id"]))
+        return total
 
     async def find(self, file_id: str, owner: str) -> FileRecord:
         """The caller's file; another key's, a missing or an expired one: the same 404."""

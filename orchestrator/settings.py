@@ -68,6 +68,12 @@ class OrchestratorSettings(ServiceSettings):
         str(Path(tempfile.gettempdir()) / "toolfleet-files"), description="where uploaded files' bytes are kept"
     )
     max_file_bytes: int = Field(512 * 1024 * 1024, description="largest file one upload may carry (larger: 413)")
+    max_file_bytes_per_key: int = Field(
+        10 * 1024**3,
+        ge=0,
+        description="bytes one key's files and its containers' files may hold together (an upload past them:"
+        " 413; 0: no bound)",
+    )
     max_body_bytes: int = Field(
         16 * 1024 * 1024,
         description="largest JSON request body and WebSocket message (larger: 413, before it is read); uploads:"
@@ -92,6 +98,9 @@ class OrchestratorSettings(ServiceSettings):
         ge=1,
         description="largest file added to a vector store (larger: failed with last_error, its bytes never read);"
         " keep it at most the file_search tool's --max-file-bytes",
+    )
+    max_vector_stores_per_key: int = Field(
+        10_000, ge=1, description="vector stores one key may have (one more: 400); its listings read them all"
     )
     max_vector_store_bytes_per_key: int = Field(
         1 << 30,

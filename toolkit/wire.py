@@ -17,6 +17,7 @@ import hmac
 import os
 import re
 import secrets
+import stat
 import tempfile
 from functools import cache
 from pathlib import Path
@@ -76,16 +77,51 @@ def fleet_secret() -> bytes:
     value = os.environ.get(SECRET_ENV)
     if value:
         return value.encode()
-    path = Path(
-        os.environ.get(SECRET_FILE_ENV) or Path(tempfile.gettempdir()) / f"toolfleet-fleet-secret-{os.getuid()}"
-    )
+    named = os.environ.get(SECRET_FILE_ENV)
+    if named:  # the operator's file (a mounted secret, maybe read-only, maybe a link): made only where missing
+        path = Path(named)
+        return (None if path.exists() else _made(path)) or _nonempty(path, path.read_bytes())
+    return local_secret(Path(tempfile.gettempdir()) / f"toolfleet-fleet-secret-{os.getuid()}")
+
+
+def local_secret(path: Path) -> bytes:
+    """The machine-local secret at `path`: made here, or read only from a regular file of this user that nobody
+    else may read or write. The temp directory is everyone's, so another user could make a file of that name
+    first (or a link to a file they can read), and with a secret they know sign any owner and the admin token."""
+    if made := _made(path):
+        return made
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)  # a symbolic link: OSError (ELOOP)
+    with os.fdopen(fd, "rb") as found:
+        st = os.fstat(found.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+            raise RuntimeError(
+                f"refusing the fleet secret file {path}: it must be a regular file of uid {os.getuid()} that only "
+                f"its owner may read (it is uid {st.st_uid}, mode {stat.filemode(st.st_mode)}); remove it, or set "
+                f"{SECRET_ENV}"
+            )
+        return _nonempty(path, found.read())
+
+
+def _made(path: Path) -> bytes | None:
+    """A new secret written whole under a temporary name and linked in as `path` (so no reader ever sees it
+    half written), or None when `path` is there already."""
+    value = secrets.token_hex(32).encode()
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".toolfleet-secret-")  # 0600
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(value)
+        os.link(temporary, path)
     except FileExistsError:
-        return path.read_bytes().strip()
-    with os.fdopen(fd, "w") as f:
-        f.write(secrets.token_hex(32))
-    return path.read_bytes().strip()
+        return None
+    finally:
+        os.unlink(temporary)
+    return value
+
+
+def _nonempty(path: Path, raw: bytes) -> bytes:
+    if not (value := raw.strip()):
+        raise RuntimeError(f"the fleet secret file {path} is empty")
+    return value
 
 
 def fleet_key(purpose: str) -> bytes:

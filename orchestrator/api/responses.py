@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from orchestrator.api.containers import Limit, Order
 from orchestrator.api.deps import Deps
 from orchestrator.request.schema import ResponsesRequest, json_doc, parse_body
 
@@ -21,6 +22,9 @@ SSE_OR_JSON = {"200": {"content": {"text/event-stream": {"schema": SSE_EVENT}}}}
 """`stream=true` answers Server-Sent Events (each named, with a JSON `data` line) instead of JSON."""
 CREATE_DOC = {**json_doc(ResponsesRequest), "responses": SSE_OR_JSON}
 """`create` reads its body itself (size limit, JSON errors), so the OpenAPI document names it here."""
+StartingAfter = Annotated[int, Query(ge=-1, le=2**53 - 1, description="the sequence number to resume after")]
+"""-1 (the default) replays from the first event; a lower one used to index the log from its end (an IndexError
+mid-stream), and one past 64 bits cannot be asked of the shared store."""
 
 
 def _sse(events: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
@@ -48,7 +52,7 @@ def router(deps: Deps) -> APIRouter:
         return Response(status_code=499) if body is None else JSONResponse(body)  # 499: nobody reads it
 
     @router.get("/v1/responses/{rid}", openapi_extra={"responses": SSE_OR_JSON})
-    async def get(request: Request, rid: str, stream: bool = False, starting_after: int = -1) -> Response:
+    async def get(request: Request, rid: str, stream: bool = False, starting_after: StartingAfter = -1) -> Response:
         if stream:
             return _sse(await responses.replay(rid, request.state.owner, starting_after))
         return JSONResponse(await responses.retrieve(rid, request.state.owner))
@@ -63,7 +67,7 @@ def router(deps: Deps) -> APIRouter:
 
     @router.get("/v1/responses/{rid}/input_items")
     async def input_items(
-        request: Request, rid: str, limit: int = 20, order: str = "desc", after: str | None = None
+        request: Request, rid: str, limit: Limit = 20, order: Order = "desc", after: str | None = None
     ) -> Response:
         return JSONResponse(await responses.input_items(rid, request.state.owner, limit, order, after))
 

@@ -41,6 +41,7 @@ def router(deps: Deps) -> APIRouter:
         settings.vector_store_concurrency,
         settings.max_vector_store_file_bytes,
         settings.max_vector_store_bytes_per_key,
+        settings.max_vector_stores_per_key,
     )
     stores = VectorStores(deps.files, url, limits)
 

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -19,6 +18,7 @@ from orchestrator.responses.events import Item
 from orchestrator.responses.run import Run
 from orchestrator.tools import ToolOutcome
 from orchestrator.worker.client import TokenLogprob
+from toolkit import strictjson
 
 
 @dataclass(frozen=True)
@@ -233,12 +233,11 @@ def check_fields(fields: dict[str, Field], tool: dict[str, Any], where: str) -> 
 def tool_args(text: str) -> tuple[dict[str, Any] | None, str | None]:
     """The JSON object a tool call carries, or an error message the model can act on."""
     try:
-        value = json.loads(text or "{}")
-    except json.JSONDecodeError as exc:
-        return (
-            None,
-            f"Error: the tool arguments are not valid JSON ({exc.msg} at position {exc.pos}). Send one JSON object.",
-        )
+        value = strictjson.loads(text or "{}")
+    except strictjson.NotJson as exc:
+        return None, f"Error: the tool arguments are not valid JSON ({exc}). Send one JSON object."
+    except RecursionError:
+        return None, "Error: the tool arguments nest too deep to read. Send one flat JSON object."
     if not isinstance(value, dict):
         return None, "Error: the tool arguments must be a JSON object."
     return value, None

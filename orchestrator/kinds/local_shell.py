@@ -43,6 +43,16 @@ DESCRIPTION = "Run commands in a shell on the user's machine; the user runs each
 LOCAL_EXEC = {**CONTAINER_EXEC, "description": DESCRIPTION}
 
 
+MAX_TIMEOUT_S = 86_400
+
+
+def _timeout_ms(seconds: Any) -> int | None:
+    """The model's `timeout` as the item's `timeout_ms`: only a positive number of seconds up to a day, since the
+    model writes any number (1e306 s overflowed to a crash, a negative one reached the client)."""
+    usable = isinstance(seconds, int | float) and not isinstance(seconds, bool) and 0 < seconds <= MAX_TIMEOUT_S
+    return int(seconds * 1000) if usable else None
+
+
 def enable(out: Toolset, item_type: str, where: str) -> None:
     """A local shell for the model (`container.exec`), whose calls come out as `item_type` items."""
     if out.shell_for_container or (out.local_shell not in (None, item_type)):
@@ -72,8 +82,7 @@ class LocalShellStream(Stream):
         if not complete or err is not None or not _is_command(cmd):
             self.item.finish("incomplete")
             return
-        timeout = args.get("timeout") if args else None
-        timeout_ms = int(timeout * 1000) if isinstance(timeout, int | float) else None
+        timeout_ms = _timeout_ms(args.get("timeout") if args else None)
         if self.item_type == "shell_call":
             command = shlex.join(cmd)
             self.item.indexed_event("response.shell_call_command.added", command_index=0, command="")

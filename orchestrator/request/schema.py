@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.errors import RequestError
 from orchestrator.request.params import PARAMS, REFUSED
+from toolkit import strictjson
 
 
 class Reasoning(BaseModel):
@@ -167,8 +168,8 @@ def parse_json(raw: bytes | str) -> Any:
     except UnicodeDecodeError as exc:
         raise RequestError(f"the request body is not valid UTF-8 (at byte {exc.start})") from None
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
+        data = strictjson.loads(text)
+    except strictjson.NotJson as exc:
         raise RequestError(f"the request body is not valid JSON: {exc}") from None
     except RecursionError:
         raise _too_deep(_deep_member(text)) from None

@@ -181,7 +181,6 @@ class LiveResponses:
         if after:
             ids = [i.get("id") for i in items]
             items = items[ids.index(after) + 1 :] if after in ids else []
-        limit = max(1, min(limit, 100))
         page = items[:limit]
         first, last = (page[0]["id"], page[-1]["id"]) if page else (None, None)
         return {"object": "list", "data": page, "first_id": first, "last_id": last, "has_more": len(items) > limit}

@@ -104,6 +104,7 @@ class FileBatches:
         await self.stores.usable(store_id, owner)
         adds = spec.adds()
         sources = [await self.stores.files.find(add.file_id, owner) for add in adds]
+        await self.stores.room(store_id, [s.id for s in sources], "files" if spec.files else "file_ids")
         now = int(time.time())
         batch = BatchRecord("vsfb_" + secrets.token_hex(16), store_id, now, now + FOREVER_S)
         await self.objects.put("vector_store_file_batch", asdict(batch))

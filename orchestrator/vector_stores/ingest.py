@@ -2,7 +2,8 @@
 
 Each add (one file, a store's `file_ids`, a batch of up to 2000) is one task whose few workers take its files in
 turn, and every replica indexes at most `concurrency` files at once (a capacity limiter shared by all adds), so a
-large batch never becomes thousands of tasks. Before a file starts, its record is read again: one cancelled or
+large batch never becomes thousands of tasks; each key queues for it with at most `concurrency` files, so keys take
+turns however many adds one of them has in flight. Before a file starts, its record is read again: one cancelled or
 deleted meanwhile is skipped. A file that finishes after its record was cancelled is removed from the index again,
 so a cancelled file never stays searchable. Each file is offered the bytes its key has left (`max_usage_bytes`),
 and the tool refuses one that would pass them before adding anything; files indexed at the same moment are each
@@ -62,6 +63,7 @@ class Limits:
     concurrency: int = 2
     max_file_bytes: int = 16 * 1024 * 1024
     max_bytes_per_key: int = 1 << 30
+    max_stores_per_key: int = 10_000
 
 
 async def used_bytes(objects: Objects, owner: str, but: str | None = None) -> int:
@@ -82,6 +84,9 @@ class Ingestion:
         self.concurrency, self.max_bytes_per_key = limits.concurrency, limits.max_bytes_per_key
         self.max_file_bytes = limits.max_file_bytes
         self.limiter = anyio.CapacityLimiter(limits.concurrency)
+        self.keys: dict[str, anyio.CapacityLimiter] = {}
+        """Each key's own turn at the shared limiter: its adds queue here, so a key with a thousand adds in flight
+        holds as many places in the shared queue as a key with one (it held a thousand: the other waited for all)."""
         self.tasks: set[asyncio.Task[None]] = set()
         self.pending: set[str] = set()
         """File records this replica has queued or is indexing."""
@@ -106,7 +111,8 @@ class Ingestion:
                 group.start_soon(worker)
 
     async def _one(self, owner: str, record: FileRecord, filename: str) -> None:
-        async with self.limiter:
+        mine = self.keys.setdefault(owner, anyio.CapacityLimiter(self.concurrency))
+        async with mine, self.limiter:  # a key waits on the shared limiter with as many files as it may index
             current = await self.objects.get("vector_store_file", record.id)
             if current is None or current["status"] != "in_progress":
                 return  # deleted or cancelled while queued

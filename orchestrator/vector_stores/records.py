@@ -18,6 +18,8 @@ FOREVER_S = 10 * 365 * 86400
 DAY_S = 86400
 MAX_BATCH_FILES = 2000
 """OpenAI's most files in one file batch (`file_ids` or `files`)."""
+MAX_STORE_FILES = 10_000
+"""OpenAI's most files in one vector store: a store's every read lists them all."""
 AttributeKey = Annotated[str, StringConstraints(max_length=64)]
 AttributeValue = Annotated[str, StringConstraints(max_length=512)] | float | bool
 AttributesIn = Annotated[dict[AttributeKey, AttributeValue], Field(max_length=16)]

@@ -14,6 +14,7 @@ from orchestrator.files import Files, page
 from orchestrator.vector_stores.ingest import IndexTool, Ingestion, Limits
 from orchestrator.vector_stores.records import (
     FOREVER_S,
+    MAX_STORE_FILES,
     AddFile,
     CreateStore,
     FileRecord,
@@ -48,8 +49,12 @@ class VectorStores:
         self.files, self.objects, self.timeout_s = files, files.objects, timeout_s
         self.tool = IndexTool(url, timeout_s)
         self.ingestion = Ingestion(files, self.tool, limits)
+        self.max_stores = limits.max_stores_per_key
 
     async def create(self, spec: CreateStore, owner: str) -> StoreRecord:
+        if len(await self.objects.owned("vector_store", owner)) >= self.max_stores:
+            message = f"this key has {self.max_stores} vector stores, its most (--max-vector-stores-per-key)"
+            raise RequestError(message + ": delete one first", None)
         sources = [await self.files.find(fid, owner) for fid in spec.file_ids]  # each the caller's: else 404
         if sources:
             self.tool.reachable()
@@ -91,6 +96,14 @@ class VectorStores:
             await self.objects.put("vector_store_file", asdict(record))
         if added:
             self.ingestion.start(owner, added)
+
+    async def room(self, store_id: str, file_ids: list[str], where: str) -> None:
+        """Refuse (400 naming `where`) files that would take the store past OpenAI's `MAX_STORE_FILES` (a file
+        it holds already is added again in place)."""
+        held = {o["file_id"] for o in await self.objects.owned("vector_store_file", store_id)}
+        if len(held | set(file_ids)) > MAX_STORE_FILES:
+            message = f"vector store {store_id} holds {len(held)} files; a store holds at most {MAX_STORE_FILES}"
+            raise RequestError(message, where)
 
     async def find(self, store_id: str, owner: str) -> StoreRecord:
         """The caller's store; another key's or a missing one: the same 404."""
@@ -172,6 +185,7 @@ class VectorStores:
         self.tool.reachable()
         await self.usable(store_id, owner)
         source = await self.files.find(spec.file_id, owner)
+        await self.room(store_id, [source.id], "file_id")
         record = self.new_record(store_id, source.id, spec)
         await self.queue(owner, [(record, source.filename)])
         return record

@@ -26,6 +26,7 @@ from orchestrator.files import FileRecord as Upload
 from orchestrator.files import Files
 from orchestrator.persist.sqlite import SQLiteStores
 from orchestrator.settings import OrchestratorSettings
+from orchestrator.tools import ToolOutcome
 from orchestrator.vector_stores import (
     AddFile,
     CreateBatch,
@@ -35,6 +36,8 @@ from orchestrator.vector_stores import (
     UpdateStore,
     VectorStores,
 )
+from orchestrator.vector_stores.ingest import IndexTool, Ingestion, Limits
+from orchestrator.vector_stores.records import MAX_STORE_FILES
 from tests.support.asgi import serve_asgi
 from tests.support.gateway import gateway_config, running_gateway
 from tests.support.service import Service
@@ -302,3 +305,75 @@ async def test_an_expired_store_is_reaped_and_answers_expired(direct: VectorStor
     with pytest.raises(RequestError, match="has expired"):
         await direct.update(store.id, owner, UpdateStore(name="revived"))
     await direct.delete(store.id, owner)
+
+
+async def test_a_keys_stores_and_a_stores_files_are_bounded(fleet: Fleet, tmp_path: Path) -> None:
+    """Neither was: one key could make stores, and one store file records, without end (every listing, and the
+    bytes check before each file is indexed, read them all)."""
+    stores = SQLiteStores()
+    files = Files(stores.objects, tmp_path, max_bytes=1 << 20, retention_s=3600)
+    direct = VectorStores(files, fleet.tool_url, Limits(max_stores_per_key=3))
+    owner = "test-direct-bounds"
+    try:
+        made = [await direct.create(CreateStore(), owner) for _ in range(3)]
+        with pytest.raises(RequestError, match="--max-vector-stores-per-key"):
+            await direct.create(CreateStore(), owner)
+        assert await direct.create(CreateStore(), "test-direct-other")  # another key's bound is its own
+        await direct.delete(made.pop().id, owner)
+        store = await direct.create(CreateStore(), owner)
+
+        held = await put_upload(files, owner, "held.txt", b"A file the store holds already.")
+        filler = [f"file-{n}" for n in range(MAX_STORE_FILES - 1)]  # the store full, as 10,000 adds would leave it
+        for file_id in [*filler, held]:
+            record = direct.new_record(store.id, file_id, AddFile(file_id=file_id))
+            await files.objects.put("vector_store_file", asdict(record))
+        one_more = await put_upload(files, owner, "more.txt", b"One file too many.")
+        with pytest.raises(RequestError, match="at most 10000") as refused:
+            await direct.add_file(store.id, owner, AddFile(file_id=one_more))
+        assert refused.value.param == "file_id"
+        with pytest.raises(RequestError, match="at most 10000"):
+            await FileBatches(direct).create(store.id, owner, CreateBatch(file_ids=[held, one_more]))
+        assert (await direct.add_file(store.id, owner, AddFile(file_id=held))).file_id == held  # added again
+        await asyncio.gather(*direct.ingestion.tasks)
+        await direct.delete(store.id, owner)
+    finally:
+        await direct.aclose()
+        await stores.aclose()
+
+
+def _waiting(ingestion: Ingestion) -> int:
+    """The files waiting for the replica's indexing slot, or for their key's turn at it."""
+    limiters = [ingestion.limiter, *getattr(ingestion, "keys", {}).values()]
+    return sum(limiter.statistics().tasks_waiting for limiter in limiters)
+
+
+async def test_keys_take_turns_at_indexing_however_many_adds_one_has_queued(tmp_path: Path) -> None:
+    """The replica's indexing slots were one queue of every add's workers: a key with ten adds in flight had ten
+    places in it, and another key's one file waited for all ten."""
+    stores = SQLiteStores()
+    files = Files(stores.objects, tmp_path, max_bytes=1 << 20, retention_s=3600)
+    ingestion = Ingestion(files, IndexTool("http://127.0.0.1:9", 10), Limits(concurrency=1))
+    order: list[str] = []
+
+    async def index(owner: str, record: Any, filename: str) -> ToolOutcome:  # what the tool is not asked here
+        order.append(owner)
+        return ToolOutcome("indexed", False, structured={"usage_bytes": 1})
+
+    ingestion._index = index  # type: ignore[method-assign]
+    vector_stores = VectorStores(files, "http://127.0.0.1:9")
+    try:
+        await ingestion.limiter.acquire_on_behalf_of("test")  # everything queues, then starts in turn
+        for owner, adds in (("busy", 10), ("quiet", 1)):
+            for n in range(adds):
+                record = vector_stores.new_record(f"vs_{owner}", f"file-{n}", AddFile(file_id=f"file-{n}"))
+                await stores.objects.put("vector_store_file", asdict(record))
+                ingestion.start(owner, [(record, f"{n}.txt")])
+        with anyio.fail_after(10):
+            while _waiting(ingestion) < 11:  # every add's worker has taken its place in the queues
+                await anyio.wait_all_tasks_blocked()
+        ingestion.limiter.release_on_behalf_of("test")
+        await asyncio.gather(*ingestion.tasks)
+        assert len(order) == 11 and order.index("quiet") <= 2, order
+    finally:
+        await vector_stores.aclose()
+        await stores.aclose()

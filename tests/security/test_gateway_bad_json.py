@@ -83,6 +83,27 @@ def test_a_surrogate_pair_is_text_and_goes_through(gw: GatewayProc, sse: SseStre
     assert answer.status_code < 500 and "surrogate" not in answer.text and "-32700" not in answer.text
 
 
+@pytest.mark.parametrize("transport", ["streamable-http", "sse"])
+@pytest.mark.parametrize(
+    ("where", "number", "words"),
+    [
+        ("params", "NaN", "not a JSON number"),
+        ("params", "-Infinity", "not a JSON number"),
+        ("params", "1e999", "out of range"),
+        ("params", "9" * 5000, "digits"),  # was -32603 "internal gateway error" (a ValueError)
+        ("id", "9" * 5000, "digits"),
+    ],
+)
+def test_a_number_json_has_not_is_a_parse_error(
+    gw: GatewayProc, sse: SseStream, transport: str, where: str, number: str, words: str
+) -> None:
+    """Python reads them, JSON has no such number: relayed, the replica would read NaN as a float."""
+    params = f'{{"n": {number}}}' if where == "params" else "{}"
+    rid = number if where == "id" else "10"
+    body = f'{{"jsonrpc": "2.0", "id": {rid}, "method": "ping", "params": {params}}}'
+    assert_parse_error(post(gw, sse, transport, body.encode()), words)
+
+
 @HTTP
 @given(depth=st.integers(2, 130), transport=st.sampled_from(["streamable-http", "sse"]))
 def test_nesting_is_refused_exactly_past_the_limit(gw: GatewayProc, sse: SseStream, depth: int, transport: str) -> None:

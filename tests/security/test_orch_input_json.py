@@ -149,6 +149,48 @@ def test_invalid_utf8_anywhere_is_a_400(stack: Stack, conv: str, route: str, bad
     assert answer.status == 400 and "UTF-8" in answer.error["message"], answer.body[:300]
 
 
+NON_FINITE = st.sampled_from(["NaN", "Infinity", "-Infinity", "1e999", "-2.5E+400", "1" + "0" * 400 + ".0"])
+LONG_INTEGER = "9" * 5000  # past Python's bound on the digits it parses (4300): a ValueError, not a decode error
+
+
+@settings(max_examples=60, deadline=None)
+@given(route=st.sampled_from(list(ROUTES)), trail=TRAILS, leaf=NON_FINITE | st.just(LONG_INTEGER))
+def test_a_number_python_reads_but_json_has_not_anywhere_is_a_400_never_a_500(
+    stack: Stack, conv: str, route: str, trail: list[Any], leaf: str
+):
+    """Python's parser reads NaN and Infinity (and 1e999 as inf) though JSON has no such number, and no encoder
+    writes them back: a NaN in a tool's schema or a chat `temperature` used to be a 500, as did an integer
+    longer than Python parses."""
+    body = f'{{"{ROUTES[route]}": {_json_with(leaf, trail)}}}'.encode()
+    answer = _post(stack, route, conv, body)
+    message = answer.error["message"] if answer.status == 400 else ""
+    assert any(words in message for words in ("not a JSON number", "out of range", "digits")), answer.body[:300]
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "bad", "good"),
+    [
+        (
+            "/v1/chat/completions",
+            '{"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": X}',
+            "NaN",
+            "0.5",
+        ),
+        (
+            "/v1/responses",
+            '{"model": "m", "input": "hi", "tools": [{"type": "function", "name": "f", '
+            '"parameters": {"type": "object", "properties": {"a": {"type": "number", "default": X}}}}]}',
+            "NaN",
+            "0.5",
+        ),
+        ("/v1/responses", '{"model": "m", "input": "hi", "max_output_tokens": X}', LONG_INTEGER, "100"),
+    ],
+)
+def test_the_numbers_that_were_500s_are_400s(stack: Stack, conv: str, route: str, body: str, bad: str, good: str):
+    assert _post(stack, route, conv, body.replace("X", bad).encode()).status == 400
+    assert _post(stack, route, conv, body.replace("X", good).encode()).status == 200
+
+
 def _socket(stack: Stack):
     return connect(f"ws://127.0.0.1:{stack.port}/v1/responses", open_timeout=10, close_timeout=2)
 
@@ -177,3 +219,75 @@ def test_a_deep_or_surrogate_frame_is_an_error_event_and_the_socket_stays_open(s
         assert event["type"] == "error" and event["status"] == 400
         ws.send(json.dumps({"type": "nonsense"}))  # still open: the next frame is answered
         assert _next(ws)["error"]["param"] == "type"
+
+
+def _shell_call(stack: Stack, arguments: str) -> dict[str, Any]:
+    """The local_shell_call item of a response whose model calls `container.exec` with `arguments`."""
+    stack.script([("", f"<|channel|>commentary to=container.exec <|constrain|>json<|message|>{arguments}<|call|>")])
+    body = json.dumps({"model": "m", "input": "go", "tools": [{"type": "local_shell"}]}).encode()
+    answer = send(stack.port, "POST", "/v1/responses", body)
+    assert answer.status == 200, answer.body[:300]
+    return answer.json()["output"][0]
+
+
+@pytest.mark.parametrize("bad", ["1e999", "NaN", LONG_INTEGER, "[" * 3000 + "]" * 3000])
+def test_a_model_call_holding_what_json_has_not_is_an_incomplete_call_not_a_crash(stack: Stack, bad: str):
+    """The model writes anything: each of these used to fail its response with a 500 (OverflowError, ValueError,
+    RecursionError); now the call's arguments are not JSON, as any malformed call's."""
+    assert _shell_call(stack, f'{{"cmd": ["ls"], "timeout": {bad}}}')["status"] == "incomplete"
+
+
+@settings(max_examples=30, deadline=None)
+@given(seconds=st.floats(allow_nan=False, allow_infinity=False) | st.integers(-(10**30), 10**30))
+def test_a_model_shell_timeout_of_any_number_is_a_bounded_timeout_or_none(stack: Stack, seconds: float):
+    item = _shell_call(stack, json.dumps({"cmd": ["ls"], "timeout": seconds}))
+    assert item["status"] == "completed"
+    timeout_ms = item["action"]["timeout_ms"]
+    assert timeout_ms is None if not 0 < seconds <= 86_400 else timeout_ms == int(seconds * 1000)
+
+
+def _replayed(stack: Stack, rid: str, starting_after: int) -> tuple[int, list[int]]:
+    """The status and the sequence numbers of `GET /v1/responses/{rid}?stream=true&starting_after=...`."""
+    answer = send(stack.port, "GET", f"/v1/responses/{rid}?stream=true&starting_after={starting_after}")
+    data = [line[6:] for line in answer.body.decode().splitlines() if line.startswith("data: ")]
+    return answer.status, [json.loads(d)["sequence_number"] for d in data] if answer.status == 200 else []
+
+
+@pytest.fixture(scope="module")
+def finished(stack: Stack) -> tuple[str, int]:
+    """A stored background response and how many events it has."""
+    stack.script([("", "<|channel|>final<|message|>Done.<|return|>")])
+    rid = stack.client.responses.create(model="m", input="go", background=True).id
+    status, seqs = _replayed(stack, rid, -1)  # follows it to its end
+    assert status == 200 and seqs == list(range(len(seqs)))
+    return rid, len(seqs)
+
+
+@settings(max_examples=40, deadline=None)
+@given(starting_after=st.integers(-(2**70), 2**70) | st.integers(-10, 20))
+def test_any_starting_after_is_a_400_out_of_range_or_the_gapless_rest(
+    stack: Stack, finished: tuple[str, int], starting_after: int
+):
+    """Below -1 the log was indexed from its end: a replay from the middle, then the whole log again."""
+    rid, count = finished
+    status, seqs = _replayed(stack, rid, starting_after)
+    if not -1 <= starting_after < 2**53:
+        assert status == 400
+    else:
+        assert status == 200 and seqs == list(range(starting_after + 1, count))
+
+
+def test_a_negative_starting_after_on_a_running_response_is_a_400_not_a_broken_stream(stack: Stack):
+    """On a response running here it was an IndexError mid-stream (the connection cut, no terminal event)."""
+    stack.script([("", "<|channel|>final<|message|>" + "word " * 20 + "<|return|>")], delay_s=0.05)
+    rid = stack.client.responses.create(model="m", input="go", background=True).id
+    assert _replayed(stack, rid, -1_000_000)[0] == 400
+    status, seqs = _replayed(stack, rid, -1)
+    assert status == 200 and seqs == list(range(len(seqs)))
+
+
+@pytest.mark.parametrize("query", ["limit=0", "limit=101", "limit=-5", "order=sideways"])
+def test_input_items_paging_out_of_range_is_a_400_naming_it(stack: Stack, finished: tuple[str, int], query: str):
+    """These were clamped, or (an unknown order) read as `asc`, rather than refused."""
+    answer = send(stack.port, "GET", f"/v1/responses/{finished[0]}/input_items?{query}")
+    assert answer.status == 400 and answer.error["param"] == query.split("=")[0], answer.body[:300]

