@@ -41,8 +41,11 @@ TRANSPORT = (OSError, ProtocolError, ClosedUnanswered, ConnectFailed)
 as the request went out is not among them: the pool sends that request again on a new one."""
 MAX_IDLE = 1024
 """Idle connections kept per worker (one per request in flight at the busiest moment, reused after)."""
-BODY_BYTES = 16 << 20
-"""The most of a whole (not streamed) answer read: a model list, a token count, a relayed chat completion."""
+BODY_BYTES = 256 << 20
+"""The most of a whole (not streamed) answer read: a model list, a token count, a relayed chat completion (whose
+logprobs, 20 alternatives a token over a long answer, can reach some tens of MiB)."""
+ERROR_BYTES = 4096
+"""The most of an error answer's body read: its first 500 characters are relayed."""
 CHECK_TIMEOUTS = Timeouts(connect=5.0, read=5.0)
 """A health check's (and a metrics scrape's) connect and read timeouts."""
 COUNT_TIMEOUTS = Timeouts(connect=30.0, read=30.0)
@@ -457,7 +460,7 @@ class _Link:
     async def post_json(self, worker: _Worker, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         with outgoing(f"worker {path}", worker=worker.url, model=body.get("model")) as headers:
             status, data = await self.whole(worker, "request", path, body, headers=headers)
-        _check_status(status, data, worker)
+        _check_status(status, data.decode(errors="replace"), worker)
         yield json.loads(data)
 
     async def post_stream(self, worker: _Worker, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
@@ -466,19 +469,20 @@ class _Link:
             try:
                 if resp.status_code != 200:
                     retryable = resp.status_code >= 500 or resp.status_code == 429
-                    _check_status(resp.status_code, b"" if retryable else await resp.aread(BODY_BYTES), worker)
+                    text = "" if retryable else await _bounded(resp.aiter_bytes(), ERROR_BYTES)
+                    _check_status(resp.status_code, text, worker)
                 async for obj in sse_objects(_lines(resp.aiter_bytes())):
                     yield obj
             finally:
                 await resp.aclose()  # unread: the connection is closed, and vLLM aborts the request
 
 
-def _check_status(status: int, text: bytes, worker: _Worker) -> None:
+def _check_status(status: int, text: str, worker: _Worker) -> None:
     """A worker's answer other than 200: a 5xx or 429 may go to another worker, a 4xx is the request's fault."""
     if status >= 500 or status == 429:
         raise _RetryableStatus(f"HTTP {status}")
     if status != 200:
-        raise WorkerRefused(status, text.decode(errors="replace")[:500], worker.url)
+        raise WorkerRefused(status, text[:500], worker.url)
 
 
 async def _lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
