@@ -1,4 +1,5 @@
-"""A small keep-alive HTTP/1.1 client for MCP calls: the gateway's hot path, and the orchestrator's tool calls.
+"""A small keep-alive HTTP/1.1 client for MCP calls: the gateway's hot path, and the orchestrator's tool calls
+and its streams from the model workers.
 
 httpx costs about half a millisecond per request in Python overhead; a tool call through the
 gateway has a budget of one millisecond in all. This client does only what an MCP upstream
