@@ -1,16 +1,19 @@
 """The worker client's HTTP (`_Link`, on the kit's keep-alive pool): one connection serves generation after
-generation, vLLM's stream framing is read whatever its chunking, and a proxy the environment names is refused."""
+generation, vLLM's stream framing is read whatever its chunking, a proxy the environment names is refused, and
+an https worker is checked against the CA store (as httpx, the transport before, did)."""
 
 from __future__ import annotations
 
 import asyncio
+import subprocess
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from orchestrator.worker.client import GenerateRequest, WorkerError, WorkerPool, _lines, sse_objects
+from orchestrator.worker.client import GenerateRequest, WorkerError, WorkerPool, WorkerUnavailable, _lines, sse_objects
 from orchestrator.worker.scripted import Scenario, ScriptedModel
 from orchestrator.worker.scripted import build_app as build_worker
 from tests.support.asgi import serve_asgi
@@ -86,3 +89,34 @@ def test_a_proxy_the_environment_names_for_a_worker_is_refused(monkeypatch: pyte
         WorkerPool(["http://127.0.0.1:8000"])
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     WorkerPool(["http://127.0.0.1:8000"])  # bypassed: direct, as asked
+
+
+@pytest.fixture
+def tls_worker(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """The stand-in over https, with a self-signed certificate for 127.0.0.1 made by the openssl CLI."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    made = ["-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"]
+    named = ["-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)]
+    subprocess.run(["openssl", "req", *made, *named], check=True, capture_output=True)
+    with serve_asgi(build_worker(ScriptedModel(Scenario())), ssl_certfile=str(cert), ssl_keyfile=str(key)) as url:
+        yield url.replace("http://", "https://"), cert
+
+
+async def test_an_https_worker_is_served_when_its_certificate_is_trusted_and_refused_when_not(
+    tls_worker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, cert = tls_worker
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the CA store the pool's TLS context loads
+    trusted = WorkerPool([url], health_interval_s=3600)
+    try:
+        assert [c async for c in trusted.generate(GenerateRequest([1, 2, 3], 8))]
+    finally:
+        await trusted.aclose()
+    monkeypatch.delenv("SSL_CERT_FILE")
+    untrusted = WorkerPool([url], health_interval_s=3600, api="harmony")
+    try:
+        with pytest.raises(WorkerUnavailable, match="ConnectFailed: SSLCertVerificationError"):
+            async for _ in untrusted.generate(GenerateRequest([1, 2, 3], 8)):
+                pass
+    finally:
+        await untrusted.aclose()
