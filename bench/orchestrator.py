@@ -6,8 +6,9 @@ vLLM's own /v1/responses on the same tiny chat model and request.
 
 Also the response store: put + get per response, SQLite and (when redis-server is installed) Redis, and a tick of
 the foreground roster (what listing foreground responses on every replica's console costs a replica).
-Usage: python -m bench.orchestrator [--tokens 20000] [--turns 200] [--streams 32] [--store-n 200] [--vllm]
-                                    [--out results.json]
+The orchestrator process's CPU per plain response (SSE and JSON) on the scripted worker, read from `/proc`.
+Usage: python -m bench.orchestrator [--tokens 20000] [--turns 200] [--streams 32] [--store-n 200] [--plain 400]
+                                    [--vllm] [--out results.json]
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--streams", type=int, default=32, help="concurrent streams over HTTP")
     p.add_argument("--stream-tokens", type=int, default=500, help="tokens per concurrent stream")
     p.add_argument("--store-n", type=int, default=200, help="responses put and read back per store")
+    p.add_argument("--plain", type=int, default=400, help="plain responses timed per row (orchestrator CPU)")
     p.add_argument("--vllm", action="store_true", help="also measure the tiny vLLM CPU worker baseline")
     p.add_argument("--out", default=None)
     return p.parse_args(argv)
@@ -305,7 +307,8 @@ def bench_tool_turn_cpu(turns: int) -> list[dict[str, Any]]:
 
 @contextlib.contextmanager
 def _stack(token_delay_s: float = 0.0):
-    """Scripted worker and orchestrator as real processes (so they do not share this process's GIL)."""
+    """Scripted worker and orchestrator as real processes (so they do not share this process's GIL); yields the
+    orchestrator's URL and process."""
     import subprocess
 
     from test_fleet import _port, _process
@@ -347,9 +350,9 @@ def _stack(token_delay_s: float = 0.0):
                     "WARNING",
                 ],
                 f"http://127.0.0.1:{o}/healthz",
-            ),
+            ) as orchestrator,
         ):
-            yield f"http://127.0.0.1:{o}"
+            yield f"http://127.0.0.1:{o}", orchestrator
     finally:
         scenario.unlink(missing_ok=True)
         del subprocess
@@ -369,7 +372,7 @@ async def _one_stream(client, url: str) -> tuple[int, float]:
 def bench_concurrent(streams: int) -> dict[str, Any]:
     import httpx
 
-    with _stack() as url:
+    with _stack() as (url, _):
 
         async def main():
             async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=streams * 2)) as client:
@@ -388,6 +391,29 @@ def bench_concurrent(streams: int) -> dict[str, Any]:
         "seconds": round(elapsed, 3),
         "p50_stream_s": round(sorted(s for _, s in results)[len(results) // 2], 3),
     }
+
+
+def bench_plain_cpu(n: int) -> list[dict[str, Any]]:
+    """The orchestrator process's CPU per plain response (16 tokens, one request at a time), streamed and not:
+    what it adds to a response beside the worker's own work, read from `/proc` (`cpu_seconds`)."""
+    import httpx
+
+    from bench.report import cpu_seconds
+
+    body = {"input": "Say hello.", "max_output_tokens": 16, "temperature": 0, "store": False}
+    rows = []
+    with _stack() as (url, proc), httpx.Client(base_url=url, timeout=120) as client:
+        for stream in (True, False):
+            for _ in range(10):  # warm-up: the worker's connection open, the renders cached
+                client.post("/v1/responses", json={**body, "stream": stream}).raise_for_status()
+            before = cpu_seconds(proc.pid)
+            for _ in range(n):
+                client.post("/v1/responses", json={**body, "stream": stream}).raise_for_status()
+            ms = (cpu_seconds(proc.pid) - before) * 1000 / n
+            how = "SSE" if stream else "JSON"
+            name = f"orchestrator CPU ms per plain response, {how} (scripted worker, own processes, 16 tokens)"
+            rows.append({"name": name, "value": round(ms, 2), "responses": n})
+    return rows
 
 
 def bench_store(n: int) -> list[dict[str, Any]]:
@@ -613,6 +639,7 @@ def main(argv: list[str] | None = None) -> int:
         *bench_tool_turn_cpu(args.turns),
         bench_chat_tool_turns(args.turns),
         bench_concurrent(args.streams),
+        *bench_plain_cpu(args.plain),
     ]
     rows += bench_store(args.store_n)
     rows += bench_roster(args.store_n)

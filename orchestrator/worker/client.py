@@ -3,8 +3,8 @@
 
 Worker health. A worker's HTTP server (uvicorn, for vLLM and the stand-in alike) closes a connection idle for
 its keep-alive (5 s by default), and a request sent on it as it closes fails though the worker is fine. So
-idle connections are dropped sooner (`keepalive_expiry_s`), an error on a pooled connection of the kind such a
-close gives (`_RESET`) is retried once on a new connection before it counts, and a worker is down only after
+idle connections are dropped sooner (`keepalive_expiry_s`), a request that a pooled connection ends without an
+answer (such a close) is sent once more on a new connection before it counts, and a worker is down only after
 `down_after` health checks fail in a row, or when a request fails on a new connection. While no worker is up,
 requests still try the down ones (the fleet's only chance) and report the real error if that fails.
 """
@@ -14,17 +14,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import urllib.request
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
+from urllib.parse import urlsplit
 
-import httpx
 import structlog
 
 from orchestrator.harmony import START, STOP_TOKENS
 from orchestrator.settings import KEEPALIVE_EXPIRY_S, WORKER_DOWN_AFTER
 from orchestrator.worker.affinity import Affinity, MemoryAffinity
+from toolkit.mcpwire.http import ClosedUnanswered, ConnectFailed, Pool, ProtocolError, Response, Timeouts
 from toolkit.tracing import outgoing
 
 log = structlog.get_logger(__name__)
@@ -34,9 +36,20 @@ API_CHOICES = ("auto", "harmony", "chat")
 _FIXED: dict[str, Api] = {"harmony": "harmony", "chat": "chat"}
 """The configured apis that fix a worker's path; `auto` is detected."""
 T = TypeVar("T")
-_RESET = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
-"""How a request fails on a pooled connection its server closed as the request went out (connect errors and
-timeouts are not among them: those say something about the worker)."""
+TRANSPORT = (OSError, ProtocolError, ClosedUnanswered, ConnectFailed)
+"""How a request to a worker fails below HTTP (a timeout is an `OSError`); a pooled connection its server closed
+as the request went out is not among them: the pool sends that request again on a new one."""
+MAX_IDLE = 1024
+"""Idle connections kept per worker (one per request in flight at the busiest moment, reused after)."""
+BODY_BYTES = 256 << 20
+"""The most of a whole (not streamed) answer read: a model list, a token count, a relayed chat completion (whose
+logprobs, 20 alternatives a token over a long answer, can reach some tens of MiB)."""
+ERROR_BYTES = 4096
+"""The most of an error answer's body read: its first 500 characters are relayed."""
+CHECK_TIMEOUTS = Timeouts(connect=5.0, read=5.0)
+"""A health check's (and a metrics scrape's) connect and read timeouts."""
+COUNT_TIMEOUTS = Timeouts(connect=30.0, read=30.0)
+"""A prompt count's (`/tokenize`)."""
 
 
 class WorkerUnavailable(Exception):
@@ -114,7 +127,6 @@ class WorkerPool:
         urls: list[str],
         *,
         model: str | None = None,
-        http: httpx.AsyncClient | None = None,
         health_interval_s: float = 5.0,
         affinity: Affinity | None = None,
         spill_at: int = 32,
@@ -133,9 +145,9 @@ class WorkerPool:
                 raise ValueError(f"worker api {value!r} is not one of {', '.join(API_CHOICES)}")
         self.workers = [_Worker(u.rstrip("/"), api=_FIXED.get(chosen.get(u.rstrip("/"), api))) for u in urls]
         self.model = model
-        timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
-        pooled = httpx.Limits(max_connections=1024, keepalive_expiry=keepalive_expiry_s)
-        self.link = _Link(http or httpx.AsyncClient(timeout=timeout, limits=pooled), timeout)
+        for w in self.workers:
+            _refuse_proxy(w.url)
+        self.link = _Link(Timeouts(connect=connect_timeout_s, read=read_timeout_s), keepalive_expiry_s)
         self._health_interval_s = health_interval_s
         self._down_after = down_after
         self.affinity = affinity if affinity is not None else MemoryAffinity(10_000, 3600.0)
@@ -281,14 +293,13 @@ class WorkerPool:
         }
         if req.body.get("tools"):
             body["tools"] = req.body["tools"]
-        url = f"{worker.url}/tokenize"
         try:
-            resp = await self.link.reconnecting(worker, "count", lambda http: http.post(url, json=body, timeout=30.0))
-        except httpx.TransportError as exc:
+            status, data = await self.link.whole(worker, "count", "/tokenize", body, timeouts=COUNT_TIMEOUTS)
+        except TRANSPORT as exc:
             raise WorkerUnavailable(f"{worker.url}: {_text(exc)}") from exc
-        if resp.status_code != 200:
-            raise WorkerError(f"worker {worker.url} could not count the prompt: HTTP {resp.status_code}")
-        return int(resp.json()["count"])
+        if status != 200:
+            raise WorkerError(f"worker {worker.url} could not count the prompt: HTTP {status}")
+        return int(json.loads(data)["count"])
 
     async def _balanced(
         self,
@@ -314,13 +325,13 @@ class WorkerPool:
                     if first and affinity:  # pinned once the first token is out: its round trip delays none
                         await self.affinity.pin(affinity, worker.url)
                 return
-            except (httpx.TransportError, _RetryableStatus, _StreamError) as exc:
+            except (*TRANSPORT, _RetryableStatus, _StreamError) as exc:
                 if started:
                     worker.failures_mid += 1
                     raise WorkerError(f"worker {worker.url} failed mid-generation: {_text(exc)}") from exc
                 worker.failures_before += 1
                 last_error = f"{worker.url}: {_text(exc)}"
-                if isinstance(exc, httpx.TransportError):  # not a pooled connection closing: `reconnecting` took that
+                if isinstance(exc, TRANSPORT):  # not a pooled connection closing: the pool sent that once more
                     self._down(worker, exc, "a request failed on a new connection, or once the worker answered")
                 log.warning("worker.retry", url=worker.url, error=last_error)
             finally:
@@ -358,28 +369,58 @@ class WorkerPool:
 
 
 class _Link:
-    """The HTTP to the workers: pooled connections, a request that meets a closing connection sent once more on a
-    new one (`reconnecting`), the health probe and the streamed and plain posts."""
+    """The HTTP to the workers, on the kit's keep-alive pool (`toolkit.mcpwire.http`, which the gateway and the
+    MCP client use too; httpx cost a plain response ~30% of the orchestrator's CPU): a request that meets a
+    closing pooled connection goes out once more on a new one (counted in `reconnects`), the health probe,
+    and the streamed and whole posts."""
 
-    def __init__(self, http: httpx.AsyncClient, timeout: httpx.Timeout) -> None:
-        self._http = http
-        # keeps no idle connection: each request on it opens its own (the retry after a reset)
-        self._fresh = httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_keepalive_connections=0))
+    def __init__(self, timeouts: Timeouts, keepalive_expiry_s: float) -> None:
+        self._pool = Pool(max_idle=MAX_IDLE, idle_s=keepalive_expiry_s)
+        self._timeouts = timeouts
 
     async def aclose(self) -> None:
-        await self._http.aclose()
-        await self._fresh.aclose()
+        self._pool.close()
+
+    async def send(
+        self,
+        worker: _Worker,
+        what: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        headers: dict[str, str] | None = None,
+        timeouts: Timeouts | None = None,
+    ) -> Response:
+        """`body` as JSON (POST), else a GET; the caller reads and closes the response."""
+        fields = {**(headers or {}), "content-type": "application/json"} if body is not None else headers or {}
+        data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode() if body is not None else None
+        return await self._pool.request(
+            "POST" if body is not None else "GET",
+            f"{worker.url}{path}",
+            fields,
+            data,
+            timeouts or self._timeouts,
+            retried=lambda exc: self._reconnect(worker, exc, what),
+        )
+
+    async def whole(
+        self, worker: _Worker, what: str, path: str, body: dict[str, Any] | None = None, **kw: Any
+    ) -> tuple[int, bytes]:
+        """A request whose answer is read whole: (status, body)."""
+        resp = await self.send(worker, what, path, body, **kw)
+        try:
+            return resp.status_code, await resp.aread(BODY_BYTES)
+        finally:
+            await resp.aclose()
 
     async def probe(self, worker: _Worker) -> None:
-        await self.reconnecting(worker, "check", lambda http: self._probe(worker, http))
-
-    async def _probe(self, worker: _Worker, http: httpx.AsyncClient) -> None:
         """One health check: the model the worker serves, and its path once (auto)."""
-        resp = await http.get(f"{worker.url}/v1/models", timeout=5.0)
-        resp.raise_for_status()
-        worker.model = resp.json()["data"][0]["id"]
+        status, data = await self.whole(worker, "check", "/v1/models", timeouts=CHECK_TIMEOUTS)
+        if status != 200:
+            raise StatusError(f"GET /v1/models answered HTTP {status}")
+        worker.model = json.loads(data)["data"][0]["id"]
         if worker.api is None:
-            worker.api = await self._detect_api(worker, http)
+            worker.api = await self._detect_api(worker)
             log.info("worker.api", url=worker.url, model=worker.model, api=worker.api)
 
     async def scrape_cache(self, worker: _Worker) -> None:
@@ -388,69 +429,71 @@ class _Link:
         if worker.prefix_cache.get("absent"):
             return
         try:
-            async with self._http.stream("GET", f"{worker.url}/metrics", timeout=5.0) as resp:
+            resp = await self.send(worker, "metrics", "/metrics", timeouts=CHECK_TIMEOUTS)
+            try:
                 if resp.status_code != 200:
                     worker.prefix_cache = {"absent": 1.0}
                     return
                 text = await _bounded(resp.aiter_bytes(), METRICS_BYTES)
-        except httpx.HTTPError as exc:
+            finally:
+                await resp.aclose()
+        except TRANSPORT as exc:
             log.info("worker.metrics_failed", url=worker.url, error=_text(exc))
             return
         worker.prefix_cache = prefix_cache_counters(text)
-
-    async def reconnecting(self, worker: _Worker, what: str, send: Callable[[httpx.AsyncClient], Awaitable[T]]) -> T:
-        """`send` on a pooled connection and, when that fails as a connection its server was closing fails,
-        once more on a new connection: only that second failure says something about the worker."""
-        try:
-            return await send(self._http)
-        except _RESET as exc:
-            self._reconnect(worker, exc, what)
-        return await send(self._fresh)
 
     def _reconnect(self, worker: _Worker, exc: Exception, what: str) -> None:
         worker.reconnects[type(exc).__name__] += 1
         log.info("worker.reconnect", url=worker.url, during=what, error_class=type(exc).__name__, error=_text(exc))
 
-    async def _detect_api(self, worker: _Worker, http: httpx.AsyncClient) -> Api:
+    async def _detect_api(self, worker: _Worker) -> Api:
         """Harmony when the worker's tokenizer has Harmony's `<|start|>` as one special token (id 200006),
         else chat; a worker without vLLM's `/tokenize` (a completions-only server) is taken as Harmony."""
         body = {"model": worker.model, "prompt": "<|start|>", "add_special_tokens": False}
-        resp = await http.post(f"{worker.url}/tokenize", json=body, timeout=5.0)
-        if resp.status_code in (404, 405):
+        status, data = await self.whole(worker, "check", "/tokenize", body, timeouts=CHECK_TIMEOUTS)
+        if status in (404, 405):
             return "harmony"
-        resp.raise_for_status()
-        return "harmony" if resp.json().get("tokens") == [START] else "chat"
+        if status != 200:
+            raise StatusError(f"POST /tokenize answered HTTP {status}")
+        return "harmony" if json.loads(data).get("tokens") == [START] else "chat"
 
     async def post_json(self, worker: _Worker, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         with outgoing(f"worker {path}", worker=worker.url, model=body.get("model")) as headers:
-            url = f"{worker.url}{path}"
-            resp = await self.reconnecting(worker, "request", lambda http: http.post(url, json=body, headers=headers))
-        if resp.status_code >= 500 or resp.status_code == 429:
-            raise _RetryableStatus(f"HTTP {resp.status_code}")
-        if resp.status_code != 200:
-            raise WorkerRefused(resp.status_code, resp.text[:500])
-        yield resp.json()
+            status, data = await self.whole(worker, "request", path, body, headers=headers)
+        _check_status(status, data.decode(errors="replace"), worker)
+        yield json.loads(data)
 
     async def post_stream(self, worker: _Worker, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         with outgoing(f"worker {path}", worker=worker.url, model=body.get("model")) as headers:
-            async for obj in self._post_traced(worker, path, body, headers):
-                yield obj
+            resp = await self.send(worker, "request", path, body, headers=headers)
+            try:
+                if resp.status_code != 200:
+                    retryable = resp.status_code >= 500 or resp.status_code == 429
+                    text = "" if retryable else await _bounded(resp.aiter_bytes(), ERROR_BYTES)
+                    _check_status(resp.status_code, text, worker)
+                async for obj in sse_objects(_lines(resp.aiter_bytes())):
+                    yield obj
+            finally:
+                await resp.aclose()  # unread: the connection is closed, and vLLM aborts the request
 
-    async def _post_traced(
-        self, worker: _Worker, path: str, body: dict[str, Any], headers: dict[str, str]
-    ) -> AsyncIterator[dict[str, Any]]:
-        request = self._http.build_request("POST", f"{worker.url}{path}", json=body, headers=headers)
-        resp = await self.reconnecting(worker, "request", lambda http: http.send(request, stream=True))
-        try:
-            if resp.status_code >= 500 or resp.status_code == 429:
-                raise _RetryableStatus(f"HTTP {resp.status_code}")
-            if resp.status_code != 200:
-                text = (await resp.aread()).decode(errors="replace")[:500]
-                raise WorkerRefused(resp.status_code, text, worker.url)
-            async for obj in sse_objects(resp.aiter_lines()):
-                yield obj
-        finally:
-            await resp.aclose()
+
+def _check_status(status: int, text: str, worker: _Worker) -> None:
+    """A worker's answer other than 200: a 5xx or 429 may go to another worker, a 4xx is the request's fault."""
+    if status >= 500 or status == 429:
+        raise _RetryableStatus(f"HTTP {status}")
+    if status != 200:
+        raise WorkerRefused(status, text[:500], worker.url)
+
+
+async def _lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """A body's lines (without their line ends), as its chunks arrive."""
+    rest = b""
+    async for chunk in chunks:
+        *lines, rest = (rest + chunk).split(b"\n")
+        for line in lines:
+            yield line.rstrip(b"\r")
+    if rest:
+        yield rest
 
 
 class WorkerRefused(WorkerError):
@@ -506,23 +549,44 @@ class _StreamError(WorkerError):
     """vLLM reported an engine error inside the stream (`data: {"error": ...}`)."""
 
 
-async def sse_objects(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, Any]]:
+class StatusError(Exception):
+    """A worker answered a health check with an HTTP error status."""
+
+
+def _shown(data: bytes) -> str:
+    return repr(data[:200].decode(errors="replace"))
+
+
+def _refuse_proxy(url: str) -> None:
+    """Workers are reached directly. httpx, this client's transport before, sent them through a proxy named in
+    the environment (`HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY`); such a setting is refused rather than passed by."""
+    proxies = urllib.request.getproxies_environment()
+    parts = urlsplit(url)
+    proxy = proxies.get(parts.scheme) or proxies.get("all")
+    if proxy and not urllib.request.proxy_bypass(parts.hostname or ""):
+        raise ValueError(
+            f"worker {url} would go through the proxy {proxy} named in the environment, and the worker client "
+            "connects directly: name the worker's host in NO_PROXY"
+        )
+
+
+async def sse_objects(lines: AsyncIterator[bytes]) -> AsyncIterator[dict[str, Any]]:
     """vLLM's stream framing: `data: {json}` chunks until `data: [DONE]`; an `{"error": ...}` chunk raises.
     The body is read to its end after `[DONE]` (`_drained`): a response closed unread closes its connection, and
     the next request to the worker would pay for a new one."""
     async for line in lines:
-        if not line.startswith("data:"):
+        if not line.startswith(b"data:"):
             continue
         data = line[5:].strip()
-        if data == "[DONE]":
+        if data == b"[DONE]":
             await _drained(lines)
             return
         try:
             obj = json.loads(data)
-        except json.JSONDecodeError as exc:
-            raise WorkerError(f"worker sent a malformed stream chunk: {data[:200]!r}") from exc
+        except ValueError as exc:  # not JSON, or not UTF-8
+            raise WorkerError(f"worker sent a malformed stream chunk: {_shown(data)}") from exc
         if not isinstance(obj, dict):
-            raise WorkerError(f"worker sent a stream chunk that is not an object: {data[:200]!r}")
+            raise WorkerError(f"worker sent a stream chunk that is not an object: {_shown(data)}")
         if not obj.get("choices") and ("error" in obj or obj.get("object") == "error"):
             error = obj.get("error") if isinstance(obj.get("error"), dict) else obj
             raise _StreamError(f"worker error: {error.get('message') or error}")
@@ -534,7 +598,7 @@ DRAIN_LINES = 4
 has its connection closed rather than read on."""
 
 
-async def _drained(lines: AsyncIterator[str]) -> None:
+async def _drained(lines: AsyncIterator[bytes]) -> None:
     for _ in range(DRAIN_LINES):
         if await anext(lines, None) is None:
             return

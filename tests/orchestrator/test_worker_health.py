@@ -129,12 +129,15 @@ async def test_a_dead_worker_is_down_after_the_failed_checks_and_requests_fail_o
     try:
         with capture_logs() as logs:
             await pool.check_health()  # one failed check: not down
-            assert dead.healthy and [e["event"] for e in logs] == ["worker.check_failed"]
-            assert logs[0]["error_class"] == "ConnectError"
+            # the connection the stopped worker closed may be tried first (its close not yet read): then the check
+            # goes out once more on a new connection (`worker.reconnect`), and that one is refused
+            checks = [e for e in logs if e["event"] != "worker.reconnect"]
+            assert dead.healthy and [e["event"] for e in checks] == ["worker.check_failed"]
+            assert checks[0]["error_class"] == "ConnectFailed"
             await pool.check_health()  # the second in a row: down
             assert not dead.healthy and logs[-1]["event"] == "worker.down"
-            assert logs[-1]["error_class"] == "ConnectError"
-            assert dead.check_failures == {"ConnectError": 2} and dead.downs == {"ConnectError": 1}
+            assert logs[-1]["error_class"] == "ConnectFailed"
+            assert dead.check_failures == {"ConnectFailed": 2} and dead.downs == {"ConnectFailed": 1}
             async for _ in pool.generate(GenerateRequest([1, 2, 3], 8)):
                 pass
             assert model_b.stats.completed == 1 and alive.healthy
@@ -156,7 +159,9 @@ async def test_a_request_that_fails_on_a_new_connection_takes_the_worker_out_and
                 async for _ in pool.generate(GenerateRequest([1, 2, 3], 8)):
                     pass
         assert model_b.stats.completed == 2 and not pool.workers[0].healthy
-        assert [e["event"] for e in logs if e["event"].startswith("worker.")] == ["worker.down", "worker.retry"]
+        # (a `worker.reconnect` first when the pooled connection the stopped worker closed was tried: see above)
+        events = [e["event"] for e in logs if e["event"].startswith("worker.") and e["event"] != "worker.reconnect"]
+        assert events == ["worker.down", "worker.retry"]
     finally:
         await pool.aclose()
 
@@ -166,7 +171,7 @@ def test_with_no_worker_up_a_request_still_tries_them_and_says_what_failed(make_
         stack = make_stack(worker_urls=[doomed], health_interval_s=INTERVAL_S)
     with pytest.raises(openai.APIStatusError) as err:
         stack.client.responses.create(model="gpt-oss", input="hi")
-    assert err.value.status_code == 503 and "ConnectError" in err.value.message
+    assert err.value.status_code == 503 and "ConnectFailed" in err.value.message
     assert httpx.get(f"{stack.url}/healthz").status_code == 503
 
 
@@ -194,10 +199,10 @@ async def test_a_worker_that_never_answered_is_down_at_its_first_failed_check() 
     try:
         await pool.check_health()
         assert not pool.workers[0].healthy
-        with pytest.raises(WorkerUnavailable, match="ConnectError"):
+        with pytest.raises(WorkerUnavailable, match="ConnectFailed"):
             async for _ in pool.generate(GenerateRequest([1], 1)):
                 pass
-        assert pool.workers[0].downs == {"ConnectError": 1}
+        assert pool.workers[0].downs == {"ConnectFailed": 1}
     finally:
         await pool.aclose()
 

@@ -1,4 +1,5 @@
-"""A small keep-alive HTTP/1.1 client for MCP calls: the gateway's hot path, and the orchestrator's tool calls.
+"""A small keep-alive HTTP/1.1 client for MCP calls: the gateway's hot path, and the orchestrator's tool calls
+and its streams from the model workers.
 
 httpx costs about half a millisecond per request in Python overhead; a tool call through the
 gateway has a budget of one millisecond in all. This client does only what an MCP upstream
@@ -25,7 +26,7 @@ import functools
 import re
 import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import overload
 from urllib.parse import urlsplit
@@ -295,9 +296,12 @@ class Pool:
         timeouts: Timeouts,
         *,
         address: str | None = None,
+        retried: Callable[[ClosedUnanswered], None] | None = None,
     ) -> Response:
         """Send one request; `address`: connect to that IP only (an address checked against SSRF, so DNS cannot
-        move the server afterwards), with the URL's host still in `Host` and TLS SNI."""
+        move the server afterwards), with the URL's host still in `Host` and TLS SNI. `retried`: told when a
+        reused connection closed unanswered and the request goes out again on a new one (for a caller that
+        counts those)."""
         key, target, host = _origin(url)
         if address is not None:
             key = (key[0], key[1], key[2], address)
@@ -306,11 +310,13 @@ class Pool:
         if conn is not None:
             try:
                 return await self._exchange(key, conn, head, body, method, timeouts)
-            except (ConnectionError, _StaleConnection):
+            except (ConnectionError, _StaleConnection) as exc:
                 conn.close()
                 if conn.reader._buffer:  # type: ignore[attr-defined]
                     raise ProtocolError("connection broken inside the response head") from None
                 # no byte of answer: the upstream closed it before reading the request, so once more on a new one
+                if retried is not None:
+                    retried(ClosedUnanswered(reset=isinstance(exc, ConnectionError)))
             except BaseException:  # a timeout or a cancel inside the exchange: its answer may still come
                 conn.close()
                 raise
