@@ -11,6 +11,8 @@ from typing import Any
 
 import httpx
 
+from toolkit.wire import admin_token
+
 TIMEOUT_S = 5.0
 
 
@@ -32,7 +34,8 @@ class GatewayAdmin:
 
     def __init__(self, url: str | None, token: str | None) -> None:
         self.url = url.rstrip("/") if url else None
-        self._headers = {"authorization": f"Bearer {token}"} if token else {}
+        # no token of its own: the fleet's, which every gateway of this fleet accepts on /admin
+        self._headers = {"authorization": f"Bearer {token or admin_token()}"}
         self._http: httpx.AsyncClient | None = None  # one per app run (`running`): a new one costs ~40 ms of TLS setup
 
     @contextlib.asynccontextmanager

@@ -22,6 +22,7 @@ from tests.support.gateway import (
     running_gateway,
     start_fixture,
 )
+from toolkit.wire import admin_token
 
 TOKEN, ADMIN = "client-token-1", "admin-token-1"
 CHANGES = "toolfleet_gateway_tool_definition_changes_total"
@@ -173,3 +174,21 @@ async def test_in_flag_mode_a_changed_tool_passes_but_is_flagged_until_an_operat
                     assert refused.value.error.code == -32006
             finally:
                 changed.kill()
+
+
+def test_admin_is_the_fleet_token_or_an_unrelayed_local_caller(gateway: GatewayProc, guarded: GatewayProc) -> None:
+    """With no admin token configured a caller on loopback is the admin, but not one a proxy on this host relayed
+    (it would make every client the proxy fronts an admin); the fleet's own token (the console's) always is."""
+    fleet = {"authorization": f"Bearer {admin_token()}"}
+
+    def status(gw: GatewayProc, headers: dict[str, str]) -> int:
+        return httpx.get(f"{gw.base}/admin/status", headers=headers, trust_env=False).status_code
+
+    assert status(gateway, {}) == 200
+    for relayed in ({"x-forwarded-for": "203.0.113.9"}, {"forwarded": "for=203.0.113.9"}, {"x-real-ip": "1.2.3.4"}):
+        assert status(gateway, relayed) == 401
+        assert status(gateway, {**relayed, **fleet}) == 200
+    assert status(guarded, {}) == 401  # an admin token is configured: loopback alone is not enough
+    tampered = admin_token()[:-1] + ("1" if admin_token().endswith("0") else "0")
+    assert status(guarded, {"authorization": f"Bearer {tampered}"}) == 401
+    assert status(guarded, fleet) == 200 and status(guarded, {"authorization": f"Bearer {ADMIN}"}) == 200
