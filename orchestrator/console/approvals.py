@@ -14,7 +14,7 @@ from fastapi.responses import Response
 
 from orchestrator.console.gwadmin import GatewayDown
 from orchestrator.console.parts import Parts, posted
-from orchestrator.console.render import page, to
+from orchestrator.console.render import page, to, told
 
 log = structlog.get_logger(__name__)
 NAMESPACE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
@@ -59,8 +59,7 @@ def routes(router: APIRouter, parts: Parts) -> None:
             found, error = pending(await parts.gateway.tools()), None
         except GatewayDown as exc:
             found, error = [], str(exc)
-        notice = request.query_params.get("notice")
-        return page(request, "approvals.html", user=session, namespaces=found, error=error, notice=notice)
+        return page(request, "approvals.html", user=session, namespaces=found, error=error)
 
     @router.post("/console/approvals/{namespace}/{decision}")
     async def decide(request: Request, namespace: str, decision: str) -> Response:
@@ -76,4 +75,5 @@ def routes(router: APIRouter, parts: Parts) -> None:
         except GatewayDown as exc:
             return page(request, "error.html", 502, user=session, error=f"Nothing {DONE[decision].lower()}: {exc}")
         log.info("console.decided", decision=decision, namespace=namespace, tools=names, admin=session.admin)
-        return to("/approvals", f"{DONE[decision]} in {namespace}: {', '.join(names) or 'nothing was pending'}.")
+        decided = ", ".join(names) or "nothing was pending"
+        return told(request, "/approvals", f"{DONE[decision]} in {namespace}: {decided}.")

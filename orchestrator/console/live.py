@@ -21,7 +21,7 @@ from fastapi.responses import Response
 
 from orchestrator.callfeed import KEEP, ToolCallSeen
 from orchestrator.console.parts import Parts, posted
-from orchestrator.console.render import page, to
+from orchestrator.console.render import page, to, told
 from orchestrator.errors import RequestError, StoreUnavailable
 from orchestrator.persist.roster import Running
 from orchestrator.responses.live import RUNNING
@@ -134,10 +134,9 @@ def routes(router: APIRouter, parts: Parts) -> None:
         start = (int(number) - 1) * PAGE_ROWS
         shown = found[start : start + PAGE_ROWS]
         listing = {"rows": shown, "total": len(found), "first": start + 1, "number": int(number), "last": last}
-        notice = request.query_params.get("notice")
         ordered = {"cq": cq, "csort": csort, "cdesc": cdesc, "calls": recent(parts, cq, csort, cdesc)}
         calls = {**ordered, "keep": KEEP, "error": store_error, "here": HERE, "renew_s": RENEW_S}
-        return page(request, "live.html", user=session, q=q, sort=sort, desc=desc, notice=notice, **listing, **calls)
+        return page(request, "live.html", user=session, q=q, sort=sort, desc=desc, **listing, **calls)
 
     @router.post("/console/live/{rid}/cancel")
     async def cancel(request: Request, rid: str) -> Response:
@@ -153,4 +152,4 @@ def routes(router: APIRouter, parts: Parts) -> None:
             message = f"No response {rid!r} is running in the fleet: it finished, or the id is unknown."
             return page(request, "error.html", 404, user=session, error=message)
         log.info("console.cancelled", response_id=rid, admin=session.admin)
-        return to("/live", f"{rid} is now {body.get('status')}.")
+        return told(request, "/live", f"{rid} is now {body.get('status')}.")

@@ -15,22 +15,17 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from orchestrator.console.parts import Parts
-from orchestrator.console.render import form, page, to
+from orchestrator.console.render import cookie, form, page, to, told
 from orchestrator.console.session import COOKIE, LOGIN_COOKIE, SESSION_S, csrf_ok
 
 log = structlog.get_logger(__name__)
-
-
-def _cookie(response: Response, request: Request, name: str, value: str, max_age: int) -> None:
-    secure = request.url.scheme == "https"
-    response.set_cookie(name, value, max_age, path="/console", secure=secure, httponly=True, samesite="strict")
 
 
 def _login_page(request: Request, status: int, error: str | None, parts: Parts) -> Response:
     nonce = secrets.token_hex(16)
     closed = None if parts.sessions.enabled else "No admin key is configured: the console is closed."
     response = page(request, "login.html", status, csrf=nonce, error=error or closed, user=None)
-    _cookie(response, request, LOGIN_COOKIE, nonce, 600)
+    cookie(response, request, LOGIN_COOKIE, nonce, 600)
     return response
 
 
@@ -60,7 +55,7 @@ def routes(router: APIRouter, parts: Parts) -> None:
             return _login_page(request, 401, "That is not an admin key.", parts)
         log.info("console.login", admin=admin)
         response = to("/fleet")
-        _cookie(response, request, COOKIE, parts.sessions.issue(admin), SESSION_S)
+        cookie(response, request, COOKIE, parts.sessions.issue(admin), SESSION_S)
         response.delete_cookie(LOGIN_COOKIE, path="/console")
         return response
 
@@ -69,6 +64,6 @@ def routes(router: APIRouter, parts: Parts) -> None:
         session = parts.sessions.check(request)
         if session is None or not csrf_ok(session.csrf, await form(request)):
             return to("/login")
-        response = to("/login", "Logged out.")
+        response = told(request, "/login", "Logged out.")
         response.delete_cookie(COOKIE, path="/console")
         return response

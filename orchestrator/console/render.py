@@ -7,14 +7,15 @@ hover; numbers carry their unit.
 
 from __future__ import annotations
 
+import base64
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl
 
 from fastapi import Request
-from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 from starlette.datastructures import MutableHeaders
@@ -23,6 +24,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from orchestrator.guard.auth import CONSOLE
 
 HERE = Path(__file__).parent
+NOTICE = "toolfleet_console_notice"
+NOTICE_S = 60  # a notice not shown within this long (the redirect was not followed) is dropped
+NOTICE_MOST = 1000  # characters: a cookie holds 4 KiB at most
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
     "form-action 'self'; base-uri 'none'; object-src 'none'; frame-ancestors 'none'"
@@ -95,15 +99,41 @@ ENV.globals.update(percent=percent)
 
 
 def page(request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
-    """A template rendered with what every page shows (the nav, the session's CSRF token, the current path)."""
-    body = ENV.get_template(template).render(path=request.url.path, now=time.time(), **context)
-    return HTMLResponse(body, status)
+    """A template rendered with what every page shows (the nav, the session's CSRF token, the current path, the
+    notice the last action left), which it then drops."""
+    sent = request.cookies.get(NOTICE)
+    body = ENV.get_template(template).render(path=request.url.path, now=time.time(), notice=_unpacked(sent), **context)
+    response = HTMLResponse(body, status)
+    if sent is not None:
+        response.delete_cookie(NOTICE, path=CONSOLE)
+    return response
 
 
-def to(path: str, message: str | None = None) -> RedirectResponse:
-    """A 303 after a form (post/redirect/get), with an optional notice shown by the next page."""
-    suffix = "?" + urlencode({"notice": message}) if message else ""
-    return RedirectResponse(CONSOLE + path + suffix, 303)
+def to(path: str) -> RedirectResponse:
+    """A 303 after a form (post/redirect/get)."""
+    return RedirectResponse(CONSOLE + path, 303)
+
+
+def told(request: Request, path: str, message: str) -> RedirectResponse:
+    """`to`, with a notice for the next page. It travels in a cookie, not in the URL: a link someone else made
+    could otherwise put words of theirs on an operator's page."""
+    response = to(path)
+    packed = base64.urlsafe_b64encode(message[:NOTICE_MOST].encode()).decode()
+    cookie(response, request, NOTICE, packed, NOTICE_S)
+    return response
+
+
+def _unpacked(sent: str | None) -> str | None:
+    try:
+        return base64.urlsafe_b64decode(sent.encode()).decode() if sent else None
+    except ValueError:  # not ours (binascii.Error and UnicodeDecodeError are both ValueErrors)
+        return None
+
+
+def cookie(response: Response, request: Request, name: str, value: str, max_age: int) -> None:
+    """A console cookie: this path only, no script access, never sent from another site, https-only on https."""
+    secure = request.url.scheme == "https"
+    response.set_cookie(name, value, max_age, path=CONSOLE, secure=secure, httponly=True, samesite="strict")
 
 
 async def form(request: Request) -> dict[str, str]:

@@ -16,7 +16,7 @@ from fastapi.responses import Response
 
 from orchestrator.console.gwadmin import GatewayDown
 from orchestrator.console.parts import Parts, posted
-from orchestrator.console.render import page, to
+from orchestrator.console.render import page, to, told
 
 log = structlog.get_logger(__name__)
 PAGE_ROWS = 50
@@ -92,8 +92,7 @@ def routes(router: APIRouter, parts: Parts) -> None:
         data = await sessions_data(parts, dict(request.query_params))
         if isinstance(data, str):
             return page(request, "error.html", 404, user=session, error=data)
-        notice = request.query_params.get("notice")
-        return page(request, "sessions.html", user=session, notice=notice, **data)
+        return page(request, "sessions.html", user=session, **data)
 
     @router.post("/console/sessions/end")
     async def end(request: Request) -> Response:
@@ -105,7 +104,7 @@ def routes(router: APIRouter, parts: Parts) -> None:
         try:
             held = await parts.gateway.end_session(namespace, replica, key)
         except GatewayDown as exc:
-            return to("/sessions", f"Session {key} was not ended: {exc}")
+            return told(request, "/sessions", f"Session {key} was not ended: {exc}")
         log.info("console.session_ended", namespace=namespace, replica=replica, session_id=key, admin=admin.admin)
         words = "ended" if held else "was no longer held (it had ended already); its snapshot, if any, is gone"
-        return to("/sessions", f"Session {key} of {namespace} on {replica} {words}.")
+        return told(request, "/sessions", f"Session {key} of {namespace} on {replica} {words}.")

@@ -13,7 +13,7 @@ from structlog.testing import capture_logs
 from orchestrator.console.throttle import PER_ADDRESS, FleetThrottle, LoginThrottle
 from orchestrator.guard.auth import load_admin_keys, load_keys
 from orchestrator.settings import OrchestratorSettings
-from tests.console.stack import ADMIN, CLIENT, Fleet, csrf_of, log_in, orchestrator, session_client, shot
+from tests.console.stack import ADMIN, CLIENT, Fleet, admin_client, csrf_of, log_in, orchestrator, session_client, shot
 from tests.support.asgi import free_port
 from tests.support.redis import redis_server
 from toolkit.redis_client import redis_client
@@ -122,3 +122,14 @@ def test_a_client_address_past_its_failed_logins_gets_429_with_retry_after(fleet
         assert "Too many failed logins" in limited.text and limited.cookies.get("toolfleet_console") is None
     logged = capsys.readouterr().out
     assert "console.login_throttled" in logged and "guess-" not in logged and ADMIN not in logged
+
+
+def test_a_notice_comes_from_the_console_never_from_a_link(fleet: Fleet) -> None:
+    """A notice rides a cookie from the action to the next page, shown once: a link someone sends an operator
+    cannot put their words on a console page."""
+    with admin_client(fleet.url) as http:
+        page = http.get("/console/live", params={"notice": "Call 555-0100 to re-verify your key"}).text
+        assert "555-0100" not in page
+        out = http.post("/console/logout", data={"csrf": csrf_of(page)}, follow_redirects=True)
+        assert out.url.path == "/console/login" and "Logged out." in out.text
+        assert "Logged out." not in http.get("/console/login").text
