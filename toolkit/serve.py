@@ -12,6 +12,7 @@ from typing import TypeVar
 import sniffio
 import uvicorn
 from starlette.types import ASGIApp
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from toolkit.logging import configure_logging
 from toolkit.settings import ServiceSettings
@@ -58,6 +59,56 @@ class _Server(uvicorn.Server):
         await asyncio.to_thread(flush_tracing)
 
 
+class _HeadWithBody:
+    """The transport one response is written through: its first write (the head) waits for the next (the first
+    of the body) and leaves with it, or leaves alone when this loop iteration ends (a stream whose first event
+    comes later). uvicorn writes a response's head and body in two calls, which send two TCP segments; a client
+    woken by the head alone had to wait and wake again for the body, in four calls in ten (the orchestrator's
+    lean MCP client), costing it and the gateway a loop wake per call."""
+
+    __slots__ = ("_held", "_loop", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport, self._loop = transport, loop
+        self._held: bytes | None = b""
+        """b"": nothing written yet; bytes: the head, held; None: written through from now on."""
+
+    def write(self, data: bytes) -> None:
+        held = self._held
+        if held is None:
+            self._transport.write(data)
+        elif held:
+            self._held = None
+            self._transport.write(held + data)
+        else:
+            self._held = data
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        held, self._held = self._held, None
+        if held and not self._transport.is_closing():
+            self._transport.write(held)
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+
+class OneWriteProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, each response written through `_HeadWithBody`: an answer whose body is
+    ready with its head (every JSON answer) leaves in one write. Only what uvicorn's request-response cycle
+    writes goes through it; its 400s and WebSocket upgrades write to the connection as before."""
+
+    def on_headers_complete(self) -> None:
+        before = self.cycle
+        super().on_headers_complete()
+        if self.cycle is not before:  # a new request's cycle (an upgrade makes none)
+            self.cycle.transport = _HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
+
+
 AFTER_DRAIN_S = 2.0
 """What requests still open after a drain get once the port closes: the drain was their grace period (a
 streamable GET the gateway keeps open would otherwise hold the stop another drain_s, eating the stop grace
@@ -81,6 +132,7 @@ def serve(app: ASGIApp, settings: ServiceSettings) -> None:
         # uvicorn annotates int but waits on any number of seconds (asyncio.wait_for)
         timeout_graceful_shutdown=settings.drain_s if drain is None else AFTER_DRAIN_S,  # type: ignore[arg-type]
         log_config=None,  # uvicorn logs through our JSON handler (toolkit.logging)
+        http=OneWriteProtocol,
     )
     # The port is taken before the app starts: a second server started by mistake on a live one's port (whose
     # instance name, and so whose sandboxes, it would share by default) fails here, having touched nothing.
