@@ -17,6 +17,7 @@ import re
 import threading
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 import structlog
@@ -209,13 +210,22 @@ def request_context(sent: str | None, **ids: Any) -> Iterator[str]:
     """Bind a request's ids for its log lines: `sent`, the caller's `x-request-id`, when it is a sane token (so
     one id joins the logs of every hop), else a new one. Yields the request id, to send on to the next hop."""
     rid = sent if sent is not None and _REQUEST_ID.match(sent) else uuid.uuid4().hex[:16]
-    with structlog.contextvars.bound_contextvars(request_id=rid, **ids):
-        yield rid
+    token = _bound_request_id.set(rid)
+    try:
+        with structlog.contextvars.bound_contextvars(request_id=rid, **ids):
+            yield rid
+    finally:
+        _bound_request_id.reset(token)
+
+
+_bound_request_id: ContextVar[str | None] = ContextVar("toolfleet_request_id", default=None)
+"""The id `request_context` bound, beside structlog's copy: reading structlog's walks every context variable
+(2 us per tool call)."""
 
 
 def current_request_id() -> str | None:
     """The request id bound for the current task, if any (sent on as `x-request-id`)."""
-    return structlog.contextvars.get_contextvars().get("request_id")
+    return _bound_request_id.get()
 
 
 def current_trace_id() -> str | None:
