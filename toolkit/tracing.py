@@ -28,7 +28,7 @@ from opentelemetry.propagate import inject as _inject
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.trace import ProxyTracer, ProxyTracerProvider, Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import NoOpTracer, ProxyTracer, Span, SpanKind, Status, StatusCode
 from starlette.types import ASGIApp, Receive, Scope, Send
 from structlog.typing import EventDict
 
@@ -140,8 +140,9 @@ def span(
 
 
 def _untraced() -> bool:
-    """Whether spans are the API's no-op ones: no provider installed, and `_tracer` the API's own proxy."""
-    return type(_tracer) is ProxyTracer and type(trace.get_tracer_provider()) is ProxyTracerProvider
+    """Whether `_tracer` makes the API's no-op spans: it is the API's proxy, which has no provider to ask yet (the
+    proxy's own choice, read from it; `get_tracer_provider()` would look the environment up, 1.5 us a call)."""
+    return type(_tracer) is ProxyTracer and type(_tracer._tracer) is NoOpTracer
 
 
 @contextlib.contextmanager
