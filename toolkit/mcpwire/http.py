@@ -342,16 +342,11 @@ class Pool:
         self, key: _Key, conn: _Conn, head: bytes, body: bytes | None, method: str, timeouts: Timeouts
     ) -> Response:
         conn.writer.write(head + body if body else head)
-        async with asyncio.timeout(timeouts.read):
-            await conn.writer.drain()
-            try:
-                raw = await conn.reader.readuntil(b"\r\n\r\n")
-            except asyncio.IncompleteReadError as exc:
-                if not exc.partial:
-                    raise _StaleConnection from exc
-                raise ProtocolError("connection closed inside the response head") from exc
-            except asyncio.LimitOverrunError as exc:
-                raise ProtocolError("response head too large") from exc
+        if timeouts.read is None:  # bounded by the caller (the orchestrator's call timeout): no timer of its own
+            raw = await _response_head(conn)
+        else:
+            async with asyncio.timeout(timeouts.read):
+                raw = await _response_head(conn)
         status, headers = _parse_head(raw)
         if status == 100:
             return await self._exchange(key, conn, b"", None, method, timeouts)
@@ -362,6 +357,19 @@ class Pool:
             for conn in idle:
                 conn.close()
         self._idle.clear()
+
+
+async def _response_head(conn: _Conn) -> bytes:
+    """The request sent, the answer's head (up to its blank line)."""
+    await conn.writer.drain()
+    try:
+        return await conn.reader.readuntil(b"\r\n\r\n")
+    except asyncio.IncompleteReadError as exc:
+        if not exc.partial:
+            raise _StaleConnection from exc
+        raise ProtocolError("connection closed inside the response head") from exc
+    except asyncio.LimitOverrunError as exc:
+        raise ProtocolError("response head too large") from exc
 
 
 def _head(method: str, target: str, host: str, headers: dict[str, str], body: bytes | None) -> bytes:
