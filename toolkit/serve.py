@@ -12,7 +12,7 @@ from typing import TypeVar
 import sniffio
 import uvicorn
 from starlette.types import ASGIApp
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from toolkit.logging import configure_logging
 from toolkit.settings import ServiceSettings
@@ -60,40 +60,41 @@ class _Server(uvicorn.Server):
 
 
 class _HeadWithBody:
-    """The transport one response is written through: its first write (the head) waits for the next (the first
-    of the body) and leaves with it, or leaves alone when this loop iteration ends (a stream whose first event
-    comes later). uvicorn writes a response's head and body in two calls, which send two TCP segments; a client
-    woken by the head alone had to wait and wake again for the body, in four calls in ten (the orchestrator's
-    lean MCP client), costing it and the gateway a loop wake per call."""
+    """The transport one response is written through: a head that announces a body of fixed length (every JSON
+    answer: uvicorn fails a response that ends short of it) waits for the body's first write and leaves with it;
+    any other write (a stream's head, a HEAD answer, a 100 Continue) goes at once. uvicorn writes a head and its
+    body in two calls, which send two TCP segments: a client woken by the head alone had to wait and wake again
+    for the body, in four calls in ten (the orchestrator's lean MCP client, the gateway's pool)."""
 
-    __slots__ = ("_held", "_loop", "_transport")
+    __slots__ = ("_cycle", "_head_written", "_held", "_transport")
 
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
-        self._transport, self._loop = transport, loop
-        self._held: bytes | None = b""
-        """b"": nothing written yet; bytes: the head, held; None: written through from now on."""
+    def __init__(self, transport: asyncio.Transport, cycle: RequestResponseCycle) -> None:
+        self._transport, self._cycle = transport, cycle
+        self._head_written = False
+        self._held: bytes | None = None
 
     def write(self, data: bytes) -> None:
-        held = self._held
-        if held is None:
-            self._transport.write(data)
-        elif held:
-            self._held = None
-            self._transport.write(held + data)
-        else:
-            self._held = data
-            self._loop.call_soon(self._flush)
+        if self._held is not None:
+            data, self._held = self._held + data, None
+        elif not self._head_written and self._cycle.response_started:  # this write is the head
+            self._head_written = True
+            if self._body_follows():
+                self._held = data
+                return
+        self._transport.write(data)
 
-    def _flush(self) -> None:
-        held, self._held = self._held, None
-        if held and not self._transport.is_closing():
-            self._transport.write(held)
+    def _body_follows(self) -> bool:
+        cycle = self._cycle
+        return cycle.chunked_encoding is False and cycle.expected_content_length > 0 and cycle.scope["method"] != "HEAD"
 
     def is_closing(self) -> bool:
         return self._transport.is_closing()
 
     def close(self) -> None:
-        self._flush()
+        """A response that failed after its head: the head leaves first, as it would have before."""
+        if self._held is not None and not self._transport.is_closing():
+            self._transport.write(self._held)
+        self._held = None
         self._transport.close()
 
 
@@ -106,7 +107,7 @@ class OneWriteProtocol(HttpToolsProtocol):
         before = self.cycle
         super().on_headers_complete()
         if self.cycle is not before:  # a new request's cycle (an upgrade makes none)
-            self.cycle.transport = _HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
+            self.cycle.transport = _HeadWithBody(self.transport, self.cycle)  # type: ignore[assignment]
 
 
 AFTER_DRAIN_S = 2.0

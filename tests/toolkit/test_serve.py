@@ -48,11 +48,15 @@ def test_an_answer_ready_with_its_head_leaves_in_one_tcp_segment(svc: Service) -
             assert _data_segments_in(conn) - before == 1
 
 
-def test_a_stream_sends_its_head_and_first_part_before_it_ends(svc: Service) -> None:
+def test_a_stream_sends_its_head_and_first_part_before_it_ends_and_a_head_answer_its_head(svc: Service) -> None:
     with socket.create_connection(("127.0.0.1", svc.port), timeout=10) as conn:
         conn.sendall(b"GET /stream HTTP/1.1\r\nhost: test\r\n\r\n")
         got = _read_until(conn, b"first\n")
     assert got.startswith(b"HTTP/1.1 200 OK\r\n") and b"transfer-encoding: chunked" in got
+    with socket.create_connection(("127.0.0.1", svc.port), timeout=10) as conn:
+        conn.sendall(b"HEAD /healthz HTTP/1.1\r\nhost: test\r\n\r\n")  # content-length: 2, and no body
+        got = _read_until(conn, b"\r\n\r\n")
+    assert got.startswith(b"HTTP/1.1 200 OK\r\n") and b"content-length: 2\r\n" in got
 
 
 def test_run_service_logs_json_from_the_build_on_and_shuts_down_gracefully(svc: Service) -> None:
