@@ -261,15 +261,17 @@ async def _cpu_per_turn(turns: int, url: str, client: str) -> float:
 
 @contextlib.contextmanager
 def _tool_server():
-    """The fixture python tool server (it answers `print(6*7)` at once) in a process of its own."""
+    """The fixture python tool server (it answers `print(6*7)` at once) in a process of its own, on the HTTP
+    protocol every service runs (`toolkit.serve`)."""
     from test_fleet import _port, _process
 
     port = _port()
     code = (
         "import sys, uvicorn; sys.path[:0] = [sys.argv[1], sys.argv[1] + '/tests/orchestrator']\n"
         "from fixture_tools import python_server\nfrom toolkit.settings import ToolServerSettings\n"
+        "from toolkit.serve import OneWriteProtocol\n"
         "app = python_server(ToolServerSettings()).build_app()\n"
-        "uvicorn.run(app, port=int(sys.argv[2]), log_level='warning', access_log=False)"
+        "uvicorn.run(app, port=int(sys.argv[2]), log_level='warning', access_log=False, http=OneWriteProtocol)"
     )
     with _process(["-c", code, str(ROOT), str(port)], f"http://127.0.0.1:{port}/healthz"):
         yield f"http://127.0.0.1:{port}/mcp"

@@ -8,19 +8,62 @@ the handler's lock, the formatter's copy of the event) one line cost 42 us, seve
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import sys
+import time
+from typing import Any
 
 import structlog
+from structlog.typing import EventDict
 
 from toolkit.tracing import trace_ids
+
+
+@functools.lru_cache(maxsize=2)
+def _whole_second(second: int) -> str:
+    """A second's text, formatted once for all the lines stamped within it."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+
+
+def iso_utc(ns: int) -> str:
+    """An instant (ns since the epoch) as structlog's `TimeStamper(fmt="iso", utc=True)` writes it, which is
+    `datetime.isoformat()`'s: microseconds floored, left out when they are 0, and `Z` for UTC."""
+    second, micro = divmod(ns // 1000, 1_000_000)
+    return f"{_whole_second(second)}.{micro:06d}Z" if micro else f"{_whole_second(second)}Z"
+
+
+def _timestamp(_logger: Any, _name: str, event: EventDict) -> EventDict:
+    """structlog processor: the line's `timestamp`, under half the cost of structlog's own stamper."""
+    event["timestamp"] = iso_utc(time.time_ns())
+    return event
+
+
+def _fallback(value: Any) -> Any:
+    """What a value JSON cannot write becomes, as structlog's `JSONRenderer` has it: its `__structlog__()`, else
+    its repr."""
+    try:
+        return value.__structlog__()
+    except AttributeError:
+        return repr(value)
+
+
+_ENCODER = json.JSONEncoder(default=_fallback)
+"""Made once: `json.dumps` with a `default` (structlog's renderer) builds an encoder per line."""
+
+
+def _json(_logger: Any, _name: str, event: EventDict) -> str:
+    """structlog processor: the line, as `JSONRenderer()` renders it."""
+    return _ENCODER.encode(event)
+
 
 _SHARED: list[structlog.typing.Processor] = [
     structlog.contextvars.merge_contextvars,
     trace_ids,
     structlog.stdlib.add_log_level,
     structlog.stdlib.add_logger_name,
-    structlog.processors.TimeStamper(fmt="iso", utc=True),
+    _timestamp,
 ]
 
 
@@ -50,7 +93,7 @@ def configure_logging(level: str = "INFO", *, service: str) -> None:
             processors=[
                 structlog.stdlib.ProcessorFormatter.remove_processors_meta,
                 structlog.processors.format_exc_info,
-                structlog.processors.JSONRenderer(),
+                _json,
             ],
         )
     )
@@ -62,7 +105,7 @@ def configure_logging(level: str = "INFO", *, service: str) -> None:
         logging.getLogger(name).propagate = True
     structlog.configure(
         # An event below the level is dropped by the bound logger's method, before anything is formatted.
-        processors=[*_SHARED, structlog.processors.format_exc_info, structlog.processors.JSONRenderer()],
+        processors=[*_SHARED, structlog.processors.format_exc_info, _json],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
         logger_factory=_NamedWriter,
         cache_logger_on_first_use=True,

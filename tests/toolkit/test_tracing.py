@@ -5,15 +5,16 @@ from __future__ import annotations
 import contextlib
 import json
 
+import structlog
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import NonRecordingSpan, SpanContext, StatusCode, TraceFlags
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusCode, TraceFlags
 
 from toolkit import tracing
-from toolkit.tracing import JsonLinesExporter, extract, inject, trace_ids
+from toolkit.tracing import JsonLinesExporter, current_request_id, extract, inject, request_context, trace_ids
 
 TRACE, SPAN = 0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331
 TRACEPARENT = f"00-{TRACE:032x}-{SPAN:016x}-01"
@@ -35,6 +36,26 @@ def test_inject_replaces_the_callers_trace_context_with_the_current_span() -> No
     with trace.use_span(_current()):
         headers = inject({"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01", "tracestate": "a=b", "x": "y"})
     assert headers == {"traceparent": TRACEPARENT, "x": "y"}
+
+
+def test_with_tracing_off_a_span_is_the_current_one_so_a_callers_context_still_travels_on() -> None:
+    with trace.use_span(_current()):  # a caller's traceparent, made current by the server's middleware
+        with tracing.span("tool python", kind=SpanKind.CLIENT, tool="python") as inner:
+            assert inner is trace.get_current_span()
+            assert inject({}) == {"traceparent": TRACEPARENT}
+            assert trace_ids(None, "info", {})["span_id"] == f"{SPAN:016x}"
+    with tracing.span("tool python", kind=SpanKind.CLIENT, tool="python") as inner:
+        assert not inner.get_span_context().is_valid and inject({}) == {}
+
+
+def test_the_request_id_sent_on_is_the_one_bound_for_the_log_lines_and_only_while_bound() -> None:
+    assert current_request_id() is None
+    with request_context("outer-1") as outer:
+        with request_context("bad id\r\n") as inner:
+            assert inner != "bad id\r\n" and current_request_id() == inner
+            assert structlog.contextvars.get_contextvars()["request_id"] == inner
+        assert outer == "outer-1" == current_request_id() == structlog.contextvars.get_contextvars()["request_id"]
+    assert current_request_id() is None and "request_id" not in structlog.contextvars.get_contextvars()
 
 
 def test_log_lines_carry_the_current_trace_and_span_ids_and_nothing_outside_a_span() -> None:

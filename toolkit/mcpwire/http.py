@@ -208,6 +208,12 @@ class Response:
             raise ProtocolError(f"bad chunk framing: {exc}") from exc
 
     async def aread(self, limit: int = 64 * 1024 * 1024) -> bytes:
+        reader, left = self._conn.reader, self._left
+        if not self._done and not self._chunked and left is not None and 0 < left <= len(reader._buffer):  # type: ignore[attr-defined]
+            if left > limit:
+                raise ProtocolError(f"response body exceeds {limit} bytes")
+            self._left, self._done = 0, True  # a body that came with its head (a JSON answer) is taken whole
+            return await reader.readexactly(left)
         parts: list[bytes] = []
         size = 0
         async for part in self.aiter_bytes():
@@ -336,16 +342,11 @@ class Pool:
         self, key: _Key, conn: _Conn, head: bytes, body: bytes | None, method: str, timeouts: Timeouts
     ) -> Response:
         conn.writer.write(head + body if body else head)
-        async with asyncio.timeout(timeouts.read):
-            await conn.writer.drain()
-            try:
-                raw = await conn.reader.readuntil(b"\r\n\r\n")
-            except asyncio.IncompleteReadError as exc:
-                if not exc.partial:
-                    raise _StaleConnection from exc
-                raise ProtocolError("connection closed inside the response head") from exc
-            except asyncio.LimitOverrunError as exc:
-                raise ProtocolError("response head too large") from exc
+        if timeouts.read is None:  # bounded by the caller (the orchestrator's call timeout): no timer of its own
+            raw = await _response_head(conn)
+        else:
+            async with asyncio.timeout(timeouts.read):
+                raw = await _response_head(conn)
         status, headers = _parse_head(raw)
         if status == 100:
             return await self._exchange(key, conn, b"", None, method, timeouts)
@@ -356,6 +357,19 @@ class Pool:
             for conn in idle:
                 conn.close()
         self._idle.clear()
+
+
+async def _response_head(conn: _Conn) -> bytes:
+    """The request sent, the answer's head (up to its blank line)."""
+    await conn.writer.drain()
+    try:
+        return await conn.reader.readuntil(b"\r\n\r\n")
+    except asyncio.IncompleteReadError as exc:
+        if not exc.partial:
+            raise _StaleConnection from exc
+        raise ProtocolError("connection closed inside the response head") from exc
+    except asyncio.LimitOverrunError as exc:
+        raise ProtocolError("response head too large") from exc
 
 
 def _head(method: str, target: str, host: str, headers: dict[str, str], body: bytes | None) -> bytes:
@@ -398,8 +412,9 @@ class _StaleConnection(Exception):
     """A pooled connection the upstream had closed; the request is retried on a new one."""
 
 
-_HEADER_LINE = re.compile(rb"[ \t]*([^:\r\n]*?)[ \t]*:[ \t]*([^\r\n]*?)[ \t]*\r\n")
-"""One `name: value` line, both without surrounding whitespace; matched all at once, not line by line."""
+_HEADER_LINE = re.compile(rb"([^:\r\n]*):([^\r\n]*)\r\n")
+"""One `name: value` line, matched all at once, not line by line; the whitespace around the name and the value
+is stripped after (lazy quantifiers stripping it in the pattern made the match 3x slower)."""
 
 
 def _parse_head(raw: bytes) -> tuple[int, Headers]:
@@ -411,5 +426,5 @@ def _parse_head(raw: bytes) -> tuple[int, Headers]:
     pairs = _HEADER_LINE.findall(raw, end + 2)
     if len(pairs) != raw.count(b"\r\n") - 2:  # every line but the status line and the blank one is a header
         raise ProtocolError("malformed response header")
-    headers = [(name.lower(), value) for name, value in pairs]
+    headers = [(name.strip(b" \t").lower(), value.strip(b" \t")) for name, value in pairs]
     return int(status_line[1]), Headers(headers)
