@@ -31,6 +31,7 @@ import numpy as np
 from bench.file_search_quality import DOCS, pairs_of
 from tools.file_search.minilm import MODEL_NAME, MiniLM
 from tools.file_search.parse import extract_text
+from tools.file_search.settings import FileSearchSettings
 
 WORDS = 24
 """Words kept of each base sentence."""
@@ -44,8 +45,9 @@ PART = 250
 def sentences(count: int, seed: int) -> list[str]:
     """`count` distinct documentation sentences of 6 words or more, cut to `WORDS` words, in a seeded order."""
     found: set[str] = set()
+    most = FileSearchSettings().max_text_chars
     for page in sorted(DOCS.rglob("*.html")):
-        text = extract_text(page.name, page.read_bytes())
+        text = extract_text(page.name, page.read_bytes(), most)
         for sentence in re.split(r"(?<=[.!?])\s+", " ".join(text.split())):
             words = sentence.split()
             if len(words) >= 6:
