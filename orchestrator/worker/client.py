@@ -26,6 +26,7 @@ import structlog
 from orchestrator.harmony import START, STOP_TOKENS
 from orchestrator.settings import KEEPALIVE_EXPIRY_S, WORKER_DOWN_AFTER
 from orchestrator.worker.affinity import Affinity, MemoryAffinity
+from toolkit.mcpwire import sse
 from toolkit.mcpwire.http import ClosedUnanswered, ConnectFailed, Pool, ProtocolError, Response, Timeouts
 from toolkit.tracing import outgoing
 
@@ -471,7 +472,7 @@ class _Link:
                     retryable = resp.status_code >= 500 or resp.status_code == 429
                     text = "" if retryable else await _bounded(resp.aiter_bytes(), ERROR_BYTES)
                     _check_status(resp.status_code, text, worker)
-                async for obj in sse_objects(_lines(resp.aiter_bytes())):
+                async for obj in sse_objects(resp.aiter_bytes()):
                     yield obj
             finally:
                 await resp.aclose()  # unread: the connection is closed, and vLLM aborts the request
@@ -483,17 +484,6 @@ def _check_status(status: int, text: str, worker: _Worker) -> None:
         raise _RetryableStatus(f"HTTP {status}")
     if status != 200:
         raise WorkerRefused(status, text[:500], worker.url)
-
-
-async def _lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """A body's lines (without their line ends), as its chunks arrive."""
-    rest = b""
-    async for chunk in chunks:
-        *lines, rest = (rest + chunk).split(b"\n")
-        for line in lines:
-            yield line.rstrip(b"\r")
-    if rest:
-        yield rest
 
 
 class WorkerRefused(WorkerError):
@@ -570,16 +560,17 @@ def _refuse_proxy(url: str) -> None:
         )
 
 
-async def sse_objects(lines: AsyncIterator[bytes]) -> AsyncIterator[dict[str, Any]]:
-    """vLLM's stream framing: `data: {json}` chunks until `data: [DONE]`; an `{"error": ...}` chunk raises.
-    The body is read to its end after `[DONE]` (`_drained`): a response closed unread closes its connection, and
-    the next request to the worker would pay for a new one."""
-    async for line in lines:
-        if not line.startswith(b"data:"):
+async def sse_objects(body: AsyncIterator[bytes]) -> AsyncIterator[dict[str, Any]]:
+    """vLLM's stream framing, read through the kit's event-stream reader: `data: {json}` events until
+    `data: [DONE]`; an `{"error": ...}` event raises. The body is read to its end after `[DONE]` (`_drained`): a
+    response closed unread closes its connection, and the next request to the worker would pay for a new one."""
+    stream = sse.events(body)
+    async for _, sent in stream:
+        if sent is None:
             continue
-        data = line[5:].strip()
+        data = sent.strip()
         if data == b"[DONE]":
-            await _drained(lines)
+            await _drained(stream)
             return
         try:
             obj = json.loads(data)
@@ -593,14 +584,14 @@ async def sse_objects(lines: AsyncIterator[bytes]) -> AsyncIterator[dict[str, An
         yield obj
 
 
-DRAIN_LINES = 4
-"""Lines read past `[DONE]` at most (vLLM sends none: only the body's end follows); a worker that sends more
+DRAIN_EVENTS = 4
+"""Events read past `[DONE]` at most (vLLM sends none: only the body's end follows); a worker that sends more
 has its connection closed rather than read on."""
 
 
-async def _drained(lines: AsyncIterator[bytes]) -> None:
-    for _ in range(DRAIN_LINES):
-        if await anext(lines, None) is None:
+async def _drained(stream: AsyncIterator[tuple[bytes, bytes | None]]) -> None:
+    for _ in range(DRAIN_EVENTS):
+        if await anext(stream, None) is None:
             return
 
 

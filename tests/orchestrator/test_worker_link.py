@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 import pytest
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from orchestrator.worker.client import GenerateRequest, WorkerError, WorkerPool, WorkerUnavailable, _lines, sse_objects
+from orchestrator.worker.client import GenerateRequest, WorkerError, WorkerPool, WorkerUnavailable, sse_objects
 from orchestrator.worker.scripted import Scenario, ScriptedModel
 from orchestrator.worker.scripted import build_app as build_worker
 from tests.support.asgi import serve_asgi
@@ -60,22 +60,22 @@ async def _chunked(*parts: bytes) -> AsyncIterator[bytes]:
 
 async def test_the_stream_framing_is_read_whatever_the_chunks_cut() -> None:
     body = b'data: {"choices": [{"text": "a"}]}\r\n\r\ndata: {"choices": [{"text": "b"}]}\n\ndata: [DONE]\n\n'
-    whole = [o async for o in sse_objects(_lines(_chunked(body)))]
-    split = [o async for o in sse_objects(_lines(_chunked(*(body[i : i + 3] for i in range(0, len(body), 3)))))]
+    whole = [o async for o in sse_objects(_chunked(body))]
+    split = [o async for o in sse_objects(_chunked(*(body[i : i + 3] for i in range(0, len(body), 3))))]
     assert whole == split == [{"choices": [{"text": "a"}]}, {"choices": [{"text": "b"}]}]
 
 
 @pytest.mark.parametrize(
     ("line", "says"),
     [
-        (b"data: {not json\n", "worker sent a malformed stream chunk: '{not json'"),
-        (b"data: \xff\n", "worker sent a malformed stream chunk: '\ufffd'"),
-        (b"data: [1]\n", "worker sent a stream chunk that is not an object: '[1]'"),
+        (b"data: {not json\n\n", "worker sent a malformed stream chunk: '{not json'"),
+        (b"data: \xff\n\n", "worker sent a malformed stream chunk: '\ufffd'"),
+        (b"data: [1]\n\n", "worker sent a stream chunk that is not an object: '[1]'"),
     ],
 )
 async def test_a_broken_stream_chunk_is_a_worker_error_naming_it(line: bytes, says: str) -> None:
     with pytest.raises(WorkerError) as err:
-        async for _ in sse_objects(_lines(_chunked(line))):
+        async for _ in sse_objects(_chunked(line)):
             pass
     assert str(err.value) == says
 

@@ -37,12 +37,12 @@ class SseParser:
         return events
 
 
-async def events(response: Response) -> AsyncIterator[tuple[bytes, bytes | None]]:
-    """The one reader of an event stream: each whole event as it arrives, with its data (None for comments and
-    data-less events). Every SSE consumer (the gateway's relay, legacy bridge and probe; the orchestrator's MCP
-    client) reads through it."""
+async def events(body: Response | AsyncIterator[bytes]) -> AsyncIterator[tuple[bytes, bytes | None]]:
+    """The one reader of an event stream (a response, or its body's chunks): each whole event as it arrives, with
+    its data (None for comments and data-less events). Every SSE consumer (the gateway's relay, legacy bridge and
+    probe; the orchestrator's MCP client and its worker streams) reads through it."""
     parser = SseParser()
-    async for chunk in response.aiter_bytes():
+    async for chunk in body.aiter_bytes() if isinstance(body, Response) else body:
         for event in parser.feed(chunk):
             yield event, event_data(event)
 
