@@ -21,6 +21,9 @@ from collections.abc import Callable
 from typing import Any
 
 import structlog
+from redis.exceptions import RedisError
+
+from toolkit.outage import Outage
 
 log = structlog.get_logger(__name__)
 
@@ -94,7 +97,7 @@ class FleetThrottle:
 
     def __init__(self, local: LoginThrottle, client: Any = None, prefix: str = "") -> None:
         self.local, self._client, self._prefix = local, client, prefix
-        self._outage = False
+        self._outage = Outage(log, "console.login_counts_local", "console.login_counts_fleet", (RedisError,))
 
     def _keys(self, address: str) -> tuple[str, str]:
         return f"{self._prefix}login-failed:{address}", f"{self._prefix}login-failed"
@@ -117,16 +120,4 @@ class FleetThrottle:
 
     async def _shared(self, step: Any) -> Any:
         """The Redis step's answer; None when Redis did not answer (the local counts decide meanwhile)."""
-        from redis.exceptions import RedisError
-
-        try:
-            answer = await step
-        except RedisError as exc:
-            if not self._outage:
-                log.warning("console.login_counts_local", error=str(exc) or type(exc).__name__)
-            self._outage = True
-            return None
-        if self._outage:
-            log.info("console.login_counts_fleet")
-            self._outage = False
-        return answer
+        return (await self._outage.step(step))[1]

@@ -22,6 +22,7 @@ import structlog
 
 from orchestrator.persist.roster import Roster, Running
 from orchestrator.responses.live import Live
+from toolkit.outage import Outage
 
 log = structlog.get_logger(__name__)
 RENEW_S = 2.0
@@ -47,7 +48,7 @@ class ForegroundRoster:
     def __init__(self, store: Roster, replica: str, live: dict[str, Live]) -> None:
         self.store, self.replica, self.live = store, replica, live
         self._written: list[tuple[str, int]] | None = []  # (id, tool calls) of the list the store has; None: unsure
-        self._failing = False
+        self._outage = Outage(log, "roster.write_failed", "roster.write_restored")
 
     async def renew(self) -> None:
         """The replica's foreground responses now: written when the list changed, else its expiry pushed on."""
@@ -65,14 +66,5 @@ class ForegroundRoster:
     async def _write(self, step: Awaitable[bool | None]) -> bool:
         """Whether the store took `step` (an extend of a list the store lost is not taken); a failure is logged
         once until a write gets through again."""
-        try:
-            taken = await step
-        except Exception as exc:
-            if not self._failing:
-                log.warning("roster.write_failed", error=str(exc) or type(exc).__name__)
-            self._failing = True
-            return False
-        if self._failing:
-            log.info("roster.write_restored")
-            self._failing = False
-        return taken is not False
+        through, taken = await self._outage.step(step)
+        return through and taken is not False
