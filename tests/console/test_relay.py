@@ -16,6 +16,8 @@ from tests.support.asgi import free_port
 from tests.support.redis import redis_server
 from toolkit.redis_client import redis_client
 
+BOUND_S = 120  # each test's whole run: a Redis that stops answering fails the test here, naming the wait
+
 
 def _call(tool: str, replica: str) -> ToolCallSeen:
     return ToolCallSeen(
@@ -35,12 +37,13 @@ async def test_the_outbox_drops_the_oldest_calls_when_it_is_full() -> None:
     with redis_server() as url:
         client, listener = redis_client(url), redis_client(url).pubsub(ignore_subscribe_messages=True)
         try:
-            await listener.subscribe(channel)
-            relay = RedisRelay(client, channel, CallFeed("replica_here"))
-            for n in range(OUTBOX + 5):  # before its sender runs: Redis is slower than the calls
-                relay.publish(_call(f"t{n}", "replica_here"))
-            async with relay.running():
-                sent = [await _message(listener) for _ in range(OUTBOX)]
+            async with asyncio.timeout(BOUND_S):
+                await listener.subscribe(channel)
+                relay = RedisRelay(client, channel, CallFeed("replica_here"))
+                for n in range(OUTBOX + 5):  # before its sender runs: Redis is slower than the calls
+                    relay.publish(_call(f"t{n}", "replica_here"))
+                async with relay.running():
+                    sent = [await _message(listener) for _ in range(OUTBOX)]
             assert [c.tool for c in sent] == [f"t{n}" for n in range(5, OUTBOX + 5)]  # the newest, in order
         finally:
             await listener.aclose()
@@ -63,7 +66,7 @@ async def test_the_relay_subscribes_again_once_redis_is_back() -> None:
         url = outage.enter_context(redis_server(port))
         client = redis_client(url)
         try:
-            async with RedisRelay(client, channel, feed).running():
+            async with asyncio.timeout(BOUND_S), RedisRelay(client, channel, feed).running():
                 with feed.watch() as queue:
                     await _arrives(url, channel, queue, "before")
                     outage.close()  # Redis gone, past the client's own retries: the subscription is lost

@@ -34,7 +34,10 @@ def redis_server(port: int | None = None) -> Iterator[str]:
         while True:
             if proc.poll() is not None:
                 raise RuntimeError(f"redis-server exited: {proc.stderr.read().decode()[-1000:]}")  # type: ignore[union-attr]
-            with contextlib.suppress(redis.exceptions.ConnectionError), redis.from_url(url) as client:
+            with (
+                contextlib.suppress(redis.exceptions.ConnectionError, redis.exceptions.TimeoutError),
+                redis.from_url(url, socket_connect_timeout=1, socket_timeout=1) as client,
+            ):
                 if client.ping():
                     break
             if time.monotonic() > deadline:
