@@ -177,7 +177,7 @@ class Rewriter:
         """The bytes to relay for one upstream message, and the message parsed (None when not JSON)."""
         try:
             msg = json.loads(data)
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, too deep, or an integer past 4300 digits
             return data, None
         if not self.needs_parse(data):
             return data, msg

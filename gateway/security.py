@@ -17,11 +17,11 @@ from gateway.config import SecurityConfig
 from gateway.errors import Forbidden, RateLimited, Unauthorized
 from gateway.paths import segments
 from gateway.service import Gateway
+from toolkit.loopback import local_caller
 from toolkit.tracing import request_context
 from toolkit.wire import REQUEST_ID_HEADER, admin_token
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
-_LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
 def host_allowed(patterns: tuple[str, ...], host: str | None) -> bool:
@@ -51,9 +51,7 @@ def origin_allowed(sec: SecurityConfig, origin: str | None) -> bool:
 
 
 _REQUEST_ID = REQUEST_ID_HEADER.encode()
-_RELAYED = (b"forwarded", b"x-forwarded-for", b"x-real-ip")
-"""Headers a reverse proxy adds: a request carrying one came from elsewhere, whatever its socket's address."""
-_CHECKED = frozenset({b"host", b"origin", b"authorization", b"traceparent", _REQUEST_ID, *_RELAYED})
+_CHECKED = frozenset({b"host", b"origin", b"authorization", b"traceparent", _REQUEST_ID})
 """The headers the middleware reads, found in one pass over the request's headers."""
 
 
@@ -78,14 +76,13 @@ def _token_ok(token: str | None, tokens: tuple[str, ...]) -> bool:
     return any(hmac.compare_digest(token.encode(), t.encode()) for t in tokens)
 
 
-def _admin_ok(scope: Scope, found: dict[bytes, str], token: str | None, tokens: tuple[str, ...]) -> bool:
+def _admin_ok(scope: Scope, token: str | None, tokens: tuple[str, ...]) -> bool:
     """A configured admin token, or the fleet's own (a service holding the fleet secret: the console); with none
     configured, also a caller on this host, unless a proxy relayed it (a reverse proxy on the same host would
     otherwise make every client it fronts an admin)."""
     if _token_ok(token, tokens) or _token_ok(token, (admin_token(),)):
         return True
-    local = (scope.get("client") or ("", 0))[0] in _LOOPBACK
-    return not tokens and local and not any(h in found for h in _RELAYED)
+    return not tokens and local_caller(scope)
 
 
 class RateLimiter:
@@ -126,7 +123,7 @@ class SecurityMiddleware:
             if not origin_allowed(sec, found.get(b"origin")):
                 raise Forbidden("Origin not allowed")
             if segments(scope["path"])[0] == "admin":  # the router's reading of the same canonical path
-                if not _admin_ok(scope, found, token, sec.admin_tokens):
+                if not _admin_ok(scope, token, sec.admin_tokens):
                     raise Unauthorized("admin endpoints need an admin bearer token")
             elif sec.tokens and not _token_ok(token, sec.tokens):
                 raise Unauthorized("missing or invalid bearer token")

@@ -268,6 +268,10 @@ class Files:
             raise RequestError(f"this key's files are at {bound}: delete some first", "file", 413)
         return (room, f"the {room} bytes left by {bound}") if room < self.max_bytes else (self.max_bytes, None)
 
+    async def left(self, owner: str) -> int | None:
+        """The bytes the key's files may still grow by under --max-file-bytes-per-key (None: no such bound)."""
+        return self.max_bytes_per_key - await self.held(owner) if self.max_bytes_per_key else None
+
     async def held(self, owner: str) -> int:
         """The bytes of the key's files and of its containers' files (uploaded, copied in, or written by code:
         a copy counts again, though the volume may share its bytes by a hard link)."""

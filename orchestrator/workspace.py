@@ -78,6 +78,7 @@ class Workspace:
     seen: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (size, mtime_ns) after the last call
     held: dict[str, str] | None = None  # name -> the container file id the sandbox holds; None: not compared yet
     made: dict[str, dict[str, Any]] = field(default_factory=dict)  # path -> container file written in this response
+    unsaved: list[str] = field(default_factory=list)  # why each file the last call wrote was not saved
 
     @property
     def container_id(self) -> str:
@@ -94,6 +95,8 @@ class Workspace:
         try:
             await self.containers.find(self.container_id, self.owner)  # in use: its expiry starts again from now
             outcome.files = await self._pull()
+            if self.unsaved:
+                outcome.text += "\n[" + "; ".join(self.unsaved) + "]"
         except WorkspaceError as exc:
             outcome.text += f"\n[the files written under /mnt/data could not be saved: {exc}]"
         except RequestError:  # deleted (or expired) while the call ran: nothing to save the files into
@@ -128,14 +131,16 @@ class Workspace:
     async def _pull(self) -> list[dict[str, Any]]:
         """What the call wrote or changed under /mnt/data, as new container files."""
         now = await self.files.listing()
-        saved = []
+        saved, self.unsaved = [], []
         for name, (size, _) in now.items():
             if self.seen.get(name) == now[name]:
                 continue
-            if size > self.containers.files.max_bytes:
-                log.warning("workspace.too_large", container_id=self.container_id, path=name, bytes=size)
+            room, bound = await self.containers.output_room(self.container_id, self.owner, name)
+            if size > room:
+                log.warning("workspace.not_saved", container_id=self.container_id, path=name, bytes=size, room=room)
+                self.unsaved.append(f"{DATA_DIR}/{name} ({size} bytes) was not saved: past {bound}")
                 continue
-            record = await self.containers.store_output(self.container_id, name, self._receive(name))
+            record = await self.containers.store_output(self.container_id, name, self._receive(name, room, bound))
             self.made[record.path] = record.body()
             if self.held is not None:
                 self.held[name] = record.id
@@ -143,13 +148,14 @@ class Workspace:
         self.seen = now
         return saved
 
-    async def _receive(self, name: str) -> AsyncIterator[bytes]:
+    async def _receive(self, name: str, room: int, bound: str) -> AsyncIterator[bytes]:
+        """The file's chunks, refused past `room` (the file may still be growing after it was listed)."""
         offset = 0
         while True:
             data, eof = await self.files.read(name, offset)
             offset += len(data)
-            if offset > self.containers.files.max_bytes:
-                raise WorkspaceError(f"{DATA_DIR}/{name} grew past the file size limit")
+            if offset > room:
+                raise WorkspaceError(f"{DATA_DIR}/{name} grew past {bound}")
             yield data
             if eof or not data:
                 return

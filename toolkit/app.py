@@ -28,6 +28,7 @@ from toolkit.answers import SingleAnswerSessionManager
 from toolkit.callers import Callers
 from toolkit.drain import Drain
 from toolkit.front import MCP_METHODS, Front
+from toolkit.loopback import loopback
 from toolkit.loops import Loops
 from toolkit.metrics import ToolMetrics
 from toolkit.sandbox.runtime import ContainerRuntime
@@ -38,7 +39,6 @@ from toolkit.tasks import TaskStore
 
 log = structlog.get_logger(__name__)
 
-_LOOPBACK = ("127.0.0.1", "localhost", "::1")
 RPC_PATHS = ("/mcp", "/messages/")
 """The paths whose refusals are JSON-RPC error bodies (`toolkit.front`)."""
 
@@ -147,7 +147,7 @@ def _health(server: Served) -> tuple[Callable[[Request], Any], Callable[[Request
 
 def _security(settings: ToolServerSettings) -> TransportSecuritySettings | None:
     hosts = settings.accepted_host_headers
-    if not hosts and settings.host not in _LOOPBACK:
+    if not hosts and not loopback(settings.host):
         return TransportSecuritySettings(enable_dns_rebinding_protection=False)
     hosts = hosts or [f"{h}:*" for h in ("127.0.0.1", "localhost", "[::1]")]
     origins = [f"http://{h}" for h in hosts] + [f"https://{h}" for h in hosts]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from orchestrator.errors import error_body
 from orchestrator.guard.limits import LimitExceeded, RequestRate
 from orchestrator.settings import OrchestratorSettings
+from toolkit.loopback import local_caller, loopback
 
 log = structlog.get_logger(__name__)
 
@@ -121,8 +121,7 @@ class AuthMiddleware:
         fleet's own scrape, a sidecar), so the fleet's addresses and load are never shown to anyone else."""
         if self.metrics_token:
             return hmac.compare_digest((_bearer(scope) or "").encode(), self.metrics_token.encode())
-        client = scope.get("client")
-        return client is not None and _loopback(client[0])
+        return local_caller(scope)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket") or _console(scope["path"]):
@@ -163,15 +162,8 @@ def _console(path: str) -> bool:
     return path == CONSOLE or path.startswith(CONSOLE + "/")
 
 
-def _loopback(host: str) -> bool:
-    try:
-        return host == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def warn_if_open(settings: OrchestratorSettings, keys: ApiKeys) -> None:
     """A service reachable beyond loopback without keys lets anyone read and run everything: say so."""
-    if not keys.enabled and not _loopback(settings.host):
+    if not keys.enabled and not loopback(settings.host):
         message = "listening beyond loopback with no API keys: every client can use every response"
         log.warning("auth.disabled", host=settings.host, message=message)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
+from orchestrator.errors import StoreUnavailable
 from orchestrator.persist.base import RESULTS_PER_RESPONSE, Conversation, Obj, Record, StoreFull
 from orchestrator.persist.roster import SQLiteRoster
 from orchestrator.persist.usage import SQLiteUsage
@@ -48,8 +49,13 @@ class Connection:
             return fn(*args)
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run one blocking operation in a worker thread, off the event loop, holding the connection."""
-        return await anyio.to_thread.run_sync(self._locked, fn, *args)
+        """Run one blocking operation in a worker thread, off the event loop, holding the connection. A file
+        that cannot be used (locked past the busy timeout, disk full, I/O error, read-only) is
+        `StoreUnavailable`, a 503 as a Redis away is, not a 500 blamed on nothing."""
+        try:
+            return await anyio.to_thread.run_sync(self._locked, fn, *args)
+        except sqlite3.OperationalError as exc:
+            raise StoreUnavailable(f"the SQLite store is unavailable: {exc}") from exc
 
 
 def owner_count(db: sqlite3.Connection, table: str, owner: str) -> int:

@@ -1,6 +1,6 @@
 """An upstream that answers garbage, for the gateway's bad-input tests.
 
-Usage: python tests/gateway/garbage_server.py --port 0 --mode html|badjson|badsse|slowheaders
+Usage: python tests/gateway/garbage_server.py --port 0 --mode html|badjson|badsse|hugeint|slowheaders
 Prints `READY <port>`.
 """
 
@@ -15,6 +15,8 @@ BODIES = {
     "html": ("text/html", b"<html>not mcp</html>"),
     "badjson": ("application/json", b"{this is not json"),
     "badsse": ("text/event-stream", b"event: message\ndata: {garbage\n\n"),
+    # JSON, but past the digits Python parses (4300): not a reply the gateway can read
+    "hugeint": ("application/json", b'{"jsonrpc": "2.0", "id": 7, "result": {"n": ' + b"9" * 5000 + b"}}"),
 }
 
 

@@ -144,7 +144,7 @@ async def test_a_slow_upstream_gets_a_timeout_error_and_the_gateway_keeps_servin
                 assert await call_text(client, "echo", {"text": "still here"}) == "still here"
 
 
-@pytest.mark.parametrize("mode", ["html", "badjson", "badsse"])
+@pytest.mark.parametrize("mode", ["html", "badjson", "badsse", "hugeint"])
 async def test_an_upstream_that_answers_garbage_gets_a_precise_error_and_leaks_no_pin(mode: str) -> None:
     up = start_fixture("junk", garbage=mode)
     try:

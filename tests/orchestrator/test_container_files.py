@@ -179,6 +179,28 @@ def test_another_key_s_container_or_files_are_missing_and_nothing_is_made(fleet)
     assert sorted(os.listdir(fleet.app.state.files.directory)) == before
 
 
+def test_what_the_code_writes_past_the_keys_bound_stays_in_the_sandbox_and_the_output_says_so(
+    make_stack,
+    gateway_url,  # noqa: F811
+) -> None:
+    """The key's files hold 30,000 of its 50,000 bytes: a 25,000-byte file the code writes is not saved (the
+    output names the bound), a 4-byte one is."""
+    stack = make_stack(
+        tools_url=gateway_url[0], python_url=None, browser_url=None, container_url=None, max_file_bytes_per_key=50_000
+    )
+    client = stack.client
+    client.files.create(file=("held.bin", b"x" * 30_000), purpose="user_data")
+    box = client.containers.create(name="bounded")
+    code = (
+        "_ = open('/mnt/data/big.bin', 'wb').write(b'y' * 25_000)\n_ = open('/mnt/data/small.txt', 'w').write('fits')"
+    )
+    script(stack, "go", code + "\nprint('ok')")
+    logs = ask(client, box.id, include=["code_interpreter_call.outputs"]).output[0].outputs[0].logs
+    assert "/mnt/data/big.bin (25000 bytes) was not saved: past the " in logs, logs
+    assert "bytes left by --max-file-bytes-per-key, 50000 bytes for this key's files]" in logs, logs
+    assert [(f.path, f.bytes) for f in client.containers.files.list(box.id)] == [("/mnt/data/small.txt", 4)]
+
+
 def test_a_memory_limit_above_the_tools_cap_is_a_400_in_the_requests_words(fleet) -> None:
     """4g passes the API's cap (4g by default) but not the python tool's (its --memory-mb, 1024): the error
     names the request's field and the cap, not the internal call that found it; the `auto` container is gone."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import signal
+import sqlite3
 import uuid
 
 import httpx
@@ -195,6 +196,24 @@ async def test_a_slow_sqlite_write_does_not_stall_the_event_loop(tmp_path) -> No
     assert ticks >= 10  # the loop ran throughout the half second the write waited
     assert (await store.get("resp_slow")).body == {"status": "completed"}
     await stores.aclose()
+
+
+def test_a_sqlite_file_another_process_keeps_locked_is_a_clear_503_and_reads_go_on(make_stack, tmp_path) -> None:
+    path = tmp_path / "store.sqlite3"
+    stack = make_stack(stores=SQLiteStores(str(path)))
+    stack.script([("hello", "<|channel|>final<|message|>Hi.<|return|>")])
+    kept = stack.client.responses.create(model="gpt-oss", input="hello")
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # a writer that does not let go: past the store's busy timeout (5 s)
+        with pytest.raises(openai.APIStatusError) as err:
+            stack.client.with_options(max_retries=0).responses.create(model="gpt-oss", input="hello")
+        assert err.value.status_code == 503 and err.value.body["code"] == "store_unavailable"
+        assert "the SQLite store is unavailable: database is locked" in err.value.message
+        assert stack.client.responses.retrieve(kept.id).output_text == "Hi."  # a WAL reader is not blocked
+    finally:
+        other.close()
+    assert stack.client.responses.create(model="gpt-oss", input="hello").output_text == "Hi."
 
 
 class _SlowResponses(SQLiteResponses):

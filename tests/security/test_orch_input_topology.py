@@ -65,6 +65,16 @@ def test_metrics_without_a_token_answer_loopback_only(stack: Stack):
     assert send(stack.port, "GET", "/metrics").status == 200
 
 
+@pytest.mark.parametrize(
+    "relayed", [{"x-forwarded-for": "203.0.113.9"}, {"forwarded": "for=203.0.113.9"}, {"x-real-ip": "203.0.113.9"}]
+)
+def test_a_loopback_request_a_proxy_relayed_is_no_operator(stack: Stack, relayed: dict[str, str]):
+    """A reverse proxy on this host connects from loopback for every client it fronts: with no metrics token
+    its requests see neither /metrics nor /healthz's details."""
+    assert send(stack.port, "GET", "/metrics", headers=relayed).status == 403
+    assert send(stack.port, "GET", "/healthz", headers=relayed).json() == {"status": "ok"}
+
+
 def test_a_failing_worker_is_named_by_its_role(stack: Stack):
     stack.script([("", DONE)], fail_after=2, fail_mode="drop")
     url = _worker_url(stack)

@@ -21,6 +21,7 @@ from mcp_types import ElicitRequest, ElicitRequestFormParams, InputRequiredResul
 from tests.support.asgi import serve_asgi
 from toolkit.mcpwire.client import MODERN, InputUnavailable, McpClient
 from toolkit.mcpwire.http import Pool, Timeouts
+from toolkit.mcpwire.session import WireError, _load
 
 TIMEOUTS = Timeouts(connect=5.0, read=30.0)
 
@@ -199,3 +200,13 @@ async def test_a_pinned_client_connects_to_the_checked_address_and_keeps_the_nam
     assert result["content"][0]["text"] == "echo: pinned"
     hosts = {c["headers"]["host"] for c in front.calls("/mcp") if c["headers"].get("x-session-id") == "conv_pin"}
     assert hosts == {name}
+
+
+@pytest.mark.parametrize(
+    "body", [b"{not json", b"\xff\xfe", b'{"n": ' + b"9" * 5000 + b"}", b"[" * 100_000], ids=lambda b: repr(b[:12])
+)
+def test_a_reply_that_cannot_be_read_is_a_wire_error_not_an_escape(body: bytes) -> None:
+    """Not JSON, not UTF-8, an integer past the digits Python parses, nesting past the recursion bound: each is
+    the client's one `WireError`, which its callers turn into a tool error."""
+    with pytest.raises(WireError, match="invalid JSON"):
+        _load(body)

@@ -150,5 +150,5 @@ class WireSession:
 def _load(data: bytes) -> Any:
     try:
         return json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, an integer past 4300 digits; too deep
         raise WireError("upstream answered invalid JSON") from exc
