@@ -170,6 +170,10 @@ def test_a_lost_worker_nodes_sessions_come_back_from_their_snapshots_and_its_tas
     assert python_logs(client.responses.create(previous_response_id=lost_resp.id, **recall)) == "recalled 42"
     # Saved in the background (--snapshot-every-s) after the call that set the variable, off the calls' path.
     wait_for("the lost node's session saved", lambda: saved_in_background(stack, lost_session), 60)
+    # A call just before the loss: the gateway's pooled connection to that replica is fresh when the node goes.
+    # The node sends no reset; the request written on it next is bounded by the kernel (TCP_USER_TIMEOUT), not
+    # by the call's timeout (toolkit.mcpwire.http.UNACKNOWLEDGED_MS).
+    assert python_logs(client.responses.create(previous_response_id=lost_resp.id, **recall)) == "recalled 42"
 
     t0 = time.monotonic()
     docker("kill", lost_node.name)  # a machine lost: every process on it gone at once

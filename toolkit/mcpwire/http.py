@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import re
+import socket
 import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -291,6 +292,7 @@ class Pool:
                 )
         except (OSError, TimeoutError) as exc:
             raise ConnectFailed(f"{type(exc).__name__}: {exc}") from exc
+        _bound_unacknowledged(writer)
         return _Conn(reader, writer)
 
     async def request(
@@ -359,11 +361,27 @@ class Pool:
         self._idle.clear()
 
 
+UNACKNOWLEDGED_MS = 20_000
+"""How long bytes sent on a connection may go unacknowledged before the kernel drops it (`TCP_USER_TIMEOUT`).
+A peer whose machine is gone sends no reset: a request written on a pooled connection to it would otherwise
+wait out the whole call timeout. A slow server is not affected (its kernel acknowledges what it has not read)."""
+
+
+def _bound_unacknowledged(writer: asyncio.StreamWriter) -> None:
+    sock = writer.get_extra_info("socket")
+    option = getattr(socket, "TCP_USER_TIMEOUT", None)  # Linux
+    if option is not None and sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, option, UNACKNOWLEDGED_MS)
+
+
 async def _response_head(conn: _Conn) -> bytes:
-    """The request sent, the answer's head (up to its blank line)."""
-    await conn.writer.drain()
+    """The request sent, the answer's head (up to its blank line). The kernel's ETIMEDOUT (the request went
+    unacknowledged, `UNACKNOWLEDGED_MS`) is a broken connection: the peer never read it, so it may go again."""
     try:
+        await conn.writer.drain()
         return await conn.reader.readuntil(b"\r\n\r\n")
+    except TimeoutError as exc:  # only the socket's: a caller's deadline arrives here as a cancellation
+        raise ConnectionAbortedError(f"the upstream acknowledged nothing for {UNACKNOWLEDGED_MS} ms") from exc
     except asyncio.IncompleteReadError as exc:
         if not exc.partial:
             raise _StaleConnection from exc
