@@ -254,15 +254,15 @@ class Containers:
         """A container's files (the caller checked the container is the owner's)."""
         return [ContainerFile(**o) for o in await self.objects.owned("container_file", container_id)]
 
-    async def output_room(self, container_id: str, owner: str, name: str) -> tuple[int, str]:
-        """The most bytes a file the code wrote at /mnt/data/NAME may be saved with, and the bound that says so:
-        the file size limit, or less where the key's files leave less (a file it replaces frees its bytes)."""
-        left = await self.files.left(owner)
-        if left is None or left >= self.files.max_bytes:
+    def output_room(self, left: int | None, replaced: int) -> tuple[int, str]:
+        """The most bytes a file the code wrote may be saved with, and the bound that says so: the file size
+        limit, or less where the key's files leave less (`left`, `Files.left`); the file it replaces (`replaced`
+        bytes) frees its bytes."""
+        if left is None or left + replaced >= self.files.max_bytes:
             return self.files.max_bytes, f"the file size limit, {self.files.max_bytes} bytes"
-        left += sum(f.bytes for f in await self.files_of(container_id) if f.path == f"{DATA_DIR}/{name}")
+        room = max(0, left + replaced)
         bound = f"--max-file-bytes-per-key, {self.files.max_bytes_per_key} bytes for this key's files"
-        return max(0, min(left, self.files.max_bytes)), f"the {max(0, left)} bytes left by {bound}"
+        return room, f"the {room} bytes left by {bound}"
 
     async def store_output(self, container_id: str, name: str, chunks: AsyncIterator[bytes]) -> ContainerFile:
         """A file the code wrote at /mnt/data/NAME (NAME may hold `/`): its bytes streamed to the volume, then

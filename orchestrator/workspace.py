@@ -132,15 +132,20 @@ class Workspace:
         """What the call wrote or changed under /mnt/data, as new container files."""
         now = await self.files.listing()
         saved, self.unsaved = [], []
+        left = await self.containers.files.left(self.owner)  # read once; each file saved below takes its share
+        held = {f.path: f.bytes for f in await self.containers.files_of(self.container_id)}
         for name, (size, _) in now.items():
             if self.seen.get(name) == now[name]:
                 continue
-            room, bound = await self.containers.output_room(self.container_id, self.owner, name)
+            replaced = held.get(f"{DATA_DIR}/{name}", 0)
+            room, bound = self.containers.output_room(left, replaced)
             if size > room:
                 log.warning("workspace.not_saved", container_id=self.container_id, path=name, bytes=size, room=room)
                 self.unsaved.append(f"{DATA_DIR}/{name} ({size} bytes) was not saved: past {bound}")
                 continue
             record = await self.containers.store_output(self.container_id, name, self._receive(name, room, bound))
+            held[record.path] = record.bytes
+            left = None if left is None else left - record.bytes + replaced
             self.made[record.path] = record.body()
             if self.held is not None:
                 self.held[name] = record.id
